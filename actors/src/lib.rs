@@ -1,1 +1,28 @@
+//! Caisse's payment engine: the merchant actors, the ledger and the durable store.
+//!
+//! # Layout
+//!
+//! - [`domain`]: checked value types (money, currency, phone, references, ids, time), the state machines of
+//!   payments, refunds and payouts as one table ([`domain::status`]), the double-entry ledger rules
+//!   ([`domain::ledger`]) and the records with the webhook body ([`domain::records`]).
+//! - [`core`]: the pure decision function, `decide(balances, record, command) -> decision`.
+//! - [`merchant`]: the merchant actor, one per merchant: decides, queues the change, answers once durable.
+//! - [`registry`] and [`engine`]: which actors run where; the front door the service calls.
+//! - [`store`]: the [`store::Store`] trait, the sled backend, group commit, recovery and the startup audit.
+//! - [`error`]: the engine's error type.
+//!
+//! A payment goes in through [`Engine::execute`] with a [`core::Command`], becomes a [`store::Change`] written
+//! in one durable group commit, and leaves as a webhook notification in the store's outbox.
 
+pub mod core;
+pub mod domain;
+pub mod engine;
+pub mod error;
+pub mod merchant;
+pub mod registry;
+pub mod store;
+
+pub use crate::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, Record, RefundOutcome, Rejection};
+pub use crate::engine::{Engine, EngineConfig};
+pub use crate::error::EngineError;
+pub use crate::merchant::{ActorSettings, Executed, Idempotency};

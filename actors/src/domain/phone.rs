@@ -1,0 +1,151 @@
+//! Customer and beneficiary phone numbers in E.164 form.
+//!
+//! Mobile-money providers address people by phone number, so a malformed number must be
+//! refused at the API edge (contract sections 6 and 10) rather than reach a provider. This module
+//! owns the one accepted spelling: `+`, then 8 to 15 digits, the first of which is not `0`.
+//! No spaces, dashes or national prefixes are normalised away, so the stored value is always the
+//! exact string the provider and the sandbox will see.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a phone number was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]
+pub enum PhoneError {
+    /// E.164 numbers are written with a leading `+`.
+    #[error("phone number must start with '+' (E.164, e.g. +22997000001)")]
+    MissingPlus,
+    /// Only ASCII digits may follow the `+`.
+    #[error("phone number must contain only digits after '+'")]
+    NonDigit,
+    /// E.164 allows at most 15 digits; fewer than 8 cannot be a real subscriber number.
+    #[error("phone number must have 8 to 15 digits after '+', found {digits}")]
+    BadLength {
+        /// How many characters followed the `+`.
+        digits: usize,
+    },
+    /// Country codes never start with `0`.
+    #[error("phone number country code must not start with 0")]
+    LeadingZero,
+}
+
+/// A phone number in E.164 form, e.g. `+22997000001`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Phone(String);
+
+impl Phone {
+    /// Fewest digits accepted after the `+`.
+    pub const MIN_DIGITS: usize = 8;
+    /// Most digits accepted after the `+`, the E.164 maximum.
+    pub const MAX_DIGITS: usize = 15;
+
+    /// Checks the E.164 shape and keeps the number exactly as written.
+    pub fn parse(input: &str) -> Result<Phone, PhoneError> {
+        let digits = input.strip_prefix('+').ok_or(PhoneError::MissingPlus)?;
+        if !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(PhoneError::NonDigit);
+        }
+        // Every byte is an ASCII digit here, so the byte length is the digit count.
+        if !(Self::MIN_DIGITS..=Self::MAX_DIGITS).contains(&digits.len()) {
+            return Err(PhoneError::BadLength { digits: digits.len() });
+        }
+        if digits.starts_with('0') {
+            return Err(PhoneError::LeadingZero);
+        }
+        Ok(Phone(input.to_string()))
+    }
+
+    /// The number as written, with its `+`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The last two digits, which the sandbox provider reads to pick a scripted outcome.
+    pub fn last_two_digits(&self) -> &str {
+        // The number holds at least 9 ASCII bytes, so this slice is always two digits; `get`
+        // keeps the function panic-free even so.
+        self.0.get(self.0.len().saturating_sub(2)..).unwrap_or("")
+    }
+}
+
+impl fmt::Display for Phone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for Phone {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for Phone {
+    type Err = PhoneError;
+
+    fn from_str(input: &str) -> Result<Phone, PhoneError> {
+        Phone::parse(input)
+    }
+}
+
+impl TryFrom<String> for Phone {
+    type Error = PhoneError;
+
+    fn try_from(input: String) -> Result<Phone, PhoneError> {
+        Phone::parse(&input)
+    }
+}
+
+impl From<Phone> for String {
+    fn from(phone: Phone) -> String {
+        phone.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_accepts_e164() {
+        for good in ["+22997000001", "+12345678", "+123456789012345", "+33612345678"] {
+            let phone = Phone::parse(good).unwrap();
+            assert_eq!(phone.as_str(), good);
+            assert_eq!(phone.to_string(), good);
+        }
+    }
+
+    #[test]
+    fn parse_rejects_malformed() {
+        assert_eq!(Phone::parse(""), Err(PhoneError::MissingPlus));
+        assert_eq!(Phone::parse("22997000001"), Err(PhoneError::MissingPlus));
+        assert_eq!(Phone::parse(" +22997000001"), Err(PhoneError::MissingPlus));
+        assert_eq!(Phone::parse("+229 97000001"), Err(PhoneError::NonDigit));
+        assert_eq!(Phone::parse("+229-97000001"), Err(PhoneError::NonDigit));
+        assert_eq!(Phone::parse("+22997000001 "), Err(PhoneError::NonDigit));
+        assert_eq!(Phone::parse("++22997000001"), Err(PhoneError::NonDigit));
+        assert_eq!(Phone::parse("+٢٢٩٩٧٠٠٠٠٠١"), Err(PhoneError::NonDigit));
+        assert_eq!(Phone::parse("+"), Err(PhoneError::BadLength { digits: 0 }));
+        assert_eq!(Phone::parse("+1234567"), Err(PhoneError::BadLength { digits: 7 }));
+        assert_eq!(Phone::parse("+1234567890123456"), Err(PhoneError::BadLength { digits: 16 }));
+        assert_eq!(Phone::parse("+02997000001"), Err(PhoneError::LeadingZero));
+    }
+
+    #[test]
+    fn last_two_digits_reads_the_end() {
+        assert_eq!(Phone::parse("+22997000001").unwrap().last_two_digits(), "01");
+        assert_eq!(Phone::parse("+12345678").unwrap().last_two_digits(), "78");
+    }
+
+    #[test]
+    fn serde_is_the_checked_string() {
+        let phone = Phone::parse("+22997000001").unwrap();
+        assert_eq!(serde_json::to_string(&phone).unwrap(), "\"+22997000001\"");
+        assert_eq!(serde_json::from_str::<Phone>("\"+22997000001\"").unwrap(), phone);
+        assert!(serde_json::from_str::<Phone>("\"22997000001\"").is_err());
+        assert!(serde_json::from_str::<Phone>("22997000001").is_err());
+    }
+}

@@ -1,0 +1,450 @@
+//! The records Caisse keeps (payment with its refund, payout, merchant) and the views derived from them: the
+//! contract's transaction object and the webhook body of spec 2.1.
+//!
+//! The payment and payout structs serialize to exactly the contract's objects (contract 6, 7, 10), so the
+//! stored record, the API answer and the idempotent replay of that answer are one shape and cannot drift.
+//! Refunds and payouts take their transaction id from their own identifier (`rmb_X` and `ret_X` move as
+//! `tx_X`), which keeps the contract's refund object free of extra fields.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::MerchantId;
+use super::money::{Amount, Currency};
+use super::phone::Phone;
+use super::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus};
+use super::text::{Description, Email, Metadata, Motif, Name, Reference};
+use super::time::Timestamp;
+
+/// A provider's code as published by `GET /v1/fournisseurs` (`mtn_momo`, `wave`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ProviderCode(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a provider code is 1 to 32 characters of a-z, 0-9 and _")]
+pub struct InvalidProviderCode;
+
+impl ProviderCode {
+    pub fn parse(text: &str) -> Result<ProviderCode, InvalidProviderCode> {
+        let ok = (1..=32).contains(&text.len())
+            && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if ok {
+            Ok(ProviderCode(text.to_owned()))
+        } else {
+            Err(InvalidProviderCode)
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for ProviderCode {
+    type Error = InvalidProviderCode;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        ProviderCode::parse(&value)
+    }
+}
+
+impl From<ProviderCode> for String {
+    fn from(value: ProviderCode) -> String {
+        value.0
+    }
+}
+
+impl std::fmt::Display for ProviderCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A refund of a payment (contract 7). At most one per payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refund {
+    pub reference: String,
+    pub montant: Amount,
+    pub motif: Option<Motif>,
+    pub statut: RefundStatus,
+    pub created_at: Timestamp,
+    pub completed_at: Option<Timestamp>,
+}
+
+impl Refund {
+    pub fn transaction_id(&self) -> String {
+        sibling_transaction_id(&self.reference)
+    }
+}
+
+/// A payment (contract 6), exactly the API's object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payment {
+    pub reference: Reference,
+    pub transaction_id: String,
+    pub statut: PaymentStatus,
+    pub montant: Amount,
+    pub devise: Currency,
+    pub frais: Amount,
+    pub montant_net: Amount,
+    pub fournisseur: ProviderCode,
+    pub client_telephone: Phone,
+    pub client_email: Option<Email>,
+    pub client_nom: Option<Name>,
+    pub description: Option<Description>,
+    pub metadata: Metadata,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub paid_at: Option<Timestamp>,
+    pub failure_code: Option<String>,
+    pub remboursement: Option<Refund>,
+}
+
+/// A payout (contract 10), exactly the API's object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payout {
+    pub id: String,
+    pub transaction_id: String,
+    pub statut: PayoutStatus,
+    pub montant: Amount,
+    pub devise: Currency,
+    pub frais: Amount,
+    pub montant_net: Amount,
+    pub fournisseur: ProviderCode,
+    pub beneficiaire_telephone: Phone,
+    pub beneficiaire_nom: Option<Name>,
+    pub description: Option<Description>,
+    pub metadata: Metadata,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub processed_at: Option<Timestamp>,
+    pub motif_rejet: Option<String>,
+}
+
+/// `rmb_X` / `ret_X` -> `tx_X`.
+pub fn sibling_transaction_id(id: &str) -> String {
+    match id.split_once('_') {
+        Some((_, ulid)) => format!("tx_{ulid}"),
+        None => format!("tx_{id}"),
+    }
+}
+
+/// Kind of a money movement in the transaction list (contract 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransactionType {
+    Paiement,
+    Remboursement,
+    Retrait,
+}
+
+impl TransactionType {
+    pub const ALL: [TransactionType; 3] =
+        [TransactionType::Paiement, TransactionType::Remboursement, TransactionType::Retrait];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransactionType::Paiement => "paiement",
+            TransactionType::Remboursement => "remboursement",
+            TransactionType::Retrait => "retrait",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TransactionType> {
+        Self::ALL.into_iter().find(|t| t.as_str() == text)
+    }
+
+    pub(crate) fn tag(self) -> u8 {
+        match self {
+            TransactionType::Paiement => b'p',
+            TransactionType::Remboursement => b'r',
+            TransactionType::Retrait => b'o',
+        }
+    }
+
+    pub(crate) fn from_tag(tag: u8) -> Option<TransactionType> {
+        Self::ALL.into_iter().find(|t| t.tag() == tag)
+    }
+}
+
+/// The contract's transaction object (contract 8), derived from a payment, its refund or a payout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Transaction {
+    pub reference: String,
+    pub transaction_id: String,
+    #[serde(rename = "type")]
+    pub kind: TransactionType,
+    pub statut: &'static str,
+    pub montant: Amount,
+    pub devise: Currency,
+    pub frais: Amount,
+    pub montant_net: Amount,
+    pub fournisseur: ProviderCode,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub paid_at: Option<Timestamp>,
+    pub paiement_reference: Option<String>,
+}
+
+impl Transaction {
+    pub fn of_payment(p: &Payment) -> Transaction {
+        Transaction {
+            reference: p.reference.as_str().to_owned(),
+            transaction_id: p.transaction_id.clone(),
+            kind: TransactionType::Paiement,
+            statut: p.statut.as_str(),
+            montant: p.montant,
+            devise: p.devise,
+            frais: p.frais,
+            montant_net: p.montant_net,
+            fournisseur: p.fournisseur.clone(),
+            created_at: p.created_at,
+            updated_at: p.updated_at,
+            paid_at: p.paid_at,
+            paiement_reference: None,
+        }
+    }
+
+    /// A refund moves its whole amount back to the customer: fees are not returned (contract 7), so `frais`
+    /// is zero and `montant_net` equals `montant`.
+    pub fn of_refund(p: &Payment, r: &Refund) -> Transaction {
+        Transaction {
+            reference: r.reference.clone(),
+            transaction_id: r.transaction_id(),
+            kind: TransactionType::Remboursement,
+            statut: r.statut.as_str(),
+            montant: r.montant,
+            devise: p.devise,
+            frais: Amount::ZERO,
+            montant_net: r.montant,
+            fournisseur: p.fournisseur.clone(),
+            created_at: r.created_at,
+            updated_at: r.completed_at.unwrap_or(r.created_at),
+            paid_at: if r.statut == RefundStatus::Succes { r.completed_at } else { None },
+            paiement_reference: Some(p.reference.as_str().to_owned()),
+        }
+    }
+
+    pub fn of_payout(o: &Payout) -> Transaction {
+        Transaction {
+            reference: o.id.clone(),
+            transaction_id: o.transaction_id.clone(),
+            kind: TransactionType::Retrait,
+            statut: o.statut.as_str(),
+            montant: o.montant,
+            devise: o.devise,
+            frais: o.frais,
+            montant_net: o.montant_net,
+            fournisseur: o.fournisseur.clone(),
+            created_at: o.created_at,
+            updated_at: o.updated_at,
+            paid_at: o.processed_at,
+            paiement_reference: None,
+        }
+    }
+}
+
+/// A merchant account: who may call the API and where its webhooks go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Merchant {
+    pub id: MerchantId,
+    pub name: String,
+    pub email: String,
+    /// PHC string (argon2) of the dashboard password.
+    pub password_hash: String,
+    /// The secret key: authenticates API calls and signs webhooks (contract 2). Never logged.
+    pub secret_key: String,
+    pub webhook_url: Option<String>,
+    pub created_at: Timestamp,
+}
+
+/// The body of a webhook notification, field for field as spec 2.1 and contract 12.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookBody {
+    pub event: EventKind,
+    pub created_at: Timestamp,
+    pub data: WebhookData,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookData {
+    pub reference: String,
+    pub transaction_id: String,
+    pub fournisseur: ProviderCode,
+    pub montant: Amount,
+    pub devise: Currency,
+    pub frais: Amount,
+    pub montant_net: Amount,
+    pub statut: String,
+    pub client_email: Option<Email>,
+    pub metadata: Metadata,
+    pub paid_at: Option<Timestamp>,
+}
+
+impl WebhookData {
+    /// Payment events, including `payment.refunded`, carry the payment's own fields (contract 7 and 12).
+    pub fn of_payment(p: &Payment) -> WebhookData {
+        WebhookData {
+            reference: p.reference.as_str().to_owned(),
+            transaction_id: p.transaction_id.clone(),
+            fournisseur: p.fournisseur.clone(),
+            montant: p.montant,
+            devise: p.devise,
+            frais: p.frais,
+            montant_net: p.montant_net,
+            statut: p.statut.as_str().to_owned(),
+            client_email: p.client_email.clone(),
+            metadata: p.metadata.clone(),
+            paid_at: p.paid_at,
+        }
+    }
+
+    /// Payout events: `reference` is the payout id, no customer e-mail, `paid_at` when the payout was sent.
+    pub fn of_payout(o: &Payout) -> WebhookData {
+        WebhookData {
+            reference: o.id.clone(),
+            transaction_id: o.transaction_id.clone(),
+            fournisseur: o.fournisseur.clone(),
+            montant: o.montant,
+            devise: o.devise,
+            frais: o.frais,
+            montant_net: o.montant_net,
+            statut: o.statut.as_str().to_owned(),
+            client_email: None,
+            metadata: o.metadata.clone(),
+            paid_at: o.processed_at,
+        }
+    }
+}
+
+/// Where a notification is in its delivery life (contract 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    /// Waiting for its next attempt at `next_attempt_at`.
+    Pending,
+    /// A receiver answered 200.
+    Delivered,
+    /// Every scheduled attempt failed; it can be sent again on demand.
+    Failed,
+}
+
+/// One delivery attempt, as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub at: Timestamp,
+    pub http_status: Option<u16>,
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
+/// A webhook notification in the durable outbox: written in the same transaction as the change that caused
+/// it, so a crash can never lose one; `body` holds the exact bytes that every attempt signs and sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notification {
+    pub id: String,
+    pub merchant: MerchantId,
+    pub event: EventKind,
+    pub reference: String,
+    pub body: String,
+    pub created_at: Timestamp,
+    pub state: DeliveryState,
+    pub next_attempt_at: Option<Timestamp>,
+    pub attempts: Vec<Attempt>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_payment() -> Payment {
+        let at = Timestamp::from_unix_ms(1_700_000_000_000);
+        Payment {
+            reference: Reference::parse("cmd-42").unwrap(),
+            transaction_id: "tx_01JD0000000000000000000000".into(),
+            statut: PaymentStatus::Succes,
+            montant: Amount::new(5000).unwrap(),
+            devise: Currency::parse("XOF").unwrap(),
+            frais: Amount::new(75).unwrap(),
+            montant_net: Amount::new(4925).unwrap(),
+            fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+            client_telephone: Phone::parse("+22997000001").unwrap(),
+            client_email: Some(Email::parse("awa@example.com").unwrap()),
+            client_nom: None,
+            description: None,
+            metadata: Metadata::empty(),
+            created_at: at,
+            updated_at: at,
+            paid_at: Some(at),
+            failure_code: None,
+            remboursement: None,
+        }
+    }
+
+    #[test]
+    fn webhook_body_has_exactly_the_spec_fields_in_order() {
+        let body = WebhookBody {
+            event: EventKind::PaymentSucceeded,
+            created_at: Timestamp::from_unix_ms(1_700_000_000_000),
+            data: WebhookData::of_payment(&sample_payment()),
+        };
+        let text = serde_json::to_string(&body).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let top: Vec<_> = value.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(top.len(), 3);
+        let data = value["data"].as_object().unwrap();
+        assert_eq!(data.len(), 11);
+        for field in [
+            "reference",
+            "transaction_id",
+            "fournisseur",
+            "montant",
+            "devise",
+            "frais",
+            "montant_net",
+            "statut",
+            "client_email",
+            "metadata",
+            "paid_at",
+        ] {
+            assert!(data.contains_key(field), "{field}");
+        }
+        assert!(text.starts_with(
+            r#"{"event":"payment.succeeded","created_at":"2023-11-14T22:13:20.000Z","data":{"reference":"cmd-42""#
+        ));
+        assert_eq!(value["data"]["montant"], 5000);
+        assert_eq!(value["data"]["statut"], "succes");
+        assert_eq!(value["data"]["metadata"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn payment_serializes_nulls_not_missing_fields() {
+        let value = serde_json::to_value(sample_payment()).unwrap();
+        assert_eq!(value.as_object().unwrap().len(), 18);
+        assert!(value["client_nom"].is_null());
+        assert!(value["remboursement"].is_null());
+        let back: Payment = serde_json::from_value(value).unwrap();
+        assert_eq!(back, sample_payment());
+    }
+
+    #[test]
+    fn refund_transaction_ids_follow_their_reference() {
+        assert_eq!(sibling_transaction_id("rmb_01ABC"), "tx_01ABC");
+        assert_eq!(sibling_transaction_id("ret_01ABC"), "tx_01ABC");
+    }
+
+    #[test]
+    fn provider_codes_are_checked() {
+        assert!(ProviderCode::parse("orange_money").is_ok());
+        assert!(ProviderCode::parse("").is_err());
+        assert!(ProviderCode::parse("Orange").is_err());
+        assert!(ProviderCode::parse(&"a".repeat(33)).is_err());
+    }
+
+    #[test]
+    fn transaction_types_round_trip() {
+        for t in TransactionType::ALL {
+            assert_eq!(TransactionType::parse(t.as_str()), Some(t));
+            assert_eq!(TransactionType::from_tag(t.tag()), Some(t));
+        }
+    }
+}

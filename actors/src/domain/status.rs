@@ -1,0 +1,444 @@
+//! The three state machines of the contract (payments, refunds, payouts) as one table of rules, and the one
+//! pure function, [`transition`], that every caller uses to move a status.
+//!
+//! Why a table: the allowed moves are the product's promise to merchants (contract sections 6, 7 and 10), so
+//! they live as data a reviewer can read top to bottom, and the property tests drive [`transition`] directly,
+//! without actors or storage. The merchant actor never decides a status on its own; it asks this module.
+//!
+//! Two kinds of trigger exist. Provider notices (and our own expiry timer) describe facts that happened
+//! elsewhere and may arrive duplicated, late or out of order: when no rule matches, they leave the status
+//! unchanged ([`Step::Unchanged`]) instead of failing, so a duplicate "success" is acknowledged but never
+//! credits twice. Merchant commands (a refund request) are intents: when no rule matches they are refused with
+//! [`InvalidTransition`], which the API reports as 409 `invalid_state`.
+
+use serde::{Deserialize, Serialize};
+
+/// Status of a payment (contract 6). The serialized names are the contract's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PaymentStatus {
+    Initie,
+    EnCours,
+    Succes,
+    Echec,
+    Expire,
+    Rembourse,
+}
+
+/// Status of a refund (contract 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundStatus {
+    EnCours,
+    Succes,
+    Echec,
+}
+
+/// Status of a payout (contract 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayoutStatus {
+    EnAttente,
+    Traite,
+    Rejete,
+}
+
+impl PaymentStatus {
+    pub const ALL: [PaymentStatus; 6] = [
+        PaymentStatus::Initie,
+        PaymentStatus::EnCours,
+        PaymentStatus::Succes,
+        PaymentStatus::Echec,
+        PaymentStatus::Expire,
+        PaymentStatus::Rembourse,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaymentStatus::Initie => "initie",
+            PaymentStatus::EnCours => "en_cours",
+            PaymentStatus::Succes => "succes",
+            PaymentStatus::Echec => "echec",
+            PaymentStatus::Expire => "expire",
+            PaymentStatus::Rembourse => "rembourse",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<PaymentStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Final statuses never change again (`expire` is not final: a late success may still arrive).
+    pub fn is_final(self) -> bool {
+        matches!(self, PaymentStatus::Succes | PaymentStatus::Echec | PaymentStatus::Rembourse)
+    }
+}
+
+impl RefundStatus {
+    pub const ALL: [RefundStatus; 3] = [RefundStatus::EnCours, RefundStatus::Succes, RefundStatus::Echec];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundStatus::EnCours => "en_cours",
+            RefundStatus::Succes => "succes",
+            RefundStatus::Echec => "echec",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RefundStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+impl PayoutStatus {
+    pub const ALL: [PayoutStatus; 3] = [PayoutStatus::EnAttente, PayoutStatus::Traite, PayoutStatus::Rejete];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PayoutStatus::EnAttente => "en_attente",
+            PayoutStatus::Traite => "traite",
+            PayoutStatus::Rejete => "rejete",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<PayoutStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// A status of any of the three machines; `None` in [`Rule::from`] stands for "the record does not exist yet".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Payment(PaymentStatus),
+    Refund(RefundStatus),
+    Payout(PayoutStatus),
+}
+
+/// What asks for a status change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// The API accepted a new payment.
+    PaymentAccepted,
+    /// The provider accepted the request to pay.
+    ProviderProcessing,
+    /// The provider confirms the customer paid.
+    ProviderConfirmed,
+    /// The provider declines the payment.
+    ProviderDeclined,
+    /// No final answer within the TTL, after one last status query.
+    TtlExpired,
+    /// The merchant asks for a refund (a command, not a notice).
+    RefundRequested,
+    /// The provider completed the refund.
+    RefundCompleted,
+    /// The provider refused the refund.
+    RefundRefused,
+    /// The merchant asks for a payout (a command).
+    PayoutRequested,
+    /// The provider sent the payout.
+    PayoutSent,
+    /// The provider rejected the payout.
+    PayoutRefused,
+}
+
+impl Trigger {
+    /// Notices report facts from outside and are replayed freely; commands are intents and may be refused.
+    pub fn is_notice(self) -> bool {
+        !matches!(self, Trigger::PaymentAccepted | Trigger::RefundRequested | Trigger::PayoutRequested)
+    }
+}
+
+/// The webhook event a transition emits (spec section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    #[serde(rename = "payment.initiated")]
+    PaymentInitiated,
+    #[serde(rename = "payment.processing")]
+    PaymentProcessing,
+    #[serde(rename = "payment.succeeded")]
+    PaymentSucceeded,
+    #[serde(rename = "payment.failed")]
+    PaymentFailed,
+    #[serde(rename = "payment.refunded")]
+    PaymentRefunded,
+    #[serde(rename = "payout.processed")]
+    PayoutProcessed,
+    #[serde(rename = "payout.rejected")]
+    PayoutRejected,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 7] = [
+        EventKind::PaymentInitiated,
+        EventKind::PaymentProcessing,
+        EventKind::PaymentSucceeded,
+        EventKind::PaymentFailed,
+        EventKind::PaymentRefunded,
+        EventKind::PayoutProcessed,
+        EventKind::PayoutRejected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::PaymentInitiated => "payment.initiated",
+            EventKind::PaymentProcessing => "payment.processing",
+            EventKind::PaymentSucceeded => "payment.succeeded",
+            EventKind::PaymentFailed => "payment.failed",
+            EventKind::PaymentRefunded => "payment.refunded",
+            EventKind::PayoutProcessed => "payout.processed",
+            EventKind::PayoutRejected => "payout.rejected",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<EventKind> {
+        Self::ALL.into_iter().find(|e| e.as_str() == text)
+    }
+}
+
+/// The money a transition moves, as a named rule; [`crate::domain::ledger`] turns it into balanced entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Effect {
+    None,
+    /// Customer funds in: `montant_net` to the merchant's `disponible`, `frais` to fees.
+    CreditPayment,
+    /// Move the refund amount from `disponible` to `en_attente`.
+    ReserveRefund,
+    /// The reserved refund leaves to the customer.
+    ConsumeRefund,
+    /// The reserved refund goes back to `disponible`.
+    ReleaseRefund,
+    /// Move the payout amount from `disponible` to `en_attente`.
+    ReservePayout,
+    /// The reserved payout leaves: `montant_net` to the beneficiary, `frais` to fees.
+    ConsumePayout,
+    /// The reserved payout goes back to `disponible`.
+    ReleasePayout,
+}
+
+/// One allowed move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub from: Option<Status>,
+    pub on: Trigger,
+    pub to: Status,
+    pub event: Option<EventKind>,
+    pub effect: Effect,
+}
+
+use EventKind as E;
+use PaymentStatus as P;
+use PayoutStatus as O;
+use RefundStatus as R;
+use Status::{Payment as Pay, Payout as Out, Refund as Rmb};
+use Trigger as T;
+
+const fn rule(from: Option<Status>, on: Trigger, to: Status, event: Option<EventKind>, effect: Effect) -> Rule {
+    Rule { from, on, to, event, effect }
+}
+
+/// Every allowed transition, and nothing else. Contract 6 (payments), 7 (refunds), 10 (payouts).
+///
+/// The refund of a payment is two records moving together: the refund's own status and, when it completes,
+/// the payment's `succes -> rembourse`. Requesting a refund leaves the payment `succes` (the refund record is
+/// created `en_cours`); completion moves both.
+pub const RULES: &[Rule] = &[
+    // Payments.
+    rule(None, T::PaymentAccepted, Pay(P::Initie), Some(E::PaymentInitiated), Effect::None),
+    rule(Some(Pay(P::Initie)), T::ProviderProcessing, Pay(P::EnCours), Some(E::PaymentProcessing), Effect::None),
+    rule(Some(Pay(P::Initie)), T::ProviderConfirmed, Pay(P::Succes), Some(E::PaymentSucceeded), Effect::CreditPayment),
+    rule(Some(Pay(P::EnCours)), T::ProviderConfirmed, Pay(P::Succes), Some(E::PaymentSucceeded), Effect::CreditPayment),
+    rule(Some(Pay(P::Initie)), T::ProviderDeclined, Pay(P::Echec), Some(E::PaymentFailed), Effect::None),
+    rule(Some(Pay(P::EnCours)), T::ProviderDeclined, Pay(P::Echec), Some(E::PaymentFailed), Effect::None),
+    rule(Some(Pay(P::Initie)), T::TtlExpired, Pay(P::Expire), Some(E::PaymentFailed), Effect::None),
+    rule(Some(Pay(P::EnCours)), T::TtlExpired, Pay(P::Expire), Some(E::PaymentFailed), Effect::None),
+    // The customer paid after we gave up: the money is real, so the merchant is credited.
+    rule(Some(Pay(P::Expire)), T::ProviderConfirmed, Pay(P::Succes), Some(E::PaymentSucceeded), Effect::CreditPayment),
+    rule(Some(Pay(P::Succes)), T::RefundCompleted, Pay(P::Rembourse), Some(E::PaymentRefunded), Effect::None),
+    // Refunds (one per payment; the payment must be `succes`, checked by the caller with `Payment` rules above).
+    rule(None, T::RefundRequested, Rmb(R::EnCours), None, Effect::ReserveRefund),
+    rule(Some(Rmb(R::EnCours)), T::RefundCompleted, Rmb(R::Succes), None, Effect::ConsumeRefund),
+    rule(Some(Rmb(R::EnCours)), T::RefundRefused, Rmb(R::Echec), None, Effect::ReleaseRefund),
+    // Payouts.
+    rule(None, T::PayoutRequested, Out(O::EnAttente), None, Effect::ReservePayout),
+    rule(Some(Out(O::EnAttente)), T::PayoutSent, Out(O::Traite), Some(E::PayoutProcessed), Effect::ConsumePayout),
+    rule(Some(Out(O::EnAttente)), T::PayoutRefused, Out(O::Rejete), Some(E::PayoutRejected), Effect::ReleasePayout),
+];
+
+/// The result of asking for a move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The status changes; emit `event` (if any) and apply `effect`.
+    Move(Rule),
+    /// A notice that does not apply to the current status (duplicate, late or out of order): nothing changes.
+    Unchanged,
+}
+
+/// A command that the current status does not allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{on:?} is not allowed from {from:?}")]
+pub struct InvalidTransition {
+    pub from: Option<Status>,
+    pub on: Trigger,
+}
+
+/// The one pure transition function: looks `(from, on)` up in [`RULES`].
+///
+/// `from` must be a status of the machine the trigger belongs to (a refund trigger with the refund's status);
+/// [`payment_refund_allowed`] covers the cross-machine precondition of a refund request.
+pub fn transition(from: Option<Status>, on: Trigger) -> Result<Step, InvalidTransition> {
+    match RULES.iter().find(|r| r.from == from && r.on == on) {
+        Some(rule) => Ok(Step::Move(*rule)),
+        None if on.is_notice() && from.is_some() => Ok(Step::Unchanged),
+        None => Err(InvalidTransition { from, on }),
+    }
+}
+
+/// A refund may be requested only from a `succes` payment that has no refund yet (contract 7: one refund per
+/// payment, only from `succes`).
+pub fn payment_refund_allowed(payment: PaymentStatus, existing_refund: Option<RefundStatus>) -> bool {
+    payment == PaymentStatus::Succes && existing_refund.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payment_triggers() -> [Trigger; 6] {
+        [
+            T::ProviderProcessing,
+            T::ProviderConfirmed,
+            T::ProviderDeclined,
+            T::TtlExpired,
+            T::RefundCompleted,
+            T::PaymentAccepted,
+        ]
+    }
+
+    #[test]
+    fn new_payment_starts_initie_with_initiated_event() {
+        let step = transition(None, T::PaymentAccepted).unwrap();
+        let Step::Move(rule) = step else { panic!("expected a move") };
+        assert_eq!(rule.to, Pay(P::Initie));
+        assert_eq!(rule.event, Some(E::PaymentInitiated));
+    }
+
+    #[test]
+    fn every_allowed_payment_move_of_the_contract() {
+        let allowed = [
+            (P::Initie, T::ProviderProcessing, P::EnCours, E::PaymentProcessing),
+            (P::Initie, T::ProviderConfirmed, P::Succes, E::PaymentSucceeded),
+            (P::EnCours, T::ProviderConfirmed, P::Succes, E::PaymentSucceeded),
+            (P::Initie, T::ProviderDeclined, P::Echec, E::PaymentFailed),
+            (P::EnCours, T::ProviderDeclined, P::Echec, E::PaymentFailed),
+            (P::Initie, T::TtlExpired, P::Expire, E::PaymentFailed),
+            (P::EnCours, T::TtlExpired, P::Expire, E::PaymentFailed),
+            (P::Expire, T::ProviderConfirmed, P::Succes, E::PaymentSucceeded),
+            (P::Succes, T::RefundCompleted, P::Rembourse, E::PaymentRefunded),
+        ];
+        for (from, on, to, event) in allowed {
+            let step = transition(Some(Pay(from)), on).unwrap();
+            assert_eq!(
+                step,
+                Step::Move(Rule {
+                    from: Some(Pay(from)),
+                    on,
+                    to: Pay(to),
+                    event: Some(event),
+                    effect: if to == P::Succes { Effect::CreditPayment } else { Effect::None }
+                }),
+                "{from:?} --{on:?}-->"
+            );
+        }
+        // Exactly these moves exist for payments: every other pair is unchanged or refused.
+        let mut moves = 0;
+        for from in P::ALL {
+            for on in payment_triggers() {
+                if let Ok(Step::Move(_)) = transition(Some(Pay(from)), on) {
+                    moves += 1;
+                }
+            }
+        }
+        assert_eq!(moves, allowed.len());
+    }
+
+    #[test]
+    fn final_statuses_never_move() {
+        for from in P::ALL.into_iter().filter(|s| s.is_final()) {
+            for on in payment_triggers() {
+                let step = transition(Some(Pay(from)), on);
+                let moved_out = matches!(step, Ok(Step::Move(_)) if !(from == P::Succes && on == T::RefundCompleted));
+                assert!(!moved_out, "{from:?} moved on {on:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_and_late_notices_are_unchanged_not_errors() {
+        assert_eq!(transition(Some(Pay(P::Succes)), T::ProviderConfirmed), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::EnCours)), T::ProviderProcessing), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Succes)), T::ProviderProcessing), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Echec)), T::ProviderConfirmed), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Expire)), T::ProviderDeclined), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Expire)), T::TtlExpired), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Rembourse)), T::RefundCompleted), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Rmb(R::Succes)), T::RefundCompleted), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Rmb(R::Echec)), T::RefundCompleted), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Out(O::Traite)), T::PayoutRefused), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Out(O::Rejete)), T::PayoutSent), Ok(Step::Unchanged));
+    }
+
+    #[test]
+    fn commands_on_existing_records_are_refused() {
+        assert!(transition(Some(Pay(P::Initie)), T::PaymentAccepted).is_err());
+        assert!(transition(Some(Rmb(R::EnCours)), T::RefundRequested).is_err());
+        assert!(transition(Some(Out(O::EnAttente)), T::PayoutRequested).is_err());
+        // A notice about a record that does not exist is refused too: there is nothing to leave unchanged.
+        assert!(transition(None, T::ProviderConfirmed).is_err());
+    }
+
+    #[test]
+    fn refunds_and_payouts_move_money_by_rule() {
+        let effect = |from, on| match transition(from, on) {
+            Ok(Step::Move(r)) => r.effect,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(effect(None, T::RefundRequested), Effect::ReserveRefund);
+        assert_eq!(effect(Some(Rmb(R::EnCours)), T::RefundCompleted), Effect::ConsumeRefund);
+        assert_eq!(effect(Some(Rmb(R::EnCours)), T::RefundRefused), Effect::ReleaseRefund);
+        assert_eq!(effect(None, T::PayoutRequested), Effect::ReservePayout);
+        assert_eq!(effect(Some(Out(O::EnAttente)), T::PayoutSent), Effect::ConsumePayout);
+        assert_eq!(effect(Some(Out(O::EnAttente)), T::PayoutRefused), Effect::ReleasePayout);
+    }
+
+    #[test]
+    fn refund_precondition() {
+        assert!(payment_refund_allowed(P::Succes, None));
+        assert!(!payment_refund_allowed(P::Succes, Some(R::Echec)));
+        assert!(!payment_refund_allowed(P::Succes, Some(R::EnCours)));
+        for s in P::ALL.into_iter().filter(|s| *s != P::Succes) {
+            assert!(!payment_refund_allowed(s, None));
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in P::ALL {
+            assert_eq!(PaymentStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for s in R::ALL {
+            assert_eq!(RefundStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for s in O::ALL {
+            assert_eq!(PayoutStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for e in EventKind::ALL {
+            assert_eq!(EventKind::parse(e.as_str()), Some(e));
+            assert_eq!(serde_json::to_value(e).unwrap(), e.as_str());
+        }
+        assert_eq!(PaymentStatus::parse("SUCCES"), None);
+    }
+}

@@ -1,0 +1,273 @@
+//! Timestamps and durations.
+//!
+//! Contract section 1 fixes timestamps as RFC 3339 in UTC with a `Z`. Internally a timestamp is
+//! a count of Unix milliseconds, which is cheap to compare, to store and to add TTLs to; this
+//! module owns the conversion between the two and the parsing of human durations such as `30m`
+//! found in settings.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a timestamp or a duration was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]
+pub enum TimeError {
+    /// The text is not an RFC 3339 timestamp.
+    #[error("invalid RFC 3339 timestamp `{input}`: {reason}")]
+    InvalidTimestamp {
+        /// The text that was refused.
+        input: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The timestamp has an offset other than `Z`; the API only speaks UTC.
+    #[error("timestamp `{0}` must be in UTC and end with `Z` (e.g. 2026-11-22T01:23:44.123Z)")]
+    NotUtc(String),
+    /// The text is not a duration such as `500ms`, `5s`, `30m` or `2h`.
+    #[error("invalid duration `{input}`: {reason}")]
+    InvalidDuration {
+        /// The text that was refused.
+        input: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The duration does not fit in 64 bits of milliseconds.
+    #[error("duration `{0}` is too long")]
+    DurationTooLong(String),
+}
+
+/// An instant, in milliseconds since the Unix epoch, UTC.
+///
+/// Values are kept at or before 9999-12-31T23:59:59.999Z, the last instant RFC 3339 can write,
+/// so every timestamp can be serialised and parsed back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The Unix epoch, 1970-01-01T00:00:00.000Z.
+    pub const EPOCH: Timestamp = Timestamp(0);
+    /// The latest representable instant, 9999-12-31T23:59:59.999Z.
+    pub const MAX: Timestamp = Timestamp(253_402_300_799_999);
+
+    /// The current wall-clock time.
+    ///
+    /// A clock set before 1970 reads as the epoch rather than failing, because no caller could
+    /// do anything better with the error.
+    pub fn now() -> Timestamp {
+        let millis = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis()).unwrap_or(0);
+        Timestamp::from_unix_ms(u64::try_from(millis).unwrap_or(u64::MAX))
+    }
+
+    /// Builds a timestamp from Unix milliseconds, clamped to [`Timestamp::MAX`].
+    pub fn from_unix_ms(unix_ms: u64) -> Timestamp {
+        Timestamp(unix_ms.min(Self::MAX.0))
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub fn unix_ms(self) -> u64 {
+        self.0
+    }
+
+    /// Whole seconds since the Unix epoch, as webhook signatures use.
+    pub fn unix_s(self) -> u64 {
+        self.0 / 1_000
+    }
+
+    /// The instant `ms` milliseconds later, saturating at [`Timestamp::MAX`]; used for TTLs.
+    pub fn plus_ms(self, ms: u64) -> Timestamp {
+        Timestamp::from_unix_ms(self.0.saturating_add(ms))
+    }
+
+    /// Milliseconds from `earlier` to `self`, or 0 if `earlier` is later.
+    pub fn ms_since(self, earlier: Timestamp) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// Writes the instant as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T01:23:44.123Z`.
+    pub fn to_rfc3339(&self) -> String {
+        // The value is at most `MAX`, inside the range humantime can format (it cannot format
+        // year 10000 and would make `to_string` panic); the `EPOCH` fallback is never taken.
+        let time = UNIX_EPOCH.checked_add(Duration::from_millis(self.0.min(Self::MAX.0))).unwrap_or(UNIX_EPOCH);
+        humantime::format_rfc3339_millis(time).to_string()
+    }
+
+    /// Parses an RFC 3339 UTC timestamp ending in `Z`, with or without a fraction of a second.
+    ///
+    /// Digits beyond milliseconds are truncated. Offsets, even `+00:00`, are refused so the
+    /// API accepts exactly the shape it writes.
+    pub fn parse_rfc3339(input: &str) -> Result<Timestamp, TimeError> {
+        let invalid =
+            |reason: &str| TimeError::InvalidTimestamp { input: input.to_string(), reason: reason.to_string() };
+        let bytes = input.as_bytes();
+        if !input.ends_with('Z') {
+            // Only call it an offset problem when the rest looks like a timestamp.
+            let looks_dated = bytes.get(10) == Some(&b'T') && bytes.len() > 19;
+            return Err(if looks_dated {
+                TimeError::NotUtc(input.to_string())
+            } else {
+                invalid("expected YYYY-MM-DDTHH:MM:SS[.fff]Z")
+            });
+        }
+        // humantime lets through `…:44.Z` (no digit) and `…:44ZZ` (trailing text); RFC 3339
+        // allows neither, so what follows the seconds is checked here first.
+        let tail_ok = match input.get(19..) {
+            Some("Z") => true,
+            Some(tail) => tail
+                .strip_prefix('.')
+                .and_then(|fraction| fraction.strip_suffix('Z'))
+                .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())),
+            None => false,
+        };
+        if !tail_ok {
+            return Err(invalid("expected YYYY-MM-DDTHH:MM:SS[.fff]Z"));
+        }
+        let time = humantime::parse_rfc3339(input).map_err(|e| invalid(&e.to_string()))?;
+        let elapsed = time.duration_since(UNIX_EPOCH).map_err(|_| invalid("before 1970"))?;
+        let millis = u64::try_from(elapsed.as_millis()).map_err(|_| invalid("out of range"))?;
+        Ok(Timestamp::from_unix_ms(millis))
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl TryFrom<String> for Timestamp {
+    type Error = TimeError;
+
+    fn try_from(input: String) -> Result<Timestamp, TimeError> {
+        Timestamp::parse_rfc3339(&input)
+    }
+}
+
+impl From<Timestamp> for String {
+    fn from(timestamp: Timestamp) -> String {
+        timestamp.to_rfc3339()
+    }
+}
+
+/// Parses a human duration from settings (`500ms`, `5s`, `30m`, `2h`, `1h 30m`) into
+/// milliseconds.
+pub fn parse_duration_ms(input: &str) -> Result<u64, TimeError> {
+    let duration = humantime::parse_duration(input)
+        .map_err(|e| TimeError::InvalidDuration { input: input.to_string(), reason: e.to_string() })?;
+    u64::try_from(duration.as_millis()).map_err(|_| TimeError::DurationTooLong(input.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn now_is_after_2024() {
+        let now = Timestamp::now();
+        assert!(now.unix_ms() > 1_704_067_200_000);
+        assert!(now <= Timestamp::MAX);
+    }
+
+    #[test]
+    fn from_unix_ms_keeps_and_clamps() {
+        let t = Timestamp::from_unix_ms(1_234_567);
+        assert_eq!(t.unix_ms(), 1_234_567);
+        assert_eq!(t.unix_s(), 1_234);
+        assert_eq!(Timestamp::from_unix_ms(u64::MAX), Timestamp::MAX);
+        assert_eq!(Timestamp::from_unix_ms(0), Timestamp::EPOCH);
+    }
+
+    #[test]
+    fn plus_ms_saturates() {
+        let t = Timestamp::from_unix_ms(1_000);
+        assert_eq!(t.plus_ms(500).unix_ms(), 1_500);
+        assert_eq!(t.plus_ms(u64::MAX), Timestamp::MAX);
+        assert_eq!(Timestamp::MAX.plus_ms(1), Timestamp::MAX);
+        assert_eq!(t.plus_ms(500).ms_since(t), 500);
+        assert_eq!(t.ms_since(t.plus_ms(500)), 0);
+    }
+
+    #[test]
+    fn formats_rfc3339_with_millis_and_z() {
+        assert_eq!(Timestamp::EPOCH.to_rfc3339(), "1970-01-01T00:00:00.000Z");
+        let t = Timestamp::from_unix_ms(1_795_310_624_123);
+        assert_eq!(t.to_rfc3339(), "2026-11-22T01:23:44.123Z");
+        assert_eq!(t.to_string(), t.to_rfc3339());
+        assert_eq!(Timestamp::MAX.to_rfc3339(), "9999-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn parses_utc_with_or_without_fraction() {
+        let parse = |s| Timestamp::parse_rfc3339(s).unwrap().unix_ms();
+        assert_eq!(parse("2026-11-22T01:23:44.123Z"), 1_795_310_624_123);
+        assert_eq!(parse("2026-11-22T01:23:44Z"), 1_795_310_624_000);
+        assert_eq!(parse("2026-11-22T01:23:44.1Z"), 1_795_310_624_100);
+        assert_eq!(parse("2026-11-22T01:23:44.123999999Z"), 1_795_310_624_123);
+        assert_eq!(parse("1970-01-01T00:00:00Z"), 0);
+        assert_eq!(parse("9999-12-31T23:59:59.999999Z"), Timestamp::MAX.unix_ms());
+    }
+
+    #[test]
+    fn refuses_offsets_and_garbage() {
+        for offset in [
+            "2026-11-22T01:23:44+00:00",
+            "2026-11-22T01:23:44.123+01:00",
+            "2026-11-22T01:23:44-05:00",
+            "2026-11-22T01:23:44.123",
+            "2026-11-22T01:23:44z",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(offset), Err(TimeError::NotUtc(offset.to_string())), "{offset}");
+        }
+        for garbage in [
+            "",
+            "Z",
+            "yesterday",
+            "2026-11-22",
+            "2026-11-22 01:23:44Z",
+            "2026-13-22T01:23:44Z",
+            "2026-02-30T01:23:44Z",
+            "2026-11-22T25:23:44Z",
+            "1969-12-31T23:59:59Z",
+            "2026-11-22T01:23:44.Z",
+            "2026-11-22T01:23:44.12aZ",
+            "2026-11-22T01:23:44ZZ",
+            "10000-01-01T00:00:00Z",
+            "2026-11-22T01:23:4éZ",
+            "2026-11-22T01:23:44.123ZZ",
+            "2026-11-22T01:23:44Z.123Z",
+        ] {
+            assert!(
+                matches!(Timestamp::parse_rfc3339(garbage), Err(TimeError::InvalidTimestamp { .. })),
+                "{garbage}: {:?}",
+                Timestamp::parse_rfc3339(garbage)
+            );
+        }
+    }
+
+    #[test]
+    fn serde_round_trips_through_rfc3339() {
+        let t = Timestamp::from_unix_ms(1_795_310_624_123);
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(json, "\"2026-11-22T01:23:44.123Z\"");
+        assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
+        assert!(serde_json::from_str::<Timestamp>("1795310624123").is_err());
+        assert!(serde_json::from_str::<Timestamp>("\"2026-11-22T01:23:44+02:00\"").is_err());
+    }
+
+    #[test]
+    fn parse_duration_ms_reads_settings() {
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("5s"), Ok(5_000));
+        assert_eq!(parse_duration_ms("30m"), Ok(1_800_000));
+        assert_eq!(parse_duration_ms("2h"), Ok(7_200_000));
+        assert_eq!(parse_duration_ms("1h 30m"), Ok(5_400_000));
+    }
+
+    #[test]
+    fn parse_duration_ms_refuses_garbage() {
+        for bad in ["", "5", "five seconds", "-5s", "5 parsecs"] {
+            assert!(matches!(parse_duration_ms(bad), Err(TimeError::InvalidDuration { .. })), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The engine's front door: opens the store, audits it, starts one Arbiter per shard, and routes each call to
+//! the merchant's actor, starting that actor on first use.
+//!
+//! Merchants are spread over the Arbiters by a hash of their id, so one merchant's actor always lives on the
+//! same thread while different merchants run in parallel. Calls use `send`, which waits when a mailbox is
+//! full: overload slows callers down instead of dropping messages.
+//!
+//! [`Engine::open`] needs a running actix `System` (actix-web's runtime, `#[actix::test]`, or
+//! `actix::System::new().block_on`), because Arbiters belong to one.
+
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use actix::{Actor, Addr, Arbiter, MailboxError, Message};
+use dashmap::mapref::entry::Entry;
+
+use crate::core::Command;
+use crate::domain::ids::MerchantId;
+use crate::domain::ledger::Balances;
+use crate::domain::records::{Payment, Payout};
+use crate::error::EngineError;
+use crate::merchant::{
+    ActorSettings, Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor,
+};
+use crate::registry::Registry;
+use crate::store::{AuditReport, SledStore, Store};
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    /// Arbiters (threads) the merchant actors are spread over; 0 means one per core.
+    pub shards: usize,
+    pub actors: ActorSettings,
+}
+
+impl EngineConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig { data_dir: data_dir.into(), shards: 0, actors: ActorSettings::default() }
+    }
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    registry: Registry,
+    arbiters: Vec<Arbiter>,
+    settings: ActorSettings,
+    generations: AtomicU64,
+    audit: AuditReport,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+    }
+}
+
+impl Engine {
+    /// Opens the sled store under `config.data_dir`, audits it (refusing to start on any disagreement), and
+    /// starts the Arbiters.
+    pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
+        let store = SledStore::open(&config.data_dir).map_err(|e| match e {
+            crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
+            other => EngineError::from(other),
+        })?;
+        Engine::with_store(Arc::new(store), config)
+    }
+
+    /// Starts the engine on any [`Store`] backend.
+    pub fn with_store(store: Arc<dyn Store>, config: EngineConfig) -> Result<Engine, EngineError> {
+        let audit = store.audit().map_err(|e| EngineError::Internal(format!("startup audit failed: {e}")))?;
+        tracing::info!(
+            merchants = audit.merchants,
+            events = audit.events,
+            elapsed_ms = audit.elapsed_ms,
+            "ledger audit passed"
+        );
+        let shards = match config.shards {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            n => n,
+        };
+        let arbiters = (0..shards).map(|_| Arbiter::new()).collect();
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                store,
+                registry: Registry::default(),
+                arbiters,
+                settings: config.actors,
+                generations: AtomicU64::new(1),
+                audit,
+            }),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// What the startup audit found.
+    pub fn audit_report(&self) -> &AuditReport {
+        &self.inner.audit
+    }
+
+    /// Merchant actors currently running.
+    pub fn running_actors(&self) -> usize {
+        self.inner.registry.running()
+    }
+
+    fn shard(&self, id: &MerchantId) -> &Arbiter {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut hasher);
+        let index = (hasher.finish() % self.inner.arbiters.len() as u64) as usize;
+        &self.inner.arbiters[index]
+    }
+
+    /// The merchant's actor, started (and recovered from the store) if it is not running.
+    fn actor(&self, id: &MerchantId) -> Result<Addr<MerchantActor>, EngineError> {
+        if let Some(entry) = self.inner.registry.actors.get(id) {
+            if entry.1.connected() {
+                return Ok(entry.1.clone());
+            }
+        }
+        // The entry lock is held while recovering, so two callers cannot start two actors for one merchant.
+        match self.inner.registry.actors.entry(id.clone()) {
+            Entry::Occupied(entry) if entry.get().1.connected() => Ok(entry.get().1.clone()),
+            entry => {
+                let recovered = self.inner.store.recover_merchant(id)?;
+                let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
+                let actor = MerchantActor::new(
+                    id.clone(),
+                    generation,
+                    self.inner.store.clone(),
+                    self.inner.registry.clone(),
+                    self.inner.settings,
+                    recovered,
+                );
+                let addr = MerchantActor::start_in_arbiter(&self.shard(id).handle(), move |_| actor);
+                match entry {
+                    Entry::Occupied(mut e) => {
+                        e.insert((generation, addr.clone()));
+                    }
+                    Entry::Vacant(e) => {
+                        e.insert((generation, addr.clone()));
+                    }
+                }
+                Ok(addr)
+            }
+        }
+    }
+
+    /// Sends `msg` to the merchant's actor, once more on a fresh actor if the first one had just retired.
+    async fn ask<M, T>(&self, merchant: &MerchantId, msg: M) -> Result<T, EngineError>
+    where
+        M: Message<Result = Result<T, EngineError>> + Send + Clone + 'static,
+        T: Send + 'static,
+        MerchantActor: actix::Handler<M>,
+    {
+        for _ in 0..3 {
+            let addr = self.actor(merchant)?;
+            match addr.send(msg.clone()).await {
+                Ok(Err(EngineError::Retired)) | Err(MailboxError::Closed) => continue,
+                Ok(result) => return result,
+                Err(MailboxError::Timeout) => return Err(EngineError::Unavailable("merchant actor timed out".into())),
+            }
+        }
+        Err(EngineError::Unavailable("merchant actor kept retiring".into()))
+    }
+
+    /// Applies one change for a merchant; answers once it is durable.
+    pub async fn execute(
+        &self,
+        merchant: &MerchantId,
+        command: Command,
+        idempotency: Option<Idempotency>,
+    ) -> Result<Executed, EngineError> {
+        self.ask(merchant, Execute { command, idempotency }).await
+    }
+
+    pub async fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, EngineError> {
+        self.ask(merchant, GetPayment(reference.to_owned())).await
+    }
+
+    pub async fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, EngineError> {
+        self.ask(merchant, GetPayout(id.to_owned())).await
+    }
+
+    pub async fn balances(&self, merchant: &MerchantId) -> Result<Balances, EngineError> {
+        self.ask(merchant, GetBalances).await
+    }
+}

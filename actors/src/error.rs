@@ -1,0 +1,38 @@
+//! The engine's one error type, [`EngineError`]: what a caller of the engine can be told went wrong.
+//!
+//! Domain refusals ([`Rejection`]) pass through unchanged so the HTTP layer can map each to the contract's
+//! code. Storage trouble becomes `Unavailable` (the API's 503: retry later, nothing was changed or the outcome
+//! is unknown and an idempotent retry settles it), except corruption, which is internal.
+
+use crate::core::Rejection;
+use crate::store::StoreError;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    #[error("this idempotency key was already used with a different request")]
+    IdempotencyKeyReused,
+    #[error("a request with this idempotency key is still in progress")]
+    IdempotencyKeyInUse,
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    /// The actor retired (idle or after a failure) between lookup and delivery; the engine retries.
+    #[error("merchant actor retired")]
+    Retired,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(err: StoreError) -> EngineError {
+        match err {
+            StoreError::Corrupt(_) | StoreError::Conflict(_) => EngineError::Internal(err.to_string()),
+            StoreError::Io(_)
+            | StoreError::Overloaded
+            | StoreError::Aborted
+            | StoreError::Closed
+            | StoreError::Locked(_) => EngineError::Unavailable(err.to_string()),
+        }
+    }
+}

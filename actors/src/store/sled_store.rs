@@ -1,0 +1,462 @@
+//! The sled backend: which tree holds what, how keys are laid out, and how a [`Change`] becomes sled
+//! operations for the group-commit writer.
+//!
+//! Keys that belong to a merchant start with its 30-byte id, so one merchant's data is one contiguous range
+//! per tree. The journal is keyed by `merchant ++ seq` (big endian) so a merchant's events read back in order;
+//! the transaction index is keyed by `merchant ++ ULID of the transaction id`, which sorts by creation time,
+//! so listing newest first is a reverse range scan. Values are JSON: readable with any sled dump, and the
+//! record structs already are the API's shapes.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::writer::{Op, Writer};
+use super::{
+    AuditReport, Change, IdempotencyRecord, Located, Page, Recovered, Snapshot, Store, StoreError, Ticket, WriteGuard,
+};
+use crate::core::{JournalEvent, Record};
+use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use crate::domain::ledger::{check_balanced, Balances};
+use crate::domain::records::{DeliveryState, Merchant, Notification, Payment, Payout, Transaction, TransactionType};
+use crate::domain::text::IdempotencyKey;
+use crate::domain::time::Timestamp;
+
+// Tree indexes into `SledStore::trees`; `TREE_NAMES` gives their on-disk names.
+const MERCHANTS: usize = 0;
+const MERCHANT_KEYS: usize = 1;
+const MERCHANT_EMAILS: usize = 2;
+const JOURNAL: usize = 3;
+const SNAPSHOTS: usize = 4;
+const PAYMENTS: usize = 5;
+const PAYOUTS: usize = 6;
+const REFS: usize = 7;
+const TX_INDEX: usize = 8;
+const TX_OWNER: usize = 9;
+const IDEMPOTENCY: usize = 10;
+const OUTBOX: usize = 11;
+const OUTBOX_DUE: usize = 12;
+const TREE_NAMES: [&str; 13] = [
+    "merchants",
+    "merchant_keys",
+    "merchant_emails",
+    "journal",
+    "snapshots",
+    "payments",
+    "payouts",
+    "refs",
+    "tx_index",
+    "tx_owner",
+    "idempotency",
+    "outbox",
+    "outbox_due",
+];
+
+/// Scanning a filtered list stops after this many index entries, so one request's work is bounded.
+const MAX_SCAN: usize = 5_000;
+
+pub struct SledStore {
+    trees: Vec<sled::Tree>,
+    writer: Writer,
+    healthy: Arc<AtomicBool>,
+}
+
+fn io(context: &str) -> impl Fn(sled::Error) -> StoreError + '_ {
+    move |e| StoreError::Io(format!("{context}: {e}"))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Corrupt(format!("encode: {e}")))
+}
+
+fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn mkey(merchant: &MerchantId, rest: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(MERCHANT_ID_LEN + rest.len());
+    key.extend_from_slice(merchant.as_bytes());
+    key.extend_from_slice(rest);
+    key
+}
+
+fn journal_key(merchant: &MerchantId, seq: u64) -> Vec<u8> {
+    mkey(merchant, &seq.to_be_bytes())
+}
+
+fn key_hash(secret_key: &str) -> Vec<u8> {
+    Sha256::digest(secret_key.as_bytes()).to_vec()
+}
+
+fn due_key(at: Timestamp, id: &str) -> Vec<u8> {
+    let mut key = at.unix_ms().to_be_bytes().to_vec();
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// `tag ++ owner ++ 0 ++ reference`: which record holds a transaction, and the reference it is found by.
+fn pointer(kind: TransactionType, owner: &str, reference: &str) -> Vec<u8> {
+    let mut value = Vec::with_capacity(2 + owner.len() + reference.len());
+    value.push(kind.tag());
+    value.extend_from_slice(owner.as_bytes());
+    value.push(0);
+    value.extend_from_slice(reference.as_bytes());
+    value
+}
+
+fn parse_pointer(bytes: &[u8]) -> Result<(TransactionType, &str, &str), StoreError> {
+    let corrupt = || StoreError::Corrupt("bad transaction pointer".into());
+    let (&tag, rest) = bytes.split_first().ok_or_else(corrupt)?;
+    let kind = TransactionType::from_tag(tag).ok_or_else(corrupt)?;
+    let split = rest.iter().position(|b| *b == 0).ok_or_else(corrupt)?;
+    let owner = std::str::from_utf8(&rest[..split]).map_err(|_| corrupt())?;
+    let reference = std::str::from_utf8(&rest[split + 1..]).map_err(|_| corrupt())?;
+    Ok((kind, owner, reference))
+}
+
+impl SledStore {
+    /// Opens (or creates) the store under `dir` and starts its writer. Does not audit: call [`Store::audit`].
+    pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
+        let db = sled::Config::new().path(dir).open().map_err(|e| {
+            let text = e.to_string();
+            if text.contains("lock") {
+                StoreError::Locked(format!("{}: {text}", dir.display()))
+            } else {
+                StoreError::Io(format!("open {}: {text}", dir.display()))
+            }
+        })?;
+        let trees = TREE_NAMES
+            .iter()
+            .map(|name| db.open_tree(name))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(io("open trees"))?;
+        // The files sled just created must be reachable after a power cut: sync their directory once.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StoreError::Io(format!("sync {}: {e}", dir.display())))?;
+        let healthy = Arc::new(AtomicBool::new(true));
+        let writer = Writer::spawn(db.clone(), trees.clone(), dir, healthy.clone())?;
+        Ok(SledStore { trees, writer, healthy })
+    }
+
+    fn get<T: DeserializeOwned>(&self, tree: usize, key: &[u8]) -> Result<Option<T>, StoreError> {
+        match self.trees[tree].get(key).map_err(io(TREE_NAMES[tree]))? {
+            Some(bytes) => decode(TREE_NAMES[tree], &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn record(&self, merchant: &MerchantId, kind: TransactionType, owner: &str) -> Result<Option<Record>, StoreError> {
+        Ok(match kind {
+            TransactionType::Retrait => self.payout(merchant, owner)?.map(Record::Payout),
+            _ => self.payment(merchant, owner)?.map(Record::Payment),
+        })
+    }
+
+    fn change_ops(change: &Change) -> Result<Vec<Op>, StoreError> {
+        let m = &change.merchant;
+        let mut ops = Vec::with_capacity(6 + 2 * change.outbox.len());
+        ops.push(Op::Insert(JOURNAL, journal_key(m, change.journal.seq), encode(&change.journal)?));
+        match &change.record {
+            Record::Payment(p) => ops.push(Op::Insert(PAYMENTS, mkey(m, p.reference.as_str().as_bytes()), encode(p)?)),
+            Record::Payout(o) => ops.push(Op::Insert(PAYOUTS, mkey(m, o.id.as_bytes()), encode(o)?)),
+        }
+        if let Some(created) = &change.created {
+            let ulid = created.transaction_id.strip_prefix("tx_").unwrap_or(&created.transaction_id);
+            let ptr = pointer(created.kind, &created.owner, &created.reference);
+            ops.push(Op::Insert(TX_INDEX, mkey(m, ulid.as_bytes()), ptr.clone()));
+            ops.push(Op::Insert(REFS, mkey(m, created.reference.as_bytes()), ptr.clone()));
+            let mut owner = m.as_bytes().to_vec();
+            owner.extend_from_slice(&ptr);
+            ops.push(Op::Insert(TX_OWNER, created.transaction_id.as_bytes().to_vec(), owner));
+        }
+        for item in &change.outbox {
+            let notification = Notification {
+                id: item.id.clone(),
+                merchant: m.clone(),
+                event: item.event,
+                reference: item.reference.clone(),
+                body: item.body.clone(),
+                created_at: change.journal.at,
+                state: DeliveryState::Pending,
+                next_attempt_at: Some(change.journal.at),
+                attempts: Vec::new(),
+            };
+            ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode(&notification)?));
+            ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), Vec::new()));
+        }
+        if let Some((key, record)) = &change.idempotency {
+            ops.push(Op::Insert(IDEMPOTENCY, mkey(m, key.as_str().as_bytes()), encode(record)?));
+        }
+        if let Some(snapshot) = &change.snapshot {
+            ops.push(Op::Insert(SNAPSHOTS, m.as_bytes().to_vec(), encode(snapshot)?));
+        }
+        Ok(ops)
+    }
+
+    /// Replays `events` (one merchant's, in order, starting after `start`) onto `start`, checking each.
+    fn replay(
+        merchant: &MerchantId,
+        start: Recovered,
+        events: impl Iterator<Item = Result<JournalEvent, StoreError>>,
+    ) -> Result<Recovered, StoreError> {
+        let mut state = start;
+        for event in events {
+            let event = event?;
+            if event.seq != state.seq + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "merchant {merchant}: journal jumps from {} to {}",
+                    state.seq, event.seq
+                )));
+            }
+            check_balanced(&event.entries).map_err(|e| {
+                StoreError::Corrupt(format!("merchant {merchant} {} event {}: {e}", event.devise, event.seq))
+            })?;
+            state.balances.touch(event.devise, event.at.unix_ms());
+            state.balances.apply(&event.entries, event.at.unix_ms()).map_err(|e| {
+                StoreError::Corrupt(format!("merchant {merchant} {} at event {}: {e}", event.devise, event.seq))
+            })?;
+            state.seq = event.seq;
+        }
+        Ok(state)
+    }
+
+    fn journal_after(
+        &self,
+        merchant: &MerchantId,
+        after_seq: u64,
+    ) -> impl Iterator<Item = Result<JournalEvent, StoreError>> + '_ {
+        let start = journal_key(merchant, after_seq.saturating_add(1));
+        let end = journal_key(merchant, u64::MAX);
+        self.trees[JOURNAL]
+            .range(start..=end)
+            .map(|item| item.map_err(io("journal")).and_then(|(_, v)| decode::<JournalEvent>("journal", &v)))
+    }
+}
+
+impl Store for SledStore {
+    fn commit(&self, change: Change, guard: &WriteGuard) -> Result<Ticket, StoreError> {
+        let ops = Self::change_ops(&change)?;
+        self.writer.submit(ops, Some(guard))
+    }
+
+    fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError> {
+        let email = merchant.email.to_lowercase();
+        if let Some(owner) = self.trees[MERCHANT_EMAILS].get(email.as_bytes()).map_err(io("merchant_emails"))? {
+            if owner.as_ref() != merchant.id.as_bytes() {
+                return Err(StoreError::Conflict(format!("a merchant with e-mail {email} already exists")));
+            }
+        }
+        let mut ops = vec![
+            Op::Insert(MERCHANTS, merchant.id.as_bytes().to_vec(), encode(&merchant)?),
+            Op::Insert(MERCHANT_KEYS, key_hash(&merchant.secret_key), merchant.id.as_bytes().to_vec()),
+            Op::Insert(MERCHANT_EMAILS, email.into_bytes(), merchant.id.as_bytes().to_vec()),
+        ];
+        if let Some(old) = previous_key.filter(|old| *old != merchant.secret_key) {
+            ops.push(Op::Remove(MERCHANT_KEYS, key_hash(&old)));
+        }
+        self.writer.submit(ops, None)
+    }
+
+    fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {
+        self.get(MERCHANTS, id.as_bytes())
+    }
+
+    fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError> {
+        // Looked up by hash, so the lookup's timing says nothing about the key; the caller then compares the
+        // whole key in constant time.
+        let Some(id) = self.trees[MERCHANT_KEYS].get(key_hash(secret_key)).map_err(io("merchant_keys"))? else {
+            return Ok(None);
+        };
+        self.get(MERCHANTS, &id)
+    }
+
+    fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError> {
+        let key = email.to_lowercase();
+        let Some(id) = self.trees[MERCHANT_EMAILS].get(key.as_bytes()).map_err(io("merchant_emails"))? else {
+            return Ok(None);
+        };
+        self.get(MERCHANTS, &id)
+    }
+
+    fn merchant_count(&self) -> Result<u64, StoreError> {
+        Ok(self.trees[MERCHANTS].len() as u64)
+    }
+
+    fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
+        let snapshot: Snapshot = self.get(SNAPSHOTS, id.as_bytes())?.unwrap_or_default();
+        let start = Recovered { seq: snapshot.seq, balances: snapshot.balances };
+        Self::replay(id, start, self.journal_after(id, snapshot.seq))
+    }
+
+    fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, StoreError> {
+        self.get(PAYMENTS, &mkey(merchant, reference.as_bytes()))
+    }
+
+    fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, StoreError> {
+        self.get(PAYOUTS, &mkey(merchant, id.as_bytes()))
+    }
+
+    fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, StoreError> {
+        let Some(ptr) = self.trees[REFS].get(mkey(merchant, reference.as_bytes())).map_err(io("refs"))? else {
+            return Ok(None);
+        };
+        let (kind, owner, reference) = parse_pointer(&ptr)?;
+        let record = self
+            .record(merchant, kind, owner)?
+            .ok_or_else(|| StoreError::Corrupt(format!("merchant {merchant}: {reference} points to nothing")))?;
+        Ok(Some(Located { kind, reference: reference.to_owned(), record }))
+    }
+
+    fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, StoreError> {
+        let Some(value) = self.trees[TX_OWNER].get(transaction_id.as_bytes()).map_err(io("tx_owner"))? else {
+            return Ok(None);
+        };
+        let corrupt = || StoreError::Corrupt(format!("bad owner of {transaction_id}"));
+        let (id, ptr) = value.split_at_checked(MERCHANT_ID_LEN).ok_or_else(corrupt)?;
+        let merchant = MerchantId::parse(std::str::from_utf8(id).map_err(|_| corrupt())?).map_err(|_| corrupt())?;
+        let (kind, owner, reference) = parse_pointer(ptr)?;
+        let record = self.record(&merchant, kind, owner)?.ok_or_else(corrupt)?;
+        Ok(Some((merchant, Located { kind, reference: reference.to_owned(), record })))
+    }
+
+    fn idempotency(
+        &self,
+        merchant: &MerchantId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.get(IDEMPOTENCY, &mkey(merchant, key.as_str().as_bytes()))
+    }
+
+    fn transactions(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Transaction) -> bool,
+    ) -> Result<Page<Transaction>, StoreError> {
+        let start = mkey(merchant, b"");
+        let end = match cursor {
+            Some(c) => mkey(merchant, c.strip_prefix("tx_").unwrap_or(c).as_bytes()),
+            None => mkey(merchant, &[0xff]),
+        };
+        let mut data = Vec::with_capacity(limit.min(100));
+        let mut has_more = false;
+        let mut last_scanned = None;
+        for (scanned, item) in self.trees[TX_INDEX].range(start..end).rev().enumerate() {
+            let (key, ptr) = item.map_err(io("tx_index"))?;
+            if data.len() == limit || scanned == MAX_SCAN {
+                has_more = true;
+                break;
+            }
+            let (kind, owner, _) = parse_pointer(&ptr)?;
+            let ulid = String::from_utf8_lossy(&key[MERCHANT_ID_LEN..]).into_owned();
+            last_scanned = Some(format!("tx_{ulid}"));
+            let tx = match self.record(merchant, kind, owner)? {
+                Some(Record::Payout(o)) => Transaction::of_payout(&o),
+                Some(Record::Payment(p)) if kind == TransactionType::Remboursement => match &p.remboursement {
+                    Some(r) => Transaction::of_refund(&p, r),
+                    None => continue,
+                },
+                Some(Record::Payment(p)) => Transaction::of_payment(&p),
+                None => continue,
+            };
+            if keep(&tx) {
+                data.push(tx);
+            }
+        }
+        let next_cursor = if has_more { last_scanned } else { None };
+        Ok(Page { data, has_more, next_cursor })
+    }
+
+    fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {
+        self.journal_after(merchant, from_seq.saturating_sub(1)).take(limit).collect()
+    }
+
+    fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.get(OUTBOX, id.as_bytes())
+    }
+
+    fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
+        let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
+        let mut due = Vec::new();
+        for item in self.trees[OUTBOX_DUE].range(..end.as_slice()).take(limit) {
+            let (key, _) = item.map_err(io("outbox_due"))?;
+            let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
+            if let Some(n) = self.get::<Notification>(OUTBOX, id)? {
+                due.push(n);
+            }
+        }
+        Ok(due)
+    }
+
+    fn audit(&self) -> Result<AuditReport, StoreError> {
+        let started = Instant::now();
+        let mut report = AuditReport::default();
+        let mut current: Option<(MerchantId, Recovered, Option<Snapshot>)> = None;
+        let finish = |m: &MerchantId, state: &Recovered, snap: &Option<Snapshot>| -> Result<(), StoreError> {
+            if let Some(s) = snap {
+                if s.seq > state.seq {
+                    return Err(StoreError::Corrupt(format!(
+                        "merchant {m}: snapshot at event {} but the journal ends at {}",
+                        s.seq, state.seq
+                    )));
+                }
+            }
+            Ok(())
+        };
+        for item in self.trees[JOURNAL].iter() {
+            let (key, value) = item.map_err(io("journal"))?;
+            let id_bytes = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short journal key".into()))?;
+            let same = current.as_ref().is_some_and(|(m, _, _)| m.as_bytes() == id_bytes);
+            if !same {
+                if let Some((m, state, snap)) = current.take() {
+                    finish(&m, &state, &snap)?;
+                }
+                let text = std::str::from_utf8(id_bytes).map_err(|_| StoreError::Corrupt("journal key".into()))?;
+                let m = MerchantId::parse(text).map_err(|e| StoreError::Corrupt(format!("journal key: {e}")))?;
+                let snap: Option<Snapshot> = self.get(SNAPSHOTS, m.as_bytes())?;
+                report.merchants += 1;
+                current = Some((m, Recovered::default(), snap));
+            }
+            let Some((m, state, snap)) = current.as_mut() else { continue };
+            let event: JournalEvent = decode("journal", &value)?;
+            *state = Self::replay(m, std::mem::take(state), std::iter::once(Ok(event)))?;
+            report.events += 1;
+            if let Some(s) = snap.as_ref().filter(|s| s.seq == state.seq) {
+                compare_snapshot(m, &s.balances, &state.balances)?;
+            }
+        }
+        if let Some((m, state, snap)) = current.take() {
+            finish(&m, &state, &snap)?;
+        }
+        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(report)
+    }
+
+    fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+}
+
+/// A snapshot must equal the balances the ledger gives at the same event; name the first currency that differs.
+fn compare_snapshot(merchant: &MerchantId, snapshot: &Balances, ledger: &Balances) -> Result<(), StoreError> {
+    let currencies = snapshot.0.keys().chain(ledger.0.keys());
+    for devise in currencies {
+        let (s, l) = (snapshot.get(*devise), ledger.get(*devise));
+        if (s.disponible, s.en_attente) != (l.disponible, l.en_attente) {
+            return Err(StoreError::Corrupt(format!(
+                "merchant {merchant} {devise}: snapshot says disponible {} en_attente {}, the ledger says \
+                 disponible {} en_attente {}",
+                s.disponible, s.en_attente, l.disponible, l.en_attente
+            )));
+        }
+    }
+    Ok(())
+}
