@@ -55,10 +55,17 @@ struct Inner {
     audit: AuditReport,
 }
 
+/// Stopping the Arbiters drops the actors and with them their handles on the store; joining them before the
+/// store itself is dropped means that when the last `Engine` is gone, the store is closed and its lock free.
 impl Drop for Inner {
     fn drop(&mut self) {
         for arbiter in &self.arbiters {
             arbiter.stop();
+        }
+        for arbiter in std::mem::take(&mut self.arbiters) {
+            if arbiter.join().is_err() {
+                tracing::error!("an engine Arbiter panicked while stopping");
+            }
         }
     }
 }

@@ -40,9 +40,22 @@ struct Job {
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-#[derive(Clone)]
+/// The handle on the writer thread. Dropping it lets the thread finish what is queued, then waits for it, so
+/// that sled is closed (and its lock released) when the store is dropped.
 pub(crate) struct Writer {
-    queue: mpsc::Sender<Job>,
+    queue: Option<mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the store writer thread panicked");
+            }
+        }
+    }
 }
 
 impl Writer {
@@ -55,11 +68,11 @@ impl Writer {
         let data_file = File::open(dir.join("db")).map_err(|e| StoreError::Io(format!("open sled data file: {e}")))?;
         let (queue, jobs) = mpsc::channel(QUEUE_CAPACITY);
         let mut thread = WriterThread { db, trees, data_file, blobs: Blobs::new(dir.join("blobs")), jobs, healthy };
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("caisse-store-writer".into())
             .spawn(move || thread.run())
             .map_err(|e| StoreError::Io(format!("start writer thread: {e}")))?;
-        Ok(Writer { queue })
+        Ok(Writer { queue: Some(queue), thread: Some(thread) })
     }
 
     pub(crate) fn submit(&self, ops: Vec<Op>, guard: Option<&WriteGuard>) -> Result<Ticket, StoreError> {
@@ -68,7 +81,8 @@ impl Writer {
         }
         let (done, ticket) = oneshot::channel();
         let job = Job { ops, guard: guard.cloned(), done };
-        match self.queue.try_send(job) {
+        let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
+        match queue.try_send(job) {
             Ok(()) => Ok(ticket),
             Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::Overloaded),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(StoreError::Closed),

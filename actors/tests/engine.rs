@@ -1,0 +1,219 @@
+//! The engine through its public surface: actors, store, recovery and the outbox, on a fresh temp dir each.
+
+use caisse_engine::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, RefundOutcome};
+use caisse_engine::domain::ids::MerchantId;
+use caisse_engine::domain::money::{Amount, Currency, FeeRule};
+use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::records::{DeliveryState, ProviderCode, WebhookBody};
+use caisse_engine::domain::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus};
+use caisse_engine::domain::text::{IdempotencyKey, Metadata, Reference};
+use caisse_engine::domain::time::Timestamp;
+use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Idempotency, Record, Rejection};
+
+fn xof() -> Currency {
+    Currency::parse("XOF").unwrap()
+}
+
+fn new_payment(montant: i64, reference: Option<&str>) -> NewPayment {
+    NewPayment {
+        reference: reference.map(|r| Reference::parse(r).unwrap()),
+        montant: Amount::positive(montant).unwrap(),
+        devise: xof(),
+        fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+        fee: FeeRule::new(150, Amount::ZERO).unwrap(),
+        client_telephone: Phone::parse("+22997000055").unwrap(),
+        client_email: None,
+        client_nom: None,
+        description: None,
+        metadata: Metadata::empty(),
+    }
+}
+
+fn payout(montant: i64) -> NewPayout {
+    NewPayout {
+        montant: Amount::positive(montant).unwrap(),
+        devise: xof(),
+        fournisseur: ProviderCode::parse("wave").unwrap(),
+        fee: FeeRule::new(100, Amount::ZERO).unwrap(),
+        beneficiaire_telephone: Phone::parse("+22997000099").unwrap(),
+        beneficiaire_nom: None,
+        description: None,
+        metadata: Metadata::empty(),
+    }
+}
+
+fn done(result: Result<Executed, EngineError>) -> Record {
+    match result {
+        Ok(Executed::Done(record)) => record,
+        other => panic!("expected a change, got {other:?}"),
+    }
+}
+
+fn payment_of(record: Record) -> caisse_engine::domain::records::Payment {
+    match record {
+        Record::Payment(p) => p,
+        Record::Payout(o) => panic!("expected a payment, got {o:?}"),
+    }
+}
+
+async fn pay(engine: &Engine, m: &MerchantId, montant: i64) -> caisse_engine::domain::records::Payment {
+    let p = payment_of(done(engine.execute(m, Command::InitiatePayment(new_payment(montant, None)), None).await));
+    let cmd = Command::PaymentNotice { reference: p.reference.clone(), notice: PaymentNotice::Confirmed };
+    payment_of(done(engine.execute(m, cmd, None).await))
+}
+
+#[actix::test]
+async fn a_full_life_moves_money_and_writes_notifications() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+
+    let p =
+        payment_of(done(engine.execute(&m, Command::InitiatePayment(new_payment(10_000, Some("cmd-1"))), None).await));
+    assert_eq!(p.statut, PaymentStatus::Initie);
+    assert_eq!((p.frais.minor(), p.montant_net.minor()), (150, 9_850));
+    let reference = p.reference.clone();
+
+    for notice in [PaymentNotice::Processing, PaymentNotice::Confirmed, PaymentNotice::Confirmed] {
+        engine.execute(&m, Command::PaymentNotice { reference: reference.clone(), notice }, None).await.unwrap();
+    }
+    let b = engine.balances(&m).await.unwrap().get(xof());
+    assert_eq!((b.disponible, b.en_attente), (9_850, 0), "credited once despite the duplicate notice");
+
+    let cmd = Command::RequestRefund {
+        reference: reference.clone(),
+        montant: Some(Amount::positive(4_000).unwrap()),
+        motif: None,
+    };
+    let p = payment_of(done(engine.execute(&m, cmd, None).await));
+    assert_eq!(p.remboursement.as_ref().unwrap().statut, RefundStatus::EnCours);
+    let b = engine.balances(&m).await.unwrap().get(xof());
+    assert_eq!((b.disponible, b.en_attente), (5_850, 4_000));
+
+    let cmd = Command::RefundNotice { reference: reference.clone(), outcome: RefundOutcome::Completed };
+    let p = payment_of(done(engine.execute(&m, cmd, None).await));
+    assert_eq!(p.statut, PaymentStatus::Rembourse);
+
+    let o = match done(engine.execute(&m, Command::CreatePayout(payout(5_000)), None).await) {
+        Record::Payout(o) => o,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(o.statut, PayoutStatus::EnAttente);
+    let too_much = engine.execute(&m, Command::CreatePayout(payout(900)), None).await;
+    assert!(matches!(too_much, Err(EngineError::Rejected(Rejection::InsufficientBalance { .. }))), "{too_much:?}");
+    let cmd = Command::PayoutNotice { id: o.id.clone(), outcome: PayoutOutcome::Sent };
+    engine.execute(&m, cmd, None).await.unwrap();
+    let b = engine.balances(&m).await.unwrap().get(xof());
+    assert_eq!((b.disponible, b.en_attente), (850, 0));
+
+    // One notification per status change, each with the spec's body.
+    let due = engine.store().due_notifications(Timestamp::now(), 100).unwrap();
+    let events: Vec<EventKind> = due.iter().map(|n| n.event).collect();
+    assert_eq!(
+        events,
+        [
+            EventKind::PaymentInitiated,
+            EventKind::PaymentProcessing,
+            EventKind::PaymentSucceeded,
+            EventKind::PaymentRefunded,
+            EventKind::PayoutProcessed
+        ]
+    );
+    for n in &due {
+        assert_eq!(n.state, DeliveryState::Pending);
+        let body: WebhookBody = serde_json::from_str(&n.body).unwrap();
+        assert_eq!(body.event, n.event);
+    }
+}
+
+#[actix::test]
+async fn refusals_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+    let p = payment_of(done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, Some("dup"))), None).await));
+    let again = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, Some("dup"))), None).await;
+    assert_eq!(again, Err(EngineError::Rejected(Rejection::DuplicateReference)));
+    let refund = Command::RequestRefund { reference: p.reference.clone(), montant: None, motif: None };
+    assert!(matches!(engine.execute(&m, refund, None).await, Err(EngineError::Rejected(Rejection::InvalidState(_)))));
+    let unknown =
+        Command::PaymentNotice { reference: Reference::parse("nope").unwrap(), notice: PaymentNotice::Confirmed };
+    assert_eq!(engine.execute(&m, unknown, None).await, Err(EngineError::Rejected(Rejection::NotFound)));
+    // Another merchant does not see this one's payment.
+    let other = MerchantId::new();
+    assert_eq!(engine.payment(&other, "dup").await.unwrap(), None);
+    assert!(engine.payment(&m, "dup").await.unwrap().is_some());
+}
+
+#[actix::test]
+async fn idempotency_replays_and_refuses_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+    let idem = |fingerprint: &str| {
+        Some(Idempotency {
+            key: IdempotencyKey::parse("key-1").unwrap(),
+            fingerprint: fingerprint.into(),
+            success_status: 201,
+        })
+    };
+    let first = done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), idem("a")).await);
+    let replay = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), idem("a")).await.unwrap();
+    match replay {
+        Executed::Replayed { status, body } => {
+            assert_eq!(status, 201);
+            assert_eq!(body, serde_json::to_string(&payment_of(first)).unwrap());
+        }
+        other => panic!("{other:?}"),
+    }
+    let reused = engine.execute(&m, Command::InitiatePayment(new_payment(2_000, None)), idem("b")).await;
+    assert_eq!(reused, Err(EngineError::IdempotencyKeyReused));
+}
+
+#[test]
+fn recovery_after_restart_keeps_every_change_and_passes_the_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = MerchantId::new();
+    let mut config = EngineConfig::new(dir.path());
+    config.actors.snapshot_every = 3;
+    actix::System::new().block_on({
+        let (config, m) = (config.clone(), m.clone());
+        async move {
+            let engine = Engine::open(config).unwrap();
+            for _ in 0..10 {
+                pay(&engine, &m, 1_000).await;
+            }
+        }
+    });
+    actix::System::new().block_on(async move {
+        let engine = Engine::open(config).unwrap();
+        assert_eq!(engine.audit_report().events, 20);
+        let b = engine.balances(&m).await.unwrap().get(xof());
+        assert_eq!(b.disponible, 10 * 985);
+        // The actor resumed at the right journal position: new changes append after the old ones.
+        pay(&engine, &m, 1_000).await;
+        let journal = engine.store().journal(&m, 1, 100).unwrap();
+        assert_eq!(journal.len(), 22);
+        assert!(journal.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    });
+}
+
+#[actix::test]
+async fn many_merchants_in_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let merchants: Vec<MerchantId> = (0..50).map(|_| MerchantId::new()).collect();
+    let mut tasks = Vec::new();
+    for m in &merchants {
+        for _ in 0..4 {
+            let (engine, m) = (engine.clone(), m.clone());
+            tasks.push(actix::spawn(async move { pay(&engine, &m, 2_000).await }));
+        }
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().statut, PaymentStatus::Succes);
+    }
+    for m in &merchants {
+        assert_eq!(engine.balances(m).await.unwrap().get(xof()).disponible, 4 * 1_970);
+    }
+}
