@@ -116,6 +116,16 @@ pub struct Located {
     pub record: Record,
 }
 
+/// Something that still waits for a provider's answer: a payment `initie`/`en_cours`, a refund `en_cours` or a
+/// payout `en_attente`. `owner` is the payment reference or the payout id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub merchant: MerchantId,
+    pub kind: TransactionType,
+    pub owner: String,
+    pub created_at: Timestamp,
+}
+
 /// A page of a list, newest first (contract 5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page<T> {
@@ -155,6 +165,16 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
         keep: &mut dyn FnMut(&crate::domain::records::Transaction) -> bool,
     ) -> Result<Page<crate::domain::records::Transaction>, StoreError>;
+    /// This merchant's payouts, newest first, from after `cursor` (a payout id).
+    fn payouts(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Payout) -> bool,
+    ) -> Result<Page<Payout>, StoreError>;
+    /// What of `kind` still waits for a provider and was created before `created_before`, oldest first.
+    fn pending(&self, kind: TransactionType, created_before: Timestamp, limit: usize) -> Result<Vec<Pending>, StoreError>;
     /// This merchant's journal, in order, for a payment's history and for audits.
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
     fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError>;

@@ -18,12 +18,13 @@ use sha2::{Digest, Sha256};
 
 use super::writer::{Op, Writer};
 use super::{
-    AuditReport, Change, IdempotencyRecord, Located, Page, Recovered, Snapshot, Store, StoreError, Ticket, WriteGuard,
+    AuditReport, Change, IdempotencyRecord, Located, Page, Pending, Recovered, Snapshot, Store, StoreError, Ticket, WriteGuard,
 };
 use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::ledger::{check_balanced, Balances};
 use crate::domain::records::{DeliveryState, Merchant, Notification, Payment, Payout, Transaction, TransactionType};
+use crate::domain::status::{PaymentStatus, PayoutStatus, RefundStatus};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 
@@ -41,7 +42,8 @@ const TX_OWNER: usize = 9;
 const IDEMPOTENCY: usize = 10;
 const OUTBOX: usize = 11;
 const OUTBOX_DUE: usize = 12;
-const TREE_NAMES: [&str; 13] = [
+const PENDING: usize = 13;
+const TREE_NAMES: [&str; 14] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -55,6 +57,7 @@ const TREE_NAMES: [&str; 13] = [
     "idempotency",
     "outbox",
     "outbox_due",
+    "pending",
 ];
 
 /// Scanning a filtered list stops after this many index entries, so one request's work is bounded.
@@ -97,6 +100,39 @@ fn due_key(at: Timestamp, id: &str) -> Vec<u8> {
     let mut key = at.unix_ms().to_be_bytes().to_vec();
     key.extend_from_slice(id.as_bytes());
     key
+}
+
+/// `tag ++ created_ms ++ merchant ++ owner`: the `pending` tree lists what still waits for a provider, per
+/// kind and oldest first, so the expiry sweep and the restart resubmission read only what they need.
+fn pending_key(kind: TransactionType, created_at: Timestamp, merchant: &MerchantId, owner: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + 8 + MERCHANT_ID_LEN + owner.len());
+    key.push(kind.tag());
+    key.extend_from_slice(&created_at.unix_ms().to_be_bytes());
+    key.extend_from_slice(merchant.as_bytes());
+    key.extend_from_slice(owner.as_bytes());
+    key
+}
+
+/// Keeps the `pending` tree in step with a record: present exactly while the record waits for a provider.
+fn pending_ops(m: &MerchantId, record: &Record, ops: &mut Vec<Op>) {
+    let mut set = |key: Vec<u8>, waiting: bool| {
+        ops.push(if waiting { Op::Insert(PENDING, key, Vec::new()) } else { Op::Remove(PENDING, key) })
+    };
+    match record {
+        Record::Payment(p) => {
+            let owner = p.reference.as_str();
+            let waiting = matches!(p.statut, PaymentStatus::Initie | PaymentStatus::EnCours);
+            set(pending_key(TransactionType::Paiement, p.created_at, m, owner), waiting);
+            if let Some(r) = &p.remboursement {
+                let waiting = r.statut == RefundStatus::EnCours;
+                set(pending_key(TransactionType::Remboursement, r.created_at, m, owner), waiting);
+            }
+        }
+        Record::Payout(o) => {
+            let waiting = o.statut == PayoutStatus::EnAttente;
+            set(pending_key(TransactionType::Retrait, o.created_at, m, &o.id), waiting);
+        }
+    }
 }
 
 /// `tag ++ owner ++ 0 ++ reference`: which record holds a transaction, and the reference it is found by.
@@ -191,6 +227,7 @@ impl SledStore {
             ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode(&notification)?));
             ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), Vec::new()));
         }
+        pending_ops(m, &change.record, &mut ops);
         if let Some((key, record)) = &change.idempotency {
             ops.push(Op::Insert(IDEMPOTENCY, mkey(m, key.as_str().as_bytes()), encode(record)?));
         }
@@ -373,6 +410,50 @@ impl Store for SledStore {
         }
         let next_cursor = if has_more { last_scanned } else { None };
         Ok(Page { data, has_more, next_cursor })
+    }
+
+    fn payouts(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Payout) -> bool,
+    ) -> Result<Page<Payout>, StoreError> {
+        // A payout `ret_X` is the transaction `tx_X`, so the payout list is the transaction index, filtered.
+        let cursor = cursor.map(|c| c.replacen("ret_", "tx_", 1));
+        let mut page =
+            self.transactions(merchant, cursor.as_deref(), limit, &mut |tx| tx.kind == TransactionType::Retrait)?;
+        let mut data = Vec::with_capacity(page.data.len());
+        for tx in page.data.drain(..) {
+            if let Some(o) = self.payout(merchant, &tx.reference)? {
+                if keep(&o) {
+                    data.push(o);
+                }
+            }
+        }
+        Ok(Page { data, has_more: page.has_more, next_cursor: page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1)) })
+    }
+
+    fn pending(&self, kind: TransactionType, created_before: Timestamp, limit: usize) -> Result<Vec<Pending>, StoreError> {
+        let start = vec![kind.tag()];
+        let mut end = vec![kind.tag()];
+        end.extend_from_slice(&created_before.unix_ms().to_be_bytes());
+        let mut found = Vec::new();
+        for item in self.trees[PENDING].range(start..end).take(limit) {
+            let (key, _) = item.map_err(io("pending"))?;
+            let corrupt = || StoreError::Corrupt("bad pending key".into());
+            let created = key.get(1..9).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(corrupt)?;
+            let id = key.get(9..9 + MERCHANT_ID_LEN).ok_or_else(corrupt)?;
+            let owner = key.get(9 + MERCHANT_ID_LEN..).ok_or_else(corrupt)?;
+            let merchant = MerchantId::parse(std::str::from_utf8(id).map_err(|_| corrupt())?).map_err(|_| corrupt())?;
+            found.push(Pending {
+                merchant,
+                kind,
+                owner: String::from_utf8(owner.to_vec()).map_err(|_| corrupt())?,
+                created_at: Timestamp::from_unix_ms(u64::from_be_bytes(created)),
+            });
+        }
+        Ok(found)
     }
 
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {
