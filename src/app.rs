@@ -1,0 +1,90 @@
+//! Startup: builds the application from settings (engine, providers, HTTP server, background sweeps) and
+//! runs it. `main` and the integration tests build it the same way.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_web::dev::Server;
+use actix_web::{web, App, HttpServer};
+use caisse_engine::{Engine, EngineConfig, EngineError};
+
+use crate::config::Settings;
+use crate::http::{self, AppState, RateLimiter};
+use crate::merchants::{self, CreateError, Created, NewMerchant};
+use crate::providers::{expiry, Providers};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the store: {0}")]
+    Engine(#[from] EngineError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("cannot create the demo merchant: {0}")]
+    Demo(#[from] CreateError),
+}
+
+pub struct Application {
+    server: Server,
+    port: u16,
+    state: web::Data<AppState>,
+    /// The merchant created on first start (store without merchants), with its password.
+    pub demo: Option<Created>,
+}
+
+impl Application {
+    /// Opens the store (running the startup audit), creates the demo merchant on first start, binds the
+    /// listener and starts the background sweeps. Must run inside an actix System.
+    pub async fn build(settings: Settings) -> Result<Application, StartError> {
+        let settings = Arc::new(settings);
+        let engine = Engine::open(EngineConfig::new(&settings.data_dir))?;
+        let demo = if engine.store().merchant_count().map_err(EngineError::from)? == 0 {
+            let new = NewMerchant {
+                name: "Boutique démo".into(),
+                email: "demo@caisse.local".into(),
+                password: None,
+                webhook_url: None,
+            };
+            Some(merchants::create(engine.store(), settings.environment, new).await?)
+        } else {
+            None
+        };
+        let listener = TcpListener::bind(settings.listen)
+            .map_err(|source| StartError::Bind { addr: settings.listen.to_string(), source })?;
+        let bound =
+            listener.local_addr().map_err(|source| StartError::Bind { addr: settings.listen.to_string(), source })?;
+        let providers = Providers::from_settings(&settings);
+        if let Some(sim) = &providers.simulator {
+            sim.set_base_url(format!("http://{bound}"));
+        }
+        let state = web::Data::new(AppState {
+            engine,
+            rate_limiter: RateLimiter::new(settings.rate_limit_per_s),
+            providers,
+            settings: settings.clone(),
+        });
+        let app_state = state.clone();
+        let mut server = HttpServer::new(move || {
+            App::new().app_data(app_state.clone()).wrap_fn(http::request_log).configure(http::configure)
+        })
+        .listen(listener)
+        .map_err(|source| StartError::Bind { addr: bound.to_string(), source })?;
+        if settings.http_workers > 0 {
+            server = server.workers(settings.http_workers);
+        }
+        let server = server.run();
+        expiry::start(state.clone());
+        Ok(Application { server, port: bound.port(), state, demo })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn state(&self) -> web::Data<AppState> {
+        self.state.clone()
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}

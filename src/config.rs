@@ -1,0 +1,457 @@
+//! Configuration: the commented defaults compiled in (`caisse.default.toml`), then a TOML file, then
+//! `CAISSE_*` environment variables, then command-line flags. Later sources win.
+//!
+//! Every source is parsed into the same [`Layer`] of optional values, so one function ([`Settings::resolve`])
+//! checks every value once and names the setting when one is wrong. The default file is the documentation
+//! of every setting; a test makes sure it parses.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use caisse_engine::domain::money::{Amount, Currency, FeeRule};
+use caisse_engine::domain::records::ProviderCode;
+use caisse_engine::domain::time::parse_duration_ms;
+use serde::Deserialize;
+
+/// The compiled-in defaults: the commented file at the repository's root.
+pub const DEFAULTS: &str = include_str!("../caisse.default.toml");
+
+/// Webhook attempts stop after this many waits, whatever the schedule says (contract 12 has nine).
+pub const MAX_RETRY_WAITS: usize = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Environment {
+    Sandbox,
+    Production,
+}
+
+impl Environment {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Environment::Sandbox => "sandbox",
+            Environment::Production => "production",
+        }
+    }
+
+    /// Secret keys of this environment start with this (contract 2).
+    pub fn key_prefix(self) -> &'static str {
+        match self {
+            Environment::Sandbox => "sk_test_",
+            Environment::Production => "sk_live_",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Environment> {
+        match text {
+            "sandbox" => Some(Environment::Sandbox),
+            "production" => Some(Environment::Production),
+            _ => None,
+        }
+    }
+}
+
+/// What a provider can be asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    Paiement,
+    Remboursement,
+    Retrait,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    pub code: ProviderCode,
+    pub nom: String,
+    pub pays: Vec<String>,
+    pub devises: Vec<Currency>,
+    pub operations: Vec<Operation>,
+    pub frais: FeeRule,
+    /// Amount bounds per currency, in the smallest unit, inclusive.
+    pub limites: BTreeMap<Currency, (Amount, Amount)>,
+    pub credentials: Option<String>,
+}
+
+/// The resolved, checked settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub environment: Environment,
+    pub webhook_retry_schedule_ms: Vec<u64>,
+    pub payment_ttl_ms: u64,
+    pub log: String,
+    pub http_workers: usize,
+    pub rate_limit_per_s: u32,
+    pub sandbox_simulator: bool,
+    pub sandbox_delay_ms: u64,
+    pub sandbox_secret: String,
+    pub providers: Vec<ProviderSettings>,
+}
+
+/// One source's values, each optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    listen: Option<String>,
+    data_dir: Option<String>,
+    environment: Option<String>,
+    webhook_retry_schedule: Option<String>,
+    payment_ttl: Option<String>,
+    log: Option<String>,
+    http_workers: Option<i64>,
+    rate_limit_per_s: Option<i64>,
+    sandbox: Option<SandboxLayer>,
+    providers: Option<Vec<ProviderLayer>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxLayer {
+    simulator: Option<bool>,
+    delay_ms: Option<i64>,
+    secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderLayer {
+    code: String,
+    nom: String,
+    pays: Vec<String>,
+    devises: Vec<String>,
+    operations: Vec<Operation>,
+    frais: FeeLayer,
+    limites: BTreeMap<String, (i64, i64)>,
+    #[serde(default)]
+    credentials: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeeLayer {
+    pourcentage_bps: u32,
+    fixe: i64,
+}
+
+/// A setting with a bad value, named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("setting `{setting}`: {reason}")]
+pub struct ConfigError {
+    pub setting: String,
+    pub reason: String,
+}
+
+fn bad(setting: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError { setting: setting.into(), reason: reason.into() }
+}
+
+impl Layer {
+    /// Parses a TOML source; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Layer, ConfigError> {
+        toml::from_str(text).map_err(|e| bad(origin, e.message().to_owned() + &span_hint(text, e.span())))
+    }
+
+    /// Reads the `CAISSE_*` variables through `get` (the process environment in production, a map in tests).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Layer, ConfigError> {
+        let int = |name: &str| -> Result<Option<i64>, ConfigError> {
+            get(name)
+                .map(|v| v.trim().parse::<i64>().map_err(|_| bad(name, format!("`{v}` is not a whole number"))))
+                .transpose()
+        };
+        let simulator = match get("CAISSE_SANDBOX_SIMULATOR") {
+            None => None,
+            Some(v) => match v.as_str() {
+                "true" | "1" => Some(true),
+                "false" | "0" => Some(false),
+                _ => return Err(bad("CAISSE_SANDBOX_SIMULATOR", format!("`{v}` is not true or false"))),
+            },
+        };
+        let delay_ms = int("CAISSE_SANDBOX_DELAY_MS")?;
+        let secret = get("CAISSE_SANDBOX_SECRET");
+        let sandbox = (simulator.is_some() || delay_ms.is_some() || secret.is_some()).then_some(SandboxLayer {
+            simulator,
+            delay_ms,
+            secret,
+        });
+        Ok(Layer {
+            listen: get("CAISSE_LISTEN"),
+            data_dir: get("CAISSE_DATA_DIR"),
+            environment: get("CAISSE_ENVIRONMENT"),
+            webhook_retry_schedule: get("CAISSE_WEBHOOK_RETRY_SCHEDULE"),
+            payment_ttl: get("CAISSE_PAYMENT_TTL"),
+            log: get("CAISSE_LOG"),
+            http_workers: int("CAISSE_HTTP_WORKERS")?,
+            rate_limit_per_s: int("CAISSE_RATE_LIMIT_PER_S")?,
+            sandbox,
+            providers: None,
+        })
+    }
+
+    /// Command-line flags of `caisse serve`.
+    pub fn from_flags(listen: Option<String>, data_dir: Option<PathBuf>, environment: Option<String>) -> Layer {
+        Layer { listen, data_dir: data_dir.map(|d| d.to_string_lossy().into_owned()), environment, ..Layer::default() }
+    }
+
+    /// `other`'s values win over `self`'s.
+    fn merge(mut self, other: Layer) -> Layer {
+        macro_rules! take {
+            ($($field:ident),*) => { $( if other.$field.is_some() { self.$field = other.$field; } )* };
+        }
+        take!(
+            listen,
+            data_dir,
+            environment,
+            webhook_retry_schedule,
+            payment_ttl,
+            log,
+            http_workers,
+            rate_limit_per_s,
+            providers
+        );
+        if let Some(s) = other.sandbox {
+            let mine = self.sandbox.get_or_insert_with(SandboxLayer::default);
+            if s.simulator.is_some() {
+                mine.simulator = s.simulator;
+            }
+            if s.delay_ms.is_some() {
+                mine.delay_ms = s.delay_ms;
+            }
+            if s.secret.is_some() {
+                mine.secret = s.secret;
+            }
+        }
+        self
+    }
+}
+
+fn span_hint(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    match span {
+        Some(range) => format!(" (line {})", text[..range.start.min(text.len())].lines().count().max(1)),
+        None => String::new(),
+    }
+}
+
+/// Parses "5s,5m,30m" into milliseconds.
+pub fn parse_schedule(text: &str) -> Result<Vec<u64>, String> {
+    let waits: Vec<u64> = text
+        .split(',')
+        .map(|part| parse_duration_ms(part.trim()).map_err(|e| format!("`{}`: {e}", part.trim())))
+        .collect::<Result<_, _>>()?;
+    if waits.len() > MAX_RETRY_WAITS {
+        return Err(format!("at most {MAX_RETRY_WAITS} waits"));
+    }
+    Ok(waits)
+}
+
+impl Settings {
+    /// Defaults, then `file` (if any), then the environment, then flags.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+        flags: Layer,
+    ) -> Result<Settings, ConfigError> {
+        let mut layer = Layer::from_toml(DEFAULTS, "caisse.default.toml")?;
+        let file = match file {
+            Some(path) => Some(path.to_path_buf()),
+            None => Some(PathBuf::from("caisse.toml")).filter(|p| p.exists()),
+        };
+        if let Some(path) = file {
+            let origin = path.display().to_string();
+            let text = std::fs::read_to_string(&path).map_err(|e| bad(&origin, format!("cannot read: {e}")))?;
+            layer = layer.merge(Layer::from_toml(&text, &origin)?);
+        }
+        layer = layer.merge(Layer::from_env(env)?).merge(flags);
+        Settings::resolve(layer)
+    }
+
+    /// Checks every value; the first bad one stops everything, named.
+    pub fn resolve(layer: Layer) -> Result<Settings, ConfigError> {
+        let need = |v: Option<String>, name: &str| v.ok_or_else(|| bad(name, "missing"));
+        let listen_text = need(layer.listen, "listen")?;
+        let listen = listen_text.parse().map_err(|_| bad("listen", format!("`{listen_text}` is not host:port")))?;
+        let data_dir = PathBuf::from(need(layer.data_dir, "data_dir")?);
+        let env_text = need(layer.environment, "environment")?;
+        let environment = Environment::parse(&env_text)
+            .ok_or_else(|| bad("environment", format!("`{env_text}` is neither sandbox nor production")))?;
+        let schedule = need(layer.webhook_retry_schedule, "webhook_retry_schedule")?;
+        let webhook_retry_schedule_ms = parse_schedule(&schedule).map_err(|e| bad("webhook_retry_schedule", e))?;
+        let ttl = need(layer.payment_ttl, "payment_ttl")?;
+        let payment_ttl_ms = parse_duration_ms(&ttl).map_err(|e| bad("payment_ttl", e.to_string()))?;
+        if payment_ttl_ms == 0 {
+            return Err(bad("payment_ttl", "must be longer than zero"));
+        }
+        let positive = |v: Option<i64>, name: &str, max: i64| -> Result<i64, ConfigError> {
+            let v = v.ok_or_else(|| bad(name, "missing"))?;
+            if (0..=max).contains(&v) {
+                Ok(v)
+            } else {
+                Err(bad(name, format!("{v} is not between 0 and {max}")))
+            }
+        };
+        let http_workers = positive(layer.http_workers, "http_workers", 256)? as usize;
+        let rate_limit_per_s = positive(layer.rate_limit_per_s, "rate_limit_per_s", 1_000_000)? as u32;
+        let sandbox = layer.sandbox.unwrap_or_default();
+        let sandbox_delay_ms = positive(sandbox.delay_ms, "sandbox.delay_ms", 3_600_000)? as u64;
+        let sandbox_simulator = environment == Environment::Sandbox || sandbox.simulator.unwrap_or(false);
+        let sandbox_secret =
+            sandbox.secret.filter(|s| !s.is_empty()).unwrap_or_else(|| caisse_engine::domain::ids::random_base62(40));
+        let providers = layer
+            .providers
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| resolve_provider(i, p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = providers.iter().find(|p| !seen.insert(p.code.clone())) {
+            return Err(bad("providers", format!("`{}` is listed twice", dup.code)));
+        }
+        Ok(Settings {
+            listen,
+            data_dir,
+            environment,
+            webhook_retry_schedule_ms,
+            payment_ttl_ms,
+            log: need(layer.log, "log")?,
+            http_workers,
+            rate_limit_per_s,
+            sandbox_simulator,
+            sandbox_delay_ms,
+            sandbox_secret,
+            providers,
+        })
+    }
+
+    /// Settings for tests: defaults with the data under `data_dir`, on a free loopback port.
+    pub fn for_tests(data_dir: &Path) -> Result<Settings, ConfigError> {
+        let mut layer = Layer::from_toml(DEFAULTS, "caisse.default.toml")?;
+        layer.listen = Some("127.0.0.1:0".into());
+        layer.data_dir = Some(data_dir.to_string_lossy().into_owned());
+        layer.log = Some("warn".into());
+        Settings::resolve(layer)
+    }
+
+    pub fn provider(&self, code: &str) -> Option<&ProviderSettings> {
+        self.providers.iter().find(|p| p.code.as_str() == code)
+    }
+}
+
+fn resolve_provider(index: usize, p: ProviderLayer) -> Result<ProviderSettings, ConfigError> {
+    let name = |field: &str| format!("providers[{index}].{field}");
+    let code = ProviderCode::parse(&p.code).map_err(|e| bad(name("code"), e.to_string()))?;
+    let devises = p
+        .devises
+        .iter()
+        .map(|d| Currency::parse(d).map_err(|e| bad(name("devises"), e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    if devises.is_empty() {
+        return Err(bad(name("devises"), "at least one currency"));
+    }
+    let fixe = Amount::new(p.frais.fixe).map_err(|e| bad(name("frais.fixe"), e.to_string()))?;
+    let frais = FeeRule::new(p.frais.pourcentage_bps, fixe).map_err(|e| bad(name("frais"), e.to_string()))?;
+    let mut limites = BTreeMap::new();
+    for (code_text, (min, max)) in &p.limites {
+        let devise = Currency::parse(code_text).map_err(|e| bad(name("limites"), e.to_string()))?;
+        let min_amount = Amount::positive(*min).map_err(|e| bad(name("limites"), format!("{code_text} min: {e}")))?;
+        let max_amount = Amount::positive(*max).map_err(|e| bad(name("limites"), format!("{code_text} max: {e}")))?;
+        if min_amount > max_amount {
+            return Err(bad(name("limites"), format!("{code_text}: min {min} is above max {max}")));
+        }
+        limites.insert(devise, (min_amount, max_amount));
+    }
+    if let Some(missing) = devises.iter().find(|d| !limites.contains_key(d)) {
+        return Err(bad(name("limites"), format!("no bounds for {missing}")));
+    }
+    Ok(ProviderSettings {
+        code,
+        nom: p.nom,
+        pays: p.pays,
+        devises,
+        operations: p.operations,
+        frais,
+        limites,
+        credentials: Some(p.credentials).filter(|c| !c.is_empty()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn the_default_file_resolves_to_the_documented_defaults() {
+        let s = Settings::load(Some(Path::new("caisse.default.toml")), env(&[]), Layer::default()).unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.data_dir, PathBuf::from("./data"));
+        assert_eq!(s.environment, Environment::Sandbox);
+        assert_eq!(s.webhook_retry_schedule_ms.len(), 9);
+        assert_eq!(s.webhook_retry_schedule_ms[0], 5_000);
+        assert_eq!(s.payment_ttl_ms, 30 * 60 * 1000);
+        assert_eq!(s.sandbox_delay_ms, 2_000);
+        assert!(s.sandbox_simulator);
+        for code in ["mtn_momo", "orange_money", "moov_money", "wave"] {
+            assert!(s.provider(code).is_some(), "{code}");
+        }
+    }
+
+    #[test]
+    fn environment_wins_over_file_and_flags_win_over_environment() {
+        let s = Settings::load(
+            None,
+            env(&[
+                ("CAISSE_LISTEN", "127.0.0.1:9000"),
+                ("CAISSE_PAYMENT_TTL", "2s"),
+                ("CAISSE_SANDBOX_DELAY_MS", "10"),
+            ]),
+            Layer::from_flags(Some("127.0.0.1:9100".into()), None, None),
+        )
+        .unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:9100");
+        assert_eq!(s.payment_ttl_ms, 2_000);
+        assert_eq!(s.sandbox_delay_ms, 10);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_setting() {
+        let cases = [
+            ("CAISSE_ENVIRONMENT", "staging", "environment"),
+            ("CAISSE_LISTEN", "nowhere", "listen"),
+            ("CAISSE_WEBHOOK_RETRY_SCHEDULE", "5s,soon", "webhook_retry_schedule"),
+            ("CAISSE_PAYMENT_TTL", "0s", "payment_ttl"),
+            ("CAISSE_SANDBOX_DELAY_MS", "-1", "sandbox.delay_ms"),
+            ("CAISSE_SANDBOX_DELAY_MS", "abc", "CAISSE_SANDBOX_DELAY_MS"),
+            ("CAISSE_SANDBOX_SIMULATOR", "maybe", "CAISSE_SANDBOX_SIMULATOR"),
+        ];
+        for (var, value, setting) in cases {
+            let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
+            assert_eq!(err.setting, setting, "{var}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_bad_file_names_the_file_and_the_line() {
+        let err = Layer::from_toml("listen = \"a\"\nnope = 1\n", "caisse.toml").unwrap_err();
+        assert_eq!(err.setting, "caisse.toml");
+        assert!(err.reason.contains("nope") && err.reason.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn production_turns_the_simulator_off_unless_asked() {
+        let s = Settings::load(None, env(&[("CAISSE_ENVIRONMENT", "production")]), Layer::default()).unwrap();
+        assert!(!s.sandbox_simulator);
+        let s = Settings::load(
+            None,
+            env(&[("CAISSE_ENVIRONMENT", "production"), ("CAISSE_SANDBOX_SIMULATOR", "true")]),
+            Layer::default(),
+        )
+        .unwrap();
+        assert!(s.sandbox_simulator);
+    }
+}

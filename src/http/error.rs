@@ -1,0 +1,135 @@
+//! The HTTP layer's error type and the one place where every failure becomes the contract's answer
+//! (contract 3): `{"error": {"code", "message", "field"?}}` with the matching status.
+//!
+//! Internal failures are logged here with their context and leave the server as a bare `internal_error`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use caisse_engine::{EngineError, Rejection};
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+    /// Seconds, for 429.
+    pub retry_after_s: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into(), field: None, retry_after_s: None }
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> ApiError {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).with_field(field)
+    }
+
+    pub fn invalid_json(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", message)
+    }
+
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn unavailable() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the service cannot store changes right now; retry later",
+        )
+    }
+
+    /// An unexpected failure: logged with its context, answered without details.
+    pub fn internal(context: &str, detail: impl std::fmt::Display) -> ApiError {
+        tracing::error!(context, error = %detail, "internal error");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.message)
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status);
+        if let Some(seconds) = self.retry_after_s {
+            response.insert_header(("Retry-After", seconds.to_string()));
+        }
+        response.json(Body { error: Inner { code: self.code, message: &self.message, field: self.field.as_deref() } })
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(err: EngineError) -> ApiError {
+        let conflict = |code, message: String| ApiError::new(StatusCode::CONFLICT, code, message);
+        match err {
+            EngineError::Rejected(rejection) => match rejection {
+                Rejection::NotFound => ApiError::not_found("payment or payout"),
+                Rejection::DuplicateReference => {
+                    conflict("duplicate_reference", rejection.to_string()).with_field("reference")
+                }
+                Rejection::InvalidState(_) => conflict("invalid_state", rejection.to_string()),
+                Rejection::InsufficientBalance { .. } => conflict("insufficient_balance", rejection.to_string()),
+                Rejection::AmountBelowFee { .. } | Rejection::RefundAboveAmount { .. } | Rejection::Money(_) => {
+                    ApiError::invalid("montant", rejection.to_string())
+                }
+                Rejection::Invariant(detail) => ApiError::internal("ledger invariant", detail),
+            },
+            EngineError::IdempotencyKeyReused => conflict(
+                "idempotency_key_reused",
+                "this Idempotency-Key was already used with a different request".into(),
+            ),
+            EngineError::IdempotencyKeyInUse => {
+                conflict("idempotency_key_in_use", "a request with this Idempotency-Key is still in progress".into())
+            }
+            EngineError::Unavailable(detail) | EngineError::Internal(detail) if detail.is_empty() => {
+                ApiError::unavailable()
+            }
+            EngineError::Unavailable(detail) => {
+                tracing::warn!(error = %detail, "engine unavailable");
+                ApiError::unavailable()
+            }
+            EngineError::Retired => ApiError::unavailable(),
+            EngineError::Internal(detail) => ApiError::internal("engine", detail),
+        }
+    }
+}
+
+impl From<caisse_engine::store::StoreError> for ApiError {
+    fn from(err: caisse_engine::store::StoreError) -> ApiError {
+        ApiError::from(EngineError::from(err))
+    }
+}

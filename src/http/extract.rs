@@ -1,0 +1,195 @@
+//! Reading a request: the merchant behind the bearer key, the JSON body (size, content type, shape), the
+//! query string, and the idempotency key. Each turns bad input into the contract's 4xx, never a 500.
+
+use std::collections::BTreeMap;
+
+use actix_web::http::header::HeaderMap;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::domain::records::Merchant;
+use caisse_engine::domain::text::IdempotencyKey;
+use caisse_engine::{Executed, Idempotency, Record};
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::AppState;
+use crate::config::Environment;
+
+/// Largest request body accepted (contract 3: 413 beyond it).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+const KEY_RANDOM_LEN: usize = 32;
+
+/// Checks `Authorization: Bearer <secret key>` and returns the merchant.
+///
+/// The key is looked up by its SHA-256 (the lookup's timing depends only on the hash) and then compared whole
+/// in constant time. A well-formed key of the other environment gets `wrong_environment`, so a merchant who
+/// pasted the wrong key learns why.
+pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, ApiError> {
+    let header = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <secret key>"))?;
+    let key = header
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .ok_or_else(|| ApiError::unauthorized("the Authorization header must be Bearer <secret key>"))?;
+    let env = state.settings.environment;
+    let other = match env {
+        Environment::Sandbox => Environment::Production.key_prefix(),
+        Environment::Production => Environment::Sandbox.key_prefix(),
+    };
+    if let Some(rest) = key.strip_prefix(other) {
+        if rest.len() == KEY_RANDOM_LEN && rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "wrong_environment",
+                format!("this server is the {} environment; use a {}… key", env.as_str(), env.key_prefix()),
+            ));
+        }
+    }
+    let merchant = state
+        .engine
+        .store()
+        .merchant_by_key(key)?
+        .filter(|m| bool::from(m.secret_key.as_bytes().ct_eq(key.as_bytes())))
+        .ok_or_else(|| ApiError::unauthorized("unknown secret key"))?;
+    state.rate_limiter.check(&merchant.id)?;
+    Ok(merchant)
+}
+
+/// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] as soon as it is exceeded.
+pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared =
+        req.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::invalid_json(format!("the body could not be read: {e}")))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Checks the content type and parses the body into `T` (whose serde rules refuse unknown fields).
+/// `optional`: an empty body (with or without a content type) parses as `{}`.
+pub fn parse_json<T: DeserializeOwned>(req: &HttpRequest, body: &[u8], optional: bool) -> Result<T, ApiError> {
+    let empty = body.iter().all(u8::is_ascii_whitespace);
+    if !(optional && empty) {
+        let is_json = req
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+        if !is_json {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the body must be JSON with Content-Type: application/json",
+            ));
+        }
+    }
+    let body: &[u8] = if optional && empty { b"{}" } else { body };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        json_error(&path, &inner)
+    })?;
+    de.end().map_err(|e| json_error(".", &e))?;
+    Ok(value)
+}
+
+/// Syntax errors are `invalid_json`; a body of the wrong shape is `invalid_request` naming the field.
+fn json_error(path: &str, err: &serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    match err.classify() {
+        Category::Syntax | Category::Eof | Category::Io => {
+            ApiError::invalid_json(format!("the body is not valid JSON: {err}"))
+        }
+        Category::Data => {
+            let text = err.to_string();
+            let quoted = text.split('`').nth(1).map(str::to_owned);
+            let field = if text.starts_with("missing field") || text.starts_with("unknown field") {
+                let name = quoted.unwrap_or_default();
+                if path == "." {
+                    name
+                } else {
+                    format!("{path}.{name}")
+                }
+            } else {
+                path.to_owned()
+            };
+            let message = text.split(" at line ").next().unwrap_or(&text).to_owned();
+            if field == "." || field.is_empty() {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+            } else {
+                ApiError::invalid(field, message)
+            }
+        }
+    }
+}
+
+/// The query string as a map, refusing repeated or unexpected parameters.
+pub fn parse_query(req: &HttpRequest, allowed: &[&str]) -> Result<BTreeMap<String, String>, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(req.query_string())
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", format!("bad query string: {e}")))?;
+    let mut map = BTreeMap::new();
+    for (key, value) in pairs {
+        if !allowed.contains(&key.as_str()) {
+            return Err(ApiError::invalid(&key, format!("unknown query parameter; allowed: {}", allowed.join(", "))));
+        }
+        if map.insert(key.clone(), value).is_some() {
+            return Err(ApiError::invalid(&key, "given more than once"));
+        }
+    }
+    Ok(map)
+}
+
+/// The `Idempotency-Key` of a POST, with the fingerprint of the request it stands for.
+pub fn idempotency(
+    req: &HttpRequest,
+    body: &[u8],
+    success_status: StatusCode,
+) -> Result<Option<Idempotency>, ApiError> {
+    let Some(value) = req.headers().get("idempotency-key") else { return Ok(None) };
+    let text = value.to_str().map_err(|_| ApiError::invalid("Idempotency-Key", "must be printable ASCII"))?;
+    let key = IdempotencyKey::parse(text).map_err(|e| ApiError::invalid("Idempotency-Key", e.to_string()))?;
+    let mut hash = Sha256::new();
+    hash.update(req.method().as_str().as_bytes());
+    hash.update(b" ");
+    hash.update(req.path().as_bytes());
+    hash.update(b"\n");
+    hash.update(body);
+    Ok(Some(Idempotency { key, fingerprint: hex::encode(hash.finalize()), success_status: success_status.as_u16() }))
+}
+
+/// The answer to a change: the record with `status`, or the first answer again for a replayed key.
+pub fn respond(executed: Executed, status: StatusCode) -> Result<HttpResponse, ApiError> {
+    match executed {
+        Executed::Done(Record::Payment(p)) => Ok(HttpResponse::build(status).json(p)),
+        Executed::Done(Record::Payout(o)) => Ok(HttpResponse::build(status).json(o)),
+        Executed::Replayed { status, body } => {
+            let status = StatusCode::from_u16(status).map_err(|e| ApiError::internal("idempotent replay", e))?;
+            Ok(HttpResponse::build(status)
+                .insert_header(("Idempotent-Replayed", "true"))
+                .content_type("application/json")
+                .body(body))
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! `POST /v1/retraits`, `GET /v1/retraits`, `GET /v1/retraits/{id}` (contract 10).
+
+use std::collections::BTreeMap;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::domain::ids::{validate_id, IdKind};
+use caisse_engine::domain::money::Currency;
+use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::status::PayoutStatus;
+use caisse_engine::domain::text::{Description, Name};
+use caisse_engine::{Command, Executed, NewPayout, Record};
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::extract::{authenticate, idempotency, parse_json, parse_query, read_body, respond};
+use super::paiement::{metadata, optional, provider_for};
+use super::transactions::{page_params, Listed};
+use super::AppState;
+use crate::config::Operation;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    montant: i64,
+    devise: String,
+    fournisseur: String,
+    beneficiaire_telephone: String,
+    beneficiaire_nom: Option<String>,
+    description: Option<String>,
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+pub async fn create(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let merchant = authenticate(&state, req.headers())?;
+    let body = read_body(&req, payload).await?;
+    let b: CreateBody = parse_json(&req, &body, false)?;
+    let idem = idempotency(&req, &body, StatusCode::CREATED)?;
+    let (provider, devise, montant) = provider_for(&state, &b.fournisseur, &b.devise, b.montant, Operation::Retrait)?;
+    let new = NewPayout {
+        montant,
+        devise,
+        fournisseur: provider.settings.code.clone(),
+        fee: provider.settings.frais,
+        beneficiaire_telephone: Phone::parse(&b.beneficiaire_telephone)
+            .map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?,
+        beneficiaire_nom: optional("beneficiaire_nom", b.beneficiaire_nom, Name::parse)?,
+        description: optional("description", b.description, Description::parse)?,
+        metadata: metadata(b.metadata)?,
+    };
+    let executed = state.engine.execute(&merchant.id, Command::CreatePayout(new), idem).await?;
+    if let (Executed::Done(Record::Payout(payout)), Some(adapter)) = (&executed, &provider.adapter) {
+        if let Err(e) = adapter.payout(payout).await {
+            tracing::warn!(payout = %payout.id, error = %e, "payout request to provider failed");
+        }
+    }
+    respond(executed, StatusCode::CREATED)
+}
+
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let merchant = authenticate(&state, req.headers())?;
+    let query = parse_query(&req, &["limit", "starting_after", "statut", "devise"])?;
+    let (limit, cursor) = page_params(&query, IdKind::Payout)?;
+    let statut = query
+        .get("statut")
+        .map(|s| PayoutStatus::parse(s).ok_or_else(|| ApiError::invalid("statut", "one of en_attente, traite, rejete")))
+        .transpose()?;
+    let devise = query
+        .get("devise")
+        .map(|d| Currency::parse(d).map_err(|e| ApiError::invalid("devise", e.to_string())))
+        .transpose()?;
+    let page = state.engine.store().payouts(&merchant.id, cursor.as_deref(), limit, &mut |o| {
+        statut.is_none_or(|s| o.statut == s) && devise.is_none_or(|d| o.devise == d)
+    })?;
+    Ok(HttpResponse::Ok().json(Listed::from(page)))
+}
+
+pub async fn get(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let merchant = authenticate(&state, req.headers())?;
+    if validate_id(IdKind::Payout, &path).is_err() {
+        return Err(ApiError::not_found("payout"));
+    }
+    match state.engine.payout(&merchant.id, &path).await? {
+        Some(payout) => Ok(HttpResponse::Ok().json(payout)),
+        None => Err(ApiError::not_found("payout")),
+    }
+}

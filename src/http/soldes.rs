@@ -1,0 +1,42 @@
+//! `GET /v1/soldes`: the merchant's balances per currency (contract 9), read through its actor so that
+//! they include every acknowledged change and nothing that is not yet durable.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::domain::money::Currency;
+use caisse_engine::domain::time::Timestamp;
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::extract::authenticate;
+use super::AppState;
+
+#[derive(Serialize)]
+struct Row {
+    devise: Currency,
+    disponible: i64,
+    en_attente: i64,
+    total: i64,
+    updated_at: Timestamp,
+}
+
+#[derive(Serialize)]
+struct Rows {
+    data: Vec<Row>,
+}
+
+pub async fn get(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let merchant = authenticate(&state, req.headers())?;
+    let balances = state.engine.balances(&merchant.id).await?;
+    let data = balances
+        .0
+        .iter()
+        .map(|(devise, b)| Row {
+            devise: *devise,
+            disponible: b.disponible,
+            en_attente: b.en_attente,
+            total: b.total(),
+            updated_at: Timestamp::from_unix_ms(b.updated_at_ms),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(Rows { data }))
+}

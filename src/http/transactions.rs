@@ -1,0 +1,121 @@
+//! `GET /v1/transactions` and `GET /v1/transactions/{reference}` (contract 5 and 8), and the paging rules
+//! every list shares.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::core::Record;
+use caisse_engine::domain::ids::{validate_id, IdKind};
+use caisse_engine::domain::money::Currency;
+use caisse_engine::domain::records::{Transaction, TransactionType};
+use caisse_engine::domain::status::{PaymentStatus, PayoutStatus, RefundStatus};
+use caisse_engine::domain::time::Timestamp;
+use caisse_engine::store::Page;
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::extract::{authenticate, parse_query};
+use super::AppState;
+
+pub const DEFAULT_LIMIT: usize = 20;
+pub const MAX_LIMIT: usize = 100;
+
+/// A list answer: `{"data", "has_more", "next_cursor"}`, `next_cursor` null exactly when `has_more` is false.
+#[derive(Serialize)]
+pub struct Listed<T> {
+    data: Vec<T>,
+    has_more: bool,
+    next_cursor: Option<String>,
+}
+
+impl<T> From<Page<T>> for Listed<T> {
+    fn from(page: Page<T>) -> Listed<T> {
+        let next_cursor = if page.has_more { page.next_cursor } else { None };
+        Listed { data: page.data, has_more: next_cursor.is_some(), next_cursor }
+    }
+}
+
+/// `limit` (1–100, default 20) and `starting_after` (an id of the kind this list returns).
+pub fn page_params(query: &BTreeMap<String, String>, cursor_kind: IdKind) -> Result<(usize, Option<String>), ApiError> {
+    let limit = match query.get("limit") {
+        None => DEFAULT_LIMIT,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+            _ => return Err(ApiError::invalid("limit", format!("a whole number from 1 to {MAX_LIMIT}"))),
+        },
+    };
+    let cursor = query.get("starting_after").cloned();
+    if let Some(c) = &cursor {
+        validate_id(cursor_kind, c).map_err(|_| ApiError::invalid("starting_after", "not a cursor of this list"))?;
+    }
+    Ok((limit, cursor))
+}
+
+fn timestamp(query: &BTreeMap<String, String>, field: &str) -> Result<Option<Timestamp>, ApiError> {
+    query
+        .get(field)
+        .map(|t| Timestamp::parse_rfc3339(t).map_err(|e| ApiError::invalid(field, e.to_string())))
+        .transpose()
+}
+
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let merchant = authenticate(&state, req.headers())?;
+    let allowed = ["limit", "starting_after", "type", "statut", "devise", "fournisseur", "created_from", "created_to"];
+    let query = parse_query(&req, &allowed)?;
+    let (limit, cursor) = page_params(&query, IdKind::Transaction)?;
+    let kind = query
+        .get("type")
+        .map(|t| {
+            TransactionType::parse(t)
+                .ok_or_else(|| ApiError::invalid("type", "one of paiement, remboursement, retrait"))
+        })
+        .transpose()?;
+    let statut = query.get("statut").cloned();
+    if let Some(s) = &statut {
+        let known =
+            PaymentStatus::parse(s).is_some() || RefundStatus::parse(s).is_some() || PayoutStatus::parse(s).is_some();
+        if !known {
+            return Err(ApiError::invalid("statut", format!("`{s}` is not a status")));
+        }
+    }
+    let devise = query
+        .get("devise")
+        .map(|d| Currency::parse(d).map_err(|e| ApiError::invalid("devise", e.to_string())))
+        .transpose()?;
+    let fournisseur = query.get("fournisseur").cloned();
+    if let Some(f) = &fournisseur {
+        if state.providers.get(f).is_none() {
+            return Err(ApiError::invalid("fournisseur", format!("unknown provider `{f}`")));
+        }
+    }
+    let from = timestamp(&query, "created_from")?;
+    let to = timestamp(&query, "created_to")?;
+    let page = state.engine.store().transactions(&merchant.id, cursor.as_deref(), limit, &mut |tx: &Transaction| {
+        kind.is_none_or(|k| tx.kind == k)
+            && statut.as_deref().is_none_or(|s| tx.statut == s)
+            && devise.is_none_or(|d| tx.devise == d)
+            && fournisseur.as_deref().is_none_or(|f| tx.fournisseur.as_str() == f)
+            && from.is_none_or(|f| tx.created_at >= f)
+            && to.is_none_or(|t| tx.created_at <= t)
+    })?;
+    Ok(HttpResponse::Ok().json(Listed::from(page)))
+}
+
+pub async fn get(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let merchant = authenticate(&state, req.headers())?;
+    let located =
+        state.engine.store().locate(&merchant.id, &path)?.ok_or_else(|| ApiError::not_found("transaction"))?;
+    let tx = match (&located.record, located.kind) {
+        (Record::Payout(o), _) => Transaction::of_payout(o),
+        (Record::Payment(p), TransactionType::Remboursement) => match &p.remboursement {
+            Some(r) => Transaction::of_refund(p, r),
+            None => return Err(ApiError::not_found("transaction")),
+        },
+        (Record::Payment(p), _) => Transaction::of_payment(p),
+    };
+    Ok(HttpResponse::Ok().json(tx))
+}

@@ -1,0 +1,103 @@
+//! `GET /v1/ping`, `GET /v1/devises`, `GET /v1/fournisseurs` (contract 11).
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::domain::money::{FeeRule, CURRENCIES};
+use caisse_engine::domain::time::Timestamp;
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::extract::authenticate;
+use super::AppState;
+use crate::config::Operation;
+
+#[derive(Serialize)]
+struct Ping {
+    status: &'static str,
+    environment: &'static str,
+    version: &'static str,
+    time: Timestamp,
+}
+
+/// No authentication. 503 when the store cannot take writes (the last group commit failed).
+pub async fn ping(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    if !state.engine.store().healthy() {
+        return Err(ApiError::unavailable());
+    }
+    Ok(HttpResponse::Ok().json(Ping {
+        status: "ok",
+        environment: state.settings.environment.as_str(),
+        version: env!("CARGO_PKG_VERSION"),
+        time: Timestamp::now(),
+    }))
+}
+
+#[derive(Serialize)]
+struct Devise {
+    code: &'static str,
+    nom: &'static str,
+    decimales: u8,
+}
+
+#[derive(Serialize)]
+struct List<T> {
+    data: Vec<T>,
+}
+
+pub async fn devises(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    authenticate(&state, req.headers())?;
+    let data = CURRENCIES.iter().map(|c| Devise { code: c.code, nom: c.name, decimales: c.decimals }).collect();
+    Ok(HttpResponse::Ok().json(List { data }))
+}
+
+#[derive(Serialize)]
+struct Bounds {
+    montant_min: i64,
+    montant_max: i64,
+}
+
+#[derive(Serialize)]
+struct Fournisseur<'a> {
+    code: &'a str,
+    nom: &'a str,
+    pays: &'a [String],
+    devises: Vec<&'a str>,
+    operations: &'a [Operation],
+    frais: FeeRule,
+    /// Bounds of the provider's first currency, as contract 11 shows them.
+    montant_min: i64,
+    montant_max: i64,
+    /// Bounds for every currency, in its smallest unit (the scalar pair above is the first one's).
+    limites: BTreeMap<&'a str, Bounds>,
+    actif: bool,
+}
+
+pub async fn fournisseurs(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    authenticate(&state, req.headers())?;
+    let data: Vec<Fournisseur> = state
+        .providers
+        .all()
+        .map(|p| {
+            let s = &p.settings;
+            let first = s.devises.first().and_then(|d| s.limites.get(d)).map(|(min, max)| (min.minor(), max.minor()));
+            Fournisseur {
+                code: s.code.as_str(),
+                nom: &s.nom,
+                pays: &s.pays,
+                devises: s.devises.iter().map(|d| d.code()).collect(),
+                operations: &s.operations,
+                frais: s.frais,
+                montant_min: first.map_or(0, |b| b.0),
+                montant_max: first.map_or(0, |b| b.1),
+                limites: s
+                    .limites
+                    .iter()
+                    .map(|(d, (min, max))| (d.code(), Bounds { montant_min: min.minor(), montant_max: max.minor() }))
+                    .collect(),
+                actif: p.active(),
+            }
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(List { data }))
+}

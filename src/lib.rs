@@ -1,0 +1,24 @@
+//! Caisse: a self-hostable payment collection and payout service.
+//!
+//! # Layout
+//!
+//! - [`app`]: builds the application from [`config::Settings`] and runs it (used by `main` and the tests).
+//! - [`config`]: compiled-in commented defaults, then `caisse.toml`, then `CAISSE_*`, then flags.
+//! - [`http`]: the REST API under `/v1`, one file per resource, errors mapped in one place.
+//! - [`providers`]: the provider adapter trait, the catalogue, the sandbox simulator, the TTL sweep.
+//! - [`settlement`]: provider answers turned into engine commands.
+//! - [`merchants`]: merchant accounts (keys, password hashes, webhook URLs).
+//! - [`webhook_url`]: the webhook URL rules of contract 12.
+//!
+//! The engine itself (merchant actors, ledger, store) is the `caisse-engine` crate in `actors/`. A payment
+//! comes in at `POST /v1/paiement/initier` ([`http`]), becomes an engine command, is made durable by the
+//! engine's group commit, goes to the provider ([`providers`]), and comes back as a provider notice that
+//! [`settlement`] applies; each status change leaves a webhook notification in the engine's outbox.
+
+pub mod app;
+pub mod config;
+pub mod http;
+pub mod merchants;
+pub mod providers;
+pub mod settlement;
+pub mod webhook_url;

@@ -1,0 +1,89 @@
+//! Merchant accounts: creation (secret key, password hash, webhook URL), shared by `caisse merchant create`,
+//! the first-start demo merchant and the tests.
+
+use std::sync::Arc;
+
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHasher, SaltString};
+use argon2::Argon2;
+use caisse_engine::domain::ids::{random_base62, MerchantId};
+use caisse_engine::domain::records::Merchant;
+use caisse_engine::domain::text::Email;
+use caisse_engine::domain::time::Timestamp;
+use caisse_engine::store::{Store, StoreError};
+
+use crate::config::Environment;
+use crate::webhook_url::{UrlError, WebhookUrl};
+
+/// What `merchant create` asks for.
+#[derive(Debug, Clone)]
+pub struct NewMerchant {
+    pub name: String,
+    pub email: String,
+    pub password: Option<String>,
+    pub webhook_url: Option<String>,
+}
+
+/// A created merchant with its password in clear, to be shown once.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub merchant: Merchant,
+    pub password: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("--name must be 1 to 200 characters")]
+    Name,
+    #[error("--email: {0}")]
+    Email(String),
+    #[error("--password must be 8 to 128 characters")]
+    Password,
+    #[error("--webhook-url: {0}")]
+    WebhookUrl(#[from] UrlError),
+    #[error("could not hash the password: {0}")]
+    Hash(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub fn new_secret_key(env: Environment) -> String {
+    format!("{}{}", env.key_prefix(), random_base62(32))
+}
+
+pub fn hash_password(password: &str) -> Result<String, CreateError> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| CreateError::Hash(e.to_string()))
+}
+
+/// Creates the merchant and waits until it is durable.
+pub async fn create(store: &Arc<dyn Store>, env: Environment, new: NewMerchant) -> Result<Created, CreateError> {
+    let name = new.name.trim().to_owned();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(CreateError::Name);
+    }
+    let email = Email::parse(&new.email).map_err(|e| CreateError::Email(e.to_string()))?;
+    let password = new.password.unwrap_or_else(|| random_base62(16));
+    if !(8..=128).contains(&password.chars().count()) {
+        return Err(CreateError::Password);
+    }
+    let webhook_url = new.webhook_url.map(|u| WebhookUrl::parse(&u, env)).transpose()?;
+    let merchant = Merchant {
+        id: MerchantId::new(),
+        name,
+        email: email.as_str().to_owned(),
+        password_hash: hash_password(&password)?,
+        secret_key: new_secret_key(env),
+        webhook_url: webhook_url.map(|u| u.as_str().to_owned()),
+        created_at: Timestamp::now(),
+    };
+    let ticket = store.put_merchant(merchant.clone(), None)?;
+    match ticket.await {
+        Ok(Ok(())) => Ok(Created { merchant, password }),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(StoreError::Closed.into()),
+    }
+}
