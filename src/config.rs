@@ -150,7 +150,7 @@ fn bad(setting: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 impl Layer {
     /// Parses a TOML source; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Layer, ConfigError> {
-        toml::from_str(text).map_err(|e| bad(origin, e.message().to_owned() + &span_hint(text, e.span())))
+        toml::from_str(text).map_err(|e| bad(origin, e.message().to_owned() + &span_hint(text, e.message(), e.span())))
     }
 
     /// Reads the `CAISSE_*` variables through `get` (the process environment in production, a map in tests).
@@ -226,11 +226,15 @@ impl Layer {
     }
 }
 
-fn span_hint(text: &str, span: Option<std::ops::Range<usize>>) -> String {
-    match span {
-        Some(range) => format!(" (line {})", text[..range.start.min(text.len())].lines().count().max(1)),
-        None => String::new(),
-    }
+fn span_hint(text: &str, message: &str, span: Option<std::ops::Range<usize>>) -> String {
+    // toml points an unknown key at its whole table; the key's own line is more useful.
+    let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
+    let line = match (unknown, span) {
+        (Some(key), _) => text.lines().position(|l| l.trim_start().starts_with(key)).map(|i| i + 1),
+        (None, Some(range)) => Some(text[..range.start.min(text.len())].matches('\n').count() + 1),
+        (None, None) => None,
+    };
+    line.map(|n| format!(" (line {n})")).unwrap_or_default()
 }
 
 /// Parses "5s,5m,30m" into milliseconds.

@@ -174,7 +174,12 @@ pub trait Store: Send + Sync + 'static {
         keep: &mut dyn FnMut(&Payout) -> bool,
     ) -> Result<Page<Payout>, StoreError>;
     /// What of `kind` still waits for a provider and was created before `created_before`, oldest first.
-    fn pending(&self, kind: TransactionType, created_before: Timestamp, limit: usize) -> Result<Vec<Pending>, StoreError>;
+    fn pending(
+        &self,
+        kind: TransactionType,
+        created_before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Pending>, StoreError>;
     /// This merchant's journal, in order, for a payment's history and for audits.
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
     fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError>;

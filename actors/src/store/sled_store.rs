@@ -18,7 +18,8 @@ use sha2::{Digest, Sha256};
 
 use super::writer::{Op, Writer};
 use super::{
-    AuditReport, Change, IdempotencyRecord, Located, Page, Pending, Recovered, Snapshot, Store, StoreError, Ticket, WriteGuard,
+    AuditReport, Change, IdempotencyRecord, Located, Page, Pending, Recovered, Snapshot, Store, StoreError, Ticket,
+    WriteGuard,
 };
 use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
@@ -434,7 +435,12 @@ impl Store for SledStore {
         Ok(Page { data, has_more: page.has_more, next_cursor: page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1)) })
     }
 
-    fn pending(&self, kind: TransactionType, created_before: Timestamp, limit: usize) -> Result<Vec<Pending>, StoreError> {
+    fn pending(
+        &self,
+        kind: TransactionType,
+        created_before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Pending>, StoreError> {
         let start = vec![kind.tag()];
         let mut end = vec![kind.tag()];
         end.extend_from_slice(&created_before.unix_ms().to_be_bytes());
