@@ -8,7 +8,10 @@ use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use caisse_engine::{Engine, EngineConfig, EngineError};
 
-use crate::config::Settings;
+use caisse_engine::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
+use caisse_engine::webhook::schedule::RetrySchedule;
+
+use crate::config::{Environment, Settings};
 use crate::http::{self, AppState, RateLimiter};
 use crate::merchants::{self, CreateError, Created, NewMerchant};
 use crate::providers::{expiry, Providers};
@@ -21,6 +24,18 @@ pub enum StartError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot create the demo merchant: {0}")]
     Demo(#[from] CreateError),
+    #[error("cannot start webhook delivery: {0}")]
+    Webhooks(#[from] DeliveryError),
+}
+
+/// The webhook pool's settings: production rules follow the environment; the rest is the pool's default.
+pub fn delivery_config(settings: &Settings) -> DeliveryConfig {
+    DeliveryConfig {
+        production: settings.environment == Environment::Production,
+        schedule: RetrySchedule { waits_ms: settings.webhook_retry_schedule_ms.clone(), jitter_permille: 200 },
+        extra_roots_pem: settings.webhook_extra_ca.clone(),
+        ..DeliveryConfig::default()
+    }
 }
 
 pub struct Application {
@@ -56,7 +71,9 @@ impl Application {
         if let Some(sim) = &providers.simulator {
             sim.set_base_url(format!("http://{bound}"));
         }
+        let webhooks = WebhookPool::start(engine.store().clone(), delivery_config(&settings))?;
         let state = web::Data::new(AppState {
+            webhooks,
             engine,
             rate_limiter: RateLimiter::new(settings.rate_limit_per_s),
             providers,

@@ -80,6 +80,7 @@ pub struct Settings {
     pub data_dir: PathBuf,
     pub environment: Environment,
     pub webhook_retry_schedule_ms: Vec<u64>,
+    pub webhook_extra_ca: Option<PathBuf>,
     pub payment_ttl_ms: u64,
     pub log: String,
     pub http_workers: usize,
@@ -98,6 +99,7 @@ pub struct Layer {
     data_dir: Option<String>,
     environment: Option<String>,
     webhook_retry_schedule: Option<String>,
+    webhook_extra_ca: Option<String>,
     payment_ttl: Option<String>,
     log: Option<String>,
     http_workers: Option<i64>,
@@ -180,6 +182,7 @@ impl Layer {
             data_dir: get("CAISSE_DATA_DIR"),
             environment: get("CAISSE_ENVIRONMENT"),
             webhook_retry_schedule: get("CAISSE_WEBHOOK_RETRY_SCHEDULE"),
+            webhook_extra_ca: get("CAISSE_WEBHOOK_EXTRA_CA"),
             payment_ttl: get("CAISSE_PAYMENT_TTL"),
             log: get("CAISSE_LOG"),
             http_workers: int("CAISSE_HTTP_WORKERS")?,
@@ -281,6 +284,12 @@ impl Settings {
             .ok_or_else(|| bad("environment", format!("`{env_text}` is neither sandbox nor production")))?;
         let schedule = need(layer.webhook_retry_schedule, "webhook_retry_schedule")?;
         let webhook_retry_schedule_ms = parse_schedule(&schedule).map_err(|e| bad("webhook_retry_schedule", e))?;
+        let webhook_extra_ca = layer.webhook_extra_ca.filter(|p| !p.is_empty()).map(PathBuf::from);
+        if let Some(path) = &webhook_extra_ca {
+            if !path.is_file() {
+                return Err(bad("webhook_extra_ca", format!("{} is not a readable file", path.display())));
+            }
+        }
         let ttl = need(layer.payment_ttl, "payment_ttl")?;
         let payment_ttl_ms = parse_duration_ms(&ttl).map_err(|e| bad("payment_ttl", e.to_string()))?;
         if payment_ttl_ms == 0 {
@@ -317,6 +326,7 @@ impl Settings {
             data_dir,
             environment,
             webhook_retry_schedule_ms,
+            webhook_extra_ca,
             payment_ttl_ms,
             log: need(layer.log, "log")?,
             http_workers,

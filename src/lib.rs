@@ -8,7 +8,6 @@
 //! - [`providers`]: the provider adapter trait, the catalogue, the sandbox simulator, the TTL sweep.
 //! - [`settlement`]: provider answers turned into engine commands.
 //! - [`merchants`]: merchant accounts (keys, password hashes, webhook URLs).
-//! - [`webhook_url`]: the webhook URL rules of contract 12.
 //!
 //! The engine itself (merchant actors, ledger, store) is the `caisse-engine` crate in `actors/`. A payment
 //! comes in at `POST /v1/paiement/initier` ([`http`]), becomes an engine command, is made durable by the
@@ -21,4 +20,3 @@ pub mod http;
 pub mod merchants;
 pub mod providers;
 pub mod settlement;
-pub mod webhook_url;

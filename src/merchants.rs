@@ -13,7 +13,7 @@ use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::{Store, StoreError};
 
 use crate::config::Environment;
-use crate::webhook_url::{UrlError, WebhookUrl};
+use caisse_engine::webhook::url::{UrlError, WebhookUrl};
 
 /// What `merchant create` asks for.
 #[derive(Debug, Clone)]
@@ -70,7 +70,7 @@ pub async fn create(store: &Arc<dyn Store>, env: Environment, new: NewMerchant) 
     if !(8..=128).contains(&password.chars().count()) {
         return Err(CreateError::Password);
     }
-    let webhook_url = new.webhook_url.map(|u| WebhookUrl::parse(&u, env)).transpose()?;
+    let webhook_url = new.webhook_url.map(|u| WebhookUrl::parse(&u, env == Environment::Production)).transpose()?;
     let merchant = Merchant {
         id: MerchantId::new(),
         name,

@@ -9,6 +9,7 @@
 //! - [`merchant`]: the merchant actor, one per merchant: decides, queues the change, answers once durable.
 //! - [`registry`] and [`engine`]: which actors run where; the front door the service calls.
 //! - [`store`]: the [`store::Store`] trait, the sled backend, group commit, recovery and the startup audit.
+//! - [`webhook`]: signatures, the retry schedule, URL rules, and the supervised delivery pool.
 //! - [`error`]: the engine's error type.
 //!
 //! A payment goes in through [`Engine::execute`] with a [`core::Command`], becomes a [`store::Change`] written
@@ -21,6 +22,7 @@ pub mod error;
 pub mod merchant;
 pub mod registry;
 pub mod store;
+pub mod webhook;
 
 pub use crate::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, Record, RefundOutcome, Rejection};
 pub use crate::engine::{Engine, EngineConfig};

@@ -127,8 +127,11 @@ fn json_error(path: &str, err: &serde_json::Error) -> ApiError {
             let quoted = text.split('`').nth(1).map(str::to_owned);
             let field = if text.starts_with("missing field") || text.starts_with("unknown field") {
                 let name = quoted.unwrap_or_default();
+                // An unknown field's path already ends at the field itself; a missing one's is its parent.
                 if path == "." {
                     name
+                } else if path == name || path.ends_with(&format!(".{name}")) {
+                    path.to_owned()
                 } else {
                     format!("{path}.{name}")
                 }

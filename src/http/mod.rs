@@ -23,6 +23,7 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::ids::{new_id, IdKind};
+use caisse_engine::webhook::delivery::WebhookPool;
 use caisse_engine::Engine;
 
 use crate::config::Settings;
@@ -36,6 +37,7 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub providers: Providers,
     pub rate_limiter: RateLimiter,
+    pub webhooks: WebhookPool,
 }
 
 /// Every route of the API: method, path, handler. The OpenAPI test walks this same list.

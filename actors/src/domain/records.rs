@@ -349,7 +349,14 @@ pub struct Notification {
     pub created_at: Timestamp,
     pub state: DeliveryState,
     pub next_attempt_at: Option<Timestamp>,
+    /// The last attempts, oldest first, bounded (see `webhook::schedule::MAX_LOGGED_ATTEMPTS`).
     pub attempts: Vec<Attempt>,
+    /// Attempts in the current chain (reset when sent again on demand); decides the next wait.
+    #[serde(default)]
+    pub chain_attempts: u32,
+    /// Attempts ever made, including those dropped from `attempts`.
+    #[serde(default)]
+    pub total_attempts: u32,
 }
 
 #[cfg(test)]

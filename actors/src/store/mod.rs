@@ -143,6 +143,20 @@ pub trait Store: Send + Sync + 'static {
     /// Creates or updates a merchant account, durably (the caller waits for the ticket).
     fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError>;
 
+    /// Persists a notification after an attempt or a resend (`before` is what the caller read), moving its
+    /// entry in the due index.
+    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError>;
+    /// This merchant's notifications, newest first, from after `cursor` (a notification id).
+    fn notifications(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Notification) -> bool,
+    ) -> Result<Page<Notification>, StoreError>;
+    /// Notifications as they become durable, for the webhook dispatcher; the first caller takes it.
+    fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>>;
+
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError>;
     fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError>;
     fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError>;
@@ -183,8 +197,18 @@ pub trait Store: Send + Sync + 'static {
     /// This merchant's journal, in order, for a payment's history and for audits.
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
     fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError>;
+    /// Notifications whose next attempt is due at or before `now`, oldest first, passing over the ids
+    /// `skip` says yes to (those already being delivered) without counting them against `limit`.
+    fn due_notifications_skipping(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        skip: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Notification>, StoreError>;
     /// Notifications whose next attempt is due at or before `now`, oldest first.
-    fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError>;
+    fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
+        self.due_notifications_skipping(now, limit, &mut |_| false)
+    }
 
     /// Recomputes every balance from the ledger and checks every invariant; an error names what disagrees.
     fn audit(&self) -> Result<AuditReport, StoreError>;

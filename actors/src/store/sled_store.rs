@@ -44,7 +44,8 @@ const IDEMPOTENCY: usize = 10;
 const OUTBOX: usize = 11;
 const OUTBOX_DUE: usize = 12;
 const PENDING: usize = 13;
-const TREE_NAMES: [&str; 14] = [
+const OUTBOX_BY_MERCHANT: usize = 14;
+const TREE_NAMES: [&str; 15] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -59,7 +60,11 @@ const TREE_NAMES: [&str; 14] = [
     "outbox",
     "outbox_due",
     "pending",
+    "outbox_by_merchant",
 ];
+
+/// Notifications waiting for the dispatcher beyond this are found by its scan of the due index instead.
+const FEED_CAPACITY: usize = 64 * 1024;
 
 /// Scanning a filtered list stops after this many index entries, so one request's work is bounded.
 const MAX_SCAN: usize = 5_000;
@@ -68,6 +73,7 @@ pub struct SledStore {
     trees: Vec<sled::Tree>,
     writer: Writer,
     healthy: Arc<AtomicBool>,
+    feed: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Notification>>>,
 }
 
 fn io(context: &str) -> impl Fn(sled::Error) -> StoreError + '_ {
@@ -178,8 +184,9 @@ impl SledStore {
             .and_then(|d| d.sync_all())
             .map_err(|e| StoreError::Io(format!("sync {}: {e}", dir.display())))?;
         let healthy = Arc::new(AtomicBool::new(true));
-        let writer = Writer::spawn(db.clone(), trees.clone(), dir, healthy.clone())?;
-        Ok(SledStore { trees, writer, healthy })
+        let (feed_tx, feed_rx) = tokio::sync::mpsc::channel(FEED_CAPACITY);
+        let writer = Writer::spawn(db.clone(), trees.clone(), dir, healthy.clone(), feed_tx)?;
+        Ok(SledStore { trees, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
     }
 
     fn get<T: DeserializeOwned>(&self, tree: usize, key: &[u8]) -> Result<Option<T>, StoreError> {
@@ -196,9 +203,10 @@ impl SledStore {
         })
     }
 
-    fn change_ops(change: &Change) -> Result<Vec<Op>, StoreError> {
+    fn change_ops(change: &Change) -> Result<(Vec<Op>, Vec<Notification>), StoreError> {
         let m = &change.merchant;
-        let mut ops = Vec::with_capacity(6 + 2 * change.outbox.len());
+        let mut ops = Vec::with_capacity(8 + 3 * change.outbox.len());
+        let mut created = Vec::with_capacity(change.outbox.len());
         ops.push(Op::Insert(JOURNAL, journal_key(m, change.journal.seq), encode(&change.journal)?));
         match &change.record {
             Record::Payment(p) => ops.push(Op::Insert(PAYMENTS, mkey(m, p.reference.as_str().as_bytes()), encode(p)?)),
@@ -224,9 +232,13 @@ impl SledStore {
                 state: DeliveryState::Pending,
                 next_attempt_at: Some(change.journal.at),
                 attempts: Vec::new(),
+                chain_attempts: 0,
+                total_attempts: 0,
             };
             ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode(&notification)?));
             ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), Vec::new()));
+            ops.push(Op::Insert(OUTBOX_BY_MERCHANT, mkey(m, item.id.as_bytes()), Vec::new()));
+            created.push(notification);
         }
         pending_ops(m, &change.record, &mut ops);
         if let Some((key, record)) = &change.idempotency {
@@ -235,7 +247,7 @@ impl SledStore {
         if let Some(snapshot) = &change.snapshot {
             ops.push(Op::Insert(SNAPSHOTS, m.as_bytes().to_vec(), encode(snapshot)?));
         }
-        Ok(ops)
+        Ok((ops, created))
     }
 
     /// Replays `events` (one merchant's, in order, starting after `start`) onto `start`, checking each.
@@ -280,8 +292,8 @@ impl SledStore {
 
 impl Store for SledStore {
     fn commit(&self, change: Change, guard: &WriteGuard) -> Result<Ticket, StoreError> {
-        let ops = Self::change_ops(&change)?;
-        self.writer.submit(ops, Some(guard))
+        let (ops, notify) = Self::change_ops(&change)?;
+        self.writer.submit(ops, Some(guard), notify)
     }
 
     fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError> {
@@ -299,7 +311,54 @@ impl Store for SledStore {
         if let Some(old) = previous_key.filter(|old| *old != merchant.secret_key) {
             ops.push(Op::Remove(MERCHANT_KEYS, key_hash(&old)));
         }
-        self.writer.submit(ops, None)
+        self.writer.submit(ops, None, Vec::new())
+    }
+
+    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError> {
+        let mut ops = vec![Op::Insert(OUTBOX, after.id.as_bytes().to_vec(), encode(after)?)];
+        if let Some(at) = before.next_attempt_at {
+            ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
+        }
+        if let Some(at) = after.next_attempt_at {
+            ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), Vec::new()));
+        }
+        self.writer.submit(ops, None, Vec::new())
+    }
+
+    fn notifications(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Notification) -> bool,
+    ) -> Result<Page<Notification>, StoreError> {
+        let start = mkey(merchant, b"");
+        let end = match cursor {
+            Some(c) => mkey(merchant, c.as_bytes()),
+            None => mkey(merchant, &[0xff]),
+        };
+        let mut data = Vec::new();
+        let mut has_more = false;
+        let mut last = None;
+        for (scanned, item) in self.trees[OUTBOX_BY_MERCHANT].range(start..end).rev().enumerate() {
+            let (key, _) = item.map_err(io("outbox_by_merchant"))?;
+            if data.len() == limit || scanned == MAX_SCAN {
+                has_more = true;
+                break;
+            }
+            let id = &key[MERCHANT_ID_LEN..];
+            last = Some(String::from_utf8_lossy(id).into_owned());
+            if let Some(n) = self.get::<Notification>(OUTBOX, id)? {
+                if keep(&n) {
+                    data.push(n);
+                }
+            }
+        }
+        Ok(Page { data, has_more, next_cursor: if has_more { last } else { None } })
+    }
+
+    fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>> {
+        self.feed.lock().ok().and_then(|mut feed| feed.take())
     }
 
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {
@@ -470,12 +529,23 @@ impl Store for SledStore {
         self.get(OUTBOX, id.as_bytes())
     }
 
-    fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
+    fn due_notifications_skipping(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        skip: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Notification>, StoreError> {
         let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
         let mut due = Vec::new();
-        for item in self.trees[OUTBOX_DUE].range(..end.as_slice()).take(limit) {
+        for item in self.trees[OUTBOX_DUE].range(..end.as_slice()) {
+            if due.len() >= limit {
+                break;
+            }
             let (key, _) = item.map_err(io("outbox_due"))?;
             let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
+            if skip(std::str::from_utf8(id).unwrap_or_default()) {
+                continue;
+            }
             if let Some(n) = self.get::<Notification>(OUTBOX, id)? {
                 due.push(n);
             }

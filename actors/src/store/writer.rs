@@ -23,6 +23,7 @@ use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{StoreError, Ticket, WriteGuard};
+use crate::domain::records::Notification;
 
 /// Jobs one batch takes at most; bounds the transaction's size and the latency of the first job in it.
 pub(crate) const MAX_BATCH_JOBS: usize = 2048;
@@ -37,6 +38,8 @@ pub(crate) enum Op {
 struct Job {
     ops: Vec<Op>,
     guard: Option<WriteGuard>,
+    /// Notifications this job creates, handed to the webhook dispatcher once they are durable.
+    notify: Vec<Notification>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -64,10 +67,12 @@ impl Writer {
         trees: Vec<sled::Tree>,
         dir: &Path,
         healthy: Arc<AtomicBool>,
+        feed: mpsc::Sender<Notification>,
     ) -> Result<Writer, StoreError> {
         let data_file = File::open(dir.join("db")).map_err(|e| StoreError::Io(format!("open sled data file: {e}")))?;
         let (queue, jobs) = mpsc::channel(QUEUE_CAPACITY);
-        let mut thread = WriterThread { db, trees, data_file, blobs: Blobs::new(dir.join("blobs")), jobs, healthy };
+        let mut thread =
+            WriterThread { db, trees, data_file, blobs: Blobs::new(dir.join("blobs")), jobs, healthy, feed };
         let thread = std::thread::Builder::new()
             .name("caisse-store-writer".into())
             .spawn(move || thread.run())
@@ -75,12 +80,17 @@ impl Writer {
         Ok(Writer { queue: Some(queue), thread: Some(thread) })
     }
 
-    pub(crate) fn submit(&self, ops: Vec<Op>, guard: Option<&WriteGuard>) -> Result<Ticket, StoreError> {
+    pub(crate) fn submit(
+        &self,
+        ops: Vec<Op>,
+        guard: Option<&WriteGuard>,
+        notify: Vec<Notification>,
+    ) -> Result<Ticket, StoreError> {
         if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
             return Err(StoreError::Aborted);
         }
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops, guard: guard.cloned(), done };
+        let job = Job { ops, guard: guard.cloned(), notify, done };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok(ticket),
@@ -97,6 +107,7 @@ struct WriterThread {
     blobs: Blobs,
     jobs: mpsc::Receiver<Job>,
     healthy: Arc<AtomicBool>,
+    feed: mpsc::Sender<Notification>,
 }
 
 impl WriterThread {
@@ -130,7 +141,13 @@ impl WriterThread {
         if let Err(err) = &result {
             tracing::error!(error = %err, jobs = batch.len(), "group commit failed; its changes are refused");
         }
-        for job in batch {
+        for mut job in batch {
+            if result.is_ok() {
+                // A full feed only delays delivery: the dispatcher's scan of the due index finds the rest.
+                for n in job.notify.drain(..) {
+                    let _ = self.feed.try_send(n);
+                }
+            }
             if result.is_err() {
                 if let Some(guard) = &job.guard {
                     guard.store(true, Ordering::Release);

@@ -5,9 +5,7 @@
 
 use std::net::{IpAddr, ToSocketAddrs};
 
-use actix_web::http::Uri;
-
-use crate::config::Environment;
+use awc::http::Uri;
 
 /// Longest URL accepted; a webhook URL has no reason to be longer.
 pub const MAX_URL_LEN: usize = 2048;
@@ -37,9 +35,9 @@ impl WebhookUrl {
         &self.0
     }
 
-    /// Parses and checks `text` for `env`. In production the host is resolved (blocking DNS): call it where
-    /// blocking is acceptable, or through `web::block`.
-    pub fn parse(text: &str, env: Environment) -> Result<WebhookUrl, UrlError> {
+    /// Parses and checks `text`; `production` applies contract 12's production rules, which resolve the host
+    /// (blocking DNS): call it where blocking is acceptable, or on a blocking thread.
+    pub fn parse(text: &str, production: bool) -> Result<WebhookUrl, UrlError> {
         if text.len() > MAX_URL_LEN {
             return Err(UrlError::TooLong);
         }
@@ -50,7 +48,7 @@ impl WebhookUrl {
             Some("http") => false,
             _ => return Err(UrlError::Scheme),
         };
-        if env == Environment::Production {
+        if production {
             if !https {
                 return Err(UrlError::HttpInProduction);
             }
@@ -106,13 +104,13 @@ mod tests {
 
     #[test]
     fn sandbox_accepts_http_and_loopback() {
-        assert!(WebhookUrl::parse("http://127.0.0.1:9000/hook", Environment::Sandbox).is_ok());
-        assert!(WebhookUrl::parse("https://example.com/hook", Environment::Sandbox).is_ok());
+        assert!(WebhookUrl::parse("http://127.0.0.1:9000/hook", false).is_ok());
+        assert!(WebhookUrl::parse("https://example.com/hook", false).is_ok());
     }
 
     #[test]
     fn production_refuses_http_and_private_hosts() {
-        let p = Environment::Production;
+        let p = true;
         assert_eq!(WebhookUrl::parse("http://example.com/h", p), Err(UrlError::HttpInProduction));
         for host in [
             "127.0.0.1",
@@ -136,11 +134,8 @@ mod tests {
     #[test]
     fn malformed_urls_are_refused() {
         for bad in ["", "example.com", "ftp://example.com", "https://", "http:///path"] {
-            assert!(WebhookUrl::parse(bad, Environment::Sandbox).is_err(), "{bad}");
+            assert!(WebhookUrl::parse(bad, false).is_err(), "{bad}");
         }
-        assert_eq!(
-            WebhookUrl::parse(&format!("https://a.com/{}", "x".repeat(3000)), Environment::Sandbox),
-            Err(UrlError::TooLong)
-        );
+        assert_eq!(WebhookUrl::parse(&format!("https://a.com/{}", "x".repeat(3000)), false), Err(UrlError::TooLong));
     }
 }
