@@ -174,8 +174,12 @@ impl MerchantActor {
             Target::NewPayment(Some(r)) | Target::Payment(r) => r.as_str(),
             Target::Payout(id) => id.as_str(),
         };
-        if let Some((record, _)) = self.dirty.get(key) {
-            return Ok(Some(record.clone()));
+        // `dirty` also holds a payment under its refund's reference; only a reference that names the record
+        // itself counts for commands about an existing payment or payout.
+        match (self.dirty.get(key), target) {
+            (Some((record, _)), Target::NewPayment(_)) => return Ok(Some(record.clone())),
+            (Some((record, _)), _) if record.key() == key => return Ok(Some(record.clone())),
+            _ => {}
         }
         let found = match target {
             // A new reference must not collide with any reference of this merchant, refunds and payouts too.
