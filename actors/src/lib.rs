@@ -20,6 +20,8 @@ pub mod domain;
 pub mod engine;
 pub mod error;
 pub mod merchant;
+#[cfg(feature = "openapi")]
+mod openapi;
 pub mod registry;
 pub mod store;
 pub mod webhook;

@@ -65,13 +65,19 @@ impl std::fmt::Display for ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
+/// Every non-2xx answer (contract 3).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorBody)]
+pub struct Body<'a> {
     error: Inner<'a>,
 }
 
-#[derive(Serialize)]
-struct Inner<'a> {
+/// The body of every error answer, as the API document names it.
+pub type ErrorBody<'a> = Body<'a>;
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorDetail)]
+pub struct Inner<'a> {
     code: &'a str,
     message: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]

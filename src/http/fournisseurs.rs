@@ -8,12 +8,22 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::read_body;
 use super::AppState;
 use crate::providers::ProviderError;
 use crate::settlement::settle;
 
+/// Provider notices (not a merchant endpoint): authenticated by the provider's signature.
+#[utoipa::path(post, path = "/v1/fournisseurs/{code}/notifications", tag = "fournisseurs",
+    params(("code" = String, Path, description = "Provider code")),
+    request_body(content = String, content_type = "application/json", description = "The provider's signed notice"),
+    responses((status = 200, description = "Accepted (duplicates too)", body = Object),
+        (status = 400, description = "Malformed notice or inactive provider", body = ErrorBody),
+        (status = 401, description = "Notice not authentic", body = ErrorBody),
+        (status = 404, description = "Unknown provider or transaction", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 503, description = "Provider or storage unavailable", body = ErrorBody)))]
 pub async fn notification(
     state: web::Data<AppState>,
     req: HttpRequest,

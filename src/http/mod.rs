@@ -8,6 +8,7 @@
 pub mod error;
 pub mod extract;
 mod fournisseurs;
+pub mod openapi;
 mod paiement;
 mod ratelimit;
 mod retraits;
@@ -55,6 +56,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/devises"),
     ("GET", "/v1/fournisseurs"),
     ("POST", "/v1/fournisseurs/{code}/notifications"),
+    ("GET", "/v1/openapi.json"),
 ];
 
 /// Registers the API on an actix-web `App`.
@@ -109,6 +111,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::post().to(fournisseurs::notification))
                     .default_service(unknown_method()),
             )
+            .service(web::resource("/openapi.json").route(web::get().to(openapi::document)).default_service(unknown_method()))
             .default_service(web::to(|req: HttpRequest| async move { no_such_endpoint(&req) })),
     );
 }

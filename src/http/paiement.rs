@@ -14,15 +14,16 @@ use caisse_engine::domain::text::{Description, Email, Metadata, Motif, Name, Ref
 use caisse_engine::{Command, Executed, NewPayment, Record};
 use serde::Deserialize;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+use caisse_engine::domain::records::Payment;
 use super::extract::{authenticate, idempotency, parse_json, read_body, respond};
 use super::AppState;
 use crate::config::Operation;
 use crate::providers::Provider;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct InitiateBody {
+pub(crate) struct InitiateBody {
     montant: i64,
     devise: String,
     fournisseur: String,
@@ -34,9 +35,9 @@ struct InitiateBody {
     reference: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RefundBody {
+pub(crate) struct RefundBody {
     montant: Option<i64>,
     motif: Option<String>,
 }
@@ -99,6 +100,13 @@ pub(super) fn provider_for<'a>(
     Ok((provider, devise, montant))
 }
 
+/// Initiate a payment (contract 6).
+#[utoipa::path(post, path = "/v1/paiement/initier", tag = "paiement", request_body = InitiateBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; replays the first answer for 24 h")),
+    responses((status = 201, description = "Payment created", body = Payment), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 409, description = "duplicate_reference, idempotency conflicts", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody), (status = 415, description = "Not JSON", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn initiate(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -137,6 +145,12 @@ fn reference(path: &str) -> Result<Reference, ApiError> {
     Reference::parse(path).map_err(|_| ApiError::not_found("payment"))
 }
 
+/// Retrieve a payment.
+#[utoipa::path(get, path = "/v1/paiement/{reference}", tag = "paiement",
+    params(("reference" = String, Path, description = "Payment reference")),
+    responses((status = 200, description = "The payment", body = Payment), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 404, description = "Unknown reference", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn get(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -150,6 +164,14 @@ pub async fn get(
     }
 }
 
+/// Refund a payment, wholly or in part (contract 7).
+#[utoipa::path(post, path = "/v1/paiement/{reference}/rembourser", tag = "paiement", request_body(content = Option<RefundBody>),
+    params(("reference" = String, Path, description = "Payment reference"), ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; replays the first answer for 24 h")),
+    responses((status = 200, description = "The payment with its refund", body = Payment), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 404, description = "Unknown reference", body = ErrorBody),
+        (status = 409, description = "invalid_state, insufficient_balance, idempotency conflicts", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody), (status = 415, description = "Not JSON", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn refund(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -12,16 +12,17 @@ use caisse_engine::domain::text::{Description, Name};
 use caisse_engine::{Command, Executed, NewPayout, Record};
 use serde::Deserialize;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+use caisse_engine::domain::records::Payout;
 use super::extract::{authenticate, idempotency, parse_json, parse_query, read_body, respond};
 use super::paiement::{metadata, optional, provider_for};
 use super::transactions::{page_params, Listed};
 use super::AppState;
 use crate::config::Operation;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateBody {
+pub(crate) struct CreateBody {
     montant: i64,
     devise: String,
     fournisseur: String,
@@ -31,6 +32,13 @@ struct CreateBody {
     metadata: Option<BTreeMap<String, String>>,
 }
 
+/// Create a payout (contract 10).
+#[utoipa::path(post, path = "/v1/retraits", tag = "retraits", request_body = CreateBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; replays the first answer for 24 h")),
+    responses((status = 201, description = "Payout created", body = Payout), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 409, description = "insufficient_balance, idempotency conflicts", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody), (status = 415, description = "Not JSON", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -61,6 +69,13 @@ pub async fn create(
     respond(executed, StatusCode::CREATED)
 }
 
+/// List payouts, newest first (contract 5).
+#[utoipa::path(get, path = "/v1/retraits", tag = "retraits",
+    params(("limit" = Option<u32>, Query, description = "1-100, default 20"),
+        ("starting_after" = Option<String>, Query, description = "next_cursor of the previous page"),
+        ("statut" = Option<PayoutStatus>, Query), ("devise" = Option<String>, Query)),
+    responses((status = 200, description = "A page of payouts", body = Listed<Payout>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
     let query = parse_query(&req, &["limit", "starting_after", "statut", "devise"])?;
@@ -79,6 +94,12 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     Ok(HttpResponse::Ok().json(Listed::from(page)))
 }
 
+/// Retrieve a payout.
+#[utoipa::path(get, path = "/v1/retraits/{id}", tag = "retraits",
+    params(("id" = String, Path, description = "Payout id (ret_...)")),
+    responses((status = 200, description = "The payout", body = Payout), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 404, description = "Unknown id", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn get(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -6,12 +6,12 @@ use caisse_engine::domain::money::Currency;
 use caisse_engine::domain::time::Timestamp;
 use serde::Serialize;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::authenticate;
 use super::AppState;
 
-#[derive(Serialize)]
-struct Row {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Row {
     devise: Currency,
     disponible: i64,
     en_attente: i64,
@@ -19,11 +19,15 @@ struct Row {
     updated_at: Timestamp,
 }
 
-#[derive(Serialize)]
-struct Rows {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Rows {
     data: Vec<Row>,
 }
 
+/// Balances per currency (contract 9).
+#[utoipa::path(get, path = "/v1/soldes", tag = "soldes",
+    responses((status = 200, description = "Balances", body = Rows), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn get(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
     let balances = state.engine.balances(&merchant.id).await?;

@@ -13,7 +13,7 @@ use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::Page;
 use serde::Serialize;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{authenticate, parse_query};
 use super::AppState;
 
@@ -21,7 +21,7 @@ pub const DEFAULT_LIMIT: usize = 20;
 pub const MAX_LIMIT: usize = 100;
 
 /// A list answer: `{"data", "has_more", "next_cursor"}`, `next_cursor` null exactly when `has_more` is false.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Listed<T> {
     data: Vec<T>,
     has_more: bool,
@@ -58,6 +58,16 @@ fn timestamp(query: &BTreeMap<String, String>, field: &str) -> Result<Option<Tim
         .transpose()
 }
 
+/// List transactions (payments, refunds, payouts), newest first (contract 5 and 8).
+#[utoipa::path(get, path = "/v1/transactions", tag = "transactions",
+    params(("limit" = Option<u32>, Query, description = "1-100, default 20"),
+        ("starting_after" = Option<String>, Query, description = "next_cursor of the previous page"),
+        ("type" = Option<TransactionType>, Query), ("statut" = Option<String>, Query),
+        ("devise" = Option<String>, Query), ("fournisseur" = Option<String>, Query),
+        ("created_from" = Option<String>, Query, description = "RFC 3339"),
+        ("created_to" = Option<String>, Query, description = "RFC 3339")),
+    responses((status = 200, description = "A page of transactions", body = Listed<Transaction>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
     let allowed = ["limit", "starting_after", "type", "statut", "devise", "fournisseur", "created_from", "created_to"];
@@ -101,6 +111,12 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     Ok(HttpResponse::Ok().json(Listed::from(page)))
 }
 
+/// Retrieve a transaction by payment reference, refund reference or payout id.
+#[utoipa::path(get, path = "/v1/transactions/{reference}", tag = "transactions",
+    params(("reference" = String, Path)),
+    responses((status = 200, description = "The transaction", body = Transaction), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
+        (status = 404, description = "Unknown reference", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn get(
     state: web::Data<AppState>,
     req: HttpRequest,

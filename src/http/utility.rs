@@ -7,19 +7,22 @@ use caisse_engine::domain::money::{FeeRule, CURRENCIES};
 use caisse_engine::domain::time::Timestamp;
 use serde::Serialize;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::authenticate;
 use super::AppState;
 use crate::config::Operation;
 
-#[derive(Serialize)]
-struct Ping {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Ping {
     status: &'static str,
     environment: &'static str,
     version: &'static str,
     time: Timestamp,
 }
 
+/// Health check, no authentication (contract 11).
+#[utoipa::path(get, path = "/v1/ping", tag = "utility",
+    responses((status = 200, description = "Up", body = Ping), (status = 503, description = "Storage unavailable", body = ErrorBody)))]
 /// No authentication. 503 when the store cannot take writes (the last group commit failed).
 pub async fn ping(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     if !state.engine.store().healthy() {
@@ -33,32 +36,36 @@ pub async fn ping(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> 
     }))
 }
 
-#[derive(Serialize)]
-struct Devise {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Devise {
     code: &'static str,
     nom: &'static str,
     decimales: u8,
 }
 
-#[derive(Serialize)]
-struct List<T> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct List<T> {
     data: Vec<T>,
 }
 
+/// Supported currencies.
+#[utoipa::path(get, path = "/v1/devises", tag = "utility",
+    responses((status = 200, description = "Currencies", body = List<Devise>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn devises(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authenticate(&state, req.headers())?;
     let data = CURRENCIES.iter().map(|c| Devise { code: c.code, nom: c.name, decimales: c.decimals }).collect();
     Ok(HttpResponse::Ok().json(List { data }))
 }
 
-#[derive(Serialize)]
-struct Bounds {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Bounds {
     montant_min: i64,
     montant_max: i64,
 }
 
-#[derive(Serialize)]
-struct Fournisseur<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Fournisseur<'a> {
     code: &'a str,
     nom: &'a str,
     pays: &'a [String],
@@ -73,6 +80,10 @@ struct Fournisseur<'a> {
     actif: bool,
 }
 
+/// Supported providers.
+#[utoipa::path(get, path = "/v1/fournisseurs", tag = "utility",
+    responses((status = 200, description = "Providers", body = List<Fournisseur>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn fournisseurs(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authenticate(&state, req.headers())?;
     let data: Vec<Fournisseur> = state

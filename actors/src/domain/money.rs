@@ -221,6 +221,7 @@ impl From<Currency> for String {
 ///
 /// The fee is fixed at initiation (contract 6), so the rule is copied into the payment record
 /// rather than looked up again later.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "FeeRuleFields")]
 pub struct FeeRule {

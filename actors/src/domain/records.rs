@@ -60,6 +60,7 @@ impl std::fmt::Display for ProviderCode {
 }
 
 /// A refund of a payment (contract 7). At most one per payment.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refund {
     pub reference: String,
@@ -77,6 +78,7 @@ impl Refund {
 }
 
 /// A payment (contract 6), exactly the API's object.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payment {
     pub reference: Reference,
@@ -100,6 +102,7 @@ pub struct Payment {
 }
 
 /// A payout (contract 10), exactly the API's object.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payout {
     pub id: String,
@@ -129,6 +132,7 @@ pub fn sibling_transaction_id(id: &str) -> String {
 }
 
 /// Kind of a money movement in the transaction list (contract 8).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TransactionType {
@@ -167,6 +171,7 @@ impl TransactionType {
 }
 
 /// The contract's transaction object (contract 8), derived from a payment, its refund or a payout.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Transaction {
     pub reference: String,

@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Status of a payment (contract 6). The serialized names are the contract's.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PaymentStatus {
@@ -26,6 +27,7 @@ pub enum PaymentStatus {
 }
 
 /// Status of a refund (contract 7).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RefundStatus {
@@ -35,6 +37,7 @@ pub enum RefundStatus {
 }
 
 /// Status of a payout (contract 10).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PayoutStatus {

@@ -1,0 +1,102 @@
+//! `GET /v1/openapi.json`: the OpenAPI 3 document of the API, generated from the handlers' annotations and
+//! the very types they serialize, so it cannot drift from the code. A test checks that its operations are
+//! exactly [`super::ROUTES`].
+
+use actix_web::HttpResponse;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::{fournisseurs, paiement, retraits, soldes, transactions, utility};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Caisse API",
+        description = "Payment collection and payout service. Amounts are integers in the currency's smallest \
+                       unit; authentication is `Authorization: Bearer <secret key>` except on /v1/ping."
+    ),
+    paths(
+        paiement::initiate,
+        paiement::get,
+        paiement::refund,
+        transactions::list,
+        transactions::get,
+        soldes::get,
+        retraits::create,
+        retraits::list,
+        retraits::get,
+        utility::ping,
+        utility::devises,
+        utility::fournisseurs,
+        fournisseurs::notification,
+        document,
+    ),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// This document. Served without authentication: it describes the API and holds no merchant data.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "utility",
+    responses((status = 200, description = "The OpenAPI document", body = Object)))]
+pub async fn document() -> HttpResponse {
+    HttpResponse::Ok().json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use actix_web::{test as web_test, App};
+
+    use super::*;
+    use crate::http::{configure, ROUTES};
+
+    fn routes() -> BTreeSet<(String, String)> {
+        ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect()
+    }
+
+    #[test]
+    fn the_document_has_every_route_and_nothing_else() {
+        let doc = ApiDoc::openapi();
+        let mut documented = BTreeSet::new();
+        for (path, item) in &doc.paths.paths {
+            let methods = [
+                ("GET", item.get.is_some()),
+                ("POST", item.post.is_some()),
+                ("PUT", item.put.is_some()),
+                ("PATCH", item.patch.is_some()),
+                ("DELETE", item.delete.is_some()),
+            ];
+            for (method, present) in methods {
+                if present {
+                    documented.insert((method.to_string(), path.clone()));
+                }
+            }
+        }
+        assert_eq!(documented, routes());
+    }
+
+    #[actix_web::test]
+    async fn every_listed_route_is_served() {
+        let app = web_test::init_service(App::new().configure(configure)).await;
+        for (method, path) in ROUTES {
+            let uri = path.replace("{reference}", "ref-1").replace("{id}", "ret_1").replace("{code}", "wave");
+            let req = web_test::TestRequest::default().method(method.parse().unwrap()).uri(&uri).to_request();
+            let body = web_test::call_and_read_body(&app, req).await;
+            let text = String::from_utf8_lossy(&body);
+            assert!(!text.contains("no endpoint"), "{method} {path} is not routed: {text}");
+        }
+        let req = web_test::TestRequest::get().uri("/v1/nothing").to_request();
+        let body = web_test::call_and_read_body(&app, req).await;
+        assert!(String::from_utf8_lossy(&body).contains("no endpoint"));
+    }
+}
