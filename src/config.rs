@@ -197,33 +197,42 @@ impl Layer {
         Layer { listen, data_dir: data_dir.map(|d| d.to_string_lossy().into_owned()), environment, ..Layer::default() }
     }
 
-    /// `other`'s values win over `self`'s.
+    /// `other`'s values win over `self`'s. `other` is taken apart field by field, so a new setting that is
+    /// not merged here does not compile.
     fn merge(mut self, other: Layer) -> Layer {
-        macro_rules! take {
-            ($($field:ident),*) => { $( if other.$field.is_some() { self.$field = other.$field; } )* };
-        }
-        take!(
+        let Layer {
             listen,
             data_dir,
             environment,
             webhook_retry_schedule,
+            webhook_extra_ca,
             payment_ttl,
             log,
             http_workers,
             rate_limit_per_s,
-            providers
-        );
-        if let Some(s) = other.sandbox {
+            sandbox,
+            providers,
+        } = other;
+        fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
+            if theirs.is_some() {
+                *mine = theirs;
+            }
+        }
+        win(&mut self.listen, listen);
+        win(&mut self.data_dir, data_dir);
+        win(&mut self.environment, environment);
+        win(&mut self.webhook_retry_schedule, webhook_retry_schedule);
+        win(&mut self.webhook_extra_ca, webhook_extra_ca);
+        win(&mut self.payment_ttl, payment_ttl);
+        win(&mut self.log, log);
+        win(&mut self.http_workers, http_workers);
+        win(&mut self.rate_limit_per_s, rate_limit_per_s);
+        win(&mut self.providers, providers);
+        if let Some(SandboxLayer { simulator, delay_ms, secret }) = sandbox {
             let mine = self.sandbox.get_or_insert_with(SandboxLayer::default);
-            if s.simulator.is_some() {
-                mine.simulator = s.simulator;
-            }
-            if s.delay_ms.is_some() {
-                mine.delay_ms = s.delay_ms;
-            }
-            if s.secret.is_some() {
-                mine.secret = s.secret;
-            }
+            win(&mut mine.simulator, simulator);
+            win(&mut mine.delay_ms, delay_ms);
+            win(&mut mine.secret, secret);
         }
         self
     }
@@ -442,6 +451,7 @@ mod tests {
             ("CAISSE_SANDBOX_DELAY_MS", "-1", "sandbox.delay_ms"),
             ("CAISSE_SANDBOX_DELAY_MS", "abc", "CAISSE_SANDBOX_DELAY_MS"),
             ("CAISSE_SANDBOX_SIMULATOR", "maybe", "CAISSE_SANDBOX_SIMULATOR"),
+            ("CAISSE_WEBHOOK_EXTRA_CA", "/nonexistent/ca.pem", "webhook_extra_ca"),
         ];
         for (var, value, setting) in cases {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
