@@ -105,6 +105,9 @@ pub fn parse_json<T: DeserializeOwned>(req: &HttpRequest, body: &[u8], optional:
         }
     }
     let body: &[u8] = if optional && empty { b"{}" } else { body };
+    // The whole body must be JSON before its shape is judged: `{"montant": 1} garbage` is `invalid_json`,
+    // not a missing field.
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(|e| json_error(".", &e))?;
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();

@@ -13,12 +13,13 @@ use caisse_engine::{Command, Executed, NewPayout, Record};
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
-use caisse_engine::domain::records::Payout;
 use super::extract::{authenticate, idempotency, parse_json, parse_query, read_body, respond};
 use super::paiement::{metadata, optional, provider_for};
 use super::transactions::{page_params, Listed};
 use super::AppState;
 use crate::config::Operation;
+use caisse_engine::domain::records::{Payout, TransactionType};
+use caisse_engine::store::Page;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -88,10 +89,22 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         .get("devise")
         .map(|d| Currency::parse(d).map_err(|e| ApiError::invalid("devise", e.to_string())))
         .transpose()?;
-    let page = state.engine.store().payouts(&merchant.id, cursor.as_deref(), limit, &mut |o| {
-        statut.is_none_or(|s| o.statut == s) && devise.is_none_or(|d| o.devise == d)
+    // Filtered on the transaction index (a payout `ret_X` is the transaction `tx_X`), so that a page holds
+    // `limit` matching payouts and `has_more` means another matching one exists.
+    let store = state.engine.store();
+    let cursor = cursor.map(|c| c.replacen("ret_", "tx_", 1));
+    let page = store.transactions(&merchant.id, cursor.as_deref(), limit + 1, &mut |tx| {
+        tx.kind == TransactionType::Retrait
+            && statut.is_none_or(|s| tx.statut == s.as_str())
+            && devise.is_none_or(|d| tx.devise == d)
     })?;
-    Ok(HttpResponse::Ok().json(Listed::from(page)))
+    let mut data = Vec::with_capacity(page.data.len());
+    for tx in &page.data {
+        data.extend(store.payout(&merchant.id, &tx.reference)?);
+    }
+    let next_cursor = page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1));
+    let page = Page { data, has_more: page.has_more, next_cursor };
+    Ok(HttpResponse::Ok().json(Listed::one_more(page, limit, |o: &Payout| o.id.clone())))
 }
 
 /// Retrieve a payout.

@@ -35,6 +35,20 @@ impl<T> From<Page<T>> for Listed<T> {
     }
 }
 
+impl<T> Listed<T> {
+    /// A page the store was asked `limit + 1` items for. The store's own `has_more` only says that its index
+    /// goes on, whether or not anything further matches the filters; the extra item, when it came, says that
+    /// another matching item exists. The cursor is then the last item shown (`cursor_of`).
+    pub fn one_more(mut page: Page<T>, limit: usize, cursor_of: impl Fn(&T) -> String) -> Listed<T> {
+        if page.data.len() > limit {
+            page.data.truncate(limit);
+            let next_cursor = page.data.last().map(cursor_of);
+            return Listed { data: page.data, has_more: next_cursor.is_some(), next_cursor };
+        }
+        Listed::from(page)
+    }
+}
+
 /// `limit` (1–100, default 20) and `starting_after` (an id of the kind this list returns).
 pub fn page_params(query: &BTreeMap<String, String>, cursor_kind: IdKind) -> Result<(usize, Option<String>), ApiError> {
     let limit = match query.get("limit") {
@@ -100,15 +114,16 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     }
     let from = timestamp(&query, "created_from")?;
     let to = timestamp(&query, "created_to")?;
-    let page = state.engine.store().transactions(&merchant.id, cursor.as_deref(), limit, &mut |tx: &Transaction| {
-        kind.is_none_or(|k| tx.kind == k)
-            && statut.as_deref().is_none_or(|s| tx.statut == s)
-            && devise.is_none_or(|d| tx.devise == d)
-            && fournisseur.as_deref().is_none_or(|f| tx.fournisseur.as_str() == f)
-            && from.is_none_or(|f| tx.created_at >= f)
-            && to.is_none_or(|t| tx.created_at <= t)
-    })?;
-    Ok(HttpResponse::Ok().json(Listed::from(page)))
+    let page =
+        state.engine.store().transactions(&merchant.id, cursor.as_deref(), limit + 1, &mut |tx: &Transaction| {
+            kind.is_none_or(|k| tx.kind == k)
+                && statut.as_deref().is_none_or(|s| tx.statut == s)
+                && devise.is_none_or(|d| tx.devise == d)
+                && fournisseur.as_deref().is_none_or(|f| tx.fournisseur.as_str() == f)
+                && from.is_none_or(|f| tx.created_at >= f)
+                && to.is_none_or(|t| tx.created_at <= t)
+        })?;
+    Ok(HttpResponse::Ok().json(Listed::one_more(page, limit, |tx| tx.transaction_id.clone())))
 }
 
 /// Retrieve a transaction by payment reference, refund reference or payout id.

@@ -1,0 +1,155 @@
+//! `Idempotency-Key` on every POST (contract 4): replay, reuse with another body, keys in flight, scope.
+
+use serde_json::json;
+
+use crate::helpers::{assert_error, data, payment_body, payout_body, spawn_app, text};
+
+#[actix_web::test]
+async fn a_replay_returns_the_first_answer_with_the_replay_header() {
+    let app = spawn_app().await;
+    let body = payment_body(1000, "99");
+    let first = app.send(app.post("/v1/paiement/initier").idem("order-1-attempt").json(&body)).await;
+    first.expect(201);
+    assert!(first.header("idempotent-replayed").is_none(), "a first answer is not a replay");
+    let reference = text(&first.json["reference"]).to_owned();
+    // Even after the payment has moved on, the replay is the first answer, byte for byte.
+    app.wait_payment(&reference, "succes").await;
+    for _ in 0..2 {
+        let again = app.send(app.post("/v1/paiement/initier").idem("order-1-attempt").json(&body)).await;
+        again.expect(201);
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+        assert!(again.header("content-type").unwrap_or("").starts_with("application/json"));
+        assert_eq!(again.json, first.json);
+        assert_eq!(again.json["statut"], "initie");
+    }
+    // Only one payment exists, credited once.
+    assert_eq!(data(&app.get_ok("/v1/transactions").await).len(), 1);
+    assert_eq!(app.balance("XOF").await, (985, 0, 985));
+}
+
+#[actix_web::test]
+async fn the_same_key_with_another_body_is_refused() {
+    let app = spawn_app().await;
+    let resp = app.send(app.post("/v1/paiement/initier").idem("k-1").json(&payment_body(1000, "02"))).await;
+    resp.expect(201);
+    let resp = app.send(app.post("/v1/paiement/initier").idem("k-1").json(&payment_body(2000, "02"))).await;
+    assert_error(&resp, 409, "idempotency_key_reused", None);
+    // Same key on another endpoint is another request too.
+    let resp = app.send(app.post("/v1/retraits").idem("k-1").json(&payout_body(1000, "99"))).await;
+    assert_error(&resp, 409, "idempotency_key_reused", None);
+    // The same JSON written differently is a different body (the key covers the exact bytes).
+    let resp = app
+        .send(app.post("/v1/paiement/initier").idem("k-1").raw(
+            Some("application/json"),
+            r#"{"montant":1000,  "devise":"XOF","fournisseur":"mtn_momo","client_telephone":"+22997000002"}"#,
+        ))
+        .await;
+    assert_error(&resp, 409, "idempotency_key_reused", None);
+    assert_eq!(data(&app.get_ok("/v1/transactions").await).len(), 1);
+}
+
+#[actix_web::test]
+async fn refunds_and_payouts_replay_too() {
+    let app = spawn_app().await;
+    let paid = app.fund(50000).await; // 49250
+    let reference = text(&paid["reference"]);
+    let path = format!("/v1/paiement/{reference}/rembourser");
+    let first = app.send(app.post(&path).idem("refund-1").json(&json!({"montant": 1000}))).await;
+    first.expect(200);
+    let again = app.send(app.post(&path).idem("refund-1").json(&json!({"montant": 1000}))).await;
+    again.expect(200);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json, first.json);
+    let other = app.send(app.post(&path).idem("refund-1").json(&json!({"montant": 999}))).await;
+    assert_error(&other, 409, "idempotency_key_reused", None);
+    // Without the key, a second refund is refused by the state machine, not replayed.
+    let resp = app.send(app.post(&path).json(&json!({"montant": 1000}))).await;
+    assert_error(&resp, 409, "invalid_state", None);
+
+    let body = payout_body(2000, "99");
+    let first = app.send(app.post("/v1/retraits").idem("payout-1").json(&body)).await;
+    first.expect(201);
+    let again = app.send(app.post("/v1/retraits").idem("payout-1").json(&body)).await;
+    again.expect(201);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json, first.json);
+    assert_eq!(data(&app.get_ok("/v1/retraits").await).len(), 1);
+    app.wait_payout(text(&first.json["id"]), "traite").await;
+    app.wait_payment(reference, "rembourse").await;
+    assert_eq!(app.balance("XOF").await, (49250 - 1000 - 2000, 0, 46250), "reserved and consumed once each");
+}
+
+#[actix_web::test]
+async fn without_a_key_requests_are_not_deduplicated() {
+    let app = spawn_app().await;
+    let body = payment_body(1000, "02");
+    let a = app.initiate(&body).await;
+    let b = app.initiate(&body).await;
+    assert_ne!(a["reference"], b["reference"]);
+    assert_eq!(data(&app.get_ok("/v1/transactions").await).len(), 2);
+}
+
+#[actix_web::test]
+async fn keys_are_per_merchant() {
+    let app = spawn_app().await;
+    let other = app.new_merchant("Second Shop").await;
+    let body = payment_body(1000, "02");
+    let mine = app.send(app.post("/v1/paiement/initier").idem("shared-key").json(&body)).await;
+    mine.expect(201);
+    let theirs = app.send(app.post("/v1/paiement/initier").auth(&other).idem("shared-key").json(&body)).await;
+    theirs.expect(201);
+    assert!(theirs.header("idempotent-replayed").is_none());
+    assert_ne!(mine.json["reference"], theirs.json["reference"]);
+}
+
+#[actix_web::test]
+async fn bad_keys_are_400() {
+    let app = spawn_app().await;
+    for key in ["", &"k".repeat(256), "clé-accentuée", "tab\there"] {
+        let resp = app.send(app.post("/v1/paiement/initier").idem(key).json(&payment_body(1000, "02"))).await;
+        assert_error(&resp, 400, "invalid_request", Some("Idempotency-Key"));
+    }
+    let resp = app.send(app.post("/v1/paiement/initier").idem(&"k".repeat(255)).json(&payment_body(1000, "02"))).await;
+    resp.expect(201);
+}
+
+/// Concurrent identical requests: whichever runs first creates the payment; every other one is either a replay
+/// of it or `idempotency_key_in_use`. Which of the two a given request gets depends on timing, so the test
+/// accepts both, but there is always exactly one payment.
+#[actix_web::test]
+async fn concurrent_identical_requests_create_one_payment() {
+    let app = std::rc::Rc::new(spawn_app().await);
+    for round in 0..3 {
+        let key = format!("concurrent-{round}");
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let app = app.clone();
+            let key = key.clone();
+            tasks.push(actix_web::rt::spawn(async move {
+                app.send(app.post("/v1/paiement/initier").idem(&key).json(&payment_body(1000, "02"))).await
+            }));
+        }
+        let mut created = Vec::new();
+        let mut replays = 0;
+        let mut in_use = 0;
+        for task in tasks {
+            let resp = task.await.expect("task");
+            match (resp.status, resp.header("idempotent-replayed")) {
+                (201, None) => created.push(resp.json["reference"].clone()),
+                (201, Some("true")) => {
+                    replays += 1;
+                    created.push(resp.json["reference"].clone());
+                }
+                (409, _) => {
+                    assert_error(&resp, 409, "idempotency_key_in_use", None);
+                    in_use += 1;
+                }
+                _ => panic!("unexpected answer {}: {:?}", resp.status, resp.json),
+            }
+        }
+        assert_eq!(created.len() - replays, 1, "exactly one request created the payment");
+        assert!(created.iter().all(|r| *r == created[0]), "replays name the same payment");
+        assert_eq!(created.len() + in_use, 8);
+    }
+    assert_eq!(data(&app.get_ok("/v1/transactions").await).len(), 3);
+}
