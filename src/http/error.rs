@@ -121,9 +121,6 @@ impl From<EngineError> for ApiError {
             EngineError::IdempotencyKeyInUse => {
                 conflict("idempotency_key_in_use", "a request with this Idempotency-Key is still in progress".into())
             }
-            EngineError::Unavailable(detail) | EngineError::Internal(detail) if detail.is_empty() => {
-                ApiError::unavailable()
-            }
             EngineError::Unavailable(detail) => {
                 tracing::warn!(error = %detail, "engine unavailable");
                 ApiError::unavailable()

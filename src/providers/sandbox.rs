@@ -90,12 +90,18 @@ impl Simulator {
     }
 }
 
+thread_local! {
+    /// One client per actix thread (awc is `!Send`), so notices reuse connections instead of opening one each.
+    static CLIENT: awc::Client = awc::Client::builder().disable_redirects().finish();
+}
+
 async fn send_notice(url: &str, secret: &str, notice: &Notice) {
     let Ok(body) = serde_json::to_vec(notice) else { return };
     for attempt in 0..NOTICE_ATTEMPTS {
         let timestamp = Timestamp::now().unix_s();
         let signature = sign(secret, timestamp, &body);
-        let sent = awc::Client::default()
+        let sent = CLIENT
+            .with(|client| client.clone())
             .post(url)
             .insert_header(("Content-Type", "application/json"))
             .insert_header((TIMESTAMP_HEADER, timestamp.to_string()))
