@@ -12,6 +12,7 @@ use caisse_engine::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPoo
 use caisse_engine::webhook::schedule::RetrySchedule;
 
 use crate::config::{Environment, Settings};
+use crate::dashboard::{self, DashboardState};
 use crate::http::{self, AppState, RateLimiter};
 use crate::merchants::{self, CreateError, Created, NewMerchant};
 use crate::providers::{expiry, Providers};
@@ -80,8 +81,15 @@ impl Application {
             settings: settings.clone(),
         });
         let app_state = state.clone();
+        // One dashboard state for every worker: sessions and login throttling must be seen by all of them.
+        let dashboard_state = web::Data::new(DashboardState::new(settings.environment));
         let mut server = HttpServer::new(move || {
-            App::new().app_data(app_state.clone()).wrap_fn(http::request_log).configure(http::configure)
+            App::new()
+                .app_data(app_state.clone())
+                .app_data(dashboard_state.clone())
+                .wrap_fn(http::request_log)
+                .configure(http::configure)
+                .configure(dashboard::configure)
         })
         .listen(listener)
         .map_err(|source| StartError::Bind { addr: bound.to_string(), source })?;

@@ -5,6 +5,8 @@
 //! - [`app`]: builds the application from [`config::Settings`] and runs it (used by `main` and the tests).
 //! - [`config`]: compiled-in commented defaults, then `caisse.toml`, then `CAISSE_*`, then flags.
 //! - [`http`]: the REST API under `/v1`, one file per resource, errors mapped in one place.
+//! - [`dashboard`]: the merchant dashboard, server-rendered HTML at `/` (login, balances, transactions,
+//!   payouts, webhook deliveries, the "API keys" section), one file per page family.
 //! - [`providers`]: the provider adapter trait, the catalogue, the sandbox simulator, the TTL sweep.
 //! - [`settlement`]: provider answers turned into engine commands.
 //! - [`merchants`]: merchant accounts (keys, password hashes, webhook URLs).
@@ -16,6 +18,7 @@
 
 pub mod app;
 pub mod config;
+pub mod dashboard;
 pub mod http;
 pub mod merchants;
 pub mod providers;

@@ -111,7 +111,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::post().to(fournisseurs::notification))
                     .default_service(unknown_method()),
             )
-            .service(web::resource("/openapi.json").route(web::get().to(openapi::document)).default_service(unknown_method()))
+            .service(
+                web::resource("/openapi.json")
+                    .route(web::get().to(openapi::document))
+                    .default_service(unknown_method()),
+            )
             .default_service(web::to(|req: HttpRequest| async move { no_such_endpoint(&req) })),
     );
 }

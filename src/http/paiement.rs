@@ -15,11 +15,11 @@ use caisse_engine::{Command, Executed, NewPayment, Record};
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
-use caisse_engine::domain::records::Payment;
 use super::extract::{authenticate, idempotency, parse_json, read_body, respond};
 use super::AppState;
 use crate::config::Operation;
 use crate::providers::Provider;
+use caisse_engine::domain::records::Payment;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,473 @@
+//! Who is looking at the dashboard: login with e-mail and password, logout, server-side sessions, CSRF
+//! tokens and the throttling of failed logins (contract 14).
+//!
+//! Sessions live in memory: the cookie `caisse_session` carries only a random id (190 bits from the OS
+//! generator), the server keeps the merchant, the session's CSRF token and its times under the SHA-256 of that
+//! id, so a memory dump or a timing probe of the map never yields a usable cookie. A session ends after
+//! [`SESSION_IDLE`] without a request, after [`SESSION_MAX_AGE`] whatever happens, or at logout. The map holds
+//! at most [`MAX_SESSIONS`]; when full, expired sessions go first, then the least recently used one. A restart
+//! logs everybody out, which is the price of keeping no session on disk.
+//!
+//! Every form carries its session's token in a hidden field, compared in constant time before any POST does
+//! anything. The login form has no session yet, so it uses a double-submit token: the same random value in a
+//! `SameSite=Strict` cookie and in the form, which another site can neither read nor set.
+//!
+//! Failed logins are counted per account (e-mail) and per client address, [`MAX_FAILURES`] in
+//! [`FAILURE_WINDOW`] each; beyond that the login answers 429 without checking the password. The address is
+//! the TCP peer, never a forwarded header a client could forge. Both maps are bounded like the sessions'.
+//! The password check (argon2, deliberately slow) runs on a blocking thread, and an unknown e-mail is checked
+//! against a dummy hash so that the answer's timing does not say which e-mails have accounts.
+
+use std::future::{ready, Ready};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
+use argon2::password_hash::{PasswordHash, PasswordVerifier};
+use argon2::Argon2;
+use caisse_engine::domain::ids::{random_base62, MerchantId};
+use caisse_engine::domain::records::Merchant;
+use dashmap::DashMap;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::{html, layout, read_form, redirect, DashError, Form};
+use crate::config::Environment;
+use crate::http::AppState;
+use crate::merchants;
+
+pub const SESSION_COOKIE: &str = "caisse_session";
+const LOGIN_COOKIE: &str = "caisse_login";
+pub const SESSION_IDLE: Duration = Duration::from_secs(12 * 60 * 60);
+pub const SESSION_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+pub const MAX_SESSIONS: usize = 10_000;
+pub const MAX_FAILURES: u32 = 5;
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Accounts and addresses tracked for throttling, each.
+pub const MAX_TRACKED: usize = 10_000;
+const TOKEN_LEN: usize = 32;
+/// Longer inputs cannot be a valid account, and are refused before any hashing.
+const MAX_EMAIL_LEN: usize = 254;
+const MAX_PASSWORD_LEN: usize = 128;
+
+/// The dashboard's own state, shared by every worker of the server.
+pub struct DashboardState {
+    pub sessions: Sessions,
+    pub by_account: Throttle,
+    pub by_address: Throttle,
+    /// Held while a merchant account is read, changed and written back (key roll, webhook URL).
+    pub merchant_updates: tokio::sync::Mutex<()>,
+    /// `Secure` on cookies: production runs behind https.
+    secure_cookies: bool,
+    /// An argon2 hash of nothing anybody knows, made on first use, to check unknown e-mails against.
+    dummy_hash: OnceLock<String>,
+}
+
+impl DashboardState {
+    pub fn new(environment: Environment) -> DashboardState {
+        DashboardState {
+            sessions: Sessions::new(MAX_SESSIONS),
+            by_account: Throttle::new(MAX_FAILURES, FAILURE_WINDOW, MAX_TRACKED),
+            by_address: Throttle::new(MAX_FAILURES, FAILURE_WINDOW, MAX_TRACKED),
+            merchant_updates: tokio::sync::Mutex::new(()),
+            secure_cookies: environment == Environment::Production,
+            dummy_hash: OnceLock::new(),
+        }
+    }
+
+    fn cookie(&self, name: &str, value: &str, path: &str, max_age_s: Option<u64>) -> String {
+        let mut cookie = format!("{name}={value}; Path={path}; HttpOnly; SameSite=Strict");
+        if let Some(age) = max_age_s {
+            cookie.push_str(&format!("; Max-Age={age}"));
+        }
+        if self.secure_cookies {
+            cookie.push_str("; Secure");
+        }
+        cookie
+    }
+}
+
+// ----- sessions -----
+
+struct Session {
+    merchant: MerchantId,
+    csrf: String,
+    created: Instant,
+    last_seen: Instant,
+}
+
+/// The server-side sessions, bounded in number and in time.
+pub struct Sessions {
+    map: DashMap<[u8; 32], Session>,
+    max: usize,
+}
+
+fn digest(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
+}
+
+impl Sessions {
+    pub fn new(max: usize) -> Sessions {
+        Sessions { map: DashMap::new(), max: max.max(1) }
+    }
+
+    /// Opens a session; returns its id (the cookie's value).
+    pub fn create(&self, merchant: MerchantId, now: Instant) -> String {
+        if self.map.len() >= self.max {
+            self.map.retain(|_, s| live(s, now));
+        }
+        if self.map.len() >= self.max {
+            let oldest = self.map.iter().min_by_key(|entry| entry.value().last_seen).map(|entry| *entry.key());
+            if let Some(key) = oldest {
+                self.map.remove(&key);
+            }
+        }
+        let id = random_base62(TOKEN_LEN);
+        let session = Session { merchant, csrf: random_base62(TOKEN_LEN), created: now, last_seen: now };
+        self.map.insert(digest(&id), session);
+        id
+    }
+
+    /// The merchant and CSRF token of a live session, which counts as activity.
+    pub fn get(&self, id: &str, now: Instant) -> Option<(MerchantId, String)> {
+        let key = digest(id);
+        let found = match self.map.get_mut(&key) {
+            Some(mut session) if live(&session, now) => {
+                session.last_seen = now;
+                Some((session.merchant.clone(), session.csrf.clone()))
+            }
+            Some(_) => None,
+            None => return None,
+        };
+        if found.is_none() {
+            self.map.remove(&key);
+        }
+        found
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.map.remove(&digest(id));
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+fn live(session: &Session, now: Instant) -> bool {
+    now.saturating_duration_since(session.last_seen) < SESSION_IDLE
+        && now.saturating_duration_since(session.created) < SESSION_MAX_AGE
+}
+
+// ----- throttling -----
+
+struct Failures {
+    count: u32,
+    since: Instant,
+}
+
+/// Failed logins per key (an account or an address) within a fixed window.
+pub struct Throttle {
+    map: DashMap<String, Failures>,
+    max_failures: u32,
+    window: Duration,
+    max_keys: usize,
+}
+
+impl Throttle {
+    pub fn new(max_failures: u32, window: Duration, max_keys: usize) -> Throttle {
+        Throttle { map: DashMap::new(), max_failures, window, max_keys: max_keys.max(1) }
+    }
+
+    /// How long `key` must still wait, when it has used up its failures.
+    pub fn blocked(&self, key: &str, now: Instant) -> Option<Duration> {
+        let entry = self.map.get(key)?;
+        let elapsed = now.saturating_duration_since(entry.since);
+        (entry.count >= self.max_failures && elapsed < self.window).then(|| self.window - elapsed)
+    }
+
+    pub fn fail(&self, key: &str, now: Instant) {
+        let window = self.window;
+        if !self.map.contains_key(key) && self.map.len() >= self.max_keys {
+            self.map.retain(|_, f| now.saturating_duration_since(f.since) < window);
+            if self.map.len() >= self.max_keys {
+                let oldest = self.map.iter().min_by_key(|entry| entry.value().since).map(|entry| entry.key().clone());
+                if let Some(oldest) = oldest {
+                    self.map.remove(&oldest);
+                }
+            }
+        }
+        let mut entry = self.map.entry(key.to_owned()).or_insert(Failures { count: 0, since: now });
+        if now.saturating_duration_since(entry.since) >= window {
+            *entry = Failures { count: 0, since: now };
+        }
+        entry.count = entry.count.saturating_add(1);
+    }
+
+    pub fn clear(&self, key: &str) {
+        self.map.remove(key);
+    }
+}
+
+// ----- the logged-in merchant -----
+
+/// The merchant behind a live session, read fresh from the store on every request (a rolled key or a new
+/// webhook URL shows at once), with the session's CSRF token for the page's forms.
+pub struct LoggedIn {
+    pub merchant: Merchant,
+    pub csrf: String,
+    session_id: String,
+}
+
+impl LoggedIn {
+    /// Refuses a form whose hidden `csrf` field is not this session's token.
+    pub fn check_csrf(&self, form: &Form) -> Result<(), DashError> {
+        let given = form.get("csrf").unwrap_or("");
+        if given.is_empty() || !bool::from(given.as_bytes().ct_eq(self.csrf.as_bytes())) {
+            return Err(DashError::Forbidden(
+                "Requête refusée : le jeton anti-CSRF du formulaire manque ou ne correspond pas. Rechargez la page.",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl FromRequest for LoggedIn {
+    type Error = DashError;
+    type Future = Ready<Result<LoggedIn, DashError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(logged_in(req))
+    }
+}
+
+fn logged_in(req: &HttpRequest) -> Result<LoggedIn, DashError> {
+    let state = app_state(req)?;
+    let dash = dashboard_state(req)?;
+    let session_id = cookie(req, SESSION_COOKIE).ok_or(DashError::Login)?;
+    let (merchant_id, csrf) = dash.sessions.get(&session_id, Instant::now()).ok_or(DashError::Login)?;
+    let merchant = state.engine.store().merchant(&merchant_id)?.ok_or(DashError::Login)?;
+    Ok(LoggedIn { merchant, csrf, session_id })
+}
+
+fn app_state(req: &HttpRequest) -> Result<&web::Data<AppState>, DashError> {
+    req.app_data::<web::Data<AppState>>().ok_or_else(|| DashError::internal("dashboard", "no AppState registered"))
+}
+
+fn dashboard_state(req: &HttpRequest) -> Result<&web::Data<DashboardState>, DashError> {
+    req.app_data::<web::Data<DashboardState>>()
+        .ok_or_else(|| DashError::internal("dashboard", "no DashboardState registered"))
+}
+
+/// The value of a cookie sent with the request (the `Cookie` headers are parsed by hand: names and values
+/// we set are plain base62, so no decoding is needed).
+pub fn cookie(req: &HttpRequest, name: &str) -> Option<String> {
+    req.headers()
+        .get_all(actix_web::http::header::COOKIE)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, v)| *k == name && !v.is_empty())
+        .map(|(_, v)| v.to_owned())
+}
+
+// ----- handlers -----
+
+/// `GET /login`: the form, with a fresh double-submit token.
+pub async fn login_form(req: HttpRequest, dash: web::Data<DashboardState>) -> HttpResponse {
+    if logged_in(&req).is_ok() {
+        return redirect("/");
+    }
+    login_page(&dash, &req, StatusCode::OK, "", None)
+}
+
+fn login_page(
+    dash: &DashboardState,
+    req: &HttpRequest,
+    status: StatusCode,
+    email: &str,
+    error: Option<String>,
+) -> HttpResponse {
+    let token = random_base62(TOKEN_LEN);
+    let environment = app_state(req).map(|s| s.settings.environment).unwrap_or(Environment::Sandbox);
+    let mut response = html(status, layout::login_page(environment, &token, email, error.as_deref()));
+    if let Ok(value) = dash.cookie(LOGIN_COOKIE, &token, "/login", Some(3600)).parse() {
+        response.headers_mut().append(actix_web::http::header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// `POST /login`.
+pub async fn login(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    dash: web::Data<DashboardState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, DashError> {
+    let form = read_form(payload).await?;
+    let expected = cookie(&req, LOGIN_COOKIE).unwrap_or_default();
+    let given = form.get("csrf").unwrap_or("");
+    if expected.is_empty() || !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+        let message = "Le formulaire a expiré ou ne vient pas de cette page : reconnectez-vous depuis ce formulaire.";
+        return Ok(login_page(&dash, &req, StatusCode::FORBIDDEN, "", Some(message.into())));
+    }
+    let email = form.get("email").unwrap_or("").trim().to_lowercase();
+    let password = form.get("password").unwrap_or("").to_owned();
+    let address = req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into());
+    let now = Instant::now();
+    if let Some(wait) = dash.by_account.blocked(&email, now).or_else(|| dash.by_address.blocked(&address, now)) {
+        tracing::warn!(target: "caisse::dashboard", %address, "login throttled");
+        let minutes = wait.as_secs().div_ceil(60).max(1);
+        let message = format!("Trop de tentatives échouées. Réessayez dans {minutes} min.");
+        return Ok(login_page(&dash, &req, StatusCode::TOO_MANY_REQUESTS, &email, Some(message)));
+    }
+    let merchant = if email.len() <= MAX_EMAIL_LEN { state.engine.store().merchant_by_email(&email)? } else { None };
+    let valid = password.len() <= MAX_PASSWORD_LEN && merchant.is_some();
+    let hash = merchant.as_ref().map(|m| m.password_hash.clone());
+    let checker = dash.clone();
+    let verified = web::block(move || {
+        let hash = match hash {
+            Some(hash) => hash,
+            None => checker
+                .dummy_hash
+                .get_or_init(|| merchants::hash_password(&random_base62(TOKEN_LEN)).unwrap_or_default())
+                .clone(),
+        };
+        verify_password(&password, &hash)
+    })
+    .await
+    .map_err(|e| DashError::internal("password check", e))?;
+    match merchant {
+        Some(merchant) if valid && verified => {
+            dash.by_account.clear(&email);
+            dash.by_address.clear(&address);
+            let session_id = dash.sessions.create(merchant.id.clone(), Instant::now());
+            tracing::info!(target: "caisse::dashboard", merchant = %merchant.id.as_str(), "dashboard login");
+            let mut response = redirect("/");
+            let headers = response.headers_mut();
+            for value in
+                [dash.cookie(SESSION_COOKIE, &session_id, "/", None), dash.cookie(LOGIN_COOKIE, "", "/login", Some(0))]
+            {
+                if let Ok(value) = value.parse() {
+                    headers.append(actix_web::http::header::SET_COOKIE, value);
+                }
+            }
+            Ok(response)
+        }
+        _ => {
+            dash.by_account.fail(&email, now);
+            dash.by_address.fail(&address, now);
+            tracing::info!(target: "caisse::dashboard", %address, "dashboard login failed");
+            let message = "E-mail ou mot de passe incorrect.".to_owned();
+            Ok(login_page(&dash, &req, StatusCode::UNAUTHORIZED, &email, Some(message)))
+        }
+    }
+}
+
+fn verify_password(password: &str, hash: &str) -> bool {
+    match PasswordHash::new(hash) {
+        Ok(parsed) => Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// `POST /logout`: ends the session on the server and clears the cookie.
+pub async fn logout(
+    user: LoggedIn,
+    dash: web::Data<DashboardState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, DashError> {
+    let form = read_form(payload).await?;
+    user.check_csrf(&form)?;
+    dash.sessions.remove(&user.session_id);
+    let mut response = redirect("/login");
+    if let Ok(value) = dash.cookie(SESSION_COOKIE, "", "/", Some(0)).parse() {
+        response.headers_mut().append(actix_web::http::header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merchant() -> MerchantId {
+        MerchantId::new()
+    }
+
+    #[test]
+    fn sessions_expire_when_idle_and_when_old() {
+        let sessions = Sessions::new(10);
+        let t0 = Instant::now();
+        let id = sessions.create(merchant(), t0);
+        assert!(sessions.get(&id, t0 + Duration::from_secs(60)).is_some());
+        assert!(sessions.get(&id, t0 + Duration::from_secs(60) + SESSION_IDLE).is_none());
+        assert!(sessions.is_empty(), "an expired session is dropped when seen");
+        let id = sessions.create(merchant(), t0);
+        // Active every hour, but never beyond the maximum age.
+        let mut now = t0;
+        while now < t0 + SESSION_MAX_AGE - Duration::from_secs(3600) {
+            now += Duration::from_secs(3600);
+            assert!(sessions.get(&id, now).is_some());
+        }
+        assert!(sessions.get(&id, t0 + SESSION_MAX_AGE).is_none());
+        assert!(sessions.get("not-a-session", t0).is_none());
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_evict_the_least_recently_used() {
+        let sessions = Sessions::new(3);
+        let t0 = Instant::now();
+        let ids: Vec<String> = (0..3).map(|i| sessions.create(merchant(), t0 + Duration::from_secs(i))).collect();
+        assert!(sessions.get(&ids[0], t0 + Duration::from_secs(10)).is_some());
+        let newest = sessions.create(merchant(), t0 + Duration::from_secs(11));
+        assert_eq!(sessions.len(), 3);
+        assert!(sessions.get(&ids[1], t0 + Duration::from_secs(12)).is_none(), "least recently used goes");
+        assert!(sessions.get(&ids[0], t0 + Duration::from_secs(12)).is_some());
+        assert!(sessions.get(&newest, t0 + Duration::from_secs(12)).is_some());
+    }
+
+    #[test]
+    fn throttle_blocks_after_the_limit_until_the_window_ends() {
+        let throttle = Throttle::new(3, Duration::from_secs(900), 100);
+        let t0 = Instant::now();
+        for _ in 0..2 {
+            throttle.fail("a@example.com", t0);
+        }
+        assert!(throttle.blocked("a@example.com", t0).is_none());
+        throttle.fail("a@example.com", t0);
+        assert_eq!(throttle.blocked("a@example.com", t0 + Duration::from_secs(100)), Some(Duration::from_secs(800)));
+        assert!(throttle.blocked("b@example.com", t0).is_none());
+        assert!(throttle.blocked("a@example.com", t0 + Duration::from_secs(900)).is_none());
+        throttle.fail("a@example.com", t0 + Duration::from_secs(901));
+        assert!(throttle.blocked("a@example.com", t0 + Duration::from_secs(901)).is_none(), "a new window");
+        throttle.fail("a@example.com", t0);
+        throttle.clear("a@example.com");
+        assert!(throttle.blocked("a@example.com", t0).is_none());
+    }
+
+    #[test]
+    fn throttle_is_bounded() {
+        let throttle = Throttle::new(1, Duration::from_secs(900), 50);
+        let t0 = Instant::now();
+        for i in 0..500u64 {
+            throttle.fail(&format!("10.0.0.{i}"), t0 + Duration::from_millis(i));
+        }
+        assert!(throttle.map.len() <= 50);
+        assert!(throttle.blocked("10.0.0.499", t0 + Duration::from_secs(1)).is_some());
+    }
+
+    #[test]
+    fn passwords_are_checked_against_argon2_hashes() {
+        let hash = merchants::hash_password("correct horse").expect("hash");
+        assert!(verify_password("correct horse", &hash));
+        assert!(!verify_password("wrong horse", &hash));
+        assert!(!verify_password("correct horse", "not a hash"));
+    }
+}

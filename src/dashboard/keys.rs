@@ -1,0 +1,253 @@
+//! The "API keys" section (spec 1 and 5.1, contract 2 and 14): the secret key, masked with a reveal control
+//! and a roll control behind a confirmation, and the field "Webhook URL" with its save.
+//!
+//! Rolling writes the merchant with a new key and drops the old key's index entry in the same durable write
+//! ([`Store::put_merchant`](caisse_engine::store::Store::put_merchant) with the previous key), and the page
+//! answers only once that write is durable: from then on the API refuses the old key (its lookup finds
+//! nothing) and the delivery pool, which reads the merchant's current key at each attempt, signs with the new
+//! one. The Webhook URL is checked by contract 12's rules for this server's environment; in production that
+//! resolves the host, so the check runs on a blocking thread. The pool reads the URL at each attempt too,
+//! so the next delivery goes to the saved URL.
+//!
+//! Revealing the key is a POST carrying the CSRF token, so the full key is only ever in a page the merchant
+//! asked for, never in one another site can make the browser load.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::domain::records::Merchant;
+use caisse_engine::store::StoreError;
+use caisse_engine::webhook::url::{UrlError, WebhookUrl, MAX_URL_LEN};
+use maud::{html, Markup};
+
+use super::layout::{self, csrf_field, Nav};
+use super::{html, query, read_form, redirect, DashError, DashboardState, LoggedIn};
+use crate::config::Environment;
+use crate::http::AppState;
+use crate::merchants;
+
+/// Characters of the key left visible at its end when masked.
+const VISIBLE_TAIL: usize = 4;
+
+struct View<'a> {
+    revealed: bool,
+    webhook_value: &'a str,
+    webhook_error: Option<String>,
+    info: Option<Markup>,
+}
+
+pub async fn show(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) -> HttpResponse {
+    let info = match query(&req).get("info").map(String::as_str) {
+        Some("cle_changee") => Some(layout::notice(
+            "ok",
+            "Nouvelle clé secrète active : l'ancienne est refusée par l'API et les webhooks sont signés avec la nouvelle.",
+        )),
+        Some("webhook_enregistre") => Some(layout::notice("ok", "Webhook URL enregistrée.")),
+        _ => None,
+    };
+    let value = user.merchant.webhook_url.clone().unwrap_or_default();
+    let view = View { revealed: false, webhook_value: &value, webhook_error: None, info };
+    html(StatusCode::OK, render(&state, &user, view))
+}
+
+/// `POST /keys/reveal`: the same page with the key in full.
+pub async fn reveal(
+    state: web::Data<AppState>,
+    user: LoggedIn,
+    payload: web::Payload,
+) -> Result<HttpResponse, DashError> {
+    let form = read_form(payload).await?;
+    user.check_csrf(&form)?;
+    let value = user.merchant.webhook_url.clone().unwrap_or_default();
+    let view = View { revealed: true, webhook_value: &value, webhook_error: None, info: None };
+    Ok(html(StatusCode::OK, render(&state, &user, view)))
+}
+
+/// `sk_test_••••…••wXyZ`: the environment prefix says which key it is, the tail lets the merchant match it
+/// with the one in their configuration, and neither helps anybody guess the rest.
+fn masked(key: &str) -> String {
+    let prefixes = [Environment::Sandbox.key_prefix(), Environment::Production.key_prefix()];
+    let prefix = prefixes.into_iter().find(|p| key.starts_with(p)).unwrap_or("");
+    let rest: Vec<char> = key.chars().skip(prefix.chars().count()).collect();
+    let shown = if rest.len() > 2 * VISIBLE_TAIL { VISIBLE_TAIL } else { 0 };
+    let tail: String = rest[rest.len() - shown..].iter().collect();
+    format!("{prefix}{}{tail}", "•".repeat(rest.len() - shown))
+}
+
+fn render(state: &AppState, user: &LoggedIn, view: View<'_>) -> Markup {
+    let key = &user.merchant.secret_key;
+    let production = state.settings.environment == Environment::Production;
+    let body = html! {
+        h1 { "API keys" }
+        @if let Some(info) = view.info { (info) }
+        section.card #secret-key {
+            h2 { "Clé secrète" }
+            p.muted {
+                "Authentifie vos appels à l'API (" code { "Authorization: Bearer …" } ") et signe les webhooks envoyés à votre Webhook URL."
+            }
+            @if view.revealed {
+                p { code.key #key-value { (key) } }
+                p.muted { "Ne la partagez pas ; elle ne doit jamais apparaître dans du code client." }
+            } @else {
+                p { code.key #key-masked { (masked(key)) } }
+            }
+            div.key-actions {
+                @if !view.revealed {
+                    form.inline method="post" action="/keys/reveal" {
+                        (csrf_field(&user.csrf))
+                        button #reveal type="submit" { "Afficher la clé" }
+                    }
+                }
+                a.button.danger #roll href="/keys/roll" { "Changer la clé…" }
+            }
+        }
+        section.card #webhook {
+            h2 { "Webhooks" }
+            form method="post" action="/keys/webhook" {
+                (csrf_field(&user.csrf))
+                label for="webhook_url" { "Webhook URL" }
+                input #webhook_url type="url" name="webhook_url" value=(view.webhook_value)
+                    maxlength=(MAX_URL_LEN) placeholder="https://exemple.com/webhooks/caisse"
+                    aria-invalid=[view.webhook_error.as_ref().map(|_| "true")]
+                    aria-describedby="webhook_url_help";
+                @if let Some(error) = &view.webhook_error {
+                    p.field-error #webhook_url_error role="alert" { (error) }
+                }
+                p.muted #webhook_url_help {
+                    @if production {
+                        "Production : https:// uniquement, et jamais une adresse de bouclage, privée, link-local ou non spécifiée."
+                    } @else {
+                        "Sandbox : http:// et https:// sont acceptées. Laissez vide pour ne plus recevoir de webhooks."
+                    }
+                }
+                button.primary #save-webhook type="submit" { "Enregistrer" }
+            }
+        }
+    };
+    layout::page(user, state.settings.environment, Nav::Keys, "API keys", body)
+}
+
+/// `GET /keys/roll`: the confirmation.
+pub async fn confirm_roll(state: web::Data<AppState>, user: LoggedIn) -> HttpResponse {
+    let body = html! {
+        h1 { "Changer la clé secrète ?" }
+        section.card {
+            p { "Une nouvelle clé est créée et " strong { "l'ancienne cesse de fonctionner immédiatement" } " : les appels à l'API qui l'utilisent reçoivent 401, et les webhooks suivants sont signés avec la nouvelle clé." }
+            p { "Mettez à jour votre serveur juste après." }
+            form.inline method="post" action="/keys/roll" {
+                (csrf_field(&user.csrf))
+                input type="hidden" name="confirmer" value="oui";
+                button.danger #confirm-roll type="submit" { "Oui, changer la clé" }
+            }
+            " " a.button href="/keys" { "Annuler" }
+        }
+    };
+    html(StatusCode::OK, layout::page(&user, state.settings.environment, Nav::Keys, "Changer la clé", body))
+}
+
+/// `POST /keys/roll`.
+pub async fn roll(
+    state: web::Data<AppState>,
+    dash: web::Data<DashboardState>,
+    user: LoggedIn,
+    payload: web::Payload,
+) -> Result<HttpResponse, DashError> {
+    let form = read_form(payload).await?;
+    user.check_csrf(&form)?;
+    if form.get("confirmer") != Some("oui") {
+        return Err(DashError::BadRequest("La confirmation manque : la clé n'a pas été changée.".into()));
+    }
+    let env = state.settings.environment;
+    update_merchant(&state, &dash, &user, |m| {
+        let old = std::mem::replace(&mut m.secret_key, merchants::new_secret_key(env));
+        Some(old)
+    })
+    .await?;
+    tracing::info!(target: "caisse::dashboard", merchant = %user.merchant.id.as_str(), "secret key rolled");
+    Ok(redirect("/keys?info=cle_changee"))
+}
+
+/// `POST /keys/webhook`: an empty field removes the URL.
+pub async fn save_webhook(
+    state: web::Data<AppState>,
+    dash: web::Data<DashboardState>,
+    user: LoggedIn,
+    payload: web::Payload,
+) -> Result<HttpResponse, DashError> {
+    let form = read_form(payload).await?;
+    user.check_csrf(&form)?;
+    let text = form.get("webhook_url").unwrap_or("").trim().to_owned();
+    let checked = if text.is_empty() {
+        Ok(None)
+    } else {
+        let production = state.settings.environment == Environment::Production;
+        let candidate = text.clone();
+        web::block(move || WebhookUrl::parse(&candidate, production))
+            .await
+            .map_err(|e| DashError::internal("webhook URL check", e))?
+            .map(Some)
+    };
+    let url = match checked {
+        Ok(url) => url,
+        Err(e) => {
+            let view = View { revealed: false, webhook_value: &text, webhook_error: Some(reason(&e)), info: None };
+            return Ok(html(StatusCode::BAD_REQUEST, render(&state, &user, view)));
+        }
+    };
+    let url = url.map(|u| u.as_str().to_owned());
+    update_merchant(&state, &dash, &user, move |m| {
+        m.webhook_url = url;
+        None
+    })
+    .await?;
+    tracing::info!(target: "caisse::dashboard", merchant = %user.merchant.id.as_str(), "webhook URL changed");
+    Ok(redirect("/keys?info=webhook_enregistre"))
+}
+
+/// Why a URL was refused, in the dashboard's language.
+fn reason(e: &UrlError) -> String {
+    match e {
+        UrlError::Malformed => "Ce n'est pas une URL absolue valide (https://hôte/chemin).".into(),
+        UrlError::TooLong => format!("L'URL dépasse {MAX_URL_LEN} caractères."),
+        UrlError::Scheme => "L'URL doit commencer par https:// (ou http:// en sandbox).".into(),
+        UrlError::HttpInProduction => "En production, la Webhook URL doit utiliser https:// (http:// est refusé).".into(),
+        UrlError::ForbiddenAddress(host) => format!(
+            "L'hôte {host} est ou désigne une adresse de bouclage, privée, link-local ou non spécifiée : refusé en production."
+        ),
+        UrlError::Unresolvable(host) => format!("L'hôte {host} ne se résout pas (DNS)."),
+    }
+}
+
+/// Reads the merchant afresh, applies `change` and writes it back, waiting until the write is durable.
+/// `change` returns the key the merchant had before, when it replaced it, so that key stops working.
+async fn update_merchant(
+    state: &AppState,
+    dash: &DashboardState,
+    user: &LoggedIn,
+    change: impl FnOnce(&mut Merchant) -> Option<String>,
+) -> Result<(), DashError> {
+    let _guard = dash.merchant_updates.lock().await;
+    let store = state.engine.store();
+    let mut merchant = store.merchant(&user.merchant.id)?.ok_or(DashError::Login)?;
+    let previous_key = change(&mut merchant);
+    match store.put_merchant(merchant, previous_key)?.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(StoreError::Closed.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_masked_but_for_prefix_and_tail() {
+        let key = "sk_test_abcdefghijklmnopqrstuvwxyz012345";
+        let shown = masked(key);
+        assert!(shown.starts_with("sk_test_"));
+        assert!(shown.ends_with("2345"));
+        assert!(!shown.contains("abcd"));
+        assert_eq!(shown.chars().count(), key.len());
+        assert_eq!(masked("sk_live_short"), "sk_live_•••••", "a short key shows nothing of its own");
+    }
+}

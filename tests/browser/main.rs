@@ -1,0 +1,300 @@
+//! The dashboard in a real browser: Debian's `chromium`, headless, driven over WebDriver by `fantoccini`
+//! through Debian's `chromedriver`, which the test starts on a free port and stops at the end.
+//!
+//! One scenario, as a merchant would go through it: log in, see a sandbox payment made through the API
+//! appear on the transactions page, set the Webhook URL and receive the next webhook there, roll the key
+//! (through its confirmation) and see the old key refused, then make a delivery fail and resend it. A
+//! screenshot of every page visited, at laptop size and then at phone size, is saved under
+//! `target/screenshots/` for a reviewer to look at.
+//!
+//! Without `/usr/bin/chromedriver` the test fails and says how to install it: a browser test that passes
+//! without a browser would prove nothing. `.ci/run` installs both packages.
+
+#[allow(dead_code)]
+#[path = "../dashboard/helpers.rs"]
+mod helpers;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use caisse_engine::domain::records::DeliveryState;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+use helpers::{eventually, spawn_app, xof_payment, Receiver, TestApp};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+const LAPTOP: (u32, u32) = (1280, 900);
+const PHONE: (u32, u32) = (390, 844);
+
+/// The running chromedriver; killed when dropped, whatever happened to the test.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Driver {
+    fn start() -> Driver {
+        assert!(
+            Path::new(CHROMEDRIVER).exists(),
+            "{CHROMEDRIVER} is missing: the browser tests need Debian's chromium and chromium-driver \
+             (apt-get install -y chromium chromium-driver; .ci/run installs them)"
+        );
+        assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} is missing: apt-get install -y chromium");
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let driver = Driver { child, port };
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        driver
+    }
+}
+
+/// Where screenshots go: `target/screenshots/` of the workspace (or of `CARGO_TARGET_DIR`).
+fn screenshot_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.parent().unwrap_or(tmp).join("screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
+    dir
+}
+
+struct Browser {
+    client: Client,
+    base: String,
+    shots: PathBuf,
+}
+
+impl Browser {
+    async fn open(driver: &Driver, base: &str, profile: &Path) -> Browser {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--no-first-run", format!("--user-data-dir={}", profile.display()),
+                    format!("--window-size={},{}", LAPTOP.0, LAPTOP.1),
+                ],
+            }),
+        );
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", driver.port))
+            .await
+            .expect("a chromium session");
+        Browser { client, base: base.to_owned(), shots: screenshot_dir() }
+    }
+
+    async fn goto(&self, path: &str) {
+        self.client.goto(&format!("{}{}", self.base, path)).await.expect("navigation");
+    }
+
+    async fn path(&self) -> String {
+        let url = self.client.current_url().await.expect("current url");
+        match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        }
+    }
+
+    async fn text(&self, css: &str) -> String {
+        self.client.wait().for_element(Locator::Css(css)).await.expect(css).text().await.expect("text")
+    }
+
+    async fn click(&self, css: &str) {
+        self.client.wait().for_element(Locator::Css(css)).await.expect(css).click().await.expect("click");
+    }
+
+    async fn fill(&self, css: &str, value: &str) {
+        let field = self.client.wait().for_element(Locator::Css(css)).await.expect(css);
+        field.clear().await.expect("clear");
+        field.send_keys(value).await.expect("type");
+    }
+
+    async fn source(&self) -> String {
+        self.client.source().await.expect("page source")
+    }
+
+    async fn shot(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("screenshot");
+        std::fs::write(self.shots.join(format!("{name}.png")), png).expect("screenshot saved");
+    }
+
+    /// Reloads `path` until its source contains `text`.
+    async fn until_shown(&self, path: &str, text: &str) {
+        let started = Instant::now();
+        loop {
+            self.goto(path).await;
+            if self.source().await.contains(text) {
+                return;
+            }
+            assert!(started.elapsed() < helpers::DEADLINE, "{path} never showed `{text}`");
+            actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn notification_state(app: &TestApp, reference: &str, event: &str) -> Option<(String, DeliveryState)> {
+    let store = app.state.engine.store();
+    let page = store
+        .notifications(&app.demo.merchant.id, None, 100, &mut |n| n.reference == reference && n.event.as_str() == event)
+        .expect("store");
+    page.data.into_iter().next().map(|n| (n.id, n.state))
+}
+
+#[actix_web::test]
+async fn a_merchant_goes_through_the_dashboard_in_chromium() {
+    let driver = Driver::start();
+    let profile = tempfile::TempDir::new().expect("profile dir");
+    let app = spawn_app().await;
+    let receiver = Receiver::start(200).await;
+    let browser = Browser::open(&driver, &app.address, profile.path()).await;
+    let old_key = app.demo.merchant.secret_key.clone();
+
+    // Log in.
+    browser.goto("/").await;
+    assert_eq!(browser.path().await, "/login", "the dashboard asks for a login first");
+    browser.shot("01-login").await;
+    browser.fill("#email", app.email()).await;
+    browser.fill("#password", "wrong password").await;
+    browser.click("button[type=submit]").await;
+    assert!(browser.text("p.alert.error").await.contains("E-mail ou mot de passe incorrect."));
+    browser.shot("01b-login-wrong-password").await;
+    browser.fill("#email", app.email()).await;
+    browser.fill("#password", app.password()).await;
+    browser.click("button[type=submit]").await;
+    assert_eq!(browser.text("h1").await, "Vue d'ensemble");
+    assert_eq!(browser.path().await, "/");
+
+    // A sandbox payment made through the API appears, and succeeds.
+    let reference = app.pay(&old_key, xof_payment(5000, "99")).await;
+    browser.until_shown("/transactions", &reference).await;
+    browser.until_shown("/transactions", "badge ok\">succes").await;
+    assert!(browser.text("#transactions").await.contains("5 000 XOF"));
+    browser.shot("02-transactions").await;
+    browser.click(&format!("a[href='/transactions/{reference}']")).await;
+    assert_eq!(browser.text("h1").await, reference);
+    assert!(browser.text("#history").await.contains("Confirmé par le fournisseur"));
+    browser.shot("03-transaction-detail").await;
+    browser.goto("/").await;
+    assert!(browser.text("main").await.contains("4 925 XOF"));
+    browser.shot("04-overview").await;
+
+    // The Webhook URL: a refused value shows why, then the receiver's URL is saved and gets the next webhook.
+    browser.click("nav a[href='/keys']").await;
+    assert_eq!(browser.text("h1").await, "API keys");
+    browser.fill("#webhook_url", "ftp://example.com/hook").await;
+    browser.click("#save-webhook").await;
+    assert!(browser.text("#webhook_url_error").await.contains("https://"));
+    browser.shot("05-keys-webhook-refused").await;
+    browser.fill("#webhook_url", &receiver.url).await;
+    browser.click("#save-webhook").await;
+    assert!(browser.text("p.alert.ok").await.contains("Webhook URL enregistrée."));
+    browser.shot("06-keys-webhook-saved").await;
+    let next = app.pay(&old_key, xof_payment(1500, "99")).await;
+    let hit = receiver.wait_for(&next, "payment.succeeded").await;
+    assert!(hit.signed_with(&old_key));
+
+    // Roll the key, through the confirmation; the old key is refused by the API from then on.
+    browser.click("#roll").await;
+    assert!(browser.text("main").await.contains("l'ancienne cesse de fonctionner immédiatement"));
+    browser.shot("07-roll-confirmation").await;
+    browser.click("#confirm-roll").await;
+    assert!(browser.text("p.alert.ok").await.contains("Nouvelle clé secrète active"));
+    assert!(!browser.source().await.contains(&old_key));
+    browser.click("#reveal").await;
+    let new_key = browser.text("#key-value").await;
+    browser.shot("08-keys-rolled-revealed").await;
+    assert_ne!(new_key, old_key);
+    assert_eq!(new_key, app.merchant().secret_key);
+    assert_eq!(app.api(&old_key, "GET", "/v1/soldes", None).await.0, 401);
+    assert_eq!(app.api(&new_key, "GET", "/v1/soldes", None).await.0, 200);
+
+    // A delivery that fails (the receiver answers 500 to both attempts), then is resent from the page.
+    receiver.answer(500);
+    let failing = app.pay(&new_key, xof_payment(2000, "99")).await;
+    eventually("the delivery failed", || async {
+        notification_state(&app, &failing, "payment.succeeded").is_some_and(|(_, s)| s == DeliveryState::Failed)
+    })
+    .await;
+    let (id, _) = notification_state(&app, &failing, "payment.succeeded").expect("notification");
+    browser.click("nav a[href='/webhooks']").await;
+    let card = format!("#failed article[id='{id}']");
+    assert!(browser.text(&card).await.contains("500"));
+    browser.shot("09-webhooks-failed").await;
+    receiver.answer(200);
+    browser.click(&format!("{card} button[type=submit]")).await;
+    assert!(browser.text("p.alert.ok").await.contains("Notification renvoyée"));
+    let hit = receiver.wait_for(&failing, "payment.succeeded").await;
+    eventually("the resent delivery succeeded", || async {
+        notification_state(&app, &failing, "payment.succeeded").is_some_and(|(_, s)| s == DeliveryState::Delivered)
+    })
+    .await;
+    assert!(receiver
+        .hits()
+        .iter()
+        .any(|h| h.json()["data"]["reference"] == failing.as_str() && h.signed_with(&new_key)));
+    drop(hit);
+    browser.until_shown("/webhooks", &format!("id=\"{id}\" data-state=\"delivered\"")).await;
+    browser.shot("10-webhooks-resent").await;
+
+    // A payout, for the payouts page.
+    let (status, payout) = app
+        .api(
+            &new_key,
+            "POST",
+            "/v1/retraits",
+            Some(json!({"montant": 1000, "devise": "XOF", "fournisseur": "mtn_momo",
+            "beneficiaire_telephone": "+22996000099"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{payout}");
+    browser.click("nav a[href='/payouts']").await;
+    browser.until_shown("/payouts", payout["id"].as_str().expect("payout id")).await;
+    browser.shot("11-payouts").await;
+
+    // The same pages on a phone.
+    browser.client.set_window_size(PHONE.0, PHONE.1).await.expect("phone size");
+    for (path, name) in [
+        ("/", "phone-01-overview"),
+        ("/transactions", "phone-02-transactions"),
+        (&format!("/transactions/{reference}") as &str, "phone-03-detail"),
+        ("/payouts", "phone-04-payouts"),
+        ("/webhooks", "phone-05-webhooks"),
+        ("/keys", "phone-06-keys"),
+    ] {
+        browser.goto(path).await;
+        browser.shot(name).await;
+    }
+    browser.client.set_window_size(LAPTOP.0, LAPTOP.1).await.expect("laptop size");
+
+    // Log out: the session is gone.
+    browser.click("form.logout button").await;
+    browser.text("#email").await;
+    assert_eq!(browser.path().await, "/login");
+    browser.goto("/").await;
+    assert_eq!(browser.path().await, "/login");
+    browser.client.close().await.expect("session closed");
+    drop(driver);
+}

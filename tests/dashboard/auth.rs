@@ -1,0 +1,174 @@
+//! Login, logout, the session cookie's flags, CSRF on every form, and the throttling of failed logins.
+
+use crate::helpers::{spawn_app, spawn_production_app, Agent};
+
+#[actix_web::test]
+async fn every_page_and_form_requires_a_session() {
+    let app = spawn_app().await;
+    let mut anonymous = app.agent();
+    // Every route of the dashboard's table but the login page and the stylesheet.
+    for (method, route) in caisse::dashboard::ROUTES {
+        if matches!(*route, "/login" | "/assets/caisse.css") {
+            continue;
+        }
+        let path = route.replace("{reference}", "cmd-1").replace("{id}", "evt_01JD0000000000000000000000");
+        let page = match *method {
+            "GET" => anonymous.get(&path).await,
+            _ => anonymous.post(&path, &[("csrf", "x")]).await,
+        };
+        assert_eq!(page.status, 303, "{method} {path}");
+        assert_eq!(page.location.as_deref(), Some("/login"), "{method} {path}");
+    }
+    anonymous.get("/transactions?type=paiement").await.expect_redirect("/login");
+    // A made-up or stale session cookie is no session either.
+    anonymous.cookies.insert("caisse_session".into(), "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into());
+    anonymous.get("/").await.expect_redirect("/login");
+    // The login page and the stylesheet are public, and the whole dashboard loads nothing from elsewhere.
+    let login = anonymous.get("/login").await;
+    login.expect(200).contains("name=\"email\"").contains("name=\"password\"").contains("viewport");
+    assert!(login.content_type.starts_with("text/html"));
+    let css = anonymous.get("/assets/caisse.css").await;
+    css.expect(200);
+    assert!(css.content_type.starts_with("text/css"));
+    for page in [&login.body, &css.body] {
+        assert!(!page.contains("http://") && !page.contains("https://") && !page.contains("<script"), "{page}");
+    }
+}
+
+#[actix_web::test]
+async fn login_sets_a_strict_http_only_cookie_and_logout_ends_the_session() {
+    let app = spawn_app().await;
+    let mut agent = app.agent();
+    let page = agent.login(app.email(), app.password()).await;
+    page.expect_redirect("/");
+    let cookie = page.set_cookies.iter().find(|c| c.starts_with("caisse_session=")).expect("session cookie");
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(flag), "{cookie} lacks {flag}");
+    }
+    assert!(!cookie.contains("Secure"), "sandbox over http: no Secure flag ({cookie})");
+    let overview = agent.get("/").await;
+    overview.expect(200).contains("Boutique démo").contains("Soldes");
+    overview.contains("Se déconnecter");
+    // Pages show balances and keys: never cached, never framed, nothing but our own stylesheet.
+    assert_eq!(overview.header("cache-control"), Some("no-store"));
+    assert_eq!(overview.header("x-frame-options"), Some("DENY"));
+    assert!(overview.header("content-security-policy").is_some_and(|csp| csp.contains("default-src 'none'")));
+    // The login page sends a logged-in merchant home.
+    agent.get("/login").await.expect_redirect("/");
+    // The e-mail is not case-sensitive.
+    let mut other = app.agent();
+    other.login(&app.email().to_uppercase(), app.password()).await.expect_redirect("/");
+
+    let session = agent.cookies.get("caisse_session").cloned().expect("cookie kept");
+    let token = overview.csrf();
+    agent.post("/logout", &[]).await.expect(403);
+    agent.post("/logout", &[("csrf", &token)]).await.expect_redirect("/login");
+    agent.get("/").await.expect_redirect("/login");
+    // The old cookie is dead on the server, not only forgotten by the browser.
+    let mut replay = Agent::new(&app.address);
+    replay.cookies.insert("caisse_session".into(), session);
+    replay.get("/").await.expect_redirect("/login");
+    // The other session is untouched.
+    other.get("/").await.expect(200);
+}
+
+#[actix_web::test]
+async fn a_wrong_password_or_unknown_email_is_refused_alike() {
+    let app = spawn_app().await;
+    let mut agent = app.agent();
+    let wrong = agent.login(app.email(), "not the password").await;
+    wrong.expect(401).contains("E-mail ou mot de passe incorrect.");
+    assert!(!wrong.set_cookies.iter().any(|c| c.starts_with("caisse_session=")));
+    let unknown = agent.login("nobody@example.com", app.password()).await;
+    unknown.expect(401).contains("E-mail ou mot de passe incorrect.");
+    // Another merchant's password does not open the demo account.
+    let other = app.other_merchant("Autre").await;
+    agent.login(app.email(), &other.password).await.expect(401);
+    agent.get("/").await.expect_redirect("/login");
+}
+
+#[actix_web::test]
+async fn the_login_form_is_protected_against_csrf() {
+    let app = spawn_app().await;
+    // No double-submit cookie (a form posted from another site): refused even with the right password.
+    let mut agent = app.agent();
+    let page = agent.post("/login", &[("csrf", "forged"), ("email", app.email()), ("password", app.password())]).await;
+    page.expect(403);
+    assert!(!page.set_cookies.iter().any(|c| c.starts_with("caisse_session=")));
+    // The cookie but another token.
+    let form = agent.get("/login").await;
+    let _ = form.csrf();
+    let page = agent.post("/login", &[("csrf", "forged"), ("email", app.email()), ("password", app.password())]).await;
+    page.expect(403);
+    // No token at all.
+    agent.get("/login").await;
+    agent.post("/login", &[("email", app.email()), ("password", app.password())]).await.expect(403);
+    agent.login(app.email(), app.password()).await.expect_redirect("/");
+}
+
+#[actix_web::test]
+async fn every_form_refuses_a_missing_or_foreign_csrf_token() {
+    let app = spawn_app().await;
+    let mut agent = app.logged_in().await;
+    let before = app.merchant();
+    let mut other = app.logged_in().await;
+    let foreign = other.get("/keys").await.csrf();
+    let posts: [(&str, Vec<(&str, &str)>); 5] = [
+        ("/keys/reveal", vec![]),
+        ("/keys/roll", vec![("confirmer", "oui")]),
+        ("/keys/webhook", vec![("webhook_url", "http://127.0.0.1:9/hook")]),
+        ("/webhooks/evt_01JD0000000000000000000000/resend", vec![]),
+        ("/logout", vec![]),
+    ];
+    for (path, fields) in &posts {
+        let page = agent.post(path, fields).await;
+        page.expect(403).contains("jeton anti-CSRF");
+        let mut with_foreign = fields.clone();
+        with_foreign.push(("csrf", &foreign));
+        agent.post(path, &with_foreign).await.expect(403);
+        let mut with_empty = fields.clone();
+        with_empty.push(("csrf", ""));
+        agent.post(path, &with_empty).await.expect(403);
+    }
+    let after = app.merchant();
+    assert_eq!(after.secret_key, before.secret_key, "no roll happened");
+    assert_eq!(after.webhook_url, before.webhook_url, "no URL saved");
+    agent.get("/").await.expect(200);
+    let page = agent.post("/keys/reveal", &[]).await;
+    assert!(!page.body.contains(&before.secret_key), "a refused reveal shows no key");
+}
+
+#[actix_web::test]
+async fn failed_logins_are_throttled_per_address_and_per_account() {
+    let app = spawn_app().await;
+    let mut agent = app.agent();
+    // Five failures, each on a different (unknown) account: the address is now blocked.
+    for i in 0..5 {
+        agent.login(&format!("guess{i}@example.com"), "wrong password").await.expect(401);
+    }
+    let page = agent.login(app.email(), app.password()).await;
+    page.expect(429).contains("Trop de tentatives");
+    assert!(!page.set_cookies.iter().any(|c| c.starts_with("caisse_session=")));
+    assert!(app.state.engine.store().merchant(&app.demo.merchant.id).expect("store").is_some());
+
+    // A fresh server: five failures on the demo account block it too, whatever the password.
+    let app = spawn_app().await;
+    let mut agent = app.agent();
+    for _ in 0..5 {
+        agent.login(app.email(), "wrong password").await.expect(401);
+    }
+    agent.login(app.email(), app.password()).await.expect(429).contains("Réessayez dans 15 min");
+}
+
+#[actix_web::test]
+async fn production_cookies_are_secure() {
+    let app = spawn_production_app().await;
+    let mut agent = app.agent();
+    let form = agent.get("/login").await;
+    form.expect(200).contains("production");
+    assert!(form.set_cookies.iter().all(|c| c.contains("Secure")), "{:?}", form.set_cookies);
+    let page = agent.login(app.email(), app.password()).await;
+    page.expect_redirect("/");
+    let cookie = page.set_cookies.iter().find(|c| c.starts_with("caisse_session=")).expect("session cookie");
+    assert!(cookie.contains("Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+}

@@ -1,0 +1,13 @@
+//! HTTP-level tests of the merchant dashboard (contract 14), through real HTTP against a real server.
+//!
+//! One test binary; each module covers one page family: [`auth`] (login, logout, cookies, CSRF on every
+//! form, throttling), [`pages`] (overview, transactions with filters, pages and detail, payouts, amounts in
+//! major units), [`keys`] (the "API keys" section: reveal, roll, the Webhook URL and its validation) and
+//! [`webhooks`] (deliveries with their attempts, resend, and the saved URL receiving the next webhook).
+//! Every test starts its own server, so tests run in parallel and leave nothing behind.
+
+mod auth;
+mod helpers;
+mod keys;
+mod pages;
+mod webhooks;
