@@ -48,11 +48,19 @@ schema!(
         .description(Some("Integer amount in the currency's smallest unit (1050 EUR = 10.50 EUR)."))
         .into()
 );
-schema!(Currency, "Currency", string("ISO 4217 code of a supported currency (GET /v1/devises).", Some("^[A-Z]{3}$"), Some(3)));
+schema!(
+    Currency,
+    "Currency",
+    string("ISO 4217 code of a supported currency (GET /v1/devises).", Some("^[A-Z]{3}$"), Some(3))
+);
 schema!(Phone, "Phone", string("E.164 phone number, e.g. +22997000001.", Some(r"^\+[1-9][0-9]{7,14}$"), Some(16)));
 schema!(Reference, "Reference", string("1 to 64 of A-Z a-z 0-9 _ -.", Some("^[A-Za-z0-9_-]{1,64}$"), Some(64)));
 schema!(Email, "Email", string("E-mail address.", None, Some(254)));
-schema!(ProviderCode, "ProviderCode", string("Provider code (GET /v1/fournisseurs).", Some("^[a-z0-9_]{1,32}$"), Some(32)));
+schema!(
+    ProviderCode,
+    "ProviderCode",
+    string("Provider code (GET /v1/fournisseurs).", Some("^[a-z0-9_]{1,32}$"), Some(32))
+);
 schema!(MerchantId, "MerchantId", string("Merchant id, mch_ + 26 characters.", None, Some(30)));
 schema!(
     Timestamp,

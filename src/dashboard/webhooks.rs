@@ -124,7 +124,7 @@ fn card(n: &Notification, csrf: &str) -> Markup {
                                 }))
                                 td.num data-label="Latence" { (a.latency_ms) " ms" }
                                 (cell("Erreur", html! { (a.error.as_deref().unwrap_or("—")) }))
-                                (cell("Chaîne signée (début)", html! { code.signed { (a.at.unix_s()) "." (prefix(&n.body, SIGNED_PREVIEW)) } }))
+                                (cell("Chaîne signée (début)", html! { code.signed { (a.signed_at_s.unwrap_or_else(|| a.at.unix_s())) "." (prefix(&n.body, SIGNED_PREVIEW)) } }))
                             }
                         }
                     }

@@ -337,6 +337,9 @@ pub enum DeliveryState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
     pub at: Timestamp,
+    /// The `X-Service-Timestamp` it was signed with, so the dashboard shows the exact signed string.
+    #[serde(default)]
+    pub signed_at_s: Option<u64>,
     pub http_status: Option<u16>,
     pub error: Option<String>,
     pub latency_ms: u64,

@@ -449,7 +449,13 @@ impl Worker {
 
     /// An attempt that could not even start (no URL, unknown merchant) counts as a failed attempt.
     fn fail_now(&mut self, n: Notification, error: String, ctx: &mut Context<Self>) {
-        let outcome = AttemptOutcome { at: Timestamp::now(), http_status: None, error: Some(error), latency_ms: 0 };
+        let outcome = AttemptOutcome {
+            at: Timestamp::now(),
+            signed_at_s: None,
+            http_status: None,
+            error: Some(error),
+            latency_ms: 0,
+        };
         self.settle(n, outcome, ctx);
     }
 }
@@ -506,7 +512,8 @@ impl Handler<Deliver> for Worker {
     }
 }
 
-/// One HTTP attempt, bounded as a whole by `config.timeout`.
+/// One HTTP attempt, bounded as a whole by `config.timeout`. The timestamp is taken once, here, so the one
+/// sent and the one recorded in the attempt log are the same.
 async fn attempt(
     client: awc::Client,
     url: String,
@@ -515,14 +522,18 @@ async fn attempt(
     config: Arc<DeliveryConfig>,
 ) -> AttemptOutcome {
     let at = Timestamp::now();
+    let signed_at_s = at.unix_s();
     let started = Instant::now();
-    let result = actix_rt::time::timeout(config.timeout, send(client, url, secret_key, body, config.production)).await;
+    let sending = send(client, url, secret_key, body, signed_at_s, config.production);
+    let result = actix_rt::time::timeout(config.timeout, sending).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let signed_at_s = Some(signed_at_s);
     match result {
-        Ok(Ok(status)) => AttemptOutcome { at, http_status: Some(status), error: None, latency_ms },
-        Ok(Err(error)) => AttemptOutcome { at, http_status: None, error: Some(error), latency_ms },
+        Ok(Ok(status)) => AttemptOutcome { at, signed_at_s, http_status: Some(status), error: None, latency_ms },
+        Ok(Err(error)) => AttemptOutcome { at, signed_at_s, http_status: None, error: Some(error), latency_ms },
         Err(_) => AttemptOutcome {
             at,
+            signed_at_s,
             http_status: None,
             error: Some(format!("no answer within {} s", config.timeout.as_secs())),
             latency_ms,
@@ -535,6 +546,7 @@ async fn send(
     url: String,
     secret_key: String,
     body: String,
+    timestamp: u64,
     production: bool,
 ) -> Result<u16, String> {
     let mut request = client.post(&url);
@@ -542,7 +554,6 @@ async fn send(
         let address = checked_address(&url).await?;
         request = request.address(address);
     }
-    let timestamp = Timestamp::now().unix_s();
     let signature = sign(&secret_key, timestamp, body.as_bytes());
     let mut response = request
         .insert_header(("Content-Type", "application/json"))

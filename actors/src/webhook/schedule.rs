@@ -52,6 +52,8 @@ impl RetrySchedule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptOutcome {
     pub at: Timestamp,
+    /// The `X-Service-Timestamp` this attempt was signed with (none when it never got to sending).
+    pub signed_at_s: Option<u64>,
     pub http_status: Option<u16>,
     pub error: Option<String>,
     pub latency_ms: u64,
@@ -76,6 +78,7 @@ pub fn after_attempt(n: &Notification, outcome: &AttemptOutcome, schedule: &Retr
     next.chain_attempts = n.chain_attempts.saturating_add(1);
     next.attempts.push(Attempt {
         at: outcome.at,
+        signed_at_s: outcome.signed_at_s,
         http_status: outcome.http_status,
         error: outcome.error.as_ref().map(|e| e.chars().take(MAX_ERROR_LEN).collect()),
         latency_ms: outcome.latency_ms,
@@ -137,7 +140,13 @@ mod tests {
     }
 
     fn failed_at(ms: u64, status: u16) -> AttemptOutcome {
-        AttemptOutcome { at: Timestamp::from_unix_ms(ms), http_status: Some(status), error: None, latency_ms: 3 }
+        AttemptOutcome {
+            at: Timestamp::from_unix_ms(ms),
+            signed_at_s: Some(ms / 1000),
+            http_status: Some(status),
+            error: None,
+            latency_ms: 3,
+        }
     }
 
     #[test]
