@@ -3,8 +3,8 @@
 //! again through the delivery pool (contract 12: a failed notification "can be sent again").
 //!
 //! The signed string of an attempt is `timestamp + "." + body` (spec 5.2). The body is stored once with the
-//! notification; the timestamp is the attempt's own, taken when the attempt starts, so the page rebuilds
-//! the string from the attempt's time in whole seconds.
+//! notification; each attempt records the timestamp it was signed with, so the page shows the exact string
+//! (attempts logged before that field existed fall back to the attempt's time in whole seconds).
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
