@@ -127,7 +127,7 @@ fn merchants(n: usize) -> Vec<MerchantId> {
 /// Events per second over 1, 100 and 10,000 merchants, each on a fresh store.
 fn throughput(c: &mut Criterion) {
     let quick = !bench_mode();
-    for (n, lives) in [(1usize, 8_000usize), (100, 16_000), (10_000, 20_000)] {
+    for (n, lives) in [(1usize, 5_000usize), (100, 10_000), (10_000, 10_000)] {
         let lives = if quick { 200 } else { lives };
         let dir = tempfile::tempdir().expect("tempdir");
         let system = actix::System::new();
@@ -139,7 +139,7 @@ fn throughput(c: &mut Criterion) {
             .sampling_mode(SamplingMode::Flat)
             .sample_size(10)
             .warm_up_time(Duration::from_secs(2))
-            .measurement_time(Duration::from_secs(10))
+            .measurement_time(Duration::from_secs(20))
             .throughput(Throughput::Elements(2 * lives as u64));
         group.bench_function(BenchmarkId::new("merchants", n), |b| {
             b.iter_custom(|iters| {
@@ -254,6 +254,15 @@ fn build_recovery_store(dir: &Path, events: u64) {
     );
 }
 
+/// Bytes this process made the kernel read from storage (`read_bytes` of `/proc/self/io`): page-cache hits do
+/// not count, so it tells a cold recovery from a warm one.
+fn disk_read_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| io.lines().find_map(|l| l.strip_prefix("read_bytes:").and_then(|v| v.trim().parse().ok())))
+        .unwrap_or(0)
+}
+
 /// Opens a store of N journal events: sled alone, the audit alone, then `Engine::open` as a whole.
 fn recovery() {
     let events: u64 = match std::env::var("CAISSE_BENCH_RECOVERY_EVENTS") {
@@ -275,6 +284,7 @@ fn recovery() {
         (store, started.elapsed())
     };
     let (mut store, mut sled_open) = open_store();
+    let read_before = disk_read_bytes();
     let mut audit_started = Instant::now();
     let report = match store.audit() {
         Ok(report) => report,
@@ -289,6 +299,7 @@ fn recovery() {
         }
     };
     let audit = audit_started.elapsed();
+    let audit_read = disk_read_bytes().saturating_sub(read_before);
     drop(store);
     let system = actix::System::new();
     let (engine_open, audited) = system.block_on(async {
@@ -298,13 +309,18 @@ fn recovery() {
         (elapsed, engine.audit_report().clone())
     });
     drop(system);
+    let size: u64 = std::fs::read_dir(&dir)
+        .map(|entries| entries.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0);
     println!(
-        "recovery: {} events over {} merchants: sled open {:.3} s, audit {:.3} s; Engine::open {:.3} s \
-         (audit reports {} ms), {:.0} events/s",
+        "recovery: {} events over {} merchants ({} MiB on disk): sled open {:.3} s, audit {:.3} s reading {} MiB \
+         from disk; then Engine::open {:.3} s (audit reports {} ms), {:.0} events/s",
         audited.events,
         report.merchants,
+        size >> 20,
         sled_open.as_secs_f64(),
         audit.as_secs_f64(),
+        audit_read >> 20,
         engine_open.as_secs_f64(),
         audited.elapsed_ms,
         audited.events as f64 / engine_open.as_secs_f64()
