@@ -125,7 +125,16 @@ impl WebhookPool {
             arbiters.push(arbiter);
         }
         let feed = store.outbox_feed();
-        let dispatcher = Dispatcher { store, config, workers: addrs, in_flight: HashSet::new(), feed };
+        let dispatcher = Dispatcher {
+            store,
+            config,
+            workers: addrs,
+            in_flight: HashSet::new(),
+            feed,
+            backlog: VecDeque::new(),
+            backlog_ids: HashSet::new(),
+            scan_soon: false,
+        };
         let dispatcher = dispatcher_ctx.run(dispatcher);
         Ok(WebhookPool { dispatcher, arbiters })
     }
@@ -189,38 +198,98 @@ struct InFlightCount;
 
 // ----- dispatcher -----
 
+/// Fresh notifications the workers had no room for wait here (up to this many) instead of waiting for the
+/// next scan; beyond it they stay in the store's due index, which the scan reads.
+const MAX_DISPATCH_BACKLOG: usize = 65_536;
+
 struct Dispatcher {
     store: Arc<dyn Store>,
     config: Arc<DeliveryConfig>,
     workers: Vec<Addr<Worker>>,
     in_flight: HashSet<String>,
     feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
+    /// Fresh notifications waiting for room, oldest first, and their ids (so a scan does not take them too).
+    backlog: VecDeque<Notification>,
+    backlog_ids: HashSet<String>,
+    /// A scan is already scheduled soon; one is enough.
+    scan_soon: bool,
 }
 
 impl Dispatcher {
-    fn dispatch(&mut self, n: Notification) {
+    fn budget(&self) -> usize {
+        self.config.max_in_flight_per_worker * self.workers.len().max(1)
+    }
+
+    /// Hands `n` to its worker if there is room; gives it back otherwise.
+    fn dispatch(&mut self, n: Notification) -> Result<(), Notification> {
         if self.in_flight.contains(&n.id) || n.state != DeliveryState::Pending || self.workers.is_empty() {
-            return;
+            return Ok(());
+        }
+        if self.in_flight.len() >= self.budget() {
+            return Err(n);
         }
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         n.merchant.hash(&mut hasher);
         let worker = &self.workers[(hasher.finish() % self.workers.len() as u64) as usize];
         let id = n.id.clone();
-        // A full mailbox leaves the notification in the store, where the next scan finds it.
-        if worker.try_send(Deliver(n)).is_ok() {
-            self.in_flight.insert(id);
+        match worker.try_send(Deliver(n)) {
+            Ok(()) => {
+                self.in_flight.insert(id);
+                Ok(())
+            }
+            Err(SendError::Full(Deliver(n)) | SendError::Closed(Deliver(n))) => Err(n),
+        }
+    }
+
+    /// A fresh notification: dispatched now, or queued in the backlog, or (backlog full) left to the scan.
+    fn offer(&mut self, n: Notification) {
+        if !self.backlog.is_empty() {
+            self.queue(n);
+            return;
+        }
+        if let Err(n) = self.dispatch(n) {
+            self.queue(n);
+        }
+    }
+
+    fn queue(&mut self, n: Notification) {
+        if self.backlog.len() < MAX_DISPATCH_BACKLOG && self.backlog_ids.insert(n.id.clone()) {
+            self.backlog.push_back(n);
+        }
+    }
+
+    /// Moves the backlog to the workers while they have room.
+    fn drain_backlog(&mut self) {
+        while let Some(n) = self.backlog.pop_front() {
+            let id = n.id.clone();
+            match self.dispatch(n) {
+                Ok(()) => {
+                    self.backlog_ids.remove(&id);
+                }
+                Err(n) => {
+                    self.backlog.push_front(n);
+                    return;
+                }
+            }
         }
     }
 
     fn scan(&mut self) {
-        let budget = self.config.max_in_flight_per_worker * self.workers.len().max(1);
-        let room = budget.saturating_sub(self.in_flight.len());
+        self.scan_soon = false;
+        let room = self.budget().saturating_sub(self.in_flight.len());
         if room == 0 {
             return;
         }
-        let in_flight = &self.in_flight;
-        match self.store.due_notifications_skipping(Timestamp::now(), room, &mut |id| in_flight.contains(id)) {
-            Ok(due) => due.into_iter().for_each(|n| self.dispatch(n)),
+        let (in_flight, backlog) = (&self.in_flight, &self.backlog_ids);
+        let skip = &mut |id: &str| in_flight.contains(id) || backlog.contains(id);
+        match self.store.due_notifications_skipping(Timestamp::now(), room, skip) {
+            Ok(due) => {
+                for n in due {
+                    if self.dispatch(n).is_err() {
+                        break;
+                    }
+                }
+            }
             Err(e) => tracing::error!(error = %e, "webhook scan failed"),
         }
     }
@@ -250,15 +319,22 @@ impl Handler<Fresh> for Dispatcher {
     type Result = ();
 
     fn handle(&mut self, msg: Fresh, _: &mut Self::Context) {
-        self.dispatch(msg.0);
+        self.offer(msg.0);
     }
 }
 
 impl Handler<Settled> for Dispatcher {
     type Result = ();
 
-    fn handle(&mut self, msg: Settled, _: &mut Self::Context) {
+    /// A slot is free: feed the backlog first; when it is empty and the workers are half idle, look at the
+    /// due index soon rather than at the next tick, so retries and overflow do not wait for the timer.
+    fn handle(&mut self, msg: Settled, ctx: &mut Self::Context) {
         self.in_flight.remove(&msg.0);
+        self.drain_backlog();
+        if self.backlog.is_empty() && !self.scan_soon && self.in_flight.len() < self.budget() / 2 {
+            self.scan_soon = true;
+            ctx.run_later(Duration::from_millis(20), |act, _| act.scan());
+        }
     }
 }
 
@@ -275,7 +351,7 @@ impl Handler<Resend> for Dispatcher {
 
     fn handle(&mut self, msg: Resend, _: &mut Self::Context) -> Self::Result {
         let prepared = (|| {
-            if self.in_flight.contains(&msg.0) {
+            if self.in_flight.contains(&msg.0) || self.backlog_ids.contains(&msg.0) {
                 return Err(DeliveryError::InFlight);
             }
             let before = self.store.notification(&msg.0)?.ok_or(DeliveryError::NotFound)?;
@@ -292,7 +368,8 @@ impl Handler<Resend> for Dispatcher {
                     act.in_flight.remove(&after.id);
                     match result {
                         Ok(Ok(())) => {
-                            act.dispatch(after.clone());
+                            // No room now: the due index has it, and the next scan sends it.
+                            let _ = act.dispatch(after.clone());
                             Ok(after)
                         }
                         Ok(Err(e)) => Err(DeliveryError::Store(e)),
