@@ -220,7 +220,9 @@ impl Dispatcher {
         self.config.max_in_flight_per_worker * self.workers.len().max(1)
     }
 
-    /// Hands `n` to its worker if there is room; gives it back otherwise.
+    /// Hands `n` to its worker if there is room; gives it back otherwise (moved, not copied: the size of the
+    /// error variant costs nothing here).
+    #[allow(clippy::result_large_err)]
     fn dispatch(&mut self, n: Notification) -> Result<(), Notification> {
         if self.in_flight.contains(&n.id) || n.state != DeliveryState::Pending || self.workers.is_empty() {
             return Ok(());
