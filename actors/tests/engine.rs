@@ -217,3 +217,40 @@ async fn many_merchants_in_parallel() {
         assert_eq!(engine.balances(m).await.unwrap().get(xof()).disponible, 4 * 1_970);
     }
 }
+
+#[actix::test]
+async fn the_due_scan_drops_entries_left_by_a_stale_save() {
+    use caisse_engine::domain::records::DeliveryState;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+    pay(&engine, &m, 1_000).await;
+    let store = engine.store();
+    let now = Timestamp::now();
+    let n = store.due_notifications(now, 10).unwrap().remove(0);
+    // A save made from a stale read names another due time, so the real entry stays behind as an orphan.
+    let mut stale_before = n.clone();
+    stale_before.next_attempt_at = Some(Timestamp::from_unix_ms(1));
+    let mut after = n.clone();
+    after.state = DeliveryState::Delivered;
+    after.next_attempt_at = None;
+    store.save_notification(&stale_before, &after).unwrap().await.unwrap().unwrap();
+    let due = store.due_notifications(now, 10).unwrap();
+    assert!(due.iter().all(|d| d.id != n.id), "a delivered notification was offered again");
+    // The scan also removed the orphan: later scans no longer even look at it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let mut seen = false;
+        store
+            .due_notifications_skipping(now, 10, &mut |id| {
+                seen |= id == n.id;
+                false
+            })
+            .unwrap();
+        if !seen {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the orphan due entry was never removed");
+        actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -537,6 +537,7 @@ impl Store for SledStore {
     ) -> Result<Vec<Notification>, StoreError> {
         let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
         let mut due = Vec::new();
+        let mut stale = Vec::new();
         for item in self.trees[OUTBOX_DUE].range(..end.as_slice()) {
             if due.len() >= limit {
                 break;
@@ -546,9 +547,19 @@ impl Store for SledStore {
             if skip(std::str::from_utf8(id).unwrap_or_default()) {
                 continue;
             }
-            if let Some(n) = self.get::<Notification>(OUTBOX, id)? {
-                due.push(n);
+            let key_ms = key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
+            match self.get::<Notification>(OUTBOX, id)? {
+                // An entry is current only if the notification still waits for exactly that time; any other
+                // is left over from a save made on a stale read, and is removed so scans stop reading it.
+                Some(n) if n.state == DeliveryState::Pending && n.next_attempt_at.map(|t| t.unix_ms()) == key_ms => {
+                    due.push(n)
+                }
+                _ => stale.push(Op::Remove(OUTBOX_DUE, key.to_vec())),
             }
+        }
+        if !stale.is_empty() {
+            // Best effort: if it fails, the next scan finds the same entries again.
+            let _ = self.writer.submit(stale, None, Vec::new());
         }
         Ok(due)
     }
