@@ -569,7 +569,23 @@ impl Handler<Deliver> for Worker {
     type Result = ();
 
     fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
-        let n = msg.0;
+        // The copy handed over may be older than the store: a feed copy can arrive after a scan already
+        // delivered the same notification. Only the stored version, still pending and due, is attempted; it
+        // is also the `before` of the save, so the due index stays exact.
+        let id = msg.0.id;
+        let n = match self.store.notification(&id) {
+            Ok(Some(current))
+                if current.state == DeliveryState::Pending
+                    && current.next_attempt_at.is_some_and(|at| at <= Timestamp::now()) =>
+            {
+                current
+            }
+            Ok(_) => return self.dispatcher.do_send(Settled(id)),
+            Err(e) => {
+                tracing::error!(notification = %id, error = %e, "notification lookup failed; the next scan retries");
+                return self.dispatcher.do_send(Settled(id));
+            }
+        };
         let target = match self.target(&n) {
             Ok(target) => target,
             Err(error) => return self.fail_now(n, error, ctx),
