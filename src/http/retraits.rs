@@ -18,8 +18,7 @@ use super::paiement::{metadata, optional, provider_for};
 use super::transactions::{page_params, Listed};
 use super::AppState;
 use crate::config::Operation;
-use caisse_engine::domain::records::{Payout, TransactionType};
-use caisse_engine::store::Page;
+use caisse_engine::domain::records::Payout;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -89,21 +88,10 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         .get("devise")
         .map(|d| Currency::parse(d).map_err(|e| ApiError::invalid("devise", e.to_string())))
         .transpose()?;
-    // Filtered on the transaction index (a payout `ret_X` is the transaction `tx_X`), so that a page holds
-    // `limit` matching payouts and `has_more` means another matching one exists.
-    let store = state.engine.store();
-    let cursor = cursor.map(|c| c.replacen("ret_", "tx_", 1));
-    let page = store.transactions(&merchant.id, cursor.as_deref(), limit + 1, &mut |tx| {
-        tx.kind == TransactionType::Retrait
-            && statut.is_none_or(|s| tx.statut == s.as_str())
-            && devise.is_none_or(|d| tx.devise == d)
+    // One more than the page, so `has_more` means another matching payout exists.
+    let page = state.engine.store().payouts(&merchant.id, cursor.as_deref(), limit + 1, &mut |o| {
+        statut.is_none_or(|s| o.statut == s) && devise.is_none_or(|d| o.devise == d)
     })?;
-    let mut data = Vec::with_capacity(page.data.len());
-    for tx in &page.data {
-        data.extend(store.payout(&merchant.id, &tx.reference)?);
-    }
-    let next_cursor = page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1));
-    let page = Page { data, has_more: page.has_more, next_cursor };
     Ok(HttpResponse::Ok().json(Listed::one_more(page, limit, |o: &Payout| o.id.clone())))
 }
 

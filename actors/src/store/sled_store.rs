@@ -277,6 +277,45 @@ impl SledStore {
         Ok(state)
     }
 
+    /// Walks a merchant's transaction index newest first, from before `cursor` (a `tx_` id), handing each
+    /// entry's record to `take`, until `limit` items were taken or [`MAX_SCAN`] entries were looked at.
+    /// Entries of another kind than `only` are passed over without reading their record. `has_more` says the
+    /// index goes on; the cursor is the last entry looked at.
+    fn scan_index<T>(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        only: Option<TransactionType>,
+        take: &mut dyn FnMut(TransactionType, Record) -> Option<T>,
+    ) -> Result<Page<T>, StoreError> {
+        let start = mkey(merchant, b"");
+        let end = match cursor {
+            Some(c) => mkey(merchant, c.strip_prefix("tx_").unwrap_or(c).as_bytes()),
+            None => mkey(merchant, &[0xff]),
+        };
+        let mut data = Vec::with_capacity(limit.min(100));
+        let mut has_more = false;
+        let mut last_scanned = None;
+        for (scanned, item) in self.trees[TX_INDEX].range(start..end).rev().enumerate() {
+            let (key, ptr) = item.map_err(io("tx_index"))?;
+            if data.len() == limit || scanned == MAX_SCAN {
+                has_more = true;
+                break;
+            }
+            let (kind, owner, _) = parse_pointer(&ptr)?;
+            last_scanned = Some(format!("tx_{}", String::from_utf8_lossy(&key[MERCHANT_ID_LEN..])));
+            if only.is_some_and(|wanted| wanted != kind) {
+                continue;
+            }
+            if let Some(item) = self.record(merchant, kind, owner)?.and_then(|record| take(kind, record)) {
+                data.push(item);
+            }
+        }
+        let next_cursor = if has_more { last_scanned } else { None };
+        Ok(Page { data, has_more, next_cursor })
+    }
+
     fn journal_after(
         &self,
         merchant: &MerchantId,
@@ -438,38 +477,16 @@ impl Store for SledStore {
         limit: usize,
         keep: &mut dyn FnMut(&Transaction) -> bool,
     ) -> Result<Page<Transaction>, StoreError> {
-        let start = mkey(merchant, b"");
-        let end = match cursor {
-            Some(c) => mkey(merchant, c.strip_prefix("tx_").unwrap_or(c).as_bytes()),
-            None => mkey(merchant, &[0xff]),
-        };
-        let mut data = Vec::with_capacity(limit.min(100));
-        let mut has_more = false;
-        let mut last_scanned = None;
-        for (scanned, item) in self.trees[TX_INDEX].range(start..end).rev().enumerate() {
-            let (key, ptr) = item.map_err(io("tx_index"))?;
-            if data.len() == limit || scanned == MAX_SCAN {
-                has_more = true;
-                break;
-            }
-            let (kind, owner, _) = parse_pointer(&ptr)?;
-            let ulid = String::from_utf8_lossy(&key[MERCHANT_ID_LEN..]).into_owned();
-            last_scanned = Some(format!("tx_{ulid}"));
-            let tx = match self.record(merchant, kind, owner)? {
-                Some(Record::Payout(o)) => Transaction::of_payout(&o),
-                Some(Record::Payment(p)) if kind == TransactionType::Remboursement => match &p.remboursement {
-                    Some(r) => Transaction::of_refund(&p, r),
-                    None => continue,
-                },
-                Some(Record::Payment(p)) => Transaction::of_payment(&p),
-                None => continue,
+        self.scan_index(merchant, cursor, limit, None, &mut |kind, record| {
+            let tx = match record {
+                Record::Payout(o) => Transaction::of_payout(&o),
+                Record::Payment(p) if kind == TransactionType::Remboursement => {
+                    Transaction::of_refund(&p, p.remboursement.as_ref()?)
+                }
+                Record::Payment(p) => Transaction::of_payment(&p),
             };
-            if keep(&tx) {
-                data.push(tx);
-            }
-        }
-        let next_cursor = if has_more { last_scanned } else { None };
-        Ok(Page { data, has_more, next_cursor })
+            keep(&tx).then_some(tx)
+        })
     }
 
     fn payouts(
@@ -479,19 +496,17 @@ impl Store for SledStore {
         limit: usize,
         keep: &mut dyn FnMut(&Payout) -> bool,
     ) -> Result<Page<Payout>, StoreError> {
-        // A payout `ret_X` is the transaction `tx_X`, so the payout list is the transaction index, filtered.
+        // A payout `ret_X` is the transaction `tx_X`, so the payout list is the transaction index, filtered
+        // while scanning so that a page holds `limit` matching payouts.
         let cursor = cursor.map(|c| c.replacen("ret_", "tx_", 1));
-        let mut page =
-            self.transactions(merchant, cursor.as_deref(), limit, &mut |tx| tx.kind == TransactionType::Retrait)?;
-        let mut data = Vec::with_capacity(page.data.len());
-        for tx in page.data.drain(..) {
-            if let Some(o) = self.payout(merchant, &tx.reference)? {
-                if keep(&o) {
-                    data.push(o);
+        let page =
+            self.scan_index(merchant, cursor.as_deref(), limit, Some(TransactionType::Retrait), &mut |_, record| {
+                match record {
+                    Record::Payout(o) if keep(&o) => Some(o),
+                    _ => None,
                 }
-            }
-        }
-        Ok(Page { data, has_more: page.has_more, next_cursor: page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1)) })
+            })?;
+        Ok(Page { next_cursor: page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1)), ..page })
     }
 
     fn pending(
