@@ -6,8 +6,9 @@
 //! ticket: nobody hears "yes" before the change is durable.
 //!
 //! Pipelining means the actor's memory runs ahead of the disk by the changes in flight. Three rules keep that
-//! safe. Records with a write in flight are kept in `dirty`, so the next command sees them. Reads wait until
-//! every change decided before them is durable, so they never show what a crash could undo. And if a write
+//! safe. Records with a write in flight are kept in `dirty`, so the next command sees them. Reads, and answers
+//! that change nothing (duplicate notices, idempotent replays), wait until every change decided before them
+//! is durable, so they never show what a crash could undo. And if a write
 //! fails, the store refuses every later write of this actor (its [`WriteGuard`]), the actor refuses new work,
 //! and once its in-flight writes have settled it stops; the next message starts a fresh actor from the store.
 //!
@@ -358,7 +359,15 @@ impl Handler<Execute> for MerchantActor {
         self.last_message = Instant::now();
         match self.execute(msg) {
             Err(err) => Box::pin(fut::ready(Err(err))),
-            Ok(Pending::Now(answer)) => Box::pin(fut::ready(Ok(answer))),
+            // A duplicate notice or an idempotent replay changes nothing, but the state it reports may come
+            // from writes still in flight: answer only once they are durable, like a read.
+            Ok(Pending::Now(answer)) => {
+                let barrier = self.barrier();
+                Box::pin(fut::wrap_future(async move {
+                    barrier.await?;
+                    Ok(answer)
+                }))
+            }
             Ok(Pending::Wait { ticket, seq, keys, idempotency_key, record }) => {
                 Box::pin(ticket.into_actor(self).map(move |result, act, ctx| {
                     let result = match result {
