@@ -118,12 +118,59 @@ impl Browser {
         }
     }
 
+    /// The element's text. A click that navigates leaves the old page in place for a moment, so an element
+    /// found there can go stale before it is read: such reads are tried again.
     async fn text(&self, css: &str) -> String {
-        self.client.wait().for_element(Locator::Css(css)).await.expect(css).text().await.expect("text")
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let element = self.client.wait().for_element(Locator::Css(css)).await.expect(css);
+            match element.text().await {
+                Ok(text) => return text,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("reading {css} again: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("reading {css}: {e}"),
+            }
+        }
     }
 
+    /// Waits (up to 10 s) until the element's text satisfies `ok`, which covers the moment after a click when
+    /// the previous page is still shown; panics with the last text seen otherwise.
+    async fn wait_text(&self, css: &str, what: &str, ok: impl Fn(&str) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let text = self.text(css).await;
+            if ok(&text) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{css} never showed {what:?}; last text: {text:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn shows(&self, css: &str, needle: &str) {
+        self.wait_text(css, needle, |t| t.contains(needle)).await;
+    }
+
+    async fn shows_exactly(&self, css: &str, expected: &str) {
+        self.wait_text(css, expected, |t| t == expected).await;
+    }
+
+    /// Clicks the element, finding it again if it went stale before the click (nothing was clicked then).
     async fn click(&self, css: &str) {
-        self.client.wait().for_element(Locator::Css(css)).await.expect(css).click().await.expect("click");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let element = self.client.wait().for_element(Locator::Css(css)).await.expect(css);
+            match element.click().await {
+                Ok(()) => return,
+                Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("stale") => {
+                    eprintln!("clicking {css} again: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("clicking {css}: {e}"),
+            }
+        }
     }
 
     async fn fill(&self, css: &str, value: &str) {
@@ -179,38 +226,38 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
     browser.fill("#email", app.email()).await;
     browser.fill("#password", "wrong password").await;
     browser.click("button[type=submit]").await;
-    assert!(browser.text("p.alert.error").await.contains("E-mail ou mot de passe incorrect."));
+    browser.shows("p.alert.error", "E-mail ou mot de passe incorrect.").await;
     browser.shot("01b-login-wrong-password").await;
     browser.fill("#email", app.email()).await;
     browser.fill("#password", app.password()).await;
     browser.click("button[type=submit]").await;
-    assert_eq!(browser.text("h1").await, "Vue d'ensemble");
+    browser.shows_exactly("h1", "Vue d'ensemble").await;
     assert_eq!(browser.path().await, "/");
 
     // A sandbox payment made through the API appears, and succeeds.
     let reference = app.pay(&old_key, xof_payment(5000, "99")).await;
     browser.until_shown("/transactions", &reference).await;
     browser.until_shown("/transactions", "badge ok\">succes").await;
-    assert!(browser.text("#transactions").await.contains("5 000 XOF"));
+    browser.shows("#transactions", "5 000 XOF").await;
     browser.shot("02-transactions").await;
     browser.click(&format!("a[href='/transactions/{reference}']")).await;
-    assert_eq!(browser.text("h1").await, reference);
-    assert!(browser.text("#history").await.contains("Confirmé par le fournisseur"));
+    browser.shows_exactly("h1", &reference).await;
+    browser.shows("#history", "Confirmé par le fournisseur").await;
     browser.shot("03-transaction-detail").await;
     browser.goto("/").await;
-    assert!(browser.text("main").await.contains("4 925 XOF"));
+    browser.shows("main", "4 925 XOF").await;
     browser.shot("04-overview").await;
 
     // The Webhook URL: a refused value shows why, then the receiver's URL is saved and gets the next webhook.
     browser.click("nav a[href='/keys']").await;
-    assert_eq!(browser.text("h1").await, "API keys");
+    browser.shows_exactly("h1", "API keys").await;
     browser.fill("#webhook_url", "ftp://example.com/hook").await;
     browser.click("#save-webhook").await;
-    assert!(browser.text("#webhook_url_error").await.contains("https://"));
+    browser.shows("#webhook_url_error", "https://").await;
     browser.shot("05-keys-webhook-refused").await;
     browser.fill("#webhook_url", &receiver.url).await;
     browser.click("#save-webhook").await;
-    assert!(browser.text("p.alert.ok").await.contains("Webhook URL enregistrée."));
+    browser.shows("p.alert.ok", "Webhook URL enregistrée.").await;
     browser.shot("06-keys-webhook-saved").await;
     let next = app.pay(&old_key, xof_payment(1500, "99")).await;
     let hit = receiver.wait_for(&next, "payment.succeeded").await;
@@ -218,10 +265,10 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
 
     // Roll the key, through the confirmation; the old key is refused by the API from then on.
     browser.click("#roll").await;
-    assert!(browser.text("main").await.contains("l'ancienne cesse de fonctionner immédiatement"));
+    browser.shows("main", "l'ancienne cesse de fonctionner immédiatement").await;
     browser.shot("07-roll-confirmation").await;
     browser.click("#confirm-roll").await;
-    assert!(browser.text("p.alert.ok").await.contains("Nouvelle clé secrète active"));
+    browser.shows("p.alert.ok", "Nouvelle clé secrète active").await;
     assert!(!browser.source().await.contains(&old_key));
     browser.click("#reveal").await;
     let new_key = browser.text("#key-value").await;
@@ -241,11 +288,11 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
     let (id, _) = notification_state(&app, &failing, "payment.succeeded").expect("notification");
     browser.click("nav a[href='/webhooks']").await;
     let card = format!("#failed article[id='{id}']");
-    assert!(browser.text(&card).await.contains("500"));
+    browser.shows(&card, "500").await;
     browser.shot("09-webhooks-failed").await;
     receiver.answer(200);
     browser.click(&format!("{card} button[type=submit]")).await;
-    assert!(browser.text("p.alert.ok").await.contains("Notification renvoyée"));
+    browser.shows("p.alert.ok", "Notification renvoyée").await;
     let hit = receiver.wait_for(&failing, "payment.succeeded").await;
     eventually("the resent delivery succeeded", || async {
         notification_state(&app, &failing, "payment.succeeded").is_some_and(|(_, s)| s == DeliveryState::Delivered)
