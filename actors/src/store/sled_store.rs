@@ -162,18 +162,35 @@ fn parse_pointer(bytes: &[u8]) -> Result<(TransactionType, &str, &str), StoreErr
     Ok((kind, owner, reference))
 }
 
+/// How long an open waits for a lock that is being released. sled 0.34 closes its files from its own IO
+/// threads, which can finish a few milliseconds after the last `Db` handle is dropped; a process that closes
+/// and reopens the same directory (a test, a supervised restart) would otherwise see its own old lock.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn open_when_unlocked(dir: &Path) -> Result<sled::Db, StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        match sled::Config::new().path(dir).open() {
+            Ok(db) => return Ok(db),
+            Err(e) => {
+                let text = e.to_string();
+                if !text.contains("lock") {
+                    return Err(StoreError::Io(format!("open {}: {text}", dir.display())));
+                }
+                if started.elapsed() >= LOCK_GRACE {
+                    return Err(StoreError::Locked(format!("{}: {text}", dir.display())));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
 impl SledStore {
     /// Opens (or creates) the store under `dir` and starts its writer. Does not audit: call [`Store::audit`].
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
-        let db = sled::Config::new().path(dir).open().map_err(|e| {
-            let text = e.to_string();
-            if text.contains("lock") {
-                StoreError::Locked(format!("{}: {text}", dir.display()))
-            } else {
-                StoreError::Io(format!("open {}: {text}", dir.display()))
-            }
-        })?;
+        let db = open_when_unlocked(dir)?;
         let trees = TREE_NAMES
             .iter()
             .map(|name| db.open_tree(name))
