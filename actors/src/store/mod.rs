@@ -12,6 +12,7 @@
 //! service if anything disagrees.
 
 pub mod sled_store;
+mod wal;
 mod writer;
 
 use std::sync::atomic::AtomicBool;

@@ -202,7 +202,8 @@ impl SledStore {
             .map_err(|e| StoreError::Io(format!("sync {}: {e}", dir.display())))?;
         let healthy = Arc::new(AtomicBool::new(true));
         let (feed_tx, feed_rx) = tokio::sync::mpsc::channel(FEED_CAPACITY);
-        let writer = Writer::spawn(db.clone(), trees.clone(), dir, healthy.clone(), feed_tx)?;
+        let next_log = super::writer::recover(&db, &trees, dir)?;
+        let writer = Writer::spawn(db.clone(), trees.clone(), dir, next_log, healthy.clone(), feed_tx)?;
         Ok(SledStore { trees, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
     }
 

@@ -1,34 +1,47 @@
-//! Group commit: one thread owns every write to sled and makes each batch durable with one sync.
+//! Group commit: one thread owns every write and makes each batch durable with one sync of the write-ahead log.
 //!
 //! Writers enqueue a job (the sled operations of one change) on a bounded queue and get a ticket. The thread
-//! takes the first waiting job, then everything else already queued up to [`MAX_BATCH_JOBS`], applies them all
-//! in one multi-tree sled transaction, calls `flush` and then `sync_data` on sled's data file, and only then
-//! completes the tickets. sled 0.34.7's `flush` stops at `sync_file_range`, which does not make the data
-//! durable on a power cut; the explicit `sync_data` does. Blobs (values too large for a log segment) are
-//! separate files that sled never syncs, so new ones are synced here too.
+//! takes the first waiting job, then everything else already queued up to [`MAX_BATCH_JOBS`], appends all
+//! their operations to the write-ahead log as one record, calls `sync_data` on it, applies them to sled's trees
+//! (in memory), and only then completes the tickets. Reads therefore see a change no later than its answer.
+//!
+//! sled's own files are made durable later by a checkpoint thread: `flush`, then a real `sync_data` on sled's
+//! data file (sled 0.34.7's `flush` stops at `sync_file_range`, which does not survive a power cut), then the
+//! blob files sled writes for large values and never syncs. Only then are the log files the checkpoint covers
+//! deleted. This keeps sled's costly transactions and flushes out of every answer's path: one append and one
+//! `fdatasync` per batch is the whole price of durability (see [`super::wal`] for why replay is exact).
 //!
 //! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its
 //! actor in decision order) land in order. When a batch fails, every job in it fails, and the guards of those
-//! jobs are set so that later jobs from the same actors fail too (see [`super::WriteGuard`]).
+//! jobs are set so that later jobs from the same actors fail too (see [`super::WriteGuard`]). A failure the
+//! writer can undo (the log append was cut back) leaves the store unhealthy until an append succeeds again; it
+//! probes once a second while idle, so health comes back when the disk does. A failure it cannot undo stops all
+//! writing until a restart, which replays the log.
 
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self as std_mpsc, RecvTimeoutError, TrySendError};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
+use super::wal::{self, AppendError, Wal};
 use super::{StoreError, Ticket, WriteGuard};
 use crate::domain::records::Notification;
 
-/// Jobs one batch takes at most; bounds the transaction's size and the latency of the first job in it.
+/// Jobs one batch takes at most; bounds the log record's size and the latency of the first job in it.
 pub(crate) const MAX_BATCH_JOBS: usize = 2048;
 /// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
 pub(crate) const QUEUE_CAPACITY: usize = 32 * 1024;
+/// A log file this large is handed to a checkpoint, which bounds both the disk it takes and replay at start.
+const ROTATE_BYTES: u64 = 64 * 1024 * 1024;
+/// A log file with anything in it is handed to a checkpoint after this long, so a quiet store restarts fast.
+const ROTATE_AFTER: Duration = Duration::from_secs(5);
+/// How often an idle writer wakes: to probe the disk while unhealthy, and to rotate a quiet log.
+const IDLE_TICK: Duration = Duration::from_secs(1);
 
 pub(crate) enum Op {
     Insert(usize, Vec<u8>, Vec<u8>),
@@ -43,10 +56,10 @@ struct Job {
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// The handle on the writer thread. Dropping it lets the thread finish what is queued, then waits for it, so
-/// that sled is closed (and its lock released) when the store is dropped.
+/// The handle on the writer thread. Dropping it lets the thread finish what is queued and checkpoint, then
+/// waits for it, so that sled is closed (and its lock released) when the store is dropped.
 pub(crate) struct Writer {
-    queue: Option<mpsc::Sender<Job>>,
+    queue: Option<std_mpsc::SyncSender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -61,18 +74,106 @@ impl Drop for Writer {
     }
 }
 
+/// Replays the log files left by the last run into sled, makes sled durable, and deletes them. Returns the
+/// sequence number the next log file takes. Must run before anything reads the trees.
+pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<u64, StoreError> {
+    let wal_dir = wal::wal_dir(dir);
+    let files = wal::list(&wal_dir)?;
+    let Some(&(last, _)) = files.last() else { return Ok(0) };
+    let started = Instant::now();
+    let (mut records, mut ops) = (0, 0);
+    for (_, path) in &files {
+        let found = wal::replay(path, |batch| apply(trees, batch.iter()))?;
+        if found.discarded > 0 {
+            tracing::warn!(
+                file = %path.display(),
+                bytes = found.discarded,
+                "dropped the unacknowledged tail of a write-ahead log file"
+            );
+        }
+        records += found.records;
+        ops += found.ops;
+    }
+    let mut checkpoint = Checkpoint::open(db.clone(), dir)?;
+    checkpoint.run(last + 1)?;
+    tracing::info!(
+        files = files.len(),
+        records,
+        ops,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "replayed the write-ahead log"
+    );
+    Ok(last + 1)
+}
+
+/// Applies operations to sled's trees, one atomic batch per tree. Within a tree a later operation on the same
+/// key wins, as it would applied one by one.
+fn apply<'a>(trees: &[sled::Tree], ops: impl Iterator<Item = &'a Op>) -> Result<(), StoreError> {
+    let mut batches: Vec<Option<sled::Batch>> = trees.iter().map(|_| None).collect();
+    for op in ops {
+        let tree = match op {
+            Op::Insert(tree, ..) | Op::Remove(tree, _) => *tree,
+        };
+        let batch = batches
+            .get_mut(tree)
+            .ok_or_else(|| StoreError::Corrupt(format!("no tree {tree}")))?
+            .get_or_insert_with(sled::Batch::default);
+        match op {
+            Op::Insert(_, key, value) => batch.insert(key.as_slice(), value.as_slice()),
+            Op::Remove(_, key) => batch.remove(key.as_slice()),
+        }
+    }
+    for (tree, batch) in trees.iter().zip(batches) {
+        if let Some(batch) = batch {
+            tree.apply_batch(batch).map_err(|e| StoreError::Io(format!("apply to sled: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
 impl Writer {
     pub(crate) fn spawn(
         db: sled::Db,
         trees: Vec<sled::Tree>,
         dir: &Path,
+        next_seq: u64,
         healthy: Arc<AtomicBool>,
         feed: mpsc::Sender<Notification>,
     ) -> Result<Writer, StoreError> {
-        let data_file = File::open(dir.join("db")).map_err(|e| StoreError::Io(format!("open sled data file: {e}")))?;
-        let (queue, jobs) = mpsc::channel(QUEUE_CAPACITY);
-        let mut thread =
-            WriterThread { db, trees, data_file, blobs: Blobs::new(dir.join("blobs")), jobs, healthy, feed };
+        let wal = Wal::create(&wal::wal_dir(dir), next_seq)?;
+        let checkpoint = Checkpoint::open(db, dir)?;
+        let (queue, jobs) = std_mpsc::sync_channel(QUEUE_CAPACITY);
+        let (to_checkpointer, requests) = std_mpsc::sync_channel::<u64>(1);
+        let busy = Arc::new(AtomicBool::new(false));
+        let checkpointer = {
+            let (mut checkpoint, busy) = (checkpoint, busy.clone());
+            std::thread::Builder::new()
+                .name("caisse-store-checkpoint".into())
+                .spawn(move || {
+                    while let Ok(before) = requests.recv() {
+                        if let Err(err) = checkpoint.run(before) {
+                            // The log files stay; the next checkpoint covers them too.
+                            tracing::error!(error = %err, "checkpoint failed; the write-ahead log keeps the changes");
+                        }
+                        busy.store(false, Ordering::Release);
+                    }
+                    checkpoint
+                })
+                .map_err(|e| StoreError::Io(format!("start checkpoint thread: {e}")))?
+        };
+        let mut thread = WriterThread {
+            trees,
+            wal,
+            jobs,
+            healthy,
+            broken: None,
+            feed,
+            to_checkpointer: Some(to_checkpointer),
+            checkpointer: Some(checkpointer),
+            checkpoint_busy: busy,
+            rotated_at: Instant::now(),
+            buffer: Vec::new(),
+        };
         let thread = std::thread::Builder::new()
             .name("caisse-store-writer".into())
             .spawn(move || thread.run())
@@ -94,36 +195,49 @@ impl Writer {
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok(ticket),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::Overloaded),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(StoreError::Closed),
+            Err(TrySendError::Full(_)) => Err(StoreError::Overloaded),
+            Err(TrySendError::Disconnected(_)) => Err(StoreError::Closed),
         }
     }
 }
 
 struct WriterThread {
-    db: sled::Db,
     trees: Vec<sled::Tree>,
-    data_file: File,
-    blobs: Blobs,
-    jobs: mpsc::Receiver<Job>,
+    wal: Wal,
+    jobs: std_mpsc::Receiver<Job>,
     healthy: Arc<AtomicBool>,
+    /// Set when a failure could not be undone; every later write gets this error until a restart.
+    broken: Option<StoreError>,
     feed: mpsc::Sender<Notification>,
+    to_checkpointer: Option<std_mpsc::SyncSender<u64>>,
+    checkpointer: Option<std::thread::JoinHandle<Checkpoint>>,
+    checkpoint_busy: Arc<AtomicBool>,
+    rotated_at: Instant,
+    /// The log record being built, kept between batches so its allocation is reused.
+    buffer: Vec<u8>,
 }
 
 impl WriterThread {
     fn run(&mut self) {
-        while let Some(first) = self.jobs.blocking_recv() {
-            let mut batch = Vec::with_capacity(64);
-            batch.push(first);
-            while batch.len() < MAX_BATCH_JOBS {
-                match self.jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
+        loop {
+            match self.jobs.recv_timeout(IDLE_TICK) {
+                Ok(first) => {
+                    let mut batch = Vec::with_capacity(64);
+                    batch.push(first);
+                    while batch.len() < MAX_BATCH_JOBS {
+                        match self.jobs.try_recv() {
+                            Ok(job) => batch.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    self.commit(batch);
                 }
+                Err(RecvTimeoutError::Timeout) => self.idle(),
+                Err(RecvTimeoutError::Disconnected) => break,
             }
-            self.commit(batch);
+            self.maybe_rotate();
         }
-        tracing::debug!("store writer stopped: every handle is gone");
+        self.shut_down();
     }
 
     fn commit(&mut self, batch: Vec<Job>) {
@@ -136,8 +250,7 @@ impl WriterThread {
         if batch.is_empty() {
             return;
         }
-        let result = self.apply(&batch).and_then(|()| self.make_durable());
-        self.healthy.store(result.is_ok(), Ordering::Release);
+        let result = self.write(&batch);
         if let Err(err) = &result {
             tracing::error!(error = %err, jobs = batch.len(), "group commit failed; its changes are refused");
         }
@@ -147,49 +260,131 @@ impl WriterThread {
                 for n in job.notify.drain(..) {
                     let _ = self.feed.try_send(n);
                 }
-            }
-            if result.is_err() {
-                if let Some(guard) = &job.guard {
-                    guard.store(true, Ordering::Release);
-                }
+            } else if let Some(guard) = &job.guard {
+                guard.store(true, Ordering::Release);
             }
             // The waiter may have gone (request cancelled); the change is committed all the same.
             let _ = job.done.send(result.clone());
         }
     }
 
-    fn apply(&self, batch: &[Job]) -> Result<(), StoreError> {
-        let result: Result<(), TransactionError<StoreError>> = self.trees.as_slice().transaction(|trees| {
-            for job in batch {
-                for op in &job.ops {
-                    match op {
-                        Op::Insert(tree, key, value) => {
-                            let tree = trees.get(*tree).ok_or_else(|| {
-                                ConflictableTransactionError::Abort(StoreError::Corrupt(format!("no tree {tree}")))
-                            })?;
-                            tree.insert(key.as_slice(), value.as_slice())?;
-                        }
-                        Op::Remove(tree, key) => {
-                            let tree = trees.get(*tree).ok_or_else(|| {
-                                ConflictableTransactionError::Abort(StoreError::Corrupt(format!("no tree {tree}")))
-                            })?;
-                            tree.remove(key.as_slice())?;
-                        }
-                    }
-                }
-            }
-            Ok(())
-        });
-        result.map_err(|e| match e {
-            TransactionError::Abort(err) => err,
-            TransactionError::Storage(err) => StoreError::Io(err.to_string()),
-        })
+    fn write(&mut self, batch: &[Job]) -> Result<(), StoreError> {
+        if let Some(err) = &self.broken {
+            return Err(err.clone());
+        }
+        self.buffer.clear();
+        wal::encode(batch.iter().flat_map(|job| job.ops.iter()), &mut self.buffer)?;
+        self.append()?;
+        // The batch is durable in the log; sled must now hold it too, or reads and later decisions would go
+        // on without it while a restart would bring it back. If sled refuses, stop writing until then.
+        if let Err(err) = apply(&self.trees, batch.iter().flat_map(|job| job.ops.iter())) {
+            let err = StoreError::Io(format!("{err}; the store stopped writing until a restart replays the log"));
+            self.broken = Some(err.clone());
+            self.healthy.store(false, Ordering::Release);
+            return Err(err);
+        }
+        Ok(())
     }
 
-    fn make_durable(&mut self) -> Result<(), StoreError> {
+    /// Appends `self.buffer` to the log and keeps the health flag in step with the outcome.
+    fn append(&mut self) -> Result<(), StoreError> {
+        match self.wal.append(&self.buffer) {
+            Ok(()) => {
+                self.healthy.store(true, Ordering::Release);
+                Ok(())
+            }
+            Err(AppendError::Refused(err)) => {
+                self.healthy.store(false, Ordering::Release);
+                Err(err)
+            }
+            Err(AppendError::Broken(err)) => {
+                self.healthy.store(false, Ordering::Release);
+                self.broken = Some(err.clone());
+                Err(err)
+            }
+        }
+    }
+
+    /// While unhealthy and idle, an empty record tests the disk, so health returns without waiting for a write.
+    fn idle(&mut self) {
+        if self.broken.is_some() || self.healthy.load(Ordering::Acquire) {
+            return;
+        }
+        self.buffer.clear();
+        if wal::encode(std::iter::empty(), &mut self.buffer).is_ok() && self.append().is_ok() {
+            tracing::info!("the store accepts writes again");
+        }
+    }
+
+    fn maybe_rotate(&mut self) {
+        let due = self.wal.len() >= ROTATE_BYTES || (self.wal.len() > 0 && self.rotated_at.elapsed() >= ROTATE_AFTER);
+        if !due || self.broken.is_some() || self.checkpoint_busy.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(to_checkpointer) = &self.to_checkpointer else { return };
+        match self.wal.rotate() {
+            Ok(next) => {
+                self.wal = next;
+                self.rotated_at = Instant::now();
+                self.checkpoint_busy.store(true, Ordering::Release);
+                if to_checkpointer.try_send(self.wal.seq()).is_err() {
+                    self.checkpoint_busy.store(false, Ordering::Release);
+                }
+            }
+            // Appending to the current file goes on; the next batch tries again.
+            Err(err) => tracing::warn!(error = %err, "could not start a new write-ahead log file"),
+        }
+    }
+
+    /// Every handle is gone: checkpoint everything, so the next start has nothing to replay.
+    fn shut_down(&mut self) {
+        self.to_checkpointer = None;
+        let Some(checkpointer) = self.checkpointer.take() else { return };
+        let Ok(mut checkpoint) = checkpointer.join() else {
+            tracing::error!("the checkpoint thread panicked; the next start replays the write-ahead log");
+            return;
+        };
+        if self.broken.is_some() {
+            return;
+        }
+        match checkpoint.run(self.wal.seq() + 1) {
+            Ok(()) => tracing::debug!("store writer stopped after a final checkpoint"),
+            Err(err) => tracing::warn!(error = %err, "final checkpoint failed; the next start replays the log"),
+        }
+    }
+}
+
+/// Makes sled's files durable, then deletes the log files that are no longer needed.
+struct Checkpoint {
+    db: sled::Db,
+    data_file: File,
+    blobs: Blobs,
+    wal_dir: PathBuf,
+}
+
+impl Checkpoint {
+    fn open(db: sled::Db, dir: &Path) -> Result<Checkpoint, StoreError> {
+        let data_file = File::open(dir.join("db")).map_err(|e| StoreError::Io(format!("open sled data file: {e}")))?;
+        Ok(Checkpoint { db, data_file, blobs: Blobs::new(dir.join("blobs")), wal_dir: wal::wal_dir(dir) })
+    }
+
+    /// Syncs everything sled holds, which includes every batch of log files numbered below `before`, then
+    /// deletes those files.
+    fn run(&mut self, before: u64) -> Result<(), StoreError> {
         self.db.flush().map_err(|e| StoreError::Io(format!("flush: {e}")))?;
         self.data_file.sync_data().map_err(|e| StoreError::Io(format!("sync_data: {e}")))?;
-        self.blobs.sync_new().map_err(|e| StoreError::Io(format!("sync blobs: {e}")))
+        self.blobs.sync_new().map_err(|e| StoreError::Io(format!("sync blobs: {e}")))?;
+        let mut removed = false;
+        for (seq, path) in wal::list(&self.wal_dir)? {
+            if seq < before {
+                std::fs::remove_file(&path).map_err(|e| StoreError::Io(format!("remove {}: {e}", path.display())))?;
+                removed = true;
+            }
+        }
+        if removed {
+            wal::sync_dir(&self.wal_dir)?;
+        }
+        Ok(())
     }
 }
 
