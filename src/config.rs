@@ -14,6 +14,8 @@ use caisse_engine::domain::records::ProviderCode;
 use caisse_engine::domain::time::parse_duration_ms;
 use serde::Deserialize;
 
+use crate::providers::chaos::Chaos;
+
 /// The compiled-in defaults: the commented file at the repository's root.
 pub const DEFAULTS: &str = include_str!("../caisse.default.toml");
 
@@ -88,6 +90,8 @@ pub struct Settings {
     pub sandbox_simulator: bool,
     pub sandbox_delay_ms: u64,
     pub sandbox_secret: String,
+    /// Chaos modes of the simulator for records whose metadata does not choose (`sandbox.chaos`).
+    pub sandbox_chaos: Chaos,
     pub providers: Vec<ProviderSettings>,
 }
 
@@ -114,6 +118,7 @@ struct SandboxLayer {
     simulator: Option<bool>,
     delay_ms: Option<i64>,
     secret: Option<String>,
+    chaos: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -172,11 +177,9 @@ impl Layer {
         };
         let delay_ms = int("CAISSE_SANDBOX_DELAY_MS")?;
         let secret = get("CAISSE_SANDBOX_SECRET");
-        let sandbox = (simulator.is_some() || delay_ms.is_some() || secret.is_some()).then_some(SandboxLayer {
-            simulator,
-            delay_ms,
-            secret,
-        });
+        let chaos = get("CAISSE_SANDBOX_CHAOS");
+        let any = simulator.is_some() || delay_ms.is_some() || secret.is_some() || chaos.is_some();
+        let sandbox = any.then_some(SandboxLayer { simulator, delay_ms, secret, chaos });
         Ok(Layer {
             listen: get("CAISSE_LISTEN"),
             data_dir: get("CAISSE_DATA_DIR"),
@@ -228,11 +231,12 @@ impl Layer {
         win(&mut self.http_workers, http_workers);
         win(&mut self.rate_limit_per_s, rate_limit_per_s);
         win(&mut self.providers, providers);
-        if let Some(SandboxLayer { simulator, delay_ms, secret }) = sandbox {
+        if let Some(SandboxLayer { simulator, delay_ms, secret, chaos }) = sandbox {
             let mine = self.sandbox.get_or_insert_with(SandboxLayer::default);
             win(&mut mine.simulator, simulator);
             win(&mut mine.delay_ms, delay_ms);
             win(&mut mine.secret, secret);
+            win(&mut mine.chaos, chaos);
         }
         self
     }
@@ -319,6 +323,8 @@ impl Settings {
         let sandbox_simulator = environment == Environment::Sandbox || sandbox.simulator.unwrap_or(false);
         let sandbox_secret =
             sandbox.secret.filter(|s| !s.is_empty()).unwrap_or_else(|| caisse_engine::domain::ids::random_base62(40));
+        let sandbox_chaos =
+            Chaos::parse(sandbox.chaos.as_deref().unwrap_or("")).map_err(|e| bad("sandbox.chaos", e))?;
         let providers = layer
             .providers
             .unwrap_or_default()
@@ -343,6 +349,7 @@ impl Settings {
             sandbox_simulator,
             sandbox_delay_ms,
             sandbox_secret,
+            sandbox_chaos,
             providers,
         })
     }
@@ -419,6 +426,7 @@ mod tests {
         assert_eq!(s.payment_ttl_ms, 30 * 60 * 1000);
         assert_eq!(s.sandbox_delay_ms, 2_000);
         assert!(s.sandbox_simulator);
+        assert_eq!(s.sandbox_chaos, Chaos::OFF);
         for code in ["mtn_momo", "orange_money", "moov_money", "wave"] {
             assert!(s.provider(code).is_some(), "{code}");
         }
@@ -442,6 +450,17 @@ mod tests {
     }
 
     #[test]
+    fn sandbox_chaos_comes_from_the_file_or_the_environment() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = dir.path().join("caisse.toml");
+        std::fs::write(&file, "[sandbox]\nchaos = \"duplicate,late\"\n").unwrap();
+        let s = Settings::load(Some(&file), env(&[]), Layer::default()).unwrap();
+        assert_eq!(s.sandbox_chaos, Chaos::parse("late,duplicate").unwrap());
+        let s = Settings::load(Some(&file), env(&[("CAISSE_SANDBOX_CHAOS", "all")]), Layer::default()).unwrap();
+        assert_eq!(s.sandbox_chaos, Chaos::ALL);
+    }
+
+    #[test]
     fn a_bad_value_names_its_setting() {
         let cases = [
             ("CAISSE_ENVIRONMENT", "staging", "environment"),
@@ -451,6 +470,7 @@ mod tests {
             ("CAISSE_SANDBOX_DELAY_MS", "-1", "sandbox.delay_ms"),
             ("CAISSE_SANDBOX_DELAY_MS", "abc", "CAISSE_SANDBOX_DELAY_MS"),
             ("CAISSE_SANDBOX_SIMULATOR", "maybe", "CAISSE_SANDBOX_SIMULATOR"),
+            ("CAISSE_SANDBOX_CHAOS", "late,sometimes", "sandbox.chaos"),
             ("CAISSE_WEBHOOK_EXTRA_CA", "/nonexistent/ca.pem", "webhook_extra_ca"),
         ];
         for (var, value, setting) in cases {

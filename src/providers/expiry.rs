@@ -19,10 +19,15 @@ use crate::settlement::settle;
 /// Payments one sweep pass handles at most; the next pass continues.
 const SWEEP_BATCH: usize = 500;
 
+/// Time between two sweep passes: a tenth of the TTL, between 100 ms and 5 s. A payment therefore expires
+/// at most one pass after its TTL, which the sandbox simulator's `04` story waits for.
+pub fn sweep_every_ms(ttl_ms: u64) -> u64 {
+    (ttl_ms / 10).clamp(100, 5_000)
+}
+
 /// Starts the sweep on the current actix thread; it runs for the life of the server.
 pub fn start(state: web::Data<AppState>) {
-    let ttl_ms = state.settings.payment_ttl_ms;
-    let every = Duration::from_millis((ttl_ms / 10).clamp(100, 5_000));
+    let every = Duration::from_millis(sweep_every_ms(state.settings.payment_ttl_ms));
     actix_web::rt::spawn(async move {
         resubmit_pending(&state).await;
         loop {

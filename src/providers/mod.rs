@@ -6,8 +6,12 @@
 //! authenticates and parses. Caisse never moves money on a notice alone: it confirms with a status query
 //! first (contract 13), so a forged or replayed notice cannot credit anybody.
 //!
+//! In the sandbox the simulator ([`sandbox`]) plays every provider; [`chaos`] makes it misbehave on demand
+//! (duplicate, late, out-of-order and contradicting notices) so integrations can be tested against it.
+//!
 //! Futures here are not `Send`: the HTTP client (awc) lives on the actix thread that calls it.
 
+pub mod chaos;
 pub mod expiry;
 pub mod sandbox;
 
@@ -110,11 +114,14 @@ impl Providers {
     /// unless the simulator is explicitly enabled.
     pub fn from_settings(settings: &Settings) -> Providers {
         let simulator = settings.sandbox_simulator.then(|| {
-            Arc::new(sandbox::Simulator::new(
-                settings.sandbox_secret.clone(),
-                settings.sandbox_delay_ms,
-                settings.payment_ttl_ms,
-            ))
+            Arc::new(
+                sandbox::Simulator::new(
+                    settings.sandbox_secret.clone(),
+                    settings.sandbox_delay_ms,
+                    settings.payment_ttl_ms,
+                )
+                .with_chaos(settings.sandbox_chaos),
+            )
         });
         let by_code = settings
             .providers

@@ -16,18 +16,29 @@
 //!
 //! Refunds always complete after `delay_ms`. Notices are signed with HMAC-SHA256 over `timestamp.body` under
 //! the simulator's secret, in `X-Sandbox-Signature: sha256=<hex>` and `X-Sandbox-Timestamp`.
+//!
+//! Each story is written as [`chaos::Step`]s and run from the [`chaos::Plan`] that the chaos modes make of it
+//! (the `sandbox.chaos` setting, or the record's `sandbox_chaos` metadata): notices duplicated, late, out of
+//! order or contradicting the provider, while the status a query answers keeps its honest timeline. A story's
+//! entry in `known` leaves only once its last notice has been answered, so even a late notice is confirmed
+//! against the provider's final status rather than an empty "pending".
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
+use actix_web::rt::time::{sleep_until, Instant};
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use caisse_engine::domain::time::Timestamp;
+use caisse_engine::domain::Metadata;
 use dashmap::DashMap;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
+use super::chaos::{self, Action, Batch, Chaos, Step};
+use super::expiry::sweep_every_ms;
 use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
 
 pub const SIGNATURE_HEADER: &str = "X-Sandbox-Signature";
@@ -41,10 +52,17 @@ pub struct Simulator {
     secret: String,
     delay_ms: u64,
     ttl_ms: u64,
+    /// Chaos modes for records that do not choose their own (`sandbox.chaos`).
+    chaos: Chaos,
     /// Where this server listens, known once it is bound.
     base_url: OnceLock<String>,
     /// What the simulated provider knows, by our transaction id; entries leave once their story is told.
     known: Arc<DashMap<String, ProviderStatus>>,
+    /// Notices our endpoint has answered 2xx, every copy counted: lets tests see that chaos happened.
+    delivered: Arc<AtomicU64>,
+    /// Attempts our endpoint answered otherwise (or not at all), each one retried: a duplicate or stale notice
+    /// must be acknowledged, so under chaos this stays 0.
+    refused: Arc<AtomicU64>,
 }
 
 pub fn sign(secret: &str, timestamp: u64, body: &[u8]) -> String {
@@ -58,7 +76,22 @@ pub fn sign(secret: &str, timestamp: u64, body: &[u8]) -> String {
 
 impl Simulator {
     pub fn new(secret: String, delay_ms: u64, ttl_ms: u64) -> Simulator {
-        Simulator { secret, delay_ms, ttl_ms, base_url: OnceLock::new(), known: Arc::new(DashMap::new()) }
+        Simulator {
+            secret,
+            delay_ms,
+            ttl_ms,
+            chaos: Chaos::OFF,
+            base_url: OnceLock::new(),
+            known: Arc::new(DashMap::new()),
+            delivered: Arc::new(AtomicU64::new(0)),
+            refused: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The chaos modes of records whose metadata does not choose.
+    pub fn with_chaos(mut self, chaos: Chaos) -> Simulator {
+        self.chaos = chaos;
+        self
     }
 
     /// Tells the simulator where to send its notices (this server's own address).
@@ -66,27 +99,95 @@ impl Simulator {
         let _ = self.base_url.set(url);
     }
 
-    fn script(&self, provider: &str, subject: Subject, transaction_id: &str, steps: Vec<(u64, ProviderStatus, u32)>) {
+    /// Stories still being told: once 0, no notice is on its way or still to come.
+    pub fn stories_in_flight(&self) -> usize {
+        self.known.len()
+    }
+
+    /// Notices answered 2xx by our endpoint since the start, every copy counted.
+    pub fn notices_delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Notice attempts not answered 2xx since the start (each was retried, up to a bound).
+    pub fn notices_refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Runs one story for `transaction_id`: the provider's status changes on time, the notices follow the plan
+    /// that the record's chaos modes make of it.
+    fn tell(&self, provider: &str, subject: Subject, transaction_id: &str, metadata: &Metadata, steps: Vec<Step>) {
         let Some(base) = self.base_url.get().cloned() else {
             tracing::warn!("sandbox simulator has no address yet; the TTL sweep will settle {transaction_id}");
             return;
         };
-        let url = format!("{base}/v1/fournisseurs/{provider}/notifications");
-        let secret = self.secret.clone();
-        let tx = transaction_id.to_owned();
+        let chaos = self.chaos.for_metadata(metadata, transaction_id);
+        let plan = chaos::plan(&steps, chaos, chaos::late_ms(self.delay_ms));
+        if !chaos.is_off() {
+            tracing::debug!(tx = %transaction_id, %chaos, notices = plan.notice_count(), "sandbox chaos");
+        }
+        let target = Target {
+            url: format!("{base}/v1/fournisseurs/{provider}/notifications"),
+            secret: self.secret.clone(),
+            subject,
+            transaction_id: transaction_id.to_owned(),
+            delivered: self.delivered.clone(),
+            refused: self.refused.clone(),
+        };
         let known = self.known.clone();
-        known.insert(tx.clone(), ProviderStatus::Pending);
+        known.insert(target.transaction_id.clone(), ProviderStatus::Pending);
+        let target = Arc::new(target);
         actix_web::rt::spawn(async move {
-            for (wait_ms, status, times) in steps {
-                actix_web::rt::time::sleep(Duration::from_millis(wait_ms)).await;
-                known.insert(tx.clone(), status.clone());
-                let notice = Notice { subject, transaction_id: tx.clone(), status };
-                for _ in 0..times {
-                    send_notice(&url, &secret, &notice).await;
+            let started = Instant::now();
+            let mut sending = Vec::new();
+            for event in plan.events {
+                // A TTL too large for the clock ends the story instead of panicking; the sweep settles the rest.
+                let Some(due) = started.checked_add(Duration::from_millis(event.at_ms)) else { break };
+                sleep_until(due).await;
+                match event.action {
+                    Action::Status(status) => {
+                        known.insert(target.transaction_id.clone(), status);
+                    }
+                    // Sent apart so that a slow or retried notice never delays the provider's own timeline.
+                    Action::Send(batches) => sending.push(actix_web::rt::spawn(send_batches(target.clone(), batches))),
                 }
             }
-            known.remove(&tx);
+            for handle in sending {
+                let _ = handle.await;
+            }
+            known.remove(&target.transaction_id);
         });
+    }
+}
+
+/// Where one story's notices go, and what they are about.
+struct Target {
+    url: String,
+    secret: String,
+    subject: Subject,
+    transaction_id: String,
+    delivered: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+}
+
+/// Sends batches in order; within one, the first `burst` copies leave together, then the rest one by one.
+async fn send_batches(target: Arc<Target>, batches: Vec<Batch>) {
+    for batch in batches {
+        let notice =
+            Notice { subject: target.subject, transaction_id: target.transaction_id.clone(), status: batch.status };
+        let burst = batch.burst.min(batch.copies);
+        let together: Vec<_> = (0..burst)
+            .map(|_| {
+                let (target, notice) = (target.clone(), notice.clone());
+                actix_web::rt::spawn(async move { send_notice(&target, &notice).await })
+            })
+            .collect();
+        for handle in together {
+            let _ = handle.await;
+        }
+        for _ in burst..batch.copies {
+            send_notice(&target, &notice).await;
+        }
     }
 }
 
@@ -95,14 +196,14 @@ thread_local! {
     static CLIENT: awc::Client = awc::Client::builder().disable_redirects().finish();
 }
 
-async fn send_notice(url: &str, secret: &str, notice: &Notice) {
+async fn send_notice(target: &Target, notice: &Notice) {
     let Ok(body) = serde_json::to_vec(notice) else { return };
     for attempt in 0..NOTICE_ATTEMPTS {
         let timestamp = Timestamp::now().unix_s();
-        let signature = sign(secret, timestamp, &body);
+        let signature = sign(&target.secret, timestamp, &body);
         let sent = CLIENT
             .with(|client| client.clone())
-            .post(url)
+            .post(&target.url)
             .insert_header(("Content-Type", "application/json"))
             .insert_header((TIMESTAMP_HEADER, timestamp.to_string()))
             .insert_header((SIGNATURE_HEADER, signature))
@@ -110,12 +211,16 @@ async fn send_notice(url: &str, secret: &str, notice: &Notice) {
             .send_body(body.clone())
             .await;
         match sent {
-            Ok(response) if response.status().is_success() => return,
+            Ok(response) if response.status().is_success() => {
+                target.delivered.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             Ok(response) => {
                 tracing::debug!(status = %response.status(), tx = %notice.transaction_id, "sandbox notice refused")
             }
             Err(e) => tracing::debug!(error = %e, tx = %notice.transaction_id, "sandbox notice not delivered"),
         }
+        target.refused.fetch_add(1, Ordering::Relaxed);
         actix_web::rt::time::sleep(Duration::from_millis(200 << attempt)).await;
     }
 }
@@ -127,17 +232,20 @@ fn ending(phone: &str) -> &str {
 impl Adapter for Simulator {
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
         let d = self.delay_ms;
-        let processing = (d / 4, ProviderStatus::Processing, 1);
+        // The sweep expires a payment up to one pass after its TTL; answers meant to come "after the expiry"
+        // wait for that pass too, so `04` really goes through `expire` first.
+        let expired_ms = self.ttl_ms + sweep_every_ms(self.ttl_ms) + d.max(1_000);
+        let processing = Step::new(d / 4, ProviderStatus::Processing, 1);
         let steps = match ending(payment.client_telephone.as_str()) {
-            "01" => vec![processing, (d, ProviderStatus::Failed { code: "insufficient_funds".into() }, 1)],
+            "01" => vec![processing, Step::new(d, ProviderStatus::Failed { code: "insufficient_funds".into() }, 1)],
             // Never answers: the status stays "processing" until the TTL sweep expires the payment, and the
             // entry is forgotten only after that sweep has had time to ask.
-            "02" => vec![processing, (self.ttl_ms + 2 * d.max(1_000), ProviderStatus::Processing, 0)],
-            "03" => vec![processing, (d, ProviderStatus::Succeeded, 3)],
-            "04" => vec![processing, (self.ttl_ms + d.max(1_000), ProviderStatus::Succeeded, 1)],
-            _ => vec![processing, (d, ProviderStatus::Succeeded, 1)],
+            "02" => vec![processing, Step::new(expired_ms + d.max(1_000), ProviderStatus::Processing, 0)],
+            "03" => vec![processing, Step::new(d, ProviderStatus::Succeeded, 3)],
+            "04" => vec![processing, Step::new(expired_ms, ProviderStatus::Succeeded, 1)],
+            _ => vec![processing, Step::new(d, ProviderStatus::Succeeded, 1)],
         };
-        self.script(payment.fournisseur.as_str(), Subject::Payment, &payment.transaction_id, steps);
+        self.tell(payment.fournisseur.as_str(), Subject::Payment, &payment.transaction_id, &payment.metadata, steps);
         Box::pin(async { Ok(()) })
     }
 
@@ -146,9 +254,11 @@ impl Adapter for Simulator {
         Box::pin(async move { Ok(status) })
     }
 
+    /// A refund follows its payment's chaos modes: refunds carry no metadata of their own.
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
-        let steps = vec![(self.delay_ms, ProviderStatus::Succeeded, 1)];
-        self.script(payment.fournisseur.as_str(), Subject::Refund, &refund.transaction_id(), steps);
+        let steps = vec![Step::new(self.delay_ms, ProviderStatus::Succeeded, 1)];
+        let tx = refund.transaction_id();
+        self.tell(payment.fournisseur.as_str(), Subject::Refund, &tx, &payment.metadata, steps);
         Box::pin(async { Ok(()) })
     }
 
@@ -157,12 +267,8 @@ impl Adapter for Simulator {
             "01" => ProviderStatus::Failed { code: "beneficiary_rejected".into() },
             _ => ProviderStatus::Succeeded,
         };
-        self.script(
-            payout.fournisseur.as_str(),
-            Subject::Payout,
-            &payout.transaction_id,
-            vec![(self.delay_ms, outcome, 1)],
-        );
+        let steps = vec![Step::new(self.delay_ms, outcome, 1)];
+        self.tell(payout.fournisseur.as_str(), Subject::Payout, &payout.transaction_id, &payout.metadata, steps);
         Box::pin(async { Ok(()) })
     }
 

@@ -5,6 +5,7 @@
 //! parallel and leave nothing behind. Sandbox outcomes are awaited by polling with a deadline, never by
 //! fixed sleeps.
 
+mod chaos;
 mod errors;
 mod helpers;
 mod idempotency;
