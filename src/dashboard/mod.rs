@@ -197,14 +197,22 @@ impl Form {
 
 /// Reads a form body, refusing more than [`MAX_FORM_BYTES`] as soon as it is exceeded.
 pub async fn read_form(mut payload: web::Payload) -> Result<Form, DashError> {
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|_| DashError::BadRequest("Le formulaire n'a pas pu être lu.".into()))?;
-        if body.len() + chunk.len() > MAX_FORM_BYTES {
-            return Err(DashError::TooLarge);
+    // Bounded in time like the API's bodies: a form announced and never sent must not hold a connection.
+    let timeout = std::time::Duration::from_millis(crate::http::extract::BODY_TIMEOUT_MS);
+    let read = async move {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|_| DashError::BadRequest("Le formulaire n'a pas pu être lu.".into()))?;
+            if body.len() + chunk.len() > MAX_FORM_BYTES {
+                return Err(DashError::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
-    }
+        Ok(body)
+    };
+    let body = actix_web::rt::time::timeout(timeout, read)
+        .await
+        .unwrap_or_else(|_| Err(DashError::BadRequest("Le formulaire n'est pas arrivé à temps.".into())))?;
     serde_urlencoded::from_bytes(&body)
         .map(Form)
         .map_err(|_| DashError::BadRequest("Le formulaire est mal formé.".into()))

@@ -20,6 +20,10 @@ use crate::config::Environment;
 
 /// Largest request body accepted (contract 3: 413 beyond it).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How long a whole body may take to arrive. actix-web bounds the wait for a request's head (its client
+/// request timeout) but not for its body: without this, a client that announces a body and never sends it
+/// would hold its connection and its handler for ever.
+pub const BODY_TIMEOUT_MS: u64 = 10_000;
 const KEY_RANDOM_LEN: usize = 32;
 
 /// Checks `Authorization: Bearer <secret key>` and returns the merchant.
@@ -74,15 +78,20 @@ pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<w
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
         return Err(too_large());
     }
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::invalid_json(format!("the body could not be read: {e}")))?;
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(too_large());
+    let read = async move {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| ApiError::invalid_json(format!("the body could not be read: {e}")))?;
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
+        Ok(body.freeze())
+    };
+    actix_web::rt::time::timeout(std::time::Duration::from_millis(BODY_TIMEOUT_MS), read).await.unwrap_or_else(|_| {
+        Err(ApiError::invalid_json(format!("the body did not arrive within {} s", BODY_TIMEOUT_MS / 1000)))
+    })
 }
 
 /// Checks the content type and parses the body into `T` (whose serde rules refuse unknown fields).
