@@ -17,7 +17,7 @@
 //! Without `--bench` (as `cargo test --benches` runs it) every group runs once and the extra measurements
 //! run on small sizes, as a smoke test.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -45,21 +45,21 @@ unsafe impl GlobalAlloc for CountingAlloc {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
         }
-        System.alloc(layout)
+        mimalloc::MiMalloc.alloc(layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
         }
-        System.dealloc(ptr, layout)
+        mimalloc::MiMalloc.dealloc(ptr, layout)
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
         }
-        System.realloc(ptr, layout, new_size)
+        mimalloc::MiMalloc.realloc(ptr, layout, new_size)
     }
 }
 

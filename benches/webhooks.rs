@@ -28,6 +28,9 @@ use caisse_engine::webhook::{verify, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use caisse_engine::{Engine, EngineConfig};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const MERCHANTS: usize = 4;
 const TARGET_PER_S: f64 = 20_000.0;
 /// The benchmark gives up after this long, so it always stops by itself.

@@ -37,6 +37,10 @@ use rand::Rng;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+/// The same allocator as the `caisse` binary, so in-process runs measure what production runs.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     /// Arrivals uniform over the merchants.
