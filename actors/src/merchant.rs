@@ -298,21 +298,20 @@ impl MerchantActor {
         }
     }
 
-    /// A future that resolves once everything decided so far is durable.
+    /// A future that resolves once everything decided so far is durable. If one of those writes fails, the
+    /// actor retires once the rest settle, and the future answers [`EngineError::Retired`]: what it was to
+    /// show may rest on the lost write, and the engine asks a fresh actor, which reloads from the store.
     fn barrier(&self) -> impl std::future::Future<Output = Result<(), EngineError>> + 'static {
         let target = self.seq;
         let mut rx = self.durable.subscribe();
-        async move {
-            rx.wait_for(|durable| *durable >= target)
-                .await
-                .map(|_| ())
-                .map_err(|_| EngineError::Unavailable("the merchant stopped before its writes settled".into()))
-        }
+        async move { rx.wait_for(|durable| *durable >= target).await.map(|_| ()).map_err(|_| EngineError::Retired) }
     }
 
+    /// Answers `value` once the writes it may reflect are durable. A read is never refused because a write
+    /// failed: it waits for this actor to retire and is answered by the next one (see [`Self::barrier`]).
     fn read<T: 'static>(&mut self, value: Result<T, EngineError>) -> ResponseFuture<Result<T, EngineError>> {
-        if let Err(err) = self.check_open() {
-            return Box::pin(async move { Err(err) });
+        if self.retired {
+            return Box::pin(async move { Err(EngineError::Retired) });
         }
         let barrier = self.barrier();
         Box::pin(async move {

@@ -23,7 +23,9 @@ pub(crate) struct Ping {
 /// Health check, no authentication (contract 11).
 #[utoipa::path(get, path = "/v1/ping", tag = "utility",
     responses((status = 200, description = "Up", body = Ping), (status = 503, description = "Storage unavailable", body = ErrorBody)))]
-/// No authentication. 503 when the store cannot take writes (the last group commit failed).
+/// No authentication. 503 `unavailable` while the store reports that it cannot take writes: its last write, or
+/// the probe it makes while unhealthy and idle, failed. Ping itself writes nothing, so it stays cheap and never
+/// adds load to a failing disk.
 pub async fn ping(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     if !state.engine.store().healthy() {
         return Err(ApiError::unavailable());

@@ -159,6 +159,9 @@ pub trait Store: Send + Sync + 'static {
     fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>>;
 
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError>;
+    /// A number that changes after any merchant record changes, once the change is visible to reads: a
+    /// cache of merchants read after seeing a number is current as long as the number stays the same.
+    fn merchants_generation(&self) -> u64;
     fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError>;
     fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError>;
     fn merchant_count(&self) -> Result<u64, StoreError>;
@@ -198,6 +201,11 @@ pub trait Store: Send + Sync + 'static {
     /// This merchant's journal, in order, for a payment's history and for audits.
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
     fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError>;
+    /// The notification without its body (`body` is empty): its delivery state, which is all a delivery
+    /// needs to read again, since a body never changes after the change that made it.
+    fn notification_state(&self, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.notification(id)
+    }
     /// Notifications whose next attempt is due at or before `now`, oldest first, passing over the ids
     /// `skip` says yes to (those already being delivered) without counting them against `limit`.
     fn due_notifications_skipping(

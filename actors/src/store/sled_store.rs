@@ -45,7 +45,8 @@ const OUTBOX: usize = 11;
 const OUTBOX_DUE: usize = 12;
 const PENDING: usize = 13;
 const OUTBOX_BY_MERCHANT: usize = 14;
-const TREE_NAMES: [&str; 15] = [
+const OUTBOX_BODY: usize = 15;
+const TREE_NAMES: [&str; 16] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -61,6 +62,7 @@ const TREE_NAMES: [&str; 15] = [
     "outbox_due",
     "pending",
     "outbox_by_merchant",
+    "outbox_body",
 ];
 
 /// Notifications waiting for the dispatcher beyond this are found by its scan of the due index instead.
@@ -86,6 +88,23 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
 
 fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+/// A notification as the outbox tree keeps it: everything but the body, which is written once beside it.
+fn encode_state(n: &Notification) -> Result<Vec<u8>, StoreError> {
+    encode(&Notification {
+        id: n.id.clone(),
+        merchant: n.merchant.clone(),
+        event: n.event,
+        reference: n.reference.clone(),
+        body: String::new(),
+        created_at: n.created_at,
+        state: n.state,
+        next_attempt_at: n.next_attempt_at,
+        attempts: n.attempts.clone(),
+        chain_attempts: n.chain_attempts,
+        total_attempts: n.total_attempts,
+    })
 }
 
 fn mkey(merchant: &MerchantId, rest: &[u8]) -> Vec<u8> {
@@ -170,7 +189,9 @@ const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 fn open_when_unlocked(dir: &Path) -> Result<sled::Db, StoreError> {
     let started = std::time::Instant::now();
     loop {
-        match sled::Config::new().path(dir).open() {
+        // No background flush: the write-ahead log makes changes durable, checkpoints flush sled when the disk
+        // is known good, and a flush failing on its own would leave sled refusing everything until reopened.
+        match sled::Config::new().path(dir).flush_every_ms(None).open() {
             Ok(db) => return Ok(db),
             Err(e) => {
                 let text = e.to_string();
@@ -205,6 +226,27 @@ impl SledStore {
         let next_log = super::writer::recover(&db, &trees, dir)?;
         let writer = Writer::spawn(db.clone(), trees.clone(), dir, next_log, healthy.clone(), feed_tx)?;
         Ok(SledStore { trees, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
+    }
+
+    /// A notification with its body, which lives in its own tree so that saving an attempt does not
+    /// rewrite it. Records from before that split still carry their body inline.
+    fn load_notification(&self, id: &[u8]) -> Result<Option<Notification>, StoreError> {
+        match self.get::<Notification>(OUTBOX, id)? {
+            Some(n) => self.with_body(n).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn with_body(&self, mut n: Notification) -> Result<Notification, StoreError> {
+        if n.body.is_empty() {
+            let bytes = self.trees[OUTBOX_BODY]
+                .get(n.id.as_bytes())
+                .map_err(io("outbox_body"))?
+                .ok_or_else(|| StoreError::Corrupt(format!("notification {} has no body", n.id)))?;
+            n.body = String::from_utf8(bytes.to_vec())
+                .map_err(|_| StoreError::Corrupt(format!("notification {} body is not UTF-8", n.id)))?;
+        }
+        Ok(n)
     }
 
     fn get<T: DeserializeOwned>(&self, tree: usize, key: &[u8]) -> Result<Option<T>, StoreError> {
@@ -253,7 +295,8 @@ impl SledStore {
                 chain_attempts: 0,
                 total_attempts: 0,
             };
-            ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode(&notification)?));
+            ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode_state(&notification)?));
+            ops.push(Op::Insert(OUTBOX_BODY, item.id.as_bytes().to_vec(), item.body.as_bytes().to_vec()));
             ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), Vec::new()));
             ops.push(Op::Insert(OUTBOX_BY_MERCHANT, mkey(m, item.id.as_bytes()), Vec::new()));
             created.push(notification);
@@ -372,7 +415,7 @@ impl Store for SledStore {
     }
 
     fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError> {
-        let mut ops = vec![Op::Insert(OUTBOX, after.id.as_bytes().to_vec(), encode(after)?)];
+        let mut ops = vec![Op::Insert(OUTBOX, after.id.as_bytes().to_vec(), encode_state(after)?)];
         if let Some(at) = before.next_attempt_at {
             ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
         }
@@ -405,7 +448,7 @@ impl Store for SledStore {
             }
             let id = &key[MERCHANT_ID_LEN..];
             last = Some(String::from_utf8_lossy(id).into_owned());
-            if let Some(n) = self.get::<Notification>(OUTBOX, id)? {
+            if let Some(n) = self.load_notification(id)? {
                 if keep(&n) {
                     data.push(n);
                 }
@@ -420,6 +463,10 @@ impl Store for SledStore {
 
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {
         self.get(MERCHANTS, id.as_bytes())
+    }
+
+    fn merchants_generation(&self) -> u64 {
+        self.writer.generation(MERCHANTS)
     }
 
     fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError> {
@@ -559,6 +606,10 @@ impl Store for SledStore {
     }
 
     fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.load_notification(id.as_bytes())
+    }
+
+    fn notification_state(&self, id: &str) -> Result<Option<Notification>, StoreError> {
         self.get(OUTBOX, id.as_bytes())
     }
 
@@ -585,7 +636,7 @@ impl Store for SledStore {
                 // An entry is current only if the notification still waits for exactly that time; any other
                 // is left over from a save made on a stale read, and is removed so scans stop reading it.
                 Some(n) if n.state == DeliveryState::Pending && n.next_attempt_at.map(|t| t.unix_ms()) == key_ms => {
-                    due.push(n)
+                    due.push(self.with_body(n)?)
                 }
                 _ => stale.push(Op::Remove(OUTBOX_DUE, key.to_vec())),
             }

@@ -228,6 +228,20 @@ impl Wal {
         self.file.sync_all().map_err(io("sync the cut"))
     }
 
+    /// Tests whether a batch of `size` bytes would be written now: writes that many zero bytes after the last
+    /// record, syncs them, and cuts them off again. A tiny probe would lie on a full disk, where a partly used
+    /// last page still takes a few bytes but no real batch.
+    pub(crate) fn probe(&mut self, size: usize) -> Result<(), AppendError> {
+        let zeros = vec![0u8; size];
+        let written = self.file.write_all(&zeros).and_then(|()| self.file.sync_data());
+        let cut = self.cut_back();
+        match (written, cut) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(e), Ok(())) => Err(AppendError::Refused(io("probe")(e))),
+            (_, Err(cut)) => Err(AppendError::Broken(cut)),
+        }
+    }
+
     /// The next log file, for a checkpoint to cover everything before it.
     pub(crate) fn rotate(&self) -> Result<Wal, StoreError> {
         Wal::create(&self.dir, self.seq + 1)

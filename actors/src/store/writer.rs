@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self as std_mpsc, RecvTimeoutError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -42,6 +42,9 @@ const ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 const ROTATE_AFTER: Duration = Duration::from_secs(5);
 /// How often an idle writer wakes: to probe the disk while unhealthy, and to rotate a quiet log.
 const IDLE_TICK: Duration = Duration::from_secs(1);
+/// What the probe of an unhealthy disk writes: more than most batches, so that health does not come back
+/// while a real batch would still be refused.
+const PROBE_BYTES: usize = 1024 * 1024;
 
 pub(crate) enum Op {
     Insert(usize, Vec<u8>, Vec<u8>),
@@ -61,6 +64,8 @@ struct Job {
 pub(crate) struct Writer {
     queue: Option<std_mpsc::SyncSender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Per tree, bumped after each batch that changed it has been applied (see [`Writer::generation`]).
+    generations: Arc<Vec<AtomicU64>>,
 }
 
 impl Drop for Writer {
@@ -83,7 +88,7 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result
     let started = Instant::now();
     let (mut records, mut ops) = (0, 0);
     for (_, path) in &files {
-        let found = wal::replay(path, |batch| apply(trees, batch.iter()))?;
+        let found = wal::replay(path, |batch| apply(trees, batch.iter()).map(drop))?;
         if found.discarded > 0 {
             tracing::warn!(
                 file = %path.display(),
@@ -107,8 +112,8 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result
 }
 
 /// Applies operations to sled's trees, one atomic batch per tree. Within a tree a later operation on the same
-/// key wins, as it would applied one by one.
-fn apply<'a>(trees: &[sled::Tree], ops: impl Iterator<Item = &'a Op>) -> Result<(), StoreError> {
+/// key wins, as it would applied one by one. Returns which trees changed, one bit per tree index.
+fn apply<'a>(trees: &[sled::Tree], ops: impl Iterator<Item = &'a Op>) -> Result<u64, StoreError> {
     let mut batches: Vec<Option<sled::Batch>> = trees.iter().map(|_| None).collect();
     for op in ops {
         let tree = match op {
@@ -123,12 +128,14 @@ fn apply<'a>(trees: &[sled::Tree], ops: impl Iterator<Item = &'a Op>) -> Result<
             Op::Remove(_, key) => batch.remove(key.as_slice()),
         }
     }
-    for (tree, batch) in trees.iter().zip(batches) {
+    let mut touched = 0;
+    for (index, (tree, batch)) in trees.iter().zip(batches).enumerate() {
         if let Some(batch) = batch {
             tree.apply_batch(batch).map_err(|e| StoreError::Io(format!("apply to sled: {e}")))?;
+            touched |= 1u64.checked_shl(index as u32).unwrap_or(0);
         }
     }
-    Ok(())
+    Ok(touched)
 }
 
 impl Writer {
@@ -144,6 +151,7 @@ impl Writer {
         let checkpoint = Checkpoint::open(db, dir)?;
         let (queue, jobs) = std_mpsc::sync_channel(QUEUE_CAPACITY);
         let (to_checkpointer, requests) = std_mpsc::sync_channel::<u64>(1);
+        let generations: Arc<Vec<AtomicU64>> = Arc::new(trees.iter().map(|_| AtomicU64::new(0)).collect());
         let busy = Arc::new(AtomicBool::new(false));
         let checkpointer = {
             let (mut checkpoint, busy) = (checkpoint, busy.clone());
@@ -163,6 +171,7 @@ impl Writer {
         };
         let mut thread = WriterThread {
             trees,
+            generations: generations.clone(),
             wal,
             jobs,
             healthy,
@@ -178,7 +187,13 @@ impl Writer {
             .name("caisse-store-writer".into())
             .spawn(move || thread.run())
             .map_err(|e| StoreError::Io(format!("start writer thread: {e}")))?;
-        Ok(Writer { queue: Some(queue), thread: Some(thread) })
+        Ok(Writer { queue: Some(queue), thread: Some(thread), generations })
+    }
+
+    /// Changes after every applied batch that touched `tree`, so readers can tell whether what they cached
+    /// from it may be stale. A reader must take the number before it reads the tree.
+    pub(crate) fn generation(&self, tree: usize) -> u64 {
+        self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
     }
 
     pub(crate) fn submit(
@@ -203,6 +218,7 @@ impl Writer {
 
 struct WriterThread {
     trees: Vec<sled::Tree>,
+    generations: Arc<Vec<AtomicU64>>,
     wal: Wal,
     jobs: std_mpsc::Receiver<Job>,
     healthy: Arc<AtomicBool>,
@@ -277,13 +293,22 @@ impl WriterThread {
         self.append()?;
         // The batch is durable in the log; sled must now hold it too, or reads and later decisions would go
         // on without it while a restart would bring it back. If sled refuses, stop writing until then.
-        if let Err(err) = apply(&self.trees, batch.iter().flat_map(|job| job.ops.iter())) {
-            let err = StoreError::Io(format!("{err}; the store stopped writing until a restart replays the log"));
-            self.broken = Some(err.clone());
-            self.healthy.store(false, Ordering::Release);
-            return Err(err);
+        match apply(&self.trees, batch.iter().flat_map(|job| job.ops.iter())) {
+            Ok(touched) => {
+                for (index, generation) in self.generations.iter().enumerate() {
+                    if touched & 1u64.checked_shl(index as u32).unwrap_or(0) != 0 {
+                        generation.fetch_add(1, Ordering::Release);
+                    }
+                }
+                Ok(())
+            }
+            Err(err) => {
+                let err = StoreError::Io(format!("{err}; the store stopped writing until a restart replays the log"));
+                self.broken = Some(err.clone());
+                self.healthy.store(false, Ordering::Release);
+                Err(err)
+            }
         }
-        Ok(())
     }
 
     /// Appends `self.buffer` to the log and keeps the health flag in step with the outcome.
@@ -305,20 +330,30 @@ impl WriterThread {
         }
     }
 
-    /// While unhealthy and idle, an empty record tests the disk, so health returns without waiting for a write.
+    /// While unhealthy and idle, a probe tests the disk, so health returns without waiting for a write.
     fn idle(&mut self) {
         if self.broken.is_some() || self.healthy.load(Ordering::Acquire) {
             return;
         }
-        self.buffer.clear();
-        if wal::encode(std::iter::empty(), &mut self.buffer).is_ok() && self.append().is_ok() {
-            tracing::info!("the store accepts writes again");
+        match self.wal.probe(PROBE_BYTES.max(self.buffer.len())) {
+            Ok(()) => {
+                self.healthy.store(true, Ordering::Release);
+                tracing::info!("the store accepts writes again");
+            }
+            Err(AppendError::Refused(_)) => {}
+            Err(AppendError::Broken(err)) => {
+                tracing::error!(error = %err, "the store stopped writing until a restart replays the log");
+                self.broken = Some(err);
+            }
         }
     }
 
     fn maybe_rotate(&mut self) {
         let due = self.wal.len() >= ROTATE_BYTES || (self.wal.len() > 0 && self.rotated_at.elapsed() >= ROTATE_AFTER);
-        if !due || self.broken.is_some() || self.checkpoint_busy.load(Ordering::Acquire) {
+        // No checkpoint while appends fail: sled keeps any write error until it is reopened, so it must not
+        // touch a disk that is full or failing. The log holds everything meanwhile.
+        let unhealthy = !self.healthy.load(Ordering::Acquire);
+        if !due || unhealthy || self.broken.is_some() || self.checkpoint_busy.load(Ordering::Acquire) {
             return;
         }
         let Some(to_checkpointer) = &self.to_checkpointer else { return };

@@ -29,6 +29,7 @@ use awc::http::Uri;
 use super::schedule::{after_attempt, jitter_unit, resend, AttemptOutcome, RetrySchedule};
 use super::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::url::forbidden;
+use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::store::{Store, StoreError};
@@ -403,10 +404,22 @@ struct Worker {
     hosts: HashMap<String, Host>,
     /// Ids of attempts under way, so a restart can hand them back to the dispatcher.
     flying: HashSet<String>,
+    /// Merchants' delivery targets as read at `targets_generation`; emptied as soon as any merchant record
+    /// changes, so a new URL or a rolled key is used by the very next attempt.
+    targets: HashMap<MerchantId, Target>,
+    targets_generation: u64,
 }
+
+/// How long a notification whose attempt could not be persisted is kept from the dispatcher.
+const MIN_UNSAVED_HOLD: Duration = Duration::from_secs(1);
+const MAX_UNSAVED_HOLD: Duration = Duration::from_secs(60);
+
+/// Targets a worker remembers at most; past this the cache starts again empty.
+const MAX_CACHED_TARGETS: usize = 10_000;
 
 /// What one attempt needs, read when it starts: the merchant's URL and key may have changed since the
 /// notification was written, and the latest ones are the merchant's wish.
+#[derive(Clone)]
 struct Target {
     url: String,
     host: String,
@@ -430,6 +443,8 @@ impl Worker {
             waiting: 0,
             hosts: HashMap::new(),
             flying: HashSet::new(),
+            targets: HashMap::new(),
+            targets_generation: 0,
         }
     }
 
@@ -448,7 +463,22 @@ impl Worker {
         client
     }
 
-    fn target(&self, n: &Notification) -> Result<Target, String> {
+    fn target(&mut self, n: &Notification) -> Result<Target, String> {
+        // The number is taken before the read, so a change applied meanwhile empties the cache next time.
+        let generation = self.store.merchants_generation();
+        if generation != self.targets_generation || self.targets.len() >= MAX_CACHED_TARGETS {
+            self.targets.clear();
+            self.targets_generation = generation;
+        }
+        if let Some(target) = self.targets.get(&n.merchant) {
+            return Ok(target.clone());
+        }
+        let target = self.read_target(n)?;
+        self.targets.insert(n.merchant.clone(), target.clone());
+        Ok(target)
+    }
+
+    fn read_target(&self, n: &Notification) -> Result<Target, String> {
         let merchant = self
             .store
             .merchant(&n.merchant)
@@ -481,27 +511,39 @@ impl Worker {
     }
 
     /// Persists the attempt's outcome, then tells the dispatcher.
+    ///
+    /// When the outcome cannot be persisted, the stored copy is still due, and handing it back at once would
+    /// have the dispatcher send it again within milliseconds, for as long as the disk fails. It is held back
+    /// instead until the wait the schedule gave this attempt (at least a second), as if the save had worked.
     fn settle(&mut self, n: Notification, outcome: AttemptOutcome, ctx: &mut Context<Self>) {
         let after = after_attempt(&n, &outcome, &self.config.schedule, jitter_unit());
+        let hold = after
+            .next_attempt_at
+            .map_or(MAX_UNSAVED_HOLD, |at| {
+                Duration::from_millis(at.unix_ms().saturating_sub(Timestamp::now().unix_ms()))
+            })
+            .clamp(MIN_UNSAVED_HOLD, MAX_UNSAVED_HOLD);
         let id = n.id.clone();
         let dispatcher = self.dispatcher.clone();
-        match self.store.save_notification(&n, &after) {
-            Ok(ticket) => {
-                ctx.spawn(
-                    async move {
-                        if let Ok(Err(e)) = ticket.await {
-                            tracing::error!(notification = %id, error = %e, "attempt not persisted; it will be retried");
-                        }
-                        dispatcher.do_send(Settled(id));
-                    }
-                    .into_actor(self),
-                );
-            }
-            Err(e) => {
-                tracing::error!(notification = %id, error = %e, "attempt not persisted; it will be retried");
+        let saved = self.store.save_notification(&n, &after);
+        ctx.spawn(
+            async move {
+                let failure = match saved {
+                    Ok(ticket) => match ticket.await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some("the store stopped".to_owned()),
+                    },
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(error) = failure {
+                    tracing::error!(notification = %id, %error, hold_ms = hold.as_millis() as u64, "attempt not persisted; it will be retried");
+                    actix_rt::time::sleep(hold).await;
+                }
                 dispatcher.do_send(Settled(id));
             }
-        }
+            .into_actor(self),
+        );
     }
 
     /// Starts waiting deliveries of `host` while it has room.
@@ -573,11 +615,18 @@ impl Handler<Deliver> for Worker {
         // delivered the same notification. Only the stored version, still pending and due, is attempted; it
         // is also the `before` of the save, so the due index stays exact.
         let id = msg.0.id;
-        let n = match self.store.notification(&id) {
-            Ok(Some(current))
+        // Every copy handed over carries its body; should one not, read it whole.
+        let read =
+            if msg.0.body.is_empty() { self.store.notification(&id) } else { self.store.notification_state(&id) };
+        let n = match read {
+            Ok(Some(mut current))
                 if current.state == DeliveryState::Pending
                     && current.next_attempt_at.is_some_and(|at| at <= Timestamp::now()) =>
             {
+                // Bodies never change once written; only the state is read again.
+                if current.body.is_empty() {
+                    current.body = msg.0.body;
+                }
                 current
             }
             Ok(_) => return self.dispatcher.do_send(Settled(id)),

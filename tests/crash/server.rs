@@ -1,0 +1,258 @@
+//! The server under test: the real `caisse` binary as a child process on a fixed loopback port and one data
+//! directory for the whole test, killed with SIGKILL and started again; and [`Target`], the HTTP client side
+//! the load and the checks share, with the gate that stops new requests while the server is down.
+
+use std::cell::{Cell, RefCell};
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_caisse");
+/// The sandbox provider's delay: short, so that payments, refunds and payouts complete between kills.
+pub const SANDBOX_DELAY_MS: u64 = 200;
+/// Short, so that payments that never get an answer (ending `02`) or lost their simulator state in a crash
+/// settle within the test.
+pub const PAYMENT_TTL: &str = "2s";
+/// Ten quick attempts: a notification refused once, or interrupted by a kill, is sent again within a second.
+const RETRY_SCHEDULE: &str = "300ms,300ms,500ms,500ms,1s,1s,1s,1s,1s";
+/// How long a start may take before the test gives up on it.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+
+pub async fn sleep_ms(ms: u64) {
+    actix_web::rt::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// `caisse` with the test's settings, on `data_dir`.
+fn caisse(work_dir: &Path, data_dir: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(work_dir)
+        .env("CAISSE_DATA_DIR", data_dir)
+        .env("CAISSE_LOG", "warn")
+        .env("CAISSE_HTTP_WORKERS", "2")
+        .env("CAISSE_RATE_LIMIT_PER_S", "100000")
+        .env("CAISSE_PAYMENT_TTL", PAYMENT_TTL)
+        .env("CAISSE_WEBHOOK_RETRY_SCHEDULE", RETRY_SCHEDULE)
+        .env("CAISSE_SANDBOX_DELAY_MS", SANDBOX_DELAY_MS.to_string());
+    command
+}
+
+/// A merchant as `caisse merchant create --json` made it.
+pub struct Created {
+    pub id: String,
+    pub secret_key: String,
+}
+
+/// Creates a merchant with the operator command (the server must be stopped: the store is single-process).
+pub fn create_merchant(work_dir: &Path, data_dir: &Path, name: &str, webhook_url: &str) -> Created {
+    let output = caisse(work_dir, data_dir)
+        .args(["merchant", "create", "--name", name, "--email", &format!("{name}@example.com"), "--json"])
+        .args(["--webhook-url", webhook_url])
+        .output()
+        .expect("caisse merchant create runs");
+    assert!(output.status.success(), "merchant create: {}", String::from_utf8_lossy(&output.stderr));
+    let created: Value = serde_json::from_slice(&output.stdout).expect("merchant create prints one JSON object");
+    Created {
+        id: created["id"].as_str().expect("id").to_owned(),
+        secret_key: created["secret_key"].as_str().expect("secret_key").to_owned(),
+    }
+}
+
+/// One run of `caisse serve`, killed (SIGKILL) when dropped so that a failing test leaves no process behind.
+pub struct Server {
+    child: Child,
+    /// Its stdout and stderr lines, for the failure message when it does not start.
+    output: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn collect(stream: impl Read + Send + 'static, sink: Arc<Mutex<Vec<String>>>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            sink.lock().expect("output lines").push(line);
+        }
+    });
+}
+
+impl Server {
+    /// Starts `caisse serve` on `port` without waiting for it.
+    pub fn spawn(work_dir: &Path, data_dir: &Path, port: u16) -> Server {
+        let mut command = caisse(work_dir, data_dir);
+        command
+            .arg("serve")
+            .env("CAISSE_LISTEN", format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("caisse serve starts");
+        let output = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stdout) = child.stdout.take() {
+            collect(stdout, output.clone());
+        }
+        if let Some(stderr) = child.stderr.take() {
+            collect(stderr, output.clone());
+        }
+        Server { child, output }
+    }
+
+    /// Starts `caisse serve` and waits until it accepts connections. A server that exits instead (its startup
+    /// audit refused the store, say) fails the test with its output.
+    pub async fn start(work_dir: &Path, data_dir: &Path, port: u16) -> Server {
+        let mut server = Server::spawn(work_dir, data_dir, port);
+        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                sleep_ms(100).await;
+                panic!("caisse serve exited before listening ({status}):\n{}", server.output().join("\n"));
+            }
+            if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
+                return server;
+            }
+            assert!(
+                started.elapsed() < START_DEADLINE,
+                "caisse serve is not listening on {port} after {START_DEADLINE:?}:\n{}",
+                server.output().join("\n")
+            );
+            sleep_ms(10).await;
+        }
+    }
+
+    pub fn output(&self) -> Vec<String> {
+        self.output.lock().expect("output lines").clone()
+    }
+
+    /// SIGKILL (what `Child::kill` sends on Unix), then reaps the process so its store lock is gone. `Err`
+    /// with its output when it had already exited by itself: a server that stops on its own is a failure.
+    pub fn kill(mut self) -> Result<(), String> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            std::thread::sleep(Duration::from_millis(100));
+            return Err(format!("caisse serve exited by itself ({status}):\n{}", self.output().join("\n")));
+        }
+        self.child.kill().map_err(|e| format!("SIGKILL: {e}"))?;
+        let status = self.child.wait().map_err(|e| format!("reaping: {e}"))?;
+        if status.success() {
+            return Err(format!("caisse serve exited normally instead of being killed:\n{}", self.output().join("\n")));
+        }
+        Ok(())
+    }
+}
+
+/// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
+pub struct Answer {
+    pub status: u16,
+    pub json: Value,
+    /// `Idempotent-Replayed: true`: the first answer to this key, given again.
+    pub replayed: bool,
+}
+
+/// The client side of the server: its address, the current client, and the gate the load waits at.
+///
+/// The gate closes in the same synchronous step as the kill, so every request the load started before it went
+/// to the process that was killed, and no new one starts until the server is back and the checks are done.
+/// Each restart gets a fresh client, so no request reuses a pooled connection to the dead process.
+pub struct Target {
+    pub base: String,
+    client: RefCell<awc::Client>,
+    open: Cell<bool>,
+    stop: Cell<bool>,
+}
+
+fn new_client() -> awc::Client {
+    awc::Client::builder().timeout(Duration::from_secs(10)).disable_redirects().finish()
+}
+
+impl Target {
+    pub fn new(port: u16) -> Target {
+        Target {
+            base: format!("http://127.0.0.1:{port}"),
+            client: RefCell::new(new_client()),
+            open: Cell::new(false),
+            stop: Cell::new(false),
+        }
+    }
+
+    /// Lets the load run against a (new) server.
+    pub fn open(&self) {
+        *self.client.borrow_mut() = new_client();
+        self.open.set(true);
+    }
+
+    pub fn close(&self) {
+        self.open.set(false);
+    }
+
+    /// Asks the load to finish: each worker ends after its current operation.
+    pub fn stop(&self) {
+        self.stop.set(true);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.get()
+    }
+
+    pub async fn wait_open(&self) {
+        while !self.open.get() {
+            sleep_ms(10).await;
+        }
+    }
+
+    /// One request; `Err` when no complete answer came back (refused connection, reset, time-out).
+    pub async fn send(
+        &self,
+        key: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Answer, String> {
+        let client = self.client.borrow().clone();
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "POST" => client.post(&url),
+            _ => client.get(&url),
+        }
+        .insert_header(("Authorization", format!("Bearer {key}")));
+        if let Some(idempotency_key) = idempotency_key {
+            request = request.insert_header(("Idempotency-Key", idempotency_key));
+        }
+        let mut response = match body {
+            Some(body) => request.send_json(body).await,
+            None => request.send().await,
+        }
+        .map_err(|e| format!("{method} {path}: {e}"))?;
+        let bytes = response.body().limit(1 << 22).await.map_err(|e| format!("{method} {path}: body: {e}"))?;
+        let replayed = response.headers().get("Idempotent-Replayed").is_some_and(|v| v.as_bytes() == b"true");
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Answer { status: response.status().as_u16(), json, replayed })
+    }
+
+    /// A read for the checks (the gate is closed then): retried on transport errors, expected to answer 200.
+    pub async fn get(&self, key: &str, path: &str) -> Answer {
+        let started = Instant::now();
+        loop {
+            match self.send(key, "GET", path, None, None).await {
+                Ok(answer) if answer.status == 429 => {}
+                Ok(answer) => return answer,
+                Err(e) => assert!(started.elapsed() < START_DEADLINE, "{e}"),
+            }
+            sleep_ms(20).await;
+        }
+    }
+}
