@@ -181,6 +181,11 @@ fn parse_pointer(bytes: &[u8]) -> Result<(TransactionType, &str, &str), StoreErr
     Ok((kind, owner, reference))
 }
 
+/// sled's page cache. Its default (1 GiB) would let a long-running server grow far past the memory budget of
+/// a small machine; the hot data (recent payments, due notifications) fits in much less, and a miss is a read
+/// from the OS page cache.
+const SLED_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
 /// How long an open waits for a lock that is being released. sled 0.34 closes its files from its own IO
 /// threads, which can finish a few milliseconds after the last `Db` handle is dropped; a process that closes
 /// and reopens the same directory (a test, a supervised restart) would otherwise see its own old lock.
@@ -191,7 +196,7 @@ fn open_when_unlocked(dir: &Path) -> Result<sled::Db, StoreError> {
     loop {
         // No background flush: the write-ahead log makes changes durable, checkpoints flush sled when the disk
         // is known good, and a flush failing on its own would leave sled refusing everything until reopened.
-        match sled::Config::new().path(dir).flush_every_ms(None).open() {
+        match sled::Config::new().path(dir).flush_every_ms(None).cache_capacity(SLED_CACHE_BYTES).open() {
             Ok(db) => return Ok(db),
             Err(e) => {
                 let text = e.to_string();
