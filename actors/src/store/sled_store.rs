@@ -65,6 +65,27 @@ const TREE_NAMES: [&str; 16] = [
     "outbox_body",
 ];
 
+/// The order a batch reaches the trees in: records first, then what points at them, so a reader going
+/// through an index never finds it pointing at something not yet written (see `writer::apply`).
+const APPLY_ORDER: [usize; 16] = [
+    MERCHANTS,
+    MERCHANT_KEYS,
+    MERCHANT_EMAILS,
+    JOURNAL,
+    SNAPSHOTS,
+    PAYMENTS,
+    PAYOUTS,
+    IDEMPOTENCY,
+    OUTBOX_BODY,
+    OUTBOX,
+    REFS,
+    TX_OWNER,
+    TX_INDEX,
+    PENDING,
+    OUTBOX_BY_MERCHANT,
+    OUTBOX_DUE,
+];
+
 /// Notifications waiting for the dispatcher beyond this are found by its scan of the due index instead.
 const FEED_CAPACITY: usize = 64 * 1024;
 
@@ -228,8 +249,9 @@ impl SledStore {
             .map_err(|e| StoreError::Io(format!("sync {}: {e}", dir.display())))?;
         let healthy = Arc::new(AtomicBool::new(true));
         let (feed_tx, feed_rx) = tokio::sync::mpsc::channel(FEED_CAPACITY);
-        let next_log = super::writer::recover(&db, &trees, dir)?;
-        let writer = Writer::spawn(db.clone(), trees.clone(), dir, next_log, healthy.clone(), feed_tx)?;
+        let next_log = super::writer::recover(&db, &trees, &APPLY_ORDER, dir)?;
+        let writer =
+            Writer::spawn(db.clone(), trees.clone(), APPLY_ORDER.to_vec(), dir, next_log, healthy.clone(), feed_tx)?;
         Ok(SledStore { trees, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
     }
 
@@ -641,7 +663,11 @@ impl Store for SledStore {
                 // An entry is current only if the notification still waits for exactly that time; any other
                 // is left over from a save made on a stale read, and is removed so scans stop reading it.
                 Some(n) if n.state == DeliveryState::Pending && n.next_attempt_at.map(|t| t.unix_ms()) == key_ms => {
-                    due.push(self.with_body(n)?)
+                    // One unreadable notification must not stop every delivery: it is reported and passed over.
+                    match self.with_body(n) {
+                        Ok(n) => due.push(n),
+                        Err(e) => tracing::error!(error = %e, "a due notification cannot be read; passed over"),
+                    }
                 }
                 _ => stale.push(Op::Remove(OUTBOX_DUE, key.to_vec())),
             }
@@ -716,4 +742,34 @@ fn compare_snapshot(merchant: &MerchantId, snapshot: &Balances, ledger: &Balance
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_apply_order_names_every_tree_once() {
+        let mut order = APPLY_ORDER.to_vec();
+        order.sort_unstable();
+        assert_eq!(order, (0..TREE_NAMES.len()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn records_are_applied_before_the_indexes_that_point_at_them() {
+        let at = |tree| APPLY_ORDER.iter().position(|t| *t == tree).unwrap();
+        for (record, index) in [
+            (OUTBOX_BODY, OUTBOX),
+            (OUTBOX, OUTBOX_DUE),
+            (OUTBOX, OUTBOX_BY_MERCHANT),
+            (PAYMENTS, TX_INDEX),
+            (PAYMENTS, REFS),
+            (PAYOUTS, TX_INDEX),
+            (PAYMENTS, PENDING),
+            (MERCHANTS, MERCHANT_KEYS),
+            (JOURNAL, TX_OWNER),
+        ] {
+            assert!(at(record) < at(index), "{} must come before {}", TREE_NAMES[record], TREE_NAMES[index]);
+        }
+    }
 }

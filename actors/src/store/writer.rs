@@ -81,14 +81,14 @@ impl Drop for Writer {
 
 /// Replays the log files left by the last run into sled, makes sled durable, and deletes them. Returns the
 /// sequence number the next log file takes. Must run before anything reads the trees.
-pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<u64, StoreError> {
+pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir: &Path) -> Result<u64, StoreError> {
     let wal_dir = wal::wal_dir(dir);
     let files = wal::list(&wal_dir)?;
     let Some(&(last, _)) = files.last() else { return Ok(0) };
     let started = Instant::now();
     let (mut records, mut ops) = (0, 0);
     for (_, path) in &files {
-        let found = wal::replay(path, |batch| apply(trees, batch.iter()).map(drop))?;
+        let found = wal::replay(path, |batch| apply(trees, order, batch.iter()).map(drop))?;
         if found.discarded > 0 {
             tracing::warn!(
                 file = %path.display(),
@@ -111,9 +111,15 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result
     Ok(last + 1)
 }
 
-/// Applies operations to sled's trees, one atomic batch per tree. Within a tree a later operation on the same
-/// key wins, as it would applied one by one. Returns which trees changed, one bit per tree index.
-fn apply<'a>(trees: &[sled::Tree], ops: impl Iterator<Item = &'a Op>) -> Result<u64, StoreError> {
+/// Applies operations to sled's trees, one atomic batch per tree, the trees in `order`. Within a tree a later
+/// operation on the same key wins, as it would applied one by one. Returns which trees changed, one bit per
+/// tree index.
+///
+/// The batches of different trees become visible one after the other, so a reader between two of them sees
+/// part of a change. `order` puts the trees that hold records before the indexes that point at them, so what
+/// a reader finds through an index is always there (a due entry never points at a notification whose body is
+/// not yet written).
+fn apply<'a>(trees: &[sled::Tree], order: &[usize], ops: impl Iterator<Item = &'a Op>) -> Result<u64, StoreError> {
     let mut batches: Vec<Option<sled::Batch>> = trees.iter().map(|_| None).collect();
     for op in ops {
         let tree = match op {
@@ -129,11 +135,15 @@ fn apply<'a>(trees: &[sled::Tree], ops: impl Iterator<Item = &'a Op>) -> Result<
         }
     }
     let mut touched = 0;
-    for (index, (tree, batch)) in trees.iter().zip(batches).enumerate() {
-        if let Some(batch) = batch {
-            tree.apply_batch(batch).map_err(|e| StoreError::Io(format!("apply to sled: {e}")))?;
-            touched |= 1u64.checked_shl(index as u32).unwrap_or(0);
-        }
+    for &index in order {
+        let (Some(tree), Some(batch)) = (trees.get(index), batches.get_mut(index).and_then(Option::take)) else {
+            continue;
+        };
+        tree.apply_batch(batch).map_err(|e| StoreError::Io(format!("apply to sled: {e}")))?;
+        touched |= 1u64.checked_shl(index as u32).unwrap_or(0);
+    }
+    if batches.iter().any(Option::is_some) {
+        return Err(StoreError::Corrupt("a tree missing from the apply order".into()));
     }
     Ok(touched)
 }
@@ -142,6 +152,7 @@ impl Writer {
     pub(crate) fn spawn(
         db: sled::Db,
         trees: Vec<sled::Tree>,
+        order: Vec<usize>,
         dir: &Path,
         next_seq: u64,
         healthy: Arc<AtomicBool>,
@@ -171,6 +182,7 @@ impl Writer {
         };
         let mut thread = WriterThread {
             trees,
+            order,
             generations: generations.clone(),
             wal,
             jobs,
@@ -218,6 +230,8 @@ impl Writer {
 
 struct WriterThread {
     trees: Vec<sled::Tree>,
+    /// The order batches are applied in (see [`apply`]).
+    order: Vec<usize>,
     generations: Arc<Vec<AtomicU64>>,
     wal: Wal,
     jobs: std_mpsc::Receiver<Job>,
@@ -293,7 +307,7 @@ impl WriterThread {
         self.append()?;
         // The batch is durable in the log; sled must now hold it too, or reads and later decisions would go
         // on without it while a restart would bring it back. If sled refuses, stop writing until then.
-        match apply(&self.trees, batch.iter().flat_map(|job| job.ops.iter())) {
+        match apply(&self.trees, &self.order, batch.iter().flat_map(|job| job.ops.iter())) {
             Ok(touched) => {
                 for (index, generation) in self.generations.iter().enumerate() {
                     if touched & 1u64.checked_shl(index as u32).unwrap_or(0) != 0 {
