@@ -5,7 +5,9 @@
 //! entries, the record after the change, the new transaction's indexes, the webhook notifications, the
 //! idempotency record, and every N events a snapshot of the merchant's balances). A backend must make a change
 //! atomic and durable before it completes the change's ticket; acknowledging earlier is the one bug this trait
-//! exists to prevent. Reads return committed state only.
+//! exists to prevent. Reads return durable state only, though a read that spans several kinds of data may find
+//! one change partly visible for a moment (the sled backend shows records before the indexes that point at
+//! them, so an index never leads to nothing).
 //!
 //! Recovery rebuilds a merchant from its latest snapshot plus the journal after it ([`Store::recover_merchant`]);
 //! the startup audit ([`Store::audit`]) recomputes every balance from the whole ledger and refuses to start the
