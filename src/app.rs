@@ -52,7 +52,9 @@ impl Application {
     /// listener and starts the background sweeps. Must run inside an actix System.
     pub async fn build(settings: Settings) -> Result<Application, StartError> {
         let settings = Arc::new(settings);
-        let engine = Engine::open(EngineConfig::new(&settings.data_dir))?;
+        let mut config = EngineConfig::new(&settings.data_dir);
+        config.store_cache_bytes = settings.store_cache_bytes;
+        let engine = Engine::open(config)?;
         let demo = if engine.store().merchant_count().map_err(EngineError::from)? == 0 {
             let new = NewMerchant {
                 name: "Boutique démo".into(),

@@ -87,6 +87,8 @@ pub struct Settings {
     pub log: String,
     pub http_workers: usize,
     pub rate_limit_per_s: u32,
+    /// sled's page cache, in bytes (`store_cache_mib`).
+    pub store_cache_bytes: u64,
     pub sandbox_simulator: bool,
     pub sandbox_delay_ms: u64,
     pub sandbox_secret: String,
@@ -108,6 +110,7 @@ pub struct Layer {
     log: Option<String>,
     http_workers: Option<i64>,
     rate_limit_per_s: Option<i64>,
+    store_cache_mib: Option<i64>,
     sandbox: Option<SandboxLayer>,
     providers: Option<Vec<ProviderLayer>>,
 }
@@ -190,6 +193,7 @@ impl Layer {
             log: get("CAISSE_LOG"),
             http_workers: int("CAISSE_HTTP_WORKERS")?,
             rate_limit_per_s: int("CAISSE_RATE_LIMIT_PER_S")?,
+            store_cache_mib: int("CAISSE_STORE_CACHE_MIB")?,
             sandbox,
             providers: None,
         })
@@ -213,6 +217,7 @@ impl Layer {
             log,
             http_workers,
             rate_limit_per_s,
+            store_cache_mib,
             sandbox,
             providers,
         } = other;
@@ -230,6 +235,7 @@ impl Layer {
         win(&mut self.log, log);
         win(&mut self.http_workers, http_workers);
         win(&mut self.rate_limit_per_s, rate_limit_per_s);
+        win(&mut self.store_cache_mib, store_cache_mib);
         win(&mut self.providers, providers);
         if let Some(SandboxLayer { simulator, delay_ms, secret, chaos }) = sandbox {
             let mine = self.sandbox.get_or_insert_with(SandboxLayer::default);
@@ -318,6 +324,10 @@ impl Settings {
         };
         let http_workers = positive(layer.http_workers, "http_workers", 256)? as usize;
         let rate_limit_per_s = positive(layer.rate_limit_per_s, "rate_limit_per_s", 1_000_000)? as u32;
+        let store_cache_mib = positive(layer.store_cache_mib, "store_cache_mib", 65_536)? as u64;
+        if store_cache_mib == 0 {
+            return Err(bad("store_cache_mib", "must be at least 1"));
+        }
         let sandbox = layer.sandbox.unwrap_or_default();
         let sandbox_delay_ms = positive(sandbox.delay_ms, "sandbox.delay_ms", 3_600_000)? as u64;
         let sandbox_simulator = environment == Environment::Sandbox || sandbox.simulator.unwrap_or(false);
@@ -346,6 +356,7 @@ impl Settings {
             log: need(layer.log, "log")?,
             http_workers,
             rate_limit_per_s,
+            store_cache_bytes: store_cache_mib * 1024 * 1024,
             sandbox_simulator,
             sandbox_delay_ms,
             sandbox_secret,
@@ -427,6 +438,7 @@ mod tests {
         assert_eq!(s.sandbox_delay_ms, 2_000);
         assert!(s.sandbox_simulator);
         assert_eq!(s.sandbox_chaos, Chaos::OFF);
+        assert_eq!(s.store_cache_bytes, 64 * 1024 * 1024);
         for code in ["mtn_momo", "orange_money", "moov_money", "wave"] {
             assert!(s.provider(code).is_some(), "{code}");
         }
@@ -440,6 +452,7 @@ mod tests {
                 ("CAISSE_LISTEN", "127.0.0.1:9000"),
                 ("CAISSE_PAYMENT_TTL", "2s"),
                 ("CAISSE_SANDBOX_DELAY_MS", "10"),
+                ("CAISSE_STORE_CACHE_MIB", "16"),
             ]),
             Layer::from_flags(Some("127.0.0.1:9100".into()), None, None),
         )
@@ -447,6 +460,7 @@ mod tests {
         assert_eq!(s.listen.to_string(), "127.0.0.1:9100");
         assert_eq!(s.payment_ttl_ms, 2_000);
         assert_eq!(s.sandbox_delay_ms, 10);
+        assert_eq!(s.store_cache_bytes, 16 * 1024 * 1024);
     }
 
     #[test]
@@ -472,6 +486,8 @@ mod tests {
             ("CAISSE_SANDBOX_SIMULATOR", "maybe", "CAISSE_SANDBOX_SIMULATOR"),
             ("CAISSE_SANDBOX_CHAOS", "late,sometimes", "sandbox.chaos"),
             ("CAISSE_WEBHOOK_EXTRA_CA", "/nonexistent/ca.pem", "webhook_extra_ca"),
+            ("CAISSE_STORE_CACHE_MIB", "0", "store_cache_mib"),
+            ("CAISSE_STORE_CACHE_MIB", "100000", "store_cache_mib"),
         ];
         for (var, value, setting) in cases {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();

@@ -118,7 +118,7 @@ fn serve(settings: Settings) -> Result<(), String> {
 }
 
 fn create_merchant(settings: Settings, new: NewMerchant, json: bool) -> Result<(), String> {
-    let store: Arc<dyn Store> = match SledStore::open(&settings.data_dir) {
+    let store: Arc<dyn Store> = match SledStore::open_with_cache(&settings.data_dir, settings.store_cache_bytes) {
         Ok(store) => Arc::new(store),
         Err(StoreError::Locked(_)) => {
             return Err(format!(

@@ -33,11 +33,18 @@ pub struct EngineConfig {
     /// Arbiters (threads) the merchant actors are spread over; 0 means one per core.
     pub shards: usize,
     pub actors: ActorSettings,
+    /// sled's page cache, in bytes.
+    pub store_cache_bytes: u64,
 }
 
 impl EngineConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> EngineConfig {
-        EngineConfig { data_dir: data_dir.into(), shards: 0, actors: ActorSettings::default() }
+        EngineConfig {
+            data_dir: data_dir.into(),
+            shards: 0,
+            actors: ActorSettings::default(),
+            store_cache_bytes: crate::store::sled_store::DEFAULT_CACHE_BYTES,
+        }
     }
 }
 
@@ -74,7 +81,7 @@ impl Engine {
     /// Opens the sled store under `config.data_dir`, audits it (refusing to start on any disagreement), and
     /// starts the Arbiters.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
-        let store = SledStore::open(&config.data_dir).map_err(|e| match e {
+        let store = SledStore::open_with_cache(&config.data_dir, config.store_cache_bytes).map_err(|e| match e {
             crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
             other => EngineError::from(other),
         })?;
