@@ -13,6 +13,7 @@
 //! the startup audit ([`Store::audit`]) recomputes every balance from the whole ledger and refuses to start the
 //! service if anything disagrees.
 
+mod layout;
 pub mod sled_store;
 mod wal;
 mod writer;

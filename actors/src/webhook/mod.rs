@@ -3,15 +3,19 @@
 //! - [`signature`]: signing (spec 5.2) and the verification function merchants can use.
 //! - [`schedule`]: the retry schedule and the delivery state machine, pure.
 //! - [`url`]: which webhook URLs are allowed (contract 12), checked when set and again at delivery.
-//! - [`delivery`]: the dispatcher and the supervised pool of delivery actors (awc over rustls).
+//! - [`delivery`]: the delivery pool's configuration and handle, and the messages between its actors;
+//!   `dispatcher` decides what is attempted when, `worker` holds the supervised delivery actors (awc over
+//!   rustls) that make the attempts.
 //!
 //! A notification is written in the same durable transaction as the change that causes it. The store hands
 //! it to the dispatcher once durable; the dispatcher also scans the due index, so nothing waits on memory:
 //! after a crash, everything still due is found again and delivered.
 
 pub mod delivery;
+mod dispatcher;
 pub mod schedule;
 pub mod signature;
 pub mod url;
+mod worker;
 
 pub use signature::{sign, verify, VerifyError, SIGNATURE_HEADER, TIMESTAMP_HEADER};

@@ -1,0 +1,224 @@
+//! The webhook dispatcher: decides which notification is attempted when, and by which delivery actor.
+//!
+//! It learns of notifications two ways: the store's feed (each notification as soon as its change is durable)
+//! and a periodic scan of the due index (retries, and everything still due after a restart). It hands each
+//! notification to the delivery actor of its merchant's shard and remembers it as in flight until that actor
+//! reports the attempt persisted, so no notification has two attempts at once. Fresh notifications that find
+//! no room wait in a bounded backlog; beyond it the due index holds them until a scan.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::delivery::{Deliver, DeliveryConfig, DeliveryError, Fresh, InFlightCount, Resend, Settled};
+use super::schedule::resend;
+use super::worker::Worker;
+use crate::domain::records::{DeliveryState, Notification};
+use crate::domain::time::Timestamp;
+use crate::store::Store;
+
+/// Fresh notifications the workers had no room for wait here (up to this many) instead of waiting for the
+/// next scan; beyond it they stay in the store's due index, which the scan reads.
+const MAX_DISPATCH_BACKLOG: usize = 65_536;
+
+pub(super) struct Dispatcher {
+    store: Arc<dyn Store>,
+    config: Arc<DeliveryConfig>,
+    workers: Vec<Addr<Worker>>,
+    in_flight: HashSet<String>,
+    feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
+    /// Fresh notifications waiting for room, oldest first, and their ids (so a scan does not take them too).
+    backlog: VecDeque<Notification>,
+    backlog_ids: HashSet<String>,
+    /// A scan is already scheduled soon; one is enough.
+    scan_soon: bool,
+}
+
+impl Dispatcher {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        config: Arc<DeliveryConfig>,
+        workers: Vec<Addr<Worker>>,
+        feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
+    ) -> Dispatcher {
+        Dispatcher {
+            store,
+            config,
+            workers,
+            in_flight: HashSet::new(),
+            feed,
+            backlog: VecDeque::new(),
+            backlog_ids: HashSet::new(),
+            scan_soon: false,
+        }
+    }
+
+    fn budget(&self) -> usize {
+        self.config.max_in_flight_per_worker * self.workers.len().max(1)
+    }
+
+    /// Hands `n` to its worker if there is room; gives it back otherwise (moved, not copied: the size of the
+    /// error variant costs nothing here).
+    #[allow(clippy::result_large_err)]
+    fn dispatch(&mut self, n: Notification) -> Result<(), Notification> {
+        if self.in_flight.contains(&n.id) || n.state != DeliveryState::Pending || self.workers.is_empty() {
+            return Ok(());
+        }
+        if self.in_flight.len() >= self.budget() {
+            return Err(n);
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        n.merchant.hash(&mut hasher);
+        let worker = &self.workers[(hasher.finish() % self.workers.len() as u64) as usize];
+        let id = n.id.clone();
+        match worker.try_send(Deliver(n)) {
+            Ok(()) => {
+                self.in_flight.insert(id);
+                Ok(())
+            }
+            Err(SendError::Full(Deliver(n)) | SendError::Closed(Deliver(n))) => Err(n),
+        }
+    }
+
+    /// A fresh notification: dispatched now, or queued in the backlog, or (backlog full) left to the scan.
+    fn offer(&mut self, n: Notification) {
+        if !self.backlog.is_empty() {
+            self.queue(n);
+            return;
+        }
+        if let Err(n) = self.dispatch(n) {
+            self.queue(n);
+        }
+    }
+
+    fn queue(&mut self, n: Notification) {
+        if self.backlog.len() < MAX_DISPATCH_BACKLOG && self.backlog_ids.insert(n.id.clone()) {
+            self.backlog.push_back(n);
+        }
+    }
+
+    /// Moves the backlog to the workers while they have room.
+    fn drain_backlog(&mut self) {
+        while let Some(n) = self.backlog.pop_front() {
+            let id = n.id.clone();
+            match self.dispatch(n) {
+                Ok(()) => {
+                    self.backlog_ids.remove(&id);
+                }
+                Err(n) => {
+                    self.backlog.push_front(n);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn scan(&mut self) {
+        self.scan_soon = false;
+        let room = self.budget().saturating_sub(self.in_flight.len());
+        if room == 0 {
+            return;
+        }
+        let (in_flight, backlog) = (&self.in_flight, &self.backlog_ids);
+        let skip = &mut |id: &str| in_flight.contains(id) || backlog.contains(id);
+        match self.store.due_notifications_skipping(Timestamp::now(), room, skip) {
+            Ok(due) => {
+                for n in due {
+                    if self.dispatch(n).is_err() {
+                        break;
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "webhook scan failed"),
+        }
+    }
+}
+
+impl Actor for Dispatcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(16_384);
+        if let Some(mut feed) = self.feed.take() {
+            let me = ctx.address();
+            actix_rt::spawn(async move {
+                while let Some(n) = feed.recv().await {
+                    if me.send(Fresh(n)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        ctx.run_interval(self.config.scan_every, |act, _| act.scan());
+        self.scan();
+    }
+}
+
+impl Handler<Fresh> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: Fresh, _: &mut Self::Context) {
+        self.offer(msg.0);
+    }
+}
+
+impl Handler<Settled> for Dispatcher {
+    type Result = ();
+
+    /// A slot is free: feed the backlog first; when it is empty and the workers are half idle, look at the
+    /// due index soon rather than at the next tick, so retries and overflow do not wait for the timer.
+    fn handle(&mut self, msg: Settled, ctx: &mut Self::Context) {
+        self.in_flight.remove(&msg.0);
+        self.drain_backlog();
+        if self.backlog.is_empty() && !self.scan_soon && self.in_flight.len() < self.budget() / 2 {
+            self.scan_soon = true;
+            ctx.run_later(Duration::from_millis(20), |act, _| act.scan());
+        }
+    }
+}
+
+impl Handler<InFlightCount> for Dispatcher {
+    type Result = usize;
+
+    fn handle(&mut self, _: InFlightCount, _: &mut Self::Context) -> usize {
+        self.in_flight.len()
+    }
+}
+
+impl Handler<Resend> for Dispatcher {
+    type Result = ResponseActFuture<Self, Result<Notification, DeliveryError>>;
+
+    fn handle(&mut self, msg: Resend, _: &mut Self::Context) -> Self::Result {
+        let prepared = (|| {
+            if self.in_flight.contains(&msg.0) || self.backlog_ids.contains(&msg.0) {
+                return Err(DeliveryError::InFlight);
+            }
+            let before = self.store.notification(&msg.0)?.ok_or(DeliveryError::NotFound)?;
+            let after = resend(&before, Timestamp::now());
+            let ticket = self.store.save_notification(&before, &after)?;
+            Ok((after, ticket))
+        })();
+        match prepared {
+            Err(e) => Box::pin(fut::ready(Err(e))),
+            Ok((after, ticket)) => {
+                // Marked in flight until durable, so a scan cannot dispatch the old state meanwhile.
+                self.in_flight.insert(after.id.clone());
+                Box::pin(ticket.into_actor(self).map(move |result, act, _| {
+                    act.in_flight.remove(&after.id);
+                    match result {
+                        Ok(Ok(())) => {
+                            // No room now: the due index has it, and the next scan sends it.
+                            let _ = act.dispatch(after.clone());
+                            Ok(after)
+                        }
+                        Ok(Err(e)) => Err(DeliveryError::Store(e)),
+                        Err(_) => Err(DeliveryError::Stopped),
+                    }
+                }))
+            }
+        }
+    }
+}

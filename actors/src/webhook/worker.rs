@@ -1,0 +1,376 @@
+//! The delivery actors: one per Arbiter, supervised, each making the attempts of its merchants' notifications.
+//!
+//! A delivery actor owns one awc client (awc is `!Send`, so each lives on its Arbiter's thread), with rustls,
+//! redirects off and an outer timeout that covers connect, headers and body. It signs the stored body bytes
+//! with the merchant's current secret key and a fresh timestamp, posts to the merchant's current URL
+//! (re-checked in production, connecting to the very address it checked), and persists the outcome decided by
+//! [`schedule::after_attempt`](super::schedule::after_attempt).
+//!
+//! Isolation: each actor has a bound on attempts in flight, and each receiver host a bound of its own, much
+//! lower for a host whose last attempt timed out or could not connect. Deliveries beyond a host's bound wait
+//! in that host's queue, so a thousand hanging receivers hold a few slots each while healthy receivers keep
+//! theirs.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use awc::http::Uri;
+
+use super::delivery::{Deliver, DeliveryConfig, Settled};
+use super::dispatcher::Dispatcher;
+use super::schedule::{after_attempt, jitter_unit, AttemptOutcome};
+use super::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use super::url::forbidden;
+use crate::domain::ids::MerchantId;
+use crate::domain::records::{DeliveryState, Notification};
+use crate::domain::time::Timestamp;
+use crate::store::Store;
+
+#[derive(Default)]
+struct Host {
+    in_flight: usize,
+    slow: bool,
+    waiting: VecDeque<Notification>,
+}
+
+pub(super) struct Worker {
+    store: Arc<dyn Store>,
+    config: Arc<DeliveryConfig>,
+    tls: Arc<rustls::ClientConfig>,
+    dispatcher: Addr<Dispatcher>,
+    client: Option<awc::Client>,
+    in_flight: usize,
+    waiting: usize,
+    hosts: HashMap<String, Host>,
+    /// Ids of attempts under way, so a restart can hand them back to the dispatcher.
+    flying: HashSet<String>,
+    /// Merchants' delivery targets as read at `targets_generation`; emptied as soon as any merchant record
+    /// changes, so a new URL or a rolled key is used by the very next attempt.
+    targets: HashMap<MerchantId, Target>,
+    targets_generation: u64,
+}
+
+/// How long a notification whose attempt could not be persisted is kept from the dispatcher.
+const MIN_UNSAVED_HOLD: Duration = Duration::from_secs(1);
+const MAX_UNSAVED_HOLD: Duration = Duration::from_secs(60);
+
+/// Targets a worker remembers at most; past this the cache starts again empty.
+const MAX_CACHED_TARGETS: usize = 10_000;
+
+/// What one attempt needs, read when it starts: the merchant's URL and key may have changed since the
+/// notification was written, and the latest ones are the merchant's wish.
+#[derive(Clone)]
+struct Target {
+    url: String,
+    host: String,
+    secret_key: String,
+}
+
+impl Worker {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        config: Arc<DeliveryConfig>,
+        tls: Arc<rustls::ClientConfig>,
+        dispatcher: Addr<Dispatcher>,
+    ) -> Worker {
+        Worker {
+            store,
+            config,
+            tls,
+            dispatcher,
+            client: None,
+            in_flight: 0,
+            waiting: 0,
+            hosts: HashMap::new(),
+            flying: HashSet::new(),
+            targets: HashMap::new(),
+            targets_generation: 0,
+        }
+    }
+
+    fn client(&mut self) -> awc::Client {
+        if let Some(client) = &self.client {
+            return client.clone();
+        }
+        let connector = awc::Connector::new()
+            .rustls_0_23(self.tls.clone())
+            .limit(0)
+            .timeout(self.config.timeout)
+            .handshake_timeout(self.config.timeout);
+        let client =
+            awc::Client::builder().connector(connector).disable_redirects().timeout(self.config.timeout).finish();
+        self.client = Some(client.clone());
+        client
+    }
+
+    fn target(&mut self, n: &Notification) -> Result<Target, String> {
+        // The number is taken before the read, so a change applied meanwhile empties the cache next time.
+        let generation = self.store.merchants_generation();
+        if generation != self.targets_generation || self.targets.len() >= MAX_CACHED_TARGETS {
+            self.targets.clear();
+            self.targets_generation = generation;
+        }
+        if let Some(target) = self.targets.get(&n.merchant) {
+            return Ok(target.clone());
+        }
+        let target = self.read_target(n)?;
+        self.targets.insert(n.merchant.clone(), target.clone());
+        Ok(target)
+    }
+
+    fn read_target(&self, n: &Notification) -> Result<Target, String> {
+        let merchant = self
+            .store
+            .merchant(&n.merchant)
+            .map_err(|e| format!("merchant lookup failed: {e}"))?
+            .ok_or_else(|| "merchant not found".to_owned())?;
+        let url = merchant.webhook_url.ok_or_else(|| "no webhook URL configured".to_owned())?;
+        let uri: Uri = url.parse().map_err(|_| "webhook URL is not valid".to_owned())?;
+        let host =
+            uri.authority().map(|a| a.as_str().to_owned()).ok_or_else(|| "webhook URL has no host".to_owned())?;
+        Ok(Target { url, host, secret_key: merchant.secret_key })
+    }
+
+    fn start(&mut self, n: Notification, target: Target, ctx: &mut Context<Self>) {
+        self.in_flight += 1;
+        self.flying.insert(n.id.clone());
+        self.hosts.entry(target.host.clone()).or_default().in_flight += 1;
+        let attempt = attempt(self.client(), target.url, target.secret_key, n.body.clone(), self.config.clone());
+        let host = target.host;
+        ctx.spawn(attempt.into_actor(self).map(move |outcome, act, ctx| {
+            act.in_flight = act.in_flight.saturating_sub(1);
+            act.flying.remove(&n.id);
+            let slow = outcome.http_status.is_none();
+            if let Some(h) = act.hosts.get_mut(&host) {
+                h.in_flight = h.in_flight.saturating_sub(1);
+                h.slow = slow;
+            }
+            act.settle(n, outcome, ctx);
+            act.pump(&host, ctx);
+        }));
+    }
+
+    /// Persists the attempt's outcome, then tells the dispatcher.
+    ///
+    /// When the outcome cannot be persisted, the stored copy is still due, and handing it back at once would
+    /// have the dispatcher send it again within milliseconds, for as long as the disk fails. It is held back
+    /// instead until the wait the schedule gave this attempt (at least a second), as if the save had worked.
+    fn settle(&mut self, n: Notification, outcome: AttemptOutcome, ctx: &mut Context<Self>) {
+        let after = after_attempt(&n, &outcome, &self.config.schedule, jitter_unit());
+        let hold = after
+            .next_attempt_at
+            .map_or(MAX_UNSAVED_HOLD, |at| {
+                Duration::from_millis(at.unix_ms().saturating_sub(Timestamp::now().unix_ms()))
+            })
+            .clamp(MIN_UNSAVED_HOLD, MAX_UNSAVED_HOLD);
+        let id = n.id.clone();
+        let dispatcher = self.dispatcher.clone();
+        let saved = self.store.save_notification(&n, &after);
+        ctx.spawn(
+            async move {
+                let failure = match saved {
+                    Ok(ticket) => match ticket.await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some("the store stopped".to_owned()),
+                    },
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(error) = failure {
+                    tracing::error!(notification = %id, %error, hold_ms = hold.as_millis() as u64, "attempt not persisted; it will be retried");
+                    actix_rt::time::sleep(hold).await;
+                }
+                dispatcher.do_send(Settled(id));
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// Starts waiting deliveries of `host` while it has room.
+    fn pump(&mut self, host: &str, ctx: &mut Context<Self>) {
+        loop {
+            let Some(h) = self.hosts.get_mut(host) else { return };
+            let limit = if h.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
+            if h.in_flight >= limit || self.in_flight >= self.config.max_in_flight_per_worker {
+                return;
+            }
+            let Some(next) = h.waiting.pop_front() else {
+                if h.in_flight == 0 {
+                    self.hosts.remove(host);
+                }
+                return;
+            };
+            self.waiting = self.waiting.saturating_sub(1);
+            match self.target(&next) {
+                Ok(target) => self.start(next, target, ctx),
+                Err(error) => self.fail_now(next, error, ctx),
+            }
+        }
+    }
+
+    /// An attempt that could not even start (no URL, unknown merchant) counts as a failed attempt.
+    fn fail_now(&mut self, n: Notification, error: String, ctx: &mut Context<Self>) {
+        let outcome = AttemptOutcome {
+            at: Timestamp::now(),
+            signed_at_s: None,
+            http_status: None,
+            error: Some(error),
+            latency_ms: 0,
+        };
+        self.settle(n, outcome, ctx);
+    }
+}
+
+impl Actor for Worker {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4_096);
+    }
+}
+
+impl Supervised for Worker {
+    /// The attempts of the old context are gone: hand their notifications back to the dispatcher, whose
+    /// next scan offers them again (they are still due in the store).
+    fn restarting(&mut self, _: &mut Self::Context) {
+        self.client = None;
+        self.in_flight = 0;
+        self.waiting = 0;
+        for id in self.flying.drain() {
+            self.dispatcher.do_send(Settled(id));
+        }
+        for (_, host) in self.hosts.drain() {
+            for n in host.waiting {
+                self.dispatcher.do_send(Settled(n.id));
+            }
+        }
+    }
+}
+
+impl Handler<Deliver> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
+        // The copy handed over may be older than the store: a feed copy can arrive after a scan already
+        // delivered the same notification. Only the stored version, still pending and due, is attempted; it
+        // is also the `before` of the save, so the due index stays exact.
+        let id = msg.0.id;
+        // Every copy handed over carries its body; should one not, read it whole.
+        let read =
+            if msg.0.body.is_empty() { self.store.notification(&id) } else { self.store.notification_state(&id) };
+        let n = match read {
+            Ok(Some(mut current))
+                if current.state == DeliveryState::Pending
+                    && current.next_attempt_at.is_some_and(|at| at <= Timestamp::now()) =>
+            {
+                // Bodies never change once written; only the state is read again.
+                if current.body.is_empty() {
+                    current.body = msg.0.body;
+                }
+                current
+            }
+            Ok(_) => return self.dispatcher.do_send(Settled(id)),
+            Err(e) => {
+                tracing::error!(notification = %id, error = %e, "notification lookup failed; the next scan retries");
+                return self.dispatcher.do_send(Settled(id));
+            }
+        };
+        let target = match self.target(&n) {
+            Ok(target) => target,
+            Err(error) => return self.fail_now(n, error, ctx),
+        };
+        let host = self.hosts.entry(target.host.clone()).or_default();
+        let limit = if host.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
+        let busy = host.in_flight >= limit || self.in_flight >= self.config.max_in_flight_per_worker;
+        if !busy {
+            return self.start(n, target, ctx);
+        }
+        if self.waiting >= self.config.max_waiting_per_worker {
+            // Leave it in the store; the dispatcher's next scan offers it again.
+            return self.dispatcher.do_send(Settled(n.id));
+        }
+        self.waiting += 1;
+        if let Some(h) = self.hosts.get_mut(&target.host) {
+            h.waiting.push_back(n);
+        }
+    }
+}
+
+/// One HTTP attempt, bounded as a whole by `config.timeout`. The timestamp is taken once, here, so the one
+/// sent and the one recorded in the attempt log are the same.
+async fn attempt(
+    client: awc::Client,
+    url: String,
+    secret_key: String,
+    body: String,
+    config: Arc<DeliveryConfig>,
+) -> AttemptOutcome {
+    let at = Timestamp::now();
+    let signed_at_s = at.unix_s();
+    let started = Instant::now();
+    let sending = send(client, url, secret_key, body, signed_at_s, config.production);
+    let result = actix_rt::time::timeout(config.timeout, sending).await;
+    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let signed_at_s = Some(signed_at_s);
+    match result {
+        Ok(Ok(status)) => AttemptOutcome { at, signed_at_s, http_status: Some(status), error: None, latency_ms },
+        Ok(Err(error)) => AttemptOutcome { at, signed_at_s, http_status: None, error: Some(error), latency_ms },
+        Err(_) => AttemptOutcome {
+            at,
+            signed_at_s,
+            http_status: None,
+            error: Some(format!("no answer within {} s", config.timeout.as_secs())),
+            latency_ms,
+        },
+    }
+}
+
+async fn send(
+    client: awc::Client,
+    url: String,
+    secret_key: String,
+    body: String,
+    timestamp: u64,
+    production: bool,
+) -> Result<u16, String> {
+    let mut request = client.post(&url);
+    if production {
+        let address = checked_address(&url).await?;
+        request = request.address(address);
+    }
+    let signature = sign(&secret_key, timestamp, body.as_bytes());
+    let mut response = request
+        .insert_header(("Content-Type", "application/json"))
+        .insert_header((SIGNATURE_HEADER, signature))
+        .insert_header((TIMESTAMP_HEADER, timestamp.to_string()))
+        .send_body(body)
+        .await
+        .map_err(|e| format!("request failed: {e}"))?;
+    let status = response.status().as_u16();
+    // Read (and drop) a bounded body so the connection can be reused; its content does not matter.
+    let _ = response.body().limit(64 * 1024).await;
+    Ok(status)
+}
+
+/// Production rules at delivery time: https only, and the address we connect to is one we checked, so a
+/// DNS answer that changed since the URL was saved cannot point us at a private address.
+async fn checked_address(url: &str) -> Result<SocketAddr, String> {
+    let uri: Uri = url.parse().map_err(|_| "webhook URL is not valid".to_owned())?;
+    if uri.scheme_str() != Some("https") {
+        return Err("production webhooks must use https".into());
+    }
+    let host = uri.host().ok_or("webhook URL has no host")?.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let addresses: Vec<SocketAddr> =
+        actix_rt::task::spawn_blocking(move || (host.as_str(), port).to_socket_addrs().map(|a| a.collect::<Vec<_>>()))
+            .await
+            .map_err(|_| "DNS lookup failed".to_owned())?
+            .map_err(|e| format!("DNS lookup failed: {e}"))?;
+    if addresses.is_empty() || addresses.iter().any(|a| forbidden(&a.ip())) {
+        return Err("the webhook host resolves to a forbidden address".into());
+    }
+    Ok(addresses[0])
+}
