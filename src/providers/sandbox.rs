@@ -69,6 +69,8 @@ pub struct Simulator {
     /// Attempts our endpoint answered otherwise (or not at all), each one retried: a duplicate or stale notice
     /// must be acknowledged, so under chaos this stays 0.
     refused: Arc<AtomicU64>,
+    /// Payments left without a story since the start, because [`MAX_STORIES`] were being told.
+    silenced: AtomicU64,
 }
 
 pub fn sign(secret: &str, timestamp: u64, body: &[u8]) -> String {
@@ -91,6 +93,7 @@ impl Simulator {
             known: Arc::new(DashMap::new()),
             delivered: Arc::new(AtomicU64::new(0)),
             refused: Arc::new(AtomicU64::new(0)),
+            silenced: AtomicU64::new(0),
         }
     }
 
@@ -128,10 +131,15 @@ impl Simulator {
             return;
         };
         if subject == Subject::Payment && self.known.len() >= MAX_STORIES {
-            tracing::warn!(
-                tx = %transaction_id,
-                "sandbox simulator is telling {MAX_STORIES} stories already; this one stays silent and the TTL sweep will settle it"
-            );
+            // One line per thousand, so an overloaded server does not also flood its log.
+            let silenced = self.silenced.fetch_add(1, Ordering::Relaxed) + 1;
+            if silenced % 1_000 == 1 {
+                tracing::warn!(
+                    tx = %transaction_id,
+                    silenced,
+                    "sandbox simulator is telling {MAX_STORIES} stories already; payments beyond stay silent and the TTL sweep settles them"
+                );
+            }
             return;
         }
         let chaos = self.chaos.for_metadata(metadata, transaction_id);
