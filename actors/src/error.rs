@@ -27,9 +27,7 @@ pub enum EngineError {
 impl From<StoreError> for EngineError {
     fn from(err: StoreError) -> EngineError {
         match err {
-            StoreError::Corrupt(_) | StoreError::Conflict(_) | StoreError::Incompatible(_) => {
-                EngineError::Internal(err.to_string())
-            }
+            StoreError::Corrupt(_) | StoreError::Conflict(_) => EngineError::Internal(err.to_string()),
             StoreError::Io(_)
             | StoreError::Overloaded
             | StoreError::Aborted

@@ -254,37 +254,3 @@ async fn the_due_scan_drops_entries_left_by_a_stale_save() {
         actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
-
-/// Writes a bare sled store in `dir` with `tree` holding one key, as an older build would have left it.
-fn sled_store_with(dir: &std::path::Path, tree: &str, key: &[u8], value: &[u8]) {
-    let db = sled::Config::new().path(dir).open().unwrap();
-    db.open_tree(tree).unwrap().insert(key, value).unwrap();
-    db.flush().unwrap();
-    drop(db);
-}
-
-#[test]
-fn a_store_in_another_layout_is_refused_by_name_and_a_new_one_is_marked() {
-    use caisse_engine::store::{SledStore, StoreError};
-    let refused = |dir: &std::path::Path| match SledStore::open(dir) {
-        Err(StoreError::Incompatible(text)) => text,
-        Err(other) => panic!("expected Incompatible, got {other}"),
-        Ok(_) => panic!("a store in another layout was opened"),
-    };
-
-    // Layout 1 had no mark, and a per-merchant notification index that layout 2 folds into the outbox keys.
-    let old = tempfile::tempdir().unwrap();
-    sled_store_with(old.path(), "outbox_by_merchant", b"mch_x", b"");
-    let text = refused(old.path());
-    assert!(text.contains("layout 1") && text.contains("reads layout 2"), "{text}");
-    assert!(text.contains(&old.path().display().to_string()), "{text}");
-
-    let future = tempfile::tempdir().unwrap();
-    sled_store_with(future.path(), "meta", b"format", b"9");
-    assert!(refused(future.path()).contains("layout 9"));
-
-    // A new store is marked, and opens again.
-    let fresh = tempfile::tempdir().unwrap();
-    drop(SledStore::open(fresh.path()).unwrap());
-    drop(SledStore::open(fresh.path()).unwrap());
-}

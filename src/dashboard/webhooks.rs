@@ -152,7 +152,11 @@ pub async fn resend(
     if validate_id(IdKind::Event, &id).is_err() {
         return Err(not_found());
     }
-    match state.webhooks.resend(&user.merchant.id, &id).await {
+    let notification = state.engine.store().notification(&id)?.ok_or_else(not_found)?;
+    if notification.merchant != user.merchant.id {
+        return Err(not_found());
+    }
+    match state.webhooks.resend(&id).await {
         Ok(_) => {
             tracing::info!(target: "caisse::dashboard", notification = %id, "webhook resent from the dashboard");
             Ok(redirect("/webhooks?info=renvoye"))

@@ -3,14 +3,8 @@
 //! Keys that belong to a merchant start with its 30-byte id, so one merchant's data is one contiguous range
 //! per tree. The journal is keyed by `merchant ++ seq` (big endian) so a merchant's events read back in order;
 //! the transaction index is keyed by `merchant ++ ULID of the transaction id`, which sorts by creation time,
-//! so listing newest first is a reverse range scan. Notifications are keyed by `merchant ++ event id` (a ULID,
-//! so by creation time too): their own keys are the merchant's listing, and the due index's values name the
-//! merchant. Values are JSON: readable with any sled dump, and the record structs already are the API's
-//! shapes.
-//!
-//! Every key is a page descriptor that sled keeps in memory for as long as the store is open (about one page
-//! per 12 keys, since sled splits a leaf past 16 entries), so a new kind of key per payment is a cost paid in
-//! memory forever, not only on disk.
+//! so listing newest first is a reverse range scan. Values are JSON: readable with any sled dump, and the
+//! record structs already are the API's shapes.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -39,8 +33,9 @@ pub(super) const IDEMPOTENCY: usize = 10;
 pub(super) const OUTBOX: usize = 11;
 pub(super) const OUTBOX_DUE: usize = 12;
 pub(super) const PENDING: usize = 13;
-pub(super) const OUTBOX_BODY: usize = 14;
-pub(super) const TREE_NAMES: [&str; 15] = [
+pub(super) const OUTBOX_BY_MERCHANT: usize = 14;
+pub(super) const OUTBOX_BODY: usize = 15;
+pub(super) const TREE_NAMES: [&str; 16] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -55,19 +50,13 @@ pub(super) const TREE_NAMES: [&str; 15] = [
     "outbox",
     "outbox_due",
     "pending",
+    "outbox_by_merchant",
     "outbox_body",
 ];
 
-/// The layout this build reads and writes, kept in the `meta` tree; a store in another layout is refused at
-/// open instead of being misread. Format 1 (before this marker) kept notifications by id with a separate
-/// per-merchant index, `outbox_by_merchant`.
-pub(super) const FORMAT: &[u8] = b"2";
-/// A tree only format-1 stores have.
-pub(super) const FORMAT_1_TREE: &[u8] = b"outbox_by_merchant";
-
 /// The order a batch reaches the trees in: records first, then what points at them, so a reader going
 /// through an index never finds it pointing at something not yet written (see `writer::apply`).
-pub(super) const APPLY_ORDER: [usize; 15] = [
+pub(super) const APPLY_ORDER: [usize; 16] = [
     MERCHANTS,
     MERCHANT_KEYS,
     MERCHANT_EMAILS,
@@ -82,6 +71,7 @@ pub(super) const APPLY_ORDER: [usize; 15] = [
     TX_OWNER,
     TX_INDEX,
     PENDING,
+    OUTBOX_BY_MERCHANT,
     OUTBOX_DUE,
 ];
 
@@ -201,6 +191,7 @@ mod tests {
         for (record, index) in [
             (OUTBOX_BODY, OUTBOX),
             (OUTBOX, OUTBOX_DUE),
+            (OUTBOX, OUTBOX_BY_MERCHANT),
             (PAYMENTS, TX_INDEX),
             (PAYMENTS, REFS),
             (PAYOUTS, TX_INDEX),

@@ -71,32 +71,6 @@ fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreErr
     }
 }
 
-/// Refuses a store written in another layout; marks a new one with this build's.
-fn check_format(db: &sled::Db, dir: &Path) -> Result<(), StoreError> {
-    let meta = db.open_tree("meta").map_err(io("open meta"))?;
-    let incompatible = |found: &str| {
-        StoreError::Incompatible(format!(
-            "{} holds a store in layout {found}, and this build reads layout {}; start it with a new data \
-             directory, or run the build that wrote it",
-            dir.display(),
-            String::from_utf8_lossy(FORMAT)
-        ))
-    };
-    match meta.get("format").map_err(io("read meta"))? {
-        Some(found) if found.as_ref() == FORMAT => Ok(()),
-        Some(found) => Err(incompatible(&String::from_utf8_lossy(&found))),
-        None if db.tree_names().iter().any(|name| name.as_ref() == FORMAT_1_TREE) => Err(incompatible("1")),
-        None => {
-            // A new store: the mark is made durable before any change can be written behind it.
-            meta.insert("format", FORMAT).map_err(io("write meta"))?;
-            db.flush().map_err(io("flush meta"))?;
-            std::fs::File::open(dir.join("db"))
-                .and_then(|f| f.sync_data())
-                .map_err(|e| StoreError::Io(format!("sync {}: {e}", dir.display())))
-        }
-    }
-}
-
 impl SledStore {
     /// Opens (or creates) the store under `dir` with the default cache and starts its writer. Does not
     /// audit: call [`Store::audit`].
@@ -108,9 +82,6 @@ impl SledStore {
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
         let db = open_when_unlocked(dir, cache_bytes)?;
-        // Before anything else: the write-ahead log names trees by number, so replaying another layout's log
-        // would put its operations in the wrong trees.
-        check_format(&db, dir)?;
         let trees = TREE_NAMES
             .iter()
             .map(|name| db.open_tree(name))
@@ -129,9 +100,9 @@ impl SledStore {
     }
 
     /// A notification with its body, which lives in its own tree so that saving an attempt does not
-    /// rewrite it.
-    fn load_notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
-        match self.get::<Notification>(OUTBOX, &mkey(merchant, id.as_bytes()))? {
+    /// rewrite it. Records from before that split still carry their body inline.
+    fn load_notification(&self, id: &[u8]) -> Result<Option<Notification>, StoreError> {
+        match self.get::<Notification>(OUTBOX, id)? {
             Some(n) => self.with_body(n).map(Some),
             None => Ok(None),
         }
@@ -140,7 +111,7 @@ impl SledStore {
     fn with_body(&self, mut n: Notification) -> Result<Notification, StoreError> {
         if n.body.is_empty() {
             let bytes = self.trees[OUTBOX_BODY]
-                .get(mkey(&n.merchant, n.id.as_bytes()))
+                .get(n.id.as_bytes())
                 .map_err(io("outbox_body"))?
                 .ok_or_else(|| StoreError::Corrupt(format!("notification {} has no body", n.id)))?;
             n.body = String::from_utf8(bytes.to_vec())
@@ -195,10 +166,10 @@ impl SledStore {
                 chain_attempts: 0,
                 total_attempts: 0,
             };
-            let key = mkey(m, item.id.as_bytes());
-            ops.push(Op::Insert(OUTBOX, key.clone(), encode_state(&notification)?));
-            ops.push(Op::Insert(OUTBOX_BODY, key, item.body.as_bytes().to_vec()));
-            ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), m.as_bytes().to_vec()));
+            ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode_state(&notification)?));
+            ops.push(Op::Insert(OUTBOX_BODY, item.id.as_bytes().to_vec(), item.body.as_bytes().to_vec()));
+            ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), Vec::new()));
+            ops.push(Op::Insert(OUTBOX_BY_MERCHANT, mkey(m, item.id.as_bytes()), Vec::new()));
             created.push(notification);
         }
         pending_ops(m, &change.record, &mut ops);
@@ -315,12 +286,12 @@ impl Store for SledStore {
     }
 
     fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError> {
-        let mut ops = vec![Op::Insert(OUTBOX, mkey(&after.merchant, after.id.as_bytes()), encode_state(after)?)];
+        let mut ops = vec![Op::Insert(OUTBOX, after.id.as_bytes().to_vec(), encode_state(after)?)];
         if let Some(at) = before.next_attempt_at {
             ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
         }
         if let Some(at) = after.next_attempt_at {
-            ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), after.merchant.as_bytes().to_vec()));
+            ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), Vec::new()));
         }
         self.writer.submit(ops, None, Vec::new())
     }
@@ -340,17 +311,18 @@ impl Store for SledStore {
         let mut data = Vec::new();
         let mut has_more = false;
         let mut last = None;
-        for (scanned, item) in self.trees[OUTBOX].range(start..end).rev().enumerate() {
-            let (key, state) = item.map_err(io("outbox"))?;
+        for (scanned, item) in self.trees[OUTBOX_BY_MERCHANT].range(start..end).rev().enumerate() {
+            let (key, _) = item.map_err(io("outbox_by_merchant"))?;
             if data.len() == limit || scanned == MAX_SCAN {
                 has_more = true;
                 break;
             }
-            last = Some(String::from_utf8_lossy(&key[MERCHANT_ID_LEN..]).into_owned());
-            // The filter sees the delivery state; only the notifications kept pay for reading their body.
-            let n: Notification = decode("outbox", &state)?;
-            if keep(&n) {
-                data.push(self.with_body(n)?);
+            let id = &key[MERCHANT_ID_LEN..];
+            last = Some(String::from_utf8_lossy(id).into_owned());
+            if let Some(n) = self.load_notification(id)? {
+                if keep(&n) {
+                    data.push(n);
+                }
             }
         }
         Ok(Page { data, has_more, next_cursor: if has_more { last } else { None } })
@@ -504,12 +476,12 @@ impl Store for SledStore {
         self.journal_after(merchant, from_seq.saturating_sub(1)).take(limit).collect()
     }
 
-    fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
-        self.load_notification(merchant, id)
+    fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.load_notification(id.as_bytes())
     }
 
-    fn notification_state(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
-        self.get(OUTBOX, &mkey(merchant, id.as_bytes()))
+    fn notification_state(&self, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.get(OUTBOX, id.as_bytes())
     }
 
     fn due_notifications_skipping(
@@ -525,15 +497,13 @@ impl Store for SledStore {
             if due.len() >= limit {
                 break;
             }
-            let (key, merchant) = item.map_err(io("outbox_due"))?;
+            let (key, _) = item.map_err(io("outbox_due"))?;
             let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
             if skip(std::str::from_utf8(id).unwrap_or_default()) {
                 continue;
             }
             let key_ms = key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
-            let mut outbox_key = merchant.to_vec();
-            outbox_key.extend_from_slice(id);
-            match self.get::<Notification>(OUTBOX, &outbox_key)? {
+            match self.get::<Notification>(OUTBOX, id)? {
                 // An entry is current only if the notification still waits for exactly that time; any other
                 // is left over from a save made on a stale read, and is removed so scans stop reading it.
                 Some(n) if n.state == DeliveryState::Pending && n.next_attempt_at.map(|t| t.unix_ms()) == key_ms => {

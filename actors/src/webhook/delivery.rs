@@ -15,7 +15,6 @@ use actix::prelude::*;
 use super::dispatcher::Dispatcher;
 use super::schedule::RetrySchedule;
 use super::worker::Worker;
-use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 use crate::store::{Store, StoreError};
 
@@ -115,11 +114,9 @@ impl WebhookPool {
         Ok(WebhookPool { dispatcher, arbiters })
     }
 
-    /// Sends one of this merchant's notifications again, starting a new attempt chain (the dashboard's resend
-    /// button). Another merchant's notification is not found.
-    pub async fn resend(&self, merchant: &MerchantId, id: &str) -> Result<Notification, DeliveryError> {
-        let msg = Resend { merchant: merchant.clone(), id: id.to_owned() };
-        self.dispatcher.send(msg).await.map_err(|_| DeliveryError::Stopped)?
+    /// Sends a notification again, starting a new attempt chain (the dashboard's resend button).
+    pub async fn resend(&self, id: &str) -> Result<Notification, DeliveryError> {
+        self.dispatcher.send(Resend(id.to_owned())).await.map_err(|_| DeliveryError::Stopped)?
     }
 
     /// Notifications currently handed to a delivery actor.
@@ -168,10 +165,7 @@ pub(super) struct Settled(pub(super) String);
 
 #[derive(Message)]
 #[rtype(result = "Result<Notification, DeliveryError>")]
-pub(super) struct Resend {
-    pub(super) merchant: MerchantId,
-    pub(super) id: String,
-}
+pub(super) struct Resend(pub(super) String);
 
 #[derive(Message)]
 #[rtype(result = "usize")]

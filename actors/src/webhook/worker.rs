@@ -257,13 +257,10 @@ impl Handler<Deliver> for Worker {
         // The copy handed over may be older than the store: a feed copy can arrive after a scan already
         // delivered the same notification. Only the stored version, still pending and due, is attempted; it
         // is also the `before` of the save, so the due index stays exact.
-        let (id, merchant) = (msg.0.id, msg.0.merchant);
+        let id = msg.0.id;
         // Every copy handed over carries its body; should one not, read it whole.
-        let read = if msg.0.body.is_empty() {
-            self.store.notification(&merchant, &id)
-        } else {
-            self.store.notification_state(&merchant, &id)
-        };
+        let read =
+            if msg.0.body.is_empty() { self.store.notification(&id) } else { self.store.notification_state(&id) };
         let n = match read {
             Ok(Some(mut current))
                 if current.state == DeliveryState::Pending
