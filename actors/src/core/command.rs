@@ -1,0 +1,107 @@
+//! What comes into the core: the commands the contract names, the new records and provider notices they
+//! carry, and the [`Target`] that says which record a command is about.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::money::{Amount, Currency, FeeRule};
+use crate::domain::phone::Phone;
+use crate::domain::records::ProviderCode;
+use crate::domain::text::{Description, Email, Metadata, Motif, Name, Reference};
+
+/// A payment as the API accepted it, before it exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPayment {
+    pub reference: Option<Reference>,
+    pub montant: Amount,
+    pub devise: Currency,
+    pub fournisseur: ProviderCode,
+    /// The provider's fee rule for this currency, fixed at initiation (contract 6).
+    pub fee: FeeRule,
+    pub client_telephone: Phone,
+    pub client_email: Option<Email>,
+    pub client_nom: Option<Name>,
+    pub description: Option<Description>,
+    pub metadata: Metadata,
+}
+
+/// A payout as the API accepted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPayout {
+    pub montant: Amount,
+    pub devise: Currency,
+    pub fournisseur: ProviderCode,
+    pub fee: FeeRule,
+    pub beneficiaire_telephone: Phone,
+    pub beneficiaire_nom: Option<Name>,
+    pub description: Option<Description>,
+    pub metadata: Metadata,
+}
+
+/// What a provider (or our expiry timer) says about a payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PaymentNotice {
+    Processing,
+    Confirmed,
+    Declined { failure_code: String },
+    Expired,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefundOutcome {
+    Completed,
+    Refused,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PayoutOutcome {
+    Sent,
+    Refused { motif: String },
+}
+
+/// Every change the contract names, as one enum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    InitiatePayment(NewPayment),
+    PaymentNotice {
+        reference: Reference,
+        notice: PaymentNotice,
+    },
+    RequestRefund {
+        reference: Reference,
+        montant: Option<Amount>,
+        motif: Option<Motif>,
+    },
+    /// About the refund of the payment `reference`.
+    RefundNotice {
+        reference: Reference,
+        outcome: RefundOutcome,
+    },
+    CreatePayout(NewPayout),
+    PayoutNotice {
+        id: String,
+        outcome: PayoutOutcome,
+    },
+}
+
+/// The record a command is about, which the actor looks up before calling [`super::decide`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A payment that must not exist yet (`None`: a generated reference, which cannot collide).
+    NewPayment(Option<Reference>),
+    Payment(Reference),
+    NewPayout,
+    Payout(String),
+}
+
+impl Command {
+    pub fn target(&self) -> Target {
+        match self {
+            Command::InitiatePayment(new) => Target::NewPayment(new.reference.clone()),
+            Command::PaymentNotice { reference, .. }
+            | Command::RequestRefund { reference, .. }
+            | Command::RefundNotice { reference, .. } => Target::Payment(reference.clone()),
+            Command::CreatePayout(_) => Target::NewPayout,
+            Command::PayoutNotice { id, .. } => Target::Payout(id.clone()),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! What goes out of the core: the records a merchant owns, and the [`Decision`] an accepted change produces
+//! (journal event with its ledger entries, balances after it, new transaction, webhook notifications).
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::ledger::{Balances, Entry};
+use crate::domain::money::Currency;
+use crate::domain::records::{Payment, Payout, TransactionType};
+use crate::domain::status::{EventKind, Trigger};
+use crate::domain::time::Timestamp;
+
+/// A record of one of the two kinds a merchant owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    Payment(Payment),
+    Payout(Payout),
+}
+
+impl Record {
+    pub fn key(&self) -> &str {
+        match self {
+            Record::Payment(p) => p.reference.as_str(),
+            Record::Payout(o) => &o.id,
+        }
+    }
+}
+
+/// One line of a merchant's journal: what changed, and the money it moved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEvent {
+    /// Position in this merchant's journal, from 1, without gaps.
+    pub seq: u64,
+    pub at: Timestamp,
+    pub trigger: Trigger,
+    /// Payment reference or payout id.
+    pub reference: String,
+    /// Status after the change, as its contract name.
+    pub statut: String,
+    pub devise: Currency,
+    pub entries: Vec<Entry>,
+}
+
+/// A webhook notification caused by a change, with the exact body bytes that will be signed and sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxItem {
+    pub id: String,
+    pub event: EventKind,
+    pub reference: String,
+    pub body: String,
+}
+
+/// A new money movement that must appear in the transaction list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTransaction {
+    pub kind: TransactionType,
+    pub transaction_id: String,
+    /// The reference this transaction is found by (payment reference, `rmb_…` or `ret_…`).
+    pub reference: String,
+    /// The record that holds it (the payment for a refund).
+    pub owner: String,
+}
+
+/// An accepted change, ready to be persisted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub record: Record,
+    pub journal: JournalEvent,
+    pub balances: Balances,
+    pub created: Option<NewTransaction>,
+    pub outbox: Vec<OutboxItem>,
+}
+
+// Moved once per command, never stored in bulk: the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    Changed(Box<Decision>),
+    /// A duplicate, late or out-of-order notice: nothing to write.
+    Unchanged(Record),
+}

@@ -1,0 +1,106 @@
+//! The payment transitions: initiating a payment and applying what a provider (or the expiry timer) says
+//! about it.
+
+use super::{
+    moved, split_fee, Ctx, Decided, Decision, IdSource, NewPayment, NewTransaction, PaymentNotice, Record, Rejection,
+};
+use crate::domain::ids::IdKind;
+use crate::domain::ledger::{postings, Movement};
+use crate::domain::money::Amount;
+use crate::domain::records::{Payment, TransactionType, WebhookData};
+use crate::domain::status::{transition, PaymentStatus, Status, Trigger};
+use crate::domain::text::Reference;
+
+impl Ctx<'_> {
+    pub(super) fn initiate(&self, new: &NewPayment, ids: IdSource<'_>) -> Result<Decided, Rejection> {
+        let (frais, montant_net) = split_fee(new.montant, &new.fee)?;
+        let rule = moved(transition(None, Trigger::PaymentAccepted)?).ok_or(Rejection::NotFound)?;
+        let Status::Payment(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let reference = match &new.reference {
+            Some(r) => r.clone(),
+            None => Reference::parse(&ids(IdKind::Payment))
+                .map_err(|e| Rejection::InvalidState(format!("generated reference refused: {e}")))?,
+        };
+        let payment = Payment {
+            reference,
+            transaction_id: ids(IdKind::Transaction),
+            statut,
+            montant: new.montant,
+            devise: new.devise,
+            frais,
+            montant_net,
+            fournisseur: new.fournisseur.clone(),
+            client_telephone: new.client_telephone.clone(),
+            client_email: new.client_email.clone(),
+            client_nom: new.client_nom.clone(),
+            description: new.description.clone(),
+            metadata: new.metadata.clone(),
+            created_at: self.now,
+            updated_at: self.now,
+            paid_at: None,
+            failure_code: None,
+            remboursement: None,
+        };
+        let balances = self.balances_after(&[], new.devise, Amount::ZERO)?;
+        let outbox = self.outbox(rule.event, WebhookData::of_payment(&payment), ids)?;
+        let reference = payment.reference.as_str().to_owned();
+        Ok(Decided::Changed(Box::new(Decision {
+            journal: self.journal(rule.on, &reference, statut.as_str(), new.devise, Vec::new()),
+            created: Some(NewTransaction {
+                kind: TransactionType::Paiement,
+                transaction_id: payment.transaction_id.clone(),
+                reference: reference.clone(),
+                owner: reference,
+            }),
+            record: Record::Payment(payment),
+            balances,
+            outbox,
+        })))
+    }
+
+    pub(super) fn payment_notice(
+        &self,
+        p: &Payment,
+        notice: &PaymentNotice,
+        ids: IdSource<'_>,
+    ) -> Result<Decided, Rejection> {
+        let trigger = match notice {
+            PaymentNotice::Processing => Trigger::ProviderProcessing,
+            PaymentNotice::Confirmed => Trigger::ProviderConfirmed,
+            PaymentNotice::Declined { .. } => Trigger::ProviderDeclined,
+            PaymentNotice::Expired => Trigger::TtlExpired,
+        };
+        let Some(rule) = moved(transition(Some(Status::Payment(p.statut)), trigger)?) else {
+            return Ok(Decided::Unchanged(Record::Payment(p.clone())));
+        };
+        let Status::Payment(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let mut next = p.clone();
+        next.statut = statut;
+        next.updated_at = self.now;
+        match (statut, notice) {
+            (PaymentStatus::Succes, _) => {
+                next.paid_at = Some(self.now);
+                next.failure_code = None;
+            }
+            (PaymentStatus::Echec, PaymentNotice::Declined { failure_code }) => {
+                next.failure_code = Some(failure_code.clone());
+            }
+            (PaymentStatus::Expire, _) => next.failure_code = Some("expired".into()),
+            _ => {}
+        }
+        let entries = postings(rule.effect, movement(&next)).map_err(Rejection::Invariant)?;
+        let balances = self.balances_after(&entries, next.devise, next.montant)?;
+        let outbox = self.outbox(rule.event, WebhookData::of_payment(&next), ids)?;
+        Ok(Decided::Changed(Box::new(Decision {
+            journal: self.journal(trigger, next.reference.as_str(), statut.as_str(), next.devise, entries),
+            record: Record::Payment(next),
+            balances,
+            created: None,
+            outbox,
+        })))
+    }
+}
+
+fn movement(p: &Payment) -> Movement {
+    Movement { devise: p.devise, montant: p.montant, frais: p.frais, montant_net: p.montant_net }
+}

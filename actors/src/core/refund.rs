@@ -1,0 +1,105 @@
+//! The refund transitions: requesting the refund of a payment, and the provider's answer, which also moves
+//! the payment when the refund completes.
+
+use super::{moved, Ctx, Decided, Decision, IdSource, NewTransaction, Record, RefundOutcome, Rejection};
+use crate::domain::ids::IdKind;
+use crate::domain::ledger::{postings, Movement};
+use crate::domain::money::Amount;
+use crate::domain::records::{Payment, Refund, TransactionType, WebhookData};
+use crate::domain::status::{
+    payment_refund_allowed, transition, InvalidTransition, RefundStatus, Status, Step, Trigger,
+};
+use crate::domain::text::Motif;
+
+impl Ctx<'_> {
+    pub(super) fn request_refund(
+        &self,
+        p: &Payment,
+        montant: Option<Amount>,
+        motif: Option<Motif>,
+        ids: IdSource<'_>,
+    ) -> Result<Decided, Rejection> {
+        let existing = p.remboursement.as_ref().map(|r| r.statut);
+        if !payment_refund_allowed(p.statut, existing) {
+            return Err(
+                InvalidTransition { from: Some(Status::Payment(p.statut)), on: Trigger::RefundRequested }.into()
+            );
+        }
+        let montant = montant.unwrap_or(p.montant);
+        if montant > p.montant {
+            return Err(Rejection::RefundAboveAmount { montant_minor: p.montant.minor() });
+        }
+        let rule = moved(transition(None, Trigger::RefundRequested)?).ok_or(Rejection::NotFound)?;
+        let Status::Refund(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let refund_move = Movement { devise: p.devise, montant, frais: Amount::ZERO, montant_net: montant };
+        let entries = postings(rule.effect, refund_move).map_err(Rejection::Invariant)?;
+        let balances = self.balances_after(&entries, p.devise, montant)?;
+        let refund =
+            Refund { reference: ids(IdKind::Refund), montant, motif, statut, created_at: self.now, completed_at: None };
+        let mut next = p.clone();
+        next.updated_at = self.now;
+        let created = NewTransaction {
+            kind: TransactionType::Remboursement,
+            transaction_id: refund.transaction_id(),
+            reference: refund.reference.clone(),
+            owner: p.reference.as_str().to_owned(),
+        };
+        next.remboursement = Some(refund);
+        Ok(Decided::Changed(Box::new(Decision {
+            journal: self.journal(rule.on, &created.reference, statut.as_str(), p.devise, entries),
+            record: Record::Payment(next),
+            balances,
+            created: Some(created),
+            outbox: Vec::new(),
+        })))
+    }
+
+    pub(super) fn refund_notice(
+        &self,
+        p: &Payment,
+        outcome: RefundOutcome,
+        ids: IdSource<'_>,
+    ) -> Result<Decided, Rejection> {
+        let Some(refund) = &p.remboursement else { return Err(Rejection::NotFound) };
+        let trigger = match outcome {
+            RefundOutcome::Completed => Trigger::RefundCompleted,
+            RefundOutcome::Refused => Trigger::RefundRefused,
+        };
+        let Some(rule) = moved(transition(Some(Status::Refund(refund.statut)), trigger)?) else {
+            return Ok(Decided::Unchanged(Record::Payment(p.clone())));
+        };
+        let Status::Refund(refund_statut) = rule.to else { return Err(Rejection::NotFound) };
+        let mut next = p.clone();
+        next.updated_at = self.now;
+        let mut event = None;
+        if refund_statut == RefundStatus::Succes {
+            // Completing the refund also moves the payment; both machines must agree or nothing changes.
+            match transition(Some(Status::Payment(p.statut)), Trigger::RefundCompleted)? {
+                Step::Move(pay_rule) => {
+                    if let Status::Payment(s) = pay_rule.to {
+                        next.statut = s;
+                    }
+                    event = pay_rule.event;
+                }
+                Step::Unchanged => return Ok(Decided::Unchanged(Record::Payment(p.clone()))),
+            }
+        }
+        let refund_move =
+            Movement { devise: p.devise, montant: refund.montant, frais: Amount::ZERO, montant_net: refund.montant };
+        let entries = postings(rule.effect, refund_move).map_err(Rejection::Invariant)?;
+        let balances = self.balances_after(&entries, p.devise, refund.montant)?;
+        let mut updated_refund = refund.clone();
+        updated_refund.statut = refund_statut;
+        updated_refund.completed_at = Some(self.now);
+        let journal = self.journal(trigger, &refund.reference, refund_statut.as_str(), p.devise, entries);
+        next.remboursement = Some(updated_refund);
+        let outbox = self.outbox(event, WebhookData::of_payment(&next), ids)?;
+        Ok(Decided::Changed(Box::new(Decision {
+            record: Record::Payment(next),
+            journal,
+            balances,
+            created: None,
+            outbox,
+        })))
+    }
+}

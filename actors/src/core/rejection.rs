@@ -1,0 +1,46 @@
+//! Why a command is refused: [`Rejection`], in the merchant's terms, and how an invalid status transition
+//! becomes one.
+
+use crate::domain::ledger::LedgerError;
+use crate::domain::money::{Currency, MoneyError};
+use crate::domain::status::{InvalidTransition, Status, Trigger};
+
+/// Why a command was refused, in the merchant's terms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("no such payment or payout")]
+    NotFound,
+    #[error("this reference is already used by another payment")]
+    DuplicateReference,
+    #[error("{0}")]
+    InvalidState(String),
+    #[error("insufficient balance: {disponible_minor} {devise} available, {requested_minor} needed")]
+    InsufficientBalance { devise: Currency, disponible_minor: i64, requested_minor: i64 },
+    #[error("montant must be greater than the fee of {frais_minor}")]
+    AmountBelowFee { frais_minor: i64 },
+    #[error("a refund cannot exceed the payment's montant of {montant_minor}")]
+    RefundAboveAmount { montant_minor: i64 },
+    #[error("amount out of range: {0}")]
+    Money(#[from] MoneyError),
+    /// A ledger invariant would break: a bug, reported loudly and never silently corrected.
+    #[error("ledger invariant violated: {0}")]
+    Invariant(LedgerError),
+}
+
+impl From<InvalidTransition> for Rejection {
+    fn from(err: InvalidTransition) -> Rejection {
+        Rejection::InvalidState(match (err.from, err.on) {
+            (_, Trigger::RefundRequested) => "only a payment in status succes without a refund can be refunded".into(),
+            (Some(from), on) => format!("{on:?} is not allowed in status {}", status_name(from)),
+            (None, on) => format!("{on:?} needs an existing record"),
+        })
+    }
+}
+
+fn status_name(status: Status) -> &'static str {
+    match status {
+        Status::Payment(s) => s.as_str(),
+        Status::Refund(s) => s.as_str(),
+        Status::Payout(s) => s.as_str(),
+    }
+}

@@ -1,0 +1,134 @@
+//! The paged lists read through indexes: transactions and payouts walk a merchant's transaction index newest
+//! first, and what still waits for a provider is a range of the `pending` tree.
+
+use super::{io, SledStore, MAX_SCAN};
+use crate::core::Record;
+use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use crate::domain::records::{Payout, Transaction, TransactionType};
+use crate::domain::time::Timestamp;
+use crate::store::{Page, Pending, Store, StoreError};
+
+// The layout's trees, keys and encodings are this file's vocabulary.
+use crate::store::layout::*;
+
+impl SledStore {
+    pub(super) fn record(
+        &self,
+        merchant: &MerchantId,
+        kind: TransactionType,
+        owner: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        Ok(match kind {
+            TransactionType::Retrait => self.payout(merchant, owner)?.map(Record::Payout),
+            _ => self.payment(merchant, owner)?.map(Record::Payment),
+        })
+    }
+
+    /// Walks a merchant's transaction index newest first, from before `cursor` (a `tx_` id), handing each
+    /// entry's record to `take`, until `limit` items were taken or [`MAX_SCAN`] entries were looked at.
+    /// Entries of another kind than `only` are passed over without reading their record. `has_more` says the
+    /// index goes on; the cursor is the last entry looked at.
+    fn scan_index<T>(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        only: Option<TransactionType>,
+        take: &mut dyn FnMut(TransactionType, Record) -> Option<T>,
+    ) -> Result<Page<T>, StoreError> {
+        let start = mkey(merchant, b"");
+        let end = match cursor {
+            Some(c) => mkey(merchant, c.strip_prefix("tx_").unwrap_or(c).as_bytes()),
+            None => mkey(merchant, &[0xff]),
+        };
+        let mut data = Vec::with_capacity(limit.min(100));
+        let mut has_more = false;
+        let mut last_scanned = None;
+        for (scanned, item) in self.trees[TX_INDEX].range(start..end).rev().enumerate() {
+            let (key, ptr) = item.map_err(io("tx_index"))?;
+            if data.len() == limit || scanned == MAX_SCAN {
+                has_more = true;
+                break;
+            }
+            let (kind, owner, _) = parse_pointer(&ptr)?;
+            last_scanned = Some(format!("tx_{}", String::from_utf8_lossy(&key[MERCHANT_ID_LEN..])));
+            if only.is_some_and(|wanted| wanted != kind) {
+                continue;
+            }
+            if let Some(item) = self.record(merchant, kind, owner)?.and_then(|record| take(kind, record)) {
+                data.push(item);
+            }
+        }
+        let next_cursor = if has_more { last_scanned } else { None };
+        Ok(Page { data, has_more, next_cursor })
+    }
+
+    /// [`Store::transactions`]: the transaction index, each entry shown as its transaction.
+    pub(super) fn transactions_page(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Transaction) -> bool,
+    ) -> Result<Page<Transaction>, StoreError> {
+        self.scan_index(merchant, cursor, limit, None, &mut |kind, record| {
+            let tx = match record {
+                Record::Payout(o) => Transaction::of_payout(&o),
+                Record::Payment(p) if kind == TransactionType::Remboursement => {
+                    Transaction::of_refund(&p, p.remboursement.as_ref()?)
+                }
+                Record::Payment(p) => Transaction::of_payment(&p),
+            };
+            keep(&tx).then_some(tx)
+        })
+    }
+
+    /// [`Store::payouts`].
+    pub(super) fn payouts_page(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Payout) -> bool,
+    ) -> Result<Page<Payout>, StoreError> {
+        // A payout `ret_X` is the transaction `tx_X`, so the payout list is the transaction index, filtered
+        // while scanning so that a page holds `limit` matching payouts.
+        let cursor = cursor.map(|c| c.replacen("ret_", "tx_", 1));
+        let page =
+            self.scan_index(merchant, cursor.as_deref(), limit, Some(TransactionType::Retrait), &mut |_, record| {
+                match record {
+                    Record::Payout(o) if keep(&o) => Some(o),
+                    _ => None,
+                }
+            })?;
+        Ok(Page { next_cursor: page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1)), ..page })
+    }
+
+    /// [`Store::pending`]: a range of the `pending` tree, whose keys say everything a [`Pending`] holds.
+    pub(super) fn scan_pending(
+        &self,
+        kind: TransactionType,
+        created_before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Pending>, StoreError> {
+        let start = vec![kind.tag()];
+        let mut end = vec![kind.tag()];
+        end.extend_from_slice(&created_before.unix_ms().to_be_bytes());
+        let mut found = Vec::new();
+        for item in self.trees[PENDING].range(start..end).take(limit) {
+            let (key, _) = item.map_err(io("pending"))?;
+            let corrupt = || StoreError::Corrupt("bad pending key".into());
+            let created = key.get(1..9).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(corrupt)?;
+            let id = key.get(9..9 + MERCHANT_ID_LEN).ok_or_else(corrupt)?;
+            let owner = key.get(9 + MERCHANT_ID_LEN..).ok_or_else(corrupt)?;
+            let merchant = MerchantId::parse(std::str::from_utf8(id).map_err(|_| corrupt())?).map_err(|_| corrupt())?;
+            found.push(Pending {
+                merchant,
+                kind,
+                owner: String::from_utf8(owner.to_vec()).map_err(|_| corrupt())?,
+                created_at: Timestamp::from_unix_ms(u64::from_be_bytes(created)),
+            });
+        }
+        Ok(found)
+    }
+}

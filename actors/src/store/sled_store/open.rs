@@ -1,0 +1,75 @@
+//! Opening the sled database: its page cache, waiting out a lock being released, creating the trees, and
+//! starting the group-commit writer after it has replayed its write-ahead log.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::{io, SledStore};
+use crate::store::layout::{APPLY_ORDER, TREE_NAMES};
+use crate::store::writer::Writer;
+use crate::store::StoreError;
+
+/// Notifications waiting for the dispatcher beyond this are found by its scan of the due index instead.
+const FEED_CAPACITY: usize = 64 * 1024;
+
+/// sled's page cache unless the operator sets `store_cache_mib`. sled's own default (1 GiB) would let a
+/// long-running server grow far past the memory budget of a small machine, and sled's real use is several
+/// times this figure (it counts on-disk bytes, its in-memory nodes are larger); the hot data (recent
+/// payments, due notifications) fits in much less, and a miss is a read from the OS page cache.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long an open waits for a lock that is being released. sled 0.34 closes its files from its own IO
+/// threads, which can finish a few milliseconds after the last `Db` handle is dropped; a process that closes
+/// and reopens the same directory (a test, a supervised restart) would otherwise see its own old lock.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        // No background flush: the write-ahead log makes changes durable, checkpoints flush sled when the disk
+        // is known good, and a flush failing on its own would leave sled refusing everything until reopened.
+        match sled::Config::new().path(dir).flush_every_ms(None).cache_capacity(cache_bytes).open() {
+            Ok(db) => return Ok(db),
+            Err(e) => {
+                let text = e.to_string();
+                if !text.contains("lock") {
+                    return Err(StoreError::Io(format!("open {}: {text}", dir.display())));
+                }
+                if started.elapsed() >= LOCK_GRACE {
+                    return Err(StoreError::Locked(format!("{}: {text}", dir.display())));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl SledStore {
+    /// Opens (or creates) the store under `dir` with the default cache and starts its writer. Does not
+    /// audit: call [`Store::audit`](crate::store::Store::audit).
+    pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        SledStore::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// [`SledStore::open`] with sled's page cache set to `cache_bytes`.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
+        let db = open_when_unlocked(dir, cache_bytes)?;
+        let trees = TREE_NAMES
+            .iter()
+            .map(|name| db.open_tree(name))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(io("open trees"))?;
+        // The files sled just created must be reachable after a power cut: sync their directory once.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StoreError::Io(format!("sync {}: {e}", dir.display())))?;
+        let healthy = Arc::new(AtomicBool::new(true));
+        let (feed_tx, feed_rx) = tokio::sync::mpsc::channel(FEED_CAPACITY);
+        let next_log = crate::store::writer::recover(&db, &trees, &APPLY_ORDER, dir)?;
+        let writer =
+            Writer::spawn(db.clone(), trees.clone(), APPLY_ORDER.to_vec(), dir, next_log, healthy.clone(), feed_tx)?;
+        Ok(SledStore { trees, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
+    }
+}

@@ -1,0 +1,109 @@
+//! Reading webhook notifications: a notification with its body, a merchant's notification list, and the scan
+//! of the due index that feeds the dispatcher.
+
+use super::{io, SledStore, MAX_SCAN};
+use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use crate::domain::records::{DeliveryState, Notification};
+use crate::domain::time::Timestamp;
+use crate::store::writer::Op;
+use crate::store::{Page, StoreError};
+
+// The layout's trees, keys and encodings are this file's vocabulary.
+use crate::store::layout::*;
+
+impl SledStore {
+    /// A notification with its body, which lives in its own tree so that saving an attempt does not
+    /// rewrite it. Records from before that split still carry their body inline.
+    pub(super) fn load_notification(&self, id: &[u8]) -> Result<Option<Notification>, StoreError> {
+        match self.get::<Notification>(OUTBOX, id)? {
+            Some(n) => self.with_body(n).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn with_body(&self, mut n: Notification) -> Result<Notification, StoreError> {
+        if n.body.is_empty() {
+            let bytes = self.trees[OUTBOX_BODY]
+                .get(n.id.as_bytes())
+                .map_err(io("outbox_body"))?
+                .ok_or_else(|| StoreError::Corrupt(format!("notification {} has no body", n.id)))?;
+            n.body = String::from_utf8(bytes.to_vec())
+                .map_err(|_| StoreError::Corrupt(format!("notification {} body is not UTF-8", n.id)))?;
+        }
+        Ok(n)
+    }
+
+    /// [`Store::notifications`](crate::store::Store::notifications): the merchant's outbox index, newest first.
+    pub(super) fn notifications_page(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Notification) -> bool,
+    ) -> Result<Page<Notification>, StoreError> {
+        let start = mkey(merchant, b"");
+        let end = match cursor {
+            Some(c) => mkey(merchant, c.as_bytes()),
+            None => mkey(merchant, &[0xff]),
+        };
+        let mut data = Vec::new();
+        let mut has_more = false;
+        let mut last = None;
+        for (scanned, item) in self.trees[OUTBOX_BY_MERCHANT].range(start..end).rev().enumerate() {
+            let (key, _) = item.map_err(io("outbox_by_merchant"))?;
+            if data.len() == limit || scanned == MAX_SCAN {
+                has_more = true;
+                break;
+            }
+            let id = &key[MERCHANT_ID_LEN..];
+            last = Some(String::from_utf8_lossy(id).into_owned());
+            if let Some(n) = self.load_notification(id)? {
+                if keep(&n) {
+                    data.push(n);
+                }
+            }
+        }
+        Ok(Page { data, has_more, next_cursor: if has_more { last } else { None } })
+    }
+
+    /// [`Store::due_notifications_skipping`](crate::store::Store::due_notifications_skipping): the due index
+    /// up to `now`, dropping the entries it finds stale.
+    pub(super) fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        skip: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
+        let mut due = Vec::new();
+        let mut stale = Vec::new();
+        for item in self.trees[OUTBOX_DUE].range(..end.as_slice()) {
+            if due.len() >= limit {
+                break;
+            }
+            let (key, _) = item.map_err(io("outbox_due"))?;
+            let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
+            if skip(std::str::from_utf8(id).unwrap_or_default()) {
+                continue;
+            }
+            let key_ms = key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
+            match self.get::<Notification>(OUTBOX, id)? {
+                // An entry is current only if the notification still waits for exactly that time; any other
+                // is left over from a save made on a stale read, and is removed so scans stop reading it.
+                Some(n) if n.state == DeliveryState::Pending && n.next_attempt_at.map(|t| t.unix_ms()) == key_ms => {
+                    // One unreadable notification must not stop every delivery: it is reported and passed over.
+                    match self.with_body(n) {
+                        Ok(n) => due.push(n),
+                        Err(e) => tracing::error!(error = %e, "a due notification cannot be read; passed over"),
+                    }
+                }
+                _ => stale.push(Op::Remove(OUTBOX_DUE, key.to_vec())),
+            }
+        }
+        if !stale.is_empty() {
+            // Best effort: if it fails, the next scan finds the same entries again.
+            let _ = self.writer.submit(stale, None, Vec::new());
+        }
+        Ok(due)
+    }
+}

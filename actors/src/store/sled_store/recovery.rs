@@ -1,0 +1,124 @@
+//! Rebuilding balances from the journal: recovering one merchant from its snapshot, and the startup audit that
+//! replays every merchant's whole ledger and checks each snapshot against it.
+
+use std::time::Instant;
+
+use super::{io, SledStore};
+use crate::core::JournalEvent;
+use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use crate::domain::ledger::{check_balanced, Balances};
+use crate::store::{AuditReport, Recovered, Snapshot, StoreError};
+
+// The layout's trees, keys and encodings are this file's vocabulary.
+use crate::store::layout::*;
+
+impl SledStore {
+    /// Replays `events` (one merchant's, in order, starting after `start`) onto `start`, checking each.
+    pub(super) fn replay(
+        merchant: &MerchantId,
+        start: Recovered,
+        events: impl Iterator<Item = Result<JournalEvent, StoreError>>,
+    ) -> Result<Recovered, StoreError> {
+        let mut state = start;
+        for event in events {
+            let event = event?;
+            if event.seq != state.seq + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "merchant {merchant}: journal jumps from {} to {}",
+                    state.seq, event.seq
+                )));
+            }
+            check_balanced(&event.entries).map_err(|e| {
+                StoreError::Corrupt(format!("merchant {merchant} {} event {}: {e}", event.devise, event.seq))
+            })?;
+            state.balances.touch(event.devise, event.at.unix_ms());
+            state.balances.apply(&event.entries, event.at.unix_ms()).map_err(|e| {
+                StoreError::Corrupt(format!("merchant {merchant} {} at event {}: {e}", event.devise, event.seq))
+            })?;
+            state.seq = event.seq;
+        }
+        Ok(state)
+    }
+
+    pub(super) fn journal_after(
+        &self,
+        merchant: &MerchantId,
+        after_seq: u64,
+    ) -> impl Iterator<Item = Result<JournalEvent, StoreError>> + '_ {
+        let start = journal_key(merchant, after_seq.saturating_add(1));
+        let end = journal_key(merchant, u64::MAX);
+        self.trees[JOURNAL]
+            .range(start..=end)
+            .map(|item| item.map_err(io("journal")).and_then(|(_, v)| decode::<JournalEvent>("journal", &v)))
+    }
+
+    /// [`Store::recover_merchant`](crate::store::Store::recover_merchant): the latest snapshot, then the journal
+    /// after it.
+    pub(super) fn recover_from_snapshot(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
+        let snapshot: Snapshot = self.get(SNAPSHOTS, id.as_bytes())?.unwrap_or_default();
+        let start = Recovered { seq: snapshot.seq, balances: snapshot.balances };
+        Self::replay(id, start, self.journal_after(id, snapshot.seq))
+    }
+
+    /// [`Store::audit`](crate::store::Store::audit): the whole journal replayed merchant by merchant, each
+    /// snapshot compared on the way.
+    pub(super) fn audit_journal(&self) -> Result<AuditReport, StoreError> {
+        let started = Instant::now();
+        let mut report = AuditReport::default();
+        let mut current: Option<(MerchantId, Recovered, Option<Snapshot>)> = None;
+        let finish = |m: &MerchantId, state: &Recovered, snap: &Option<Snapshot>| -> Result<(), StoreError> {
+            if let Some(s) = snap {
+                if s.seq > state.seq {
+                    return Err(StoreError::Corrupt(format!(
+                        "merchant {m}: snapshot at event {} but the journal ends at {}",
+                        s.seq, state.seq
+                    )));
+                }
+            }
+            Ok(())
+        };
+        for item in self.trees[JOURNAL].iter() {
+            let (key, value) = item.map_err(io("journal"))?;
+            let id_bytes = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short journal key".into()))?;
+            let same = current.as_ref().is_some_and(|(m, _, _)| m.as_bytes() == id_bytes);
+            if !same {
+                if let Some((m, state, snap)) = current.take() {
+                    finish(&m, &state, &snap)?;
+                }
+                let text = std::str::from_utf8(id_bytes).map_err(|_| StoreError::Corrupt("journal key".into()))?;
+                let m = MerchantId::parse(text).map_err(|e| StoreError::Corrupt(format!("journal key: {e}")))?;
+                let snap: Option<Snapshot> = self.get(SNAPSHOTS, m.as_bytes())?;
+                report.merchants += 1;
+                current = Some((m, Recovered::default(), snap));
+            }
+            let Some((m, state, snap)) = current.as_mut() else { continue };
+            let event: JournalEvent = decode("journal", &value)?;
+            *state = Self::replay(m, std::mem::take(state), std::iter::once(Ok(event)))?;
+            report.events += 1;
+            if let Some(s) = snap.as_ref().filter(|s| s.seq == state.seq) {
+                compare_snapshot(m, &s.balances, &state.balances)?;
+            }
+        }
+        if let Some((m, state, snap)) = current.take() {
+            finish(&m, &state, &snap)?;
+        }
+        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(report)
+    }
+}
+
+/// A snapshot must equal the balances the ledger gives at the same event; name the first currency that differs.
+fn compare_snapshot(merchant: &MerchantId, snapshot: &Balances, ledger: &Balances) -> Result<(), StoreError> {
+    let currencies = snapshot.0.keys().chain(ledger.0.keys());
+    for devise in currencies {
+        let (s, l) = (snapshot.get(*devise), ledger.get(*devise));
+        if (s.disponible, s.en_attente) != (l.disponible, l.en_attente) {
+            return Err(StoreError::Corrupt(format!(
+                "merchant {merchant} {devise}: snapshot says disponible {} en_attente {}, the ledger says \
+                 disponible {} en_attente {}",
+                s.disponible, s.en_attente, l.disponible, l.en_attente
+            )));
+        }
+    }
+    Ok(())
+}
