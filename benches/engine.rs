@@ -11,6 +11,8 @@
 //!   `CAISSE_BENCH_RECOVERY_EVENTS` journal events (default 1,000,000; 0 skips it). The store is built once
 //!   and cached under the target directory; `CAISSE_BENCH_RECOVERY_REBUILD=1` builds it again.
 //!
+//! `CAISSE_BENCH_CACHE_MIB` sets sled's page cache for the throughput groups (default: the engine's, 64 MiB).
+//!
 //! Targets (issue, 2 cores): >= 100,000 events/s over 10,000 merchants, >= 30,000 events/s on one hot
 //! merchant, <= 2 KiB per idle actor, recovery of 1,000,000 events <= 5 s.
 //!
@@ -120,6 +122,17 @@ async fn run_lives(engine: &Engine, merchants: &[MerchantId], offset: usize, cou
     2 * finished as u64
 }
 
+/// The engine's settings for a throughput group: the defaults, with sled's page cache from
+/// `CAISSE_BENCH_CACHE_MIB` when set (how many merchants' open pages fit decides the 10,000-merchant figure).
+fn config(dir: &Path) -> EngineConfig {
+    let mut config = EngineConfig::new(dir);
+    if let Ok(mib) = std::env::var("CAISSE_BENCH_CACHE_MIB") {
+        let mib: u64 = mib.parse().expect("CAISSE_BENCH_CACHE_MIB must be a number of MiB");
+        config.store_cache_bytes = mib << 20;
+    }
+    config
+}
+
 fn merchants(n: usize) -> Vec<MerchantId> {
     (0..n).map(|_| MerchantId::new()).collect()
 }
@@ -131,7 +144,7 @@ fn throughput(c: &mut Criterion) {
         let lives = if quick { 200 } else { lives };
         let dir = tempfile::tempdir().expect("tempdir");
         let system = actix::System::new();
-        let engine = system.block_on(async { Engine::open(EngineConfig::new(dir.path())) }).expect("open engine");
+        let engine = system.block_on(async { Engine::open(config(dir.path())) }).expect("open engine");
         let ids = merchants(n);
         let mut offset = 0;
         let mut group = c.benchmark_group("payment_events");
