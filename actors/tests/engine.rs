@@ -254,3 +254,45 @@ async fn the_due_scan_drops_entries_left_by_a_stale_save() {
         actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[actix::test]
+async fn the_pending_list_is_walked_a_page_at_a_time_oldest_first_and_forgets_what_settled() {
+    use caisse_engine::domain::records::TransactionType;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (a, b) = (MerchantId::new(), MerchantId::new());
+    let mut made = Vec::new();
+    for (i, m) in [&a, &b, &a, &b, &a].into_iter().enumerate() {
+        let cmd = Command::InitiatePayment(new_payment(1_000 + i as i64, None));
+        made.push(payment_of(done(engine.execute(m, cmd, None).await)).reference.into_string());
+        // Distinct creation milliseconds, so "oldest first" has one answer.
+        actix_rt::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let store = engine.store();
+    let later = Timestamp::from_unix_ms(Timestamp::now().unix_ms() + 1_000);
+    let mut walked = Vec::new();
+    let mut cursor = None;
+    // Bounded, so a cursor that does not move fails the test instead of hanging it.
+    for _ in 0..made.len() + 1 {
+        let page = store.pending(TransactionType::Paiement, later, cursor.as_ref(), 2).unwrap();
+        assert!(page.len() <= 2);
+        walked.extend(page.iter().map(|p| p.owner.clone()));
+        match page.last() {
+            Some(last) => cursor = Some(last.clone()),
+            None => break,
+        }
+    }
+    assert!(cursor.is_some() && walked.len() <= made.len(), "the walk ended: {walked:?}");
+    assert_eq!(walked, made, "every waiting payment once, oldest first, across merchants");
+    let none_yet = Timestamp::from_unix_ms(0);
+    assert!(store.pending(TransactionType::Paiement, none_yet, None, 10).unwrap().is_empty());
+    assert!(store.pending(TransactionType::Retrait, later, None, 10).unwrap().is_empty());
+
+    // A payment that succeeded no longer waits.
+    let reference = Reference::parse(&made[2]).unwrap();
+    let cmd = Command::PaymentNotice { reference, notice: PaymentNotice::Confirmed };
+    done(engine.execute(&a, cmd, None).await);
+    let left: Vec<String> =
+        store.pending(TransactionType::Paiement, later, None, 10).unwrap().into_iter().map(|p| p.owner).collect();
+    assert_eq!(left, [&made[0], &made[1], &made[3], &made[4]].map(|r| r.clone()));
+}

@@ -11,7 +11,11 @@
 //!   comes before "processing"; a story without a "processing" notice (refunds, payouts) gets a stale one after
 //!   its final notice;
 //! - `flap`: while the status is still "processing", a notice claiming the opposite of the final answer
-//!   ("failed" before a success, "succeeded" before a decline) arrives first.
+//!   ("failed" before a success, "succeeded" before a decline) arrives first;
+//! - `lost`: no notice arrives at all; the provider's status still changes on time, and the simulator keeps
+//!   answering status queries for a while after ([`sandbox`](super::sandbox) says how long). Only Caisse's own
+//!   status queries settle such a story: the TTL sweep for a payment, the reconciliation for a refund or a
+//!   payout. `lost` is not part of `all`, which keeps every story's notices: it must be named.
 //!
 //! Why the outcome cannot change: Caisse never acts on what a notice says. It asks the provider's status for
 //! every notice (contract 13) and applies that, and the engine treats a status it is already past as a no-op
@@ -49,10 +53,14 @@ pub enum Mode {
     Late,
     Reorder,
     Flap,
+    Lost,
 }
 
 impl Mode {
+    /// The modes that distort notices, which `all` turns on.
     pub const ALL: [Mode; 4] = [Mode::Duplicate, Mode::Late, Mode::Reorder, Mode::Flap];
+    /// Every mode, by name.
+    pub const NAMED: [Mode; 5] = [Mode::Duplicate, Mode::Late, Mode::Reorder, Mode::Flap, Mode::Lost];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -60,6 +68,7 @@ impl Mode {
             Mode::Late => "late",
             Mode::Reorder => "reorder",
             Mode::Flap => "flap",
+            Mode::Lost => "lost",
         }
     }
 
@@ -95,10 +104,10 @@ impl Chaos {
             match word {
                 "off" | "none" => {}
                 "all" => chaos = Chaos::ALL,
-                _ => match Mode::ALL.into_iter().find(|m| m.as_str() == word) {
+                _ => match Mode::NAMED.into_iter().find(|m| m.as_str() == word) {
                     Some(mode) => chaos.0 |= mode.bit(),
                     None => {
-                        return Err(format!("`{word}` is not one of off, all, duplicate, late, reorder, flap"));
+                        return Err(format!("`{word}` is not one of off, all, duplicate, late, reorder, flap, lost"));
                     }
                 },
             }
@@ -125,7 +134,7 @@ impl fmt::Display for Chaos {
         if self.is_off() {
             return f.write_str("off");
         }
-        let names: Vec<&str> = Mode::ALL.into_iter().filter(|m| self.has(*m)).map(Mode::as_str).collect();
+        let names: Vec<&str> = Mode::NAMED.into_iter().filter(|m| self.has(*m)).map(Mode::as_str).collect();
         f.write_str(&names.join(","))
     }
 }
@@ -243,6 +252,9 @@ pub fn plan(steps: &[Step], chaos: Chaos, late_ms: u64) -> Plan {
             batch.burst = DUPLICATE_BURST;
         }
     }
+    if chaos.has(Mode::Lost) {
+        sends.clear();
+    }
     let mut events: Vec<Event> =
         steps.iter().map(|s| Event { at_ms: s.at_ms, action: Action::Status(s.status.clone()) }).collect();
     events.extend(sends.into_iter().map(|(at_ms, batches)| Event { at_ms, action: Action::Send(batches) }));
@@ -299,6 +311,19 @@ mod tests {
         let err = Chaos::parse("late,sometimes").unwrap_err();
         assert!(err.contains("sometimes") && err.contains("reorder"), "{err}");
         assert!(Chaos::parse("LATE").is_err(), "names are lower case, like every other setting value");
+    }
+
+    #[test]
+    fn lost_is_named_not_part_of_all_and_sends_nothing_while_the_status_still_moves() {
+        let lost = Chaos::parse("lost").unwrap();
+        assert_eq!(lost, Chaos::only(Mode::Lost));
+        assert!(!Chaos::ALL.has(Mode::Lost), "`all` keeps every notice");
+        assert_eq!(Chaos::parse("all,lost").unwrap().to_string(), "duplicate,late,reorder,flap,lost");
+        for chaos in [lost, Chaos::parse("all,lost").unwrap()] {
+            let plan = plan(&success(), chaos, 1000);
+            assert_eq!(plan.notice_count(), 0, "{chaos}");
+            assert_eq!(statuses(&plan), statuses(&super::plan(&success(), Chaos::OFF, 1000)), "{chaos}");
+        }
     }
 
     #[test]

@@ -1,9 +1,16 @@
-//! Background work that keeps pending transactions moving: the TTL sweep, and the resubmission of pending
-//! work after a restart.
+//! Background work that keeps pending transactions moving: the TTL sweep, the reconciliation of refunds and
+//! payouts, and the resubmission of pending work after a restart.
 //!
 //! The sweep reads the store's `pending` index (oldest first), so each pass touches only payments whose TTL
 //! has passed. Each gets one last status query (contract 6): a final answer is applied, anything else
 //! expires the payment. A late success after that still credits the merchant (`expire -> succes`).
+//!
+//! Refunds and payouts have no TTL (contract 7 and 10): money is reserved for them until the provider
+//! answers, so they are never given up. But a provider's notice can be lost, so the reconciliation asks the
+//! provider's status of every refund and payout still waiting one TTL after it was made, and applies a final
+//! answer; a "still pending" answer leaves it waiting for the next round. It walks the `pending` index with a
+//! cursor, a bounded batch per pass, so a few that stay stuck forever cannot starve the others, and asks each
+//! one at most once per round.
 
 use std::time::Duration;
 
@@ -11,6 +18,8 @@ use actix_web::web;
 use caisse_engine::core::Record;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::domain::time::Timestamp;
+
+use caisse_engine::store::{Located, Pending};
 
 use super::{ProviderStatus, Subject};
 use crate::http::AppState;
@@ -25,21 +34,95 @@ pub fn sweep_every_ms(ttl_ms: u64) -> u64 {
     (ttl_ms / 10).clamp(100, 5_000)
 }
 
+/// Sweep passes between two reconciliation passes: providers are asked about a stuck refund or payout at
+/// most every ten passes (50 s with the default 30-minute TTL), not every five seconds.
+const RECONCILE_EVERY_PASSES: u64 = 10;
+
+/// Time between two reconciliation passes.
+pub fn reconcile_every_ms(ttl_ms: u64) -> u64 {
+    sweep_every_ms(ttl_ms) * RECONCILE_EVERY_PASSES
+}
+
 /// Starts the sweep on the current actix thread; it runs for the life of the server.
 pub fn start(state: web::Data<AppState>) {
     let every = Duration::from_millis(sweep_every_ms(state.settings.payment_ttl_ms));
     actix_web::rt::spawn(async move {
         resubmit_pending(&state).await;
-        loop {
+        let mut cursors = Cursors::default();
+        for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
             sweep(&state).await;
+            if pass % RECONCILE_EVERY_PASSES == 0 {
+                reconcile(&state, &mut cursors).await;
+            }
         }
     });
 }
 
+/// Where the reconciliation stopped in the `pending` index, per kind; `None` starts from the oldest.
+#[derive(Default)]
+struct Cursors {
+    refunds: Option<Pending>,
+    payouts: Option<Pending>,
+}
+
+/// One reconciliation pass: a batch of refunds and one of payouts still waiting a TTL after they were made.
+async fn reconcile(state: &AppState, cursors: &mut Cursors) {
+    let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(state.settings.payment_ttl_ms));
+    for (kind, cursor) in
+        [(TransactionType::Remboursement, &mut cursors.refunds), (TransactionType::Retrait, &mut cursors.payouts)]
+    {
+        let batch = match state.engine.store().pending(kind, cutoff, cursor.as_ref(), SWEEP_BATCH) {
+            Ok(batch) => batch,
+            Err(e) => {
+                tracing::error!(error = %e, ?kind, "reconciliation could not read the pending index");
+                continue;
+            }
+        };
+        // A short batch ends the round: the next pass starts again from the oldest.
+        *cursor = if batch.len() < SWEEP_BATCH { None } else { batch.last().cloned() };
+        for item in batch {
+            ask_and_settle(state, &item).await;
+        }
+    }
+}
+
+/// Asks the provider about one waiting refund or payout and applies a final answer.
+async fn ask_and_settle(state: &AppState, item: &Pending) {
+    // A refund is found through its payment's reference, which locates the payment; the kind says which of
+    // the two the provider's answer is about.
+    let located = match state.engine.store().locate(&item.merchant, &item.owner) {
+        Ok(Some(located)) => Located { kind: item.kind, ..located },
+        Ok(None) => return,
+        Err(e) => return tracing::error!(error = %e, owner = %item.owner, "reconciliation lookup failed"),
+    };
+    let (code, subject, transaction_id) = match (&located.record, item.kind) {
+        (Record::Payment(p), TransactionType::Remboursement) => match &p.remboursement {
+            Some(r) => (p.fournisseur.clone(), Subject::Refund, r.transaction_id()),
+            None => return,
+        },
+        (Record::Payout(o), TransactionType::Retrait) => {
+            (o.fournisseur.clone(), Subject::Payout, o.transaction_id.clone())
+        }
+        _ => return,
+    };
+    let Some(adapter) = state.providers.get(code.as_str()).and_then(|p| p.adapter.clone()) else { return };
+    let status = match adapter.status(subject, &transaction_id).await {
+        Ok(status) => status,
+        Err(e) => return tracing::warn!(error = %e, owner = %item.owner, "reconciliation status query failed"),
+    };
+    match settle(&state.engine, &item.merchant, &located, &status, false).await {
+        Ok(Some(_)) => {
+            tracing::info!(owner = %item.owner, ?status, "reconciliation applied the provider's final answer")
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, owner = %item.owner, "reconciliation failed; the next round retries"),
+    }
+}
+
 async fn sweep(state: &AppState) {
     let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(state.settings.payment_ttl_ms));
-    let due = match state.engine.store().pending(TransactionType::Paiement, cutoff, SWEEP_BATCH) {
+    let due = match state.engine.store().pending(TransactionType::Paiement, cutoff, None, SWEEP_BATCH) {
         Ok(due) => due,
         Err(e) => return tracing::error!(error = %e, "expiry sweep could not read the pending index"),
     };
@@ -70,7 +153,7 @@ async fn sweep(state: &AppState) {
 async fn resubmit_pending(state: &AppState) {
     let now = Timestamp::now();
     for kind in [TransactionType::Paiement, TransactionType::Remboursement, TransactionType::Retrait] {
-        let items = match state.engine.store().pending(kind, now, 100_000) {
+        let items = match state.engine.store().pending(kind, now, None, 100_000) {
             Ok(items) => items,
             Err(e) => return tracing::error!(error = %e, "could not read pending work"),
         };

@@ -19,7 +19,7 @@
 //!
 //! Each story is written as [`chaos::Step`]s and run from the [`chaos::Plan`] that the chaos modes make of it
 //! (the `sandbox.chaos` setting, or the record's `sandbox_chaos` metadata): notices duplicated, late, out of
-//! order or contradicting the provider, while the status a query answers keeps its honest timeline. A story's
+//! order, contradicting the provider or lost, while the status a query answers keeps its honest timeline. A story's
 //! entry in `known` leaves only once its last notice has been answered, so even a late notice is confirmed
 //! against the provider's final status rather than an empty "pending".
 
@@ -37,8 +37,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::chaos::{self, Action, Batch, Chaos, Step};
-use super::expiry::sweep_every_ms;
+use super::chaos::{self, Action, Batch, Chaos, Mode, Step};
+use super::expiry::{reconcile_every_ms, sweep_every_ms};
 use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
 
 pub const SIGNATURE_HEADER: &str = "X-Sandbox-Signature";
@@ -143,6 +143,15 @@ impl Simulator {
             return;
         }
         let chaos = self.chaos.for_metadata(metadata, transaction_id);
+        let mut steps = steps;
+        if chaos.has(Mode::Lost) {
+            // No notice will tell Caisse, so the final status stays known until its own status queries have
+            // had time to ask: the TTL sweep for a payment, a reconciliation round for a refund or a payout.
+            if let Some(last) = steps.last().cloned() {
+                let keep_ms = self.ttl_ms + 2 * reconcile_every_ms(self.ttl_ms);
+                steps.push(Step::new(last.at_ms.saturating_add(keep_ms), last.status, 0));
+            }
+        }
         let plan = chaos::plan(&steps, chaos, chaos::late_ms(self.delay_ms));
         if !chaos.is_off() {
             tracing::debug!(tx = %transaction_id, %chaos, notices = plan.notice_count(), "sandbox chaos");

@@ -244,3 +244,39 @@ async fn metadata_overrides_the_server_setting_payment_by_payment() {
     }
     assert_eq!(data(&app.get_ok("/v1/transactions").await).len(), cases.len());
 }
+
+#[actix_web::test]
+async fn lost_notices_are_settled_by_status_queries() {
+    // No notice ever arrives: the TTL sweep's last status query settles the payments (to what the provider
+    // says, not `expire`), and the reconciliation's queries settle the refund and both payouts.
+    let app = spawn_with_chaos(Chaos::only(Mode::Lost)).await;
+    let paid = text(&app.initiate(&payment_body(40_000, "99")).await["reference"]).to_owned();
+    let declined = text(&app.initiate(&payment_body(5_000, "01")).await["reference"]).to_owned();
+    app.wait_payment(&paid, "succes").await;
+    let p = app.wait_payment(&declined, "echec").await;
+    assert_eq!(p["failure_code"], "insufficient_funds");
+
+    app.send(app.post(&format!("/v1/paiement/{paid}/rembourser")).json(&json!({"montant": 1_000}))).await.expect(200);
+    let mut payouts = Vec::new();
+    for ending in ["01", "99"] {
+        let resp = app.send(app.post("/v1/retraits").json(&payout_body(2_000, ending))).await;
+        resp.expect(201);
+        payouts.push(text(&resp.json["id"]).to_owned());
+    }
+    app.wait_refund(&paid, "succes").await;
+    app.wait_payment(&paid, "rembourse").await;
+    let rejected = app.wait_payout(&payouts[0], "rejete").await;
+    assert_eq!(rejected["motif_rejet"], "beneficiary_rejected");
+    app.wait_payout(&payouts[1], "traite").await;
+    assert_eq!(notices_delivered(&app) + notices_refused(&app), 0, "not one notice was sent");
+
+    // 39 400 credited once, minus the 1 000 refund and the processed 2 000 payout; the rejected one released.
+    assert_eq!(app.balance("XOF").await, (36_400, 0, 36_400));
+    app.state.engine.store().audit().expect("every balance equals the sum of its ledger entries");
+    let ev = events(&app);
+    assert_eq!(count(&ev, &paid, "payment.succeeded"), 1, "{ev:?}");
+    assert_eq!(count(&ev, &paid, "payment.refunded"), 1, "{ev:?}");
+    assert_eq!(count(&ev, &declined, "payment.failed"), 1, "{ev:?}");
+    assert_eq!(count(&ev, &payouts[0], "payout.rejected"), 1, "{ev:?}");
+    assert_eq!(count(&ev, &payouts[1], "payout.processed"), 1, "{ev:?}");
+}

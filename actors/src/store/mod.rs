@@ -194,11 +194,14 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
         keep: &mut dyn FnMut(&Payout) -> bool,
     ) -> Result<Page<Payout>, StoreError>;
-    /// What of `kind` still waits for a provider and was created before `created_before`, oldest first.
+    /// What of `kind` still waits for a provider and was created before `created_before`, oldest first,
+    /// starting after `after` (an item an earlier call returned) when given, so a caller can walk the whole
+    /// list a page at a time.
     fn pending(
         &self,
         kind: TransactionType,
         created_before: Timestamp,
+        after: Option<&Pending>,
         limit: usize,
     ) -> Result<Vec<Pending>, StoreError>;
     /// This merchant's journal, in order, for a payment's history and for audits.

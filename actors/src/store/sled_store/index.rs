@@ -109,12 +109,25 @@ impl SledStore {
         &self,
         kind: TransactionType,
         created_before: Timestamp,
+        after: Option<&Pending>,
         limit: usize,
     ) -> Result<Vec<Pending>, StoreError> {
-        let start = vec![kind.tag()];
+        // Just past `after`'s own key: the smallest key greater than it.
+        let start = match after {
+            Some(p) => {
+                let mut key = pending_key(kind, p.created_at, &p.merchant, &p.owner);
+                key.push(0);
+                key
+            }
+            None => vec![kind.tag()],
+        };
         let mut end = vec![kind.tag()];
         end.extend_from_slice(&created_before.unix_ms().to_be_bytes());
         let mut found = Vec::new();
+        if start >= end {
+            // `after` was created at or after the cutoff: nothing older is left past it.
+            return Ok(found);
+        }
         for item in self.trees[PENDING].range(start..end).take(limit) {
             let (key, _) = item.map_err(io("pending"))?;
             let corrupt = || StoreError::Corrupt("bad pending key".into());

@@ -178,9 +178,10 @@ impl Store for SledStore {
         &self,
         kind: TransactionType,
         created_before: Timestamp,
+        after: Option<&Pending>,
         limit: usize,
     ) -> Result<Vec<Pending>, StoreError> {
-        self.scan_pending(kind, created_before, limit)
+        self.scan_pending(kind, created_before, after, limit)
     }
 
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {
