@@ -1,0 +1,158 @@
+//! The write path of the actor: finding the record a command is about, deciding and queueing the change
+//! (answering at once when nothing changes or a key replays), and settling a change once its ticket completes.
+
+use std::sync::atomic::Ordering;
+
+use actix::prelude::*;
+
+use super::{Execute, Executed, MerchantActor};
+use crate::core::{decide, Decided, Record, Target};
+use crate::domain::ids::new_id;
+use crate::domain::text::IdempotencyKey;
+use crate::domain::time::Timestamp;
+use crate::error::EngineError;
+use crate::store::{Change, IdempotencyRecord, Snapshot};
+
+impl MerchantActor {
+    /// The record a command is about: in-flight state first, then the store.
+    fn lookup(&self, target: &Target) -> Result<Option<Record>, EngineError> {
+        let key = match target {
+            Target::NewPayout => return Ok(None),
+            Target::NewPayment(None) => return Ok(None),
+            Target::NewPayment(Some(r)) | Target::Payment(r) => r.as_str(),
+            Target::Payout(id) => id.as_str(),
+        };
+        // `dirty` also holds a payment under its refund's reference; only a reference that names the record
+        // itself counts for commands about an existing payment or payout.
+        match (self.dirty.get(key), target) {
+            (Some((record, _)), Target::NewPayment(_)) => return Ok(Some(record.clone())),
+            (Some((record, _)), _) if record.key() == key => return Ok(Some(record.clone())),
+            _ => {}
+        }
+        let found = match target {
+            // A new reference must not collide with any reference of this merchant, refunds and payouts too.
+            Target::NewPayment(_) => self.store.locate(&self.id, key)?.map(|l| l.record),
+            Target::Payment(_) => self.store.payment(&self.id, key)?.map(Record::Payment),
+            Target::Payout(_) => self.store.payout(&self.id, key)?.map(Record::Payout),
+            Target::NewPayout => None,
+        };
+        Ok(found)
+    }
+
+    /// Decides and queues one change. Returns the ticket to wait for, or an immediate answer.
+    pub(super) fn execute(&mut self, msg: Execute) -> Result<Pending, EngineError> {
+        self.check_open()?;
+        let now = Timestamp::now();
+        if let Some(idem) = &msg.idempotency {
+            if self.keys_in_flight.contains_key(&idem.key) {
+                return Err(EngineError::IdempotencyKeyInUse);
+            }
+            if let Some(first) = self.store.idempotency(&self.id, &idem.key)?.filter(|r| r.is_live(now)) {
+                return if first.fingerprint == idem.fingerprint {
+                    Ok(Pending::Now(Executed::Replayed { status: first.status, body: first.body }))
+                } else {
+                    Err(EngineError::IdempotencyKeyReused)
+                };
+            }
+        }
+        let current = self.lookup(&msg.command.target())?;
+        let seq = self.seq + 1;
+        let mut ids = new_id;
+        let decision = match decide(&self.balances, seq, current.as_ref(), &msg.command, now, &mut ids)? {
+            Decided::Unchanged(record) => return Ok(Pending::Now(Executed::Done(record))),
+            Decided::Changed(decision) => *decision,
+        };
+        let idempotency = match &msg.idempotency {
+            Some(idem) => {
+                let body = match &decision.record {
+                    Record::Payment(p) => serde_json::to_string(p),
+                    Record::Payout(o) => serde_json::to_string(o),
+                }
+                .map_err(|e| EngineError::Internal(format!("idempotent answer: {e}")))?;
+                let record = IdempotencyRecord {
+                    fingerprint: idem.fingerprint.clone(),
+                    status: idem.success_status,
+                    body,
+                    created_at: now,
+                };
+                Some((idem.key.clone(), record))
+            }
+            None => None,
+        };
+        let snapshot = seq
+            .is_multiple_of(self.settings.snapshot_every.max(1))
+            .then(|| Snapshot { seq, balances: decision.balances.clone() });
+        let change = Change {
+            merchant: self.id.clone(),
+            journal: decision.journal,
+            record: decision.record.clone(),
+            created: decision.created.clone(),
+            outbox: decision.outbox,
+            idempotency,
+            snapshot,
+        };
+        // Queue first: if the store refuses, nothing in memory has changed.
+        let ticket = self.store.commit(change, &self.guard)?;
+        self.seq = seq;
+        self.balances = decision.balances;
+        let mut keys = vec![decision.record.key().to_owned()];
+        if let Some(created) = &decision.created {
+            if created.reference != keys[0] {
+                keys.push(created.reference.clone());
+            }
+        }
+        for key in &keys {
+            self.dirty.insert(key.clone(), (decision.record.clone(), seq));
+        }
+        let key = msg.idempotency.map(|i| i.key);
+        if let Some(k) = &key {
+            self.keys_in_flight.insert(k.clone(), seq);
+        }
+        self.in_flight += 1;
+        Ok(Pending::Wait { ticket, seq, keys, idempotency_key: key, record: decision.record })
+    }
+
+    /// Called in order of completion of each ticket, on the actor's own thread.
+    pub(super) fn settle(
+        &mut self,
+        seq: u64,
+        keys: &[String],
+        idempotency_key: Option<&IdempotencyKey>,
+        ok: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        for key in keys {
+            if self.dirty.get(key).is_some_and(|(_, s)| *s == seq) {
+                self.dirty.remove(key);
+            }
+        }
+        if let Some(k) = idempotency_key {
+            self.keys_in_flight.remove(k);
+        }
+        if ok {
+            self.durable.send_if_modified(|d| {
+                let advanced = seq > *d;
+                *d = (*d).max(seq);
+                advanced
+            });
+        } else {
+            self.guard.store(true, Ordering::Release);
+        }
+        if self.failed() && self.in_flight == 0 {
+            tracing::warn!(merchant = %self.id, "stopping after a failed write; the next message reloads from the store");
+            self.retire(ctx);
+        }
+    }
+}
+
+pub(super) enum Pending {
+    Now(Executed),
+    Wait {
+        ticket: crate::store::Ticket,
+        seq: u64,
+        keys: Vec<String>,
+        idempotency_key: Option<IdempotencyKey>,
+        record: Record,
+    },
+}

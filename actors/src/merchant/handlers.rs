@@ -1,0 +1,87 @@
+//! One short handler per message: each notes the activity, then either runs the write path and answers once
+//! the change is durable, or reads (in-flight state first) and answers behind the read barrier.
+
+use std::time::Instant;
+
+use actix::prelude::*;
+
+use super::execute::Pending;
+use super::{Execute, Executed, GetBalances, GetPayment, GetPayout, MerchantActor};
+use crate::core::Record;
+use crate::domain::ledger::Balances;
+use crate::domain::records::{Payment, Payout};
+use crate::error::EngineError;
+use crate::store::StoreError;
+
+impl Handler<Execute> for MerchantActor {
+    type Result = ResponseActFuture<Self, Result<Executed, EngineError>>;
+
+    fn handle(&mut self, msg: Execute, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_message = Instant::now();
+        match self.execute(msg) {
+            Err(err) => Box::pin(fut::ready(Err(err))),
+            // A duplicate notice or an idempotent replay changes nothing, but the state it reports may come
+            // from writes still in flight: answer only once they are durable, like a read.
+            Ok(Pending::Now(answer)) => {
+                let barrier = self.barrier();
+                Box::pin(fut::wrap_future(async move {
+                    barrier.await?;
+                    Ok(answer)
+                }))
+            }
+            Ok(Pending::Wait { ticket, seq, keys, idempotency_key, record }) => {
+                Box::pin(ticket.into_actor(self).map(move |result, act, ctx| {
+                    let result = match result {
+                        Ok(Ok(())) => Ok(()),
+                        Ok(Err(err)) => Err(err),
+                        Err(_) => Err(StoreError::Closed),
+                    };
+                    act.settle(seq, &keys, idempotency_key.as_ref(), result.is_ok(), ctx);
+                    match result {
+                        Ok(()) => Ok(Executed::Done(record)),
+                        Err(err) => {
+                            tracing::error!(merchant = %act.id, seq, error = %err, "change not durable");
+                            Err(EngineError::from(err))
+                        }
+                    }
+                }))
+            }
+        }
+    }
+}
+
+impl Handler<GetPayment> for MerchantActor {
+    type Result = ResponseFuture<Result<Option<Payment>, EngineError>>;
+
+    fn handle(&mut self, msg: GetPayment, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_message = Instant::now();
+        let found = match self.dirty.get(&msg.0) {
+            Some((Record::Payment(p), _)) if p.reference.as_str() == msg.0 => Ok(Some(p.clone())),
+            _ => self.store.payment(&self.id, &msg.0).map_err(EngineError::from),
+        };
+        self.read(found)
+    }
+}
+
+impl Handler<GetPayout> for MerchantActor {
+    type Result = ResponseFuture<Result<Option<Payout>, EngineError>>;
+
+    fn handle(&mut self, msg: GetPayout, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_message = Instant::now();
+        let found = match self.dirty.get(&msg.0) {
+            Some((Record::Payout(o), _)) => Ok(Some(o.clone())),
+            _ => self.store.payout(&self.id, &msg.0).map_err(EngineError::from),
+        };
+        self.read(found)
+    }
+}
+
+impl Handler<GetBalances> for MerchantActor {
+    type Result = ResponseFuture<Result<Balances, EngineError>>;
+
+    fn handle(&mut self, _msg: GetBalances, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_message = Instant::now();
+        let balances = self.balances.clone();
+        self.read(Ok(balances))
+    }
+}

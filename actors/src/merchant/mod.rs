@@ -1,0 +1,173 @@
+//! The merchant actor: one per merchant account, the only writer of that merchant's balances and records.
+//!
+//! A message is handled in three steps: look up the record the command is about, call the pure
+//! [`crate::core::decide`], queue the resulting change for the store's group commit. The actor then moves on to
+//! its next message while the disk catches up (pipelining), and the reply to the caller waits for the change's
+//! ticket: nobody hears "yes" before the change is durable.
+//!
+//! Pipelining means the actor's memory runs ahead of the disk by the changes in flight. Three rules keep that
+//! safe. Records with a write in flight are kept in `dirty`, so the next command sees them. Reads, and answers
+//! that change nothing (duplicate notices, idempotent replays), wait until every change decided before them
+//! is durable, so they never show what a crash could undo. And if a write
+//! fails, the store refuses every later write of this actor (its [`WriteGuard`]), the actor refuses new work,
+//! and once its in-flight writes have settled it stops; the next message starts a fresh actor from the store.
+//!
+//! Nothing in a handler panics: a panic would stop the actor for good and lose its mailbox.
+//!
+//! This file holds the actor's state, its life cycle and the read barrier; `messages` holds what callers send
+//! and get back, `execute` decides and queues a change and settles it once its ticket completes, and
+//! `handlers` holds one short handler per message.
+
+mod execute;
+mod handlers;
+mod messages;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tokio::sync::watch;
+
+use crate::core::Record;
+use crate::domain::ids::MerchantId;
+use crate::domain::ledger::Balances;
+use crate::domain::text::IdempotencyKey;
+use crate::error::EngineError;
+use crate::registry::Registry;
+use crate::store::{Store, WriteGuard};
+
+pub use messages::{Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency};
+
+/// Tuning of every merchant actor.
+#[derive(Debug, Clone, Copy)]
+pub struct ActorSettings {
+    /// Messages that may wait in one merchant's mailbox; senders wait beyond it (backpressure).
+    pub mailbox_capacity: usize,
+    /// A snapshot of the balances is written with every N-th journal event.
+    pub snapshot_every: u64,
+    /// An actor with nothing to do for this long stops, so idle merchants cost no memory.
+    pub idle_stop: Duration,
+}
+
+impl Default for ActorSettings {
+    fn default() -> Self {
+        ActorSettings { mailbox_capacity: 256, snapshot_every: 1_000, idle_stop: Duration::from_secs(300) }
+    }
+}
+
+pub struct MerchantActor {
+    id: MerchantId,
+    generation: u64,
+    store: Arc<dyn Store>,
+    registry: Registry,
+    settings: ActorSettings,
+    balances: Balances,
+    /// Last journal position decided (durable or in flight).
+    seq: u64,
+    /// Records changed by writes still in flight, by payment reference, refund reference or payout id, with
+    /// the journal position of their latest change.
+    dirty: HashMap<String, (Record, u64)>,
+    /// Idempotency keys of requests whose write is in flight.
+    keys_in_flight: HashMap<IdempotencyKey, u64>,
+    in_flight: usize,
+    guard: WriteGuard,
+    durable: watch::Sender<u64>,
+    last_message: Instant,
+    /// Set when the actor leaves the registry; from then on it refuses everything and the engine retries on
+    /// a fresh actor, so two actors never write for one merchant.
+    retired: bool,
+}
+
+impl MerchantActor {
+    pub(crate) fn new(
+        id: MerchantId,
+        generation: u64,
+        store: Arc<dyn Store>,
+        registry: Registry,
+        settings: ActorSettings,
+        recovered: crate::store::Recovered,
+    ) -> MerchantActor {
+        let (durable, _) = watch::channel(recovered.seq);
+        MerchantActor {
+            id,
+            generation,
+            store,
+            registry,
+            settings,
+            balances: recovered.balances,
+            seq: recovered.seq,
+            dirty: HashMap::new(),
+            keys_in_flight: HashMap::new(),
+            in_flight: 0,
+            guard: Arc::new(AtomicBool::new(false)),
+            durable,
+            last_message: Instant::now(),
+            retired: false,
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.guard.load(Ordering::Acquire)
+    }
+
+    /// Leaves the registry and stops. Only called with no write in flight.
+    fn retire(&mut self, ctx: &mut Context<Self>) {
+        self.retired = true;
+        self.registry.forget(&self.id, self.generation);
+        ctx.stop();
+    }
+
+    /// Refuses work when retired (the engine retries elsewhere) or after a failed write (503).
+    fn check_open(&self) -> Result<(), EngineError> {
+        if self.retired {
+            Err(EngineError::Retired)
+        } else if self.failed() {
+            Err(EngineError::Unavailable("an earlier write failed; retry".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A future that resolves once everything decided so far is durable. If one of those writes fails, the
+    /// actor retires once the rest settle, and the future answers [`EngineError::Retired`]: what it was to
+    /// show may rest on the lost write, and the engine asks a fresh actor, which reloads from the store.
+    fn barrier(&self) -> impl std::future::Future<Output = Result<(), EngineError>> + 'static {
+        let target = self.seq;
+        let mut rx = self.durable.subscribe();
+        async move { rx.wait_for(|durable| *durable >= target).await.map(|_| ()).map_err(|_| EngineError::Retired) }
+    }
+
+    /// Answers `value` once the writes it may reflect are durable. A read is never refused because a write
+    /// failed: it waits for this actor to retire and is answered by the next one (see [`Self::barrier`]).
+    fn read<T: 'static>(&mut self, value: Result<T, EngineError>) -> ResponseFuture<Result<T, EngineError>> {
+        if self.retired {
+            return Box::pin(async move { Err(EngineError::Retired) });
+        }
+        let barrier = self.barrier();
+        Box::pin(async move {
+            let value = value?;
+            barrier.await?;
+            Ok(value)
+        })
+    }
+}
+
+impl Actor for MerchantActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.settings.mailbox_capacity);
+        let every = (self.settings.idle_stop / 4).max(Duration::from_millis(50));
+        ctx.run_interval(every, |act, ctx| {
+            if act.in_flight == 0 && !act.retired && act.last_message.elapsed() >= act.settings.idle_stop {
+                act.retire(ctx);
+            }
+        });
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.registry.forget(&self.id, self.generation);
+    }
+}

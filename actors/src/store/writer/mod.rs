@@ -1,0 +1,194 @@
+//! Group commit: one thread owns every write and makes each batch durable with one sync of the write-ahead log.
+//!
+//! Writers enqueue a job (the sled operations of one change) on a bounded queue and get a ticket. The thread
+//! takes the first waiting job, then everything else already queued up to [`MAX_BATCH_JOBS`], appends all
+//! their operations to the write-ahead log as one record, calls `sync_data` on it, applies them to sled's trees
+//! (in memory), and only then completes the tickets. Reads therefore see a change no later than its answer.
+//!
+//! sled's own files are made durable later by a checkpoint thread: `flush`, then a real `sync_data` on sled's
+//! data file (sled 0.34.7's `flush` stops at `sync_file_range`, which does not survive a power cut), then the
+//! blob files sled writes for large values and never syncs. Only then are the log files the checkpoint covers
+//! deleted. This keeps sled's costly transactions and flushes out of every answer's path: one append and one
+//! `fdatasync` per batch is the whole price of durability (see [`super::wal`] for why replay is exact).
+//!
+//! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its
+//! actor in decision order) land in order. When a batch fails, every job in it fails, and the guards of those
+//! jobs are set so that later jobs from the same actors fail too (see [`super::WriteGuard`]). A failure the
+//! writer can undo (the log append was cut back) leaves the store unhealthy until an append succeeds again; it
+//! probes once a second while idle, so health comes back when the disk does. A failure it cannot undo stops all
+//! writing until a restart, which replays the log.
+//!
+//! This file holds the [`Writer`] handle that queues jobs and [`recover`], which replays the log at start;
+//! `thread` holds the writer thread's loop and its commit of a batch, `apply` turns a batch into sled batches,
+//! `health` keeps the health flag in step with the disk and probes it while idle, and `checkpoint` makes sled's
+//! files durable so that log files can be deleted.
+
+mod apply;
+mod checkpoint;
+mod health;
+mod thread;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self as std_mpsc, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+
+use self::apply::apply;
+use self::checkpoint::Checkpoint;
+use self::thread::WriterThread;
+use super::wal::{self, Wal};
+use super::{StoreError, Ticket, WriteGuard};
+use crate::domain::records::Notification;
+
+/// Jobs one batch takes at most; bounds the log record's size and the latency of the first job in it.
+pub(crate) const MAX_BATCH_JOBS: usize = 2048;
+/// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
+pub(crate) const QUEUE_CAPACITY: usize = 32 * 1024;
+
+pub(crate) enum Op {
+    Insert(usize, Vec<u8>, Vec<u8>),
+    Remove(usize, Vec<u8>),
+}
+
+struct Job {
+    ops: Vec<Op>,
+    guard: Option<WriteGuard>,
+    /// Notifications this job creates, handed to the webhook dispatcher once they are durable.
+    notify: Vec<Notification>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The handle on the writer thread. Dropping it lets the thread finish what is queued and checkpoint, then
+/// waits for it, so that sled is closed (and its lock released) when the store is dropped.
+pub(crate) struct Writer {
+    queue: Option<std_mpsc::SyncSender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Per tree, bumped after each batch that changed it has been applied (see [`Writer::generation`]).
+    generations: Arc<Vec<AtomicU64>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the store writer thread panicked");
+            }
+        }
+    }
+}
+
+/// Replays the log files left by the last run into sled, makes sled durable, and deletes them. Returns the
+/// sequence number the next log file takes. Must run before anything reads the trees.
+pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir: &Path) -> Result<u64, StoreError> {
+    let wal_dir = wal::wal_dir(dir);
+    let files = wal::list(&wal_dir)?;
+    let Some(&(last, _)) = files.last() else { return Ok(0) };
+    let started = Instant::now();
+    let (mut records, mut ops) = (0, 0);
+    for (_, path) in &files {
+        let found = wal::replay(path, |batch| apply(trees, order, batch.iter()).map(drop))?;
+        if found.discarded > 0 {
+            tracing::warn!(
+                file = %path.display(),
+                bytes = found.discarded,
+                "dropped the unacknowledged tail of a write-ahead log file"
+            );
+        }
+        records += found.records;
+        ops += found.ops;
+    }
+    let mut checkpoint = Checkpoint::open(db.clone(), dir)?;
+    checkpoint.run(last + 1)?;
+    tracing::info!(
+        files = files.len(),
+        records,
+        ops,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "replayed the write-ahead log"
+    );
+    Ok(last + 1)
+}
+
+impl Writer {
+    pub(crate) fn spawn(
+        db: sled::Db,
+        trees: Vec<sled::Tree>,
+        order: Vec<usize>,
+        dir: &Path,
+        next_seq: u64,
+        healthy: Arc<AtomicBool>,
+        feed: mpsc::Sender<Notification>,
+    ) -> Result<Writer, StoreError> {
+        let wal = Wal::create(&wal::wal_dir(dir), next_seq)?;
+        let checkpoint = Checkpoint::open(db, dir)?;
+        let (queue, jobs) = std_mpsc::sync_channel(QUEUE_CAPACITY);
+        let (to_checkpointer, requests) = std_mpsc::sync_channel::<u64>(1);
+        let generations: Arc<Vec<AtomicU64>> = Arc::new(trees.iter().map(|_| AtomicU64::new(0)).collect());
+        let busy = Arc::new(AtomicBool::new(false));
+        let checkpointer = {
+            let (mut checkpoint, busy) = (checkpoint, busy.clone());
+            std::thread::Builder::new()
+                .name("caisse-store-checkpoint".into())
+                .spawn(move || {
+                    while let Ok(before) = requests.recv() {
+                        if let Err(err) = checkpoint.run(before) {
+                            // The log files stay; the next checkpoint covers them too.
+                            tracing::error!(error = %err, "checkpoint failed; the write-ahead log keeps the changes");
+                        }
+                        busy.store(false, Ordering::Release);
+                    }
+                    checkpoint
+                })
+                .map_err(|e| StoreError::Io(format!("start checkpoint thread: {e}")))?
+        };
+        let mut thread = WriterThread {
+            trees,
+            order,
+            generations: generations.clone(),
+            wal,
+            jobs,
+            healthy,
+            broken: None,
+            feed,
+            to_checkpointer: Some(to_checkpointer),
+            checkpointer: Some(checkpointer),
+            checkpoint_busy: busy,
+            rotated_at: Instant::now(),
+            buffer: Vec::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("caisse-store-writer".into())
+            .spawn(move || thread.run())
+            .map_err(|e| StoreError::Io(format!("start writer thread: {e}")))?;
+        Ok(Writer { queue: Some(queue), thread: Some(thread), generations })
+    }
+
+    /// Changes after every applied batch that touched `tree`, so readers can tell whether what they cached
+    /// from it may be stale. A reader must take the number before it reads the tree.
+    pub(crate) fn generation(&self, tree: usize) -> u64 {
+        self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn submit(
+        &self,
+        ops: Vec<Op>,
+        guard: Option<&WriteGuard>,
+        notify: Vec<Notification>,
+    ) -> Result<Ticket, StoreError> {
+        if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
+            return Err(StoreError::Aborted);
+        }
+        let (done, ticket) = oneshot::channel();
+        let job = Job { ops, guard: guard.cloned(), notify, done };
+        let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
+        match queue.try_send(job) {
+            Ok(()) => Ok(ticket),
+            Err(TrySendError::Full(_)) => Err(StoreError::Overloaded),
+            Err(TrySendError::Disconnected(_)) => Err(StoreError::Closed),
+        }
+    }
+}

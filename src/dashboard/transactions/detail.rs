@@ -1,0 +1,182 @@
+//! The detail page, `GET /transactions/{reference}`: the summary of a payment or a payout, its history with
+//! the balance entries of each event, and its webhook deliveries.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use caisse_engine::core::{JournalEvent, Record};
+use caisse_engine::domain::ledger::Account;
+use caisse_engine::domain::records::{Notification, Payment, Payout, TransactionType};
+use caisse_engine::domain::status::Trigger;
+use maud::{html, Markup};
+
+use super::history::{history, HISTORY_SCAN};
+use crate::dashboard::layout::{self, badge, cell, money, time, time_opt, Nav};
+use crate::dashboard::{html, webhooks, DashError, LoggedIn};
+use crate::http::AppState;
+
+/// Notifications shown on a detail page.
+const DELIVERIES_MAX: usize = 50;
+
+/// `GET /transactions/{reference}`: a payment reference, a refund reference or a payout id.
+pub async fn detail(
+    state: web::Data<AppState>,
+    user: LoggedIn,
+    path: web::Path<String>,
+) -> Result<HttpResponse, DashError> {
+    let reference = path.into_inner();
+    let not_found = || DashError::NotFound("Aucune transaction de ce compte ne porte cette référence.");
+    if reference.is_empty() || reference.len() > 255 {
+        return Err(not_found());
+    }
+    let store = state.engine.store();
+    let located = store.locate(&user.merchant.id, &reference)?.ok_or_else(not_found)?;
+    let (owner, created_at, summary) = match &located.record {
+        Record::Payment(p) => (p.reference.as_str().to_owned(), p.created_at, payment_summary(p)),
+        Record::Payout(o) => (o.id.clone(), o.created_at, payout_summary(o)),
+    };
+    let (events, truncated) = history(store.as_ref(), &user.merchant.id, &owner, created_at)?;
+    let deliveries = store
+        .notifications(&user.merchant.id, None, DELIVERIES_MAX, &mut |n: &Notification| n.reference == owner)?
+        .data;
+    let body = html! {
+        p { a href="/transactions" { "← Transactions" } }
+        h1 { (owner) }
+        @if located.kind == TransactionType::Remboursement {
+            (layout::notice("info", &format!("{reference} est le remboursement de ce paiement.")))
+        }
+        (summary)
+        section #history {
+            h2 { "Historique" }
+            table.list {
+                thead { tr { th { "Heure" } th { "Événement" } th { "Statut" } th { "Écritures" } } }
+                tbody {
+                    @for e in &events {
+                        tr {
+                            (cell("Heure", html! { (time(e.at)) }))
+                            (cell("Événement", html! { (trigger_label(e.trigger)) }))
+                            (cell("Statut", badge(&e.statut)))
+                            (cell("Écritures", entries(e)))
+                        }
+                    }
+                }
+            }
+            @if truncated {
+                p.muted { "Seuls les " (HISTORY_SCAN) " événements du compte qui suivent la création sont parcourus." }
+            }
+        }
+        section #deliveries {
+            h2 { "Livraisons webhook" }
+            @if deliveries.is_empty() {
+                p.muted { "Aucune notification pour cette référence." }
+            } @else {
+                table.list {
+                    thead { tr { th { "Créée" } th { "Événement" } th { "État" } th.num { "Tentatives" } th { "Dernier statut HTTP" } } }
+                    tbody {
+                        @for n in &deliveries {
+                            tr {
+                                (cell("Créée", html! { (time(n.created_at)) }))
+                                (cell("Événement", html! { a href={ "/webhooks#" (n.id) } { (n.event.as_str()) } }))
+                                (cell("État", badge(webhooks::state_name(n.state))))
+                                td.num data-label="Tentatives" { (n.total_attempts) }
+                                (cell("Dernier statut HTTP", html! { (n.attempts.last().and_then(|a| a.http_status).map(|s| s.to_string()).unwrap_or_else(|| "—".into())) }))
+                            }
+                        }
+                    }
+                }
+                p { a href="/webhooks" { "Détail des tentatives et renvoi →" } }
+            }
+        }
+    };
+    Ok(html(StatusCode::OK, layout::page(&user, state.settings.environment, Nav::Transactions, &owner, body)))
+}
+
+fn field(label: &str, value: Markup) -> Markup {
+    html! { div { dt { (label) } dd { (value) } } }
+}
+
+fn text(value: &str) -> Markup {
+    html! { (value) }
+}
+
+fn payment_summary(p: &Payment) -> Markup {
+    let opt = |v: Option<&str>| text(v.unwrap_or("—"));
+    html! {
+        dl.summary {
+            (field("Type", text("paiement")))
+            (field("Statut", badge(p.statut.as_str())))
+            (field("Montant", money(p.montant.minor(), p.devise)))
+            (field("Frais", money(p.frais.minor(), p.devise)))
+            (field("Net", money(p.montant_net.minor(), p.devise)))
+            (field("Fournisseur", text(p.fournisseur.as_str())))
+            (field("Transaction", text(&p.transaction_id)))
+            (field("Téléphone client", text(p.client_telephone.as_str())))
+            (field("E-mail client", opt(p.client_email.as_ref().map(|e| e.as_str()))))
+            (field("Nom client", opt(p.client_nom.as_ref().map(|n| n.as_str()))))
+            (field("Description", opt(p.description.as_ref().map(|d| d.as_str()))))
+            (field("Créé", text(&time(p.created_at))))
+            (field("Mis à jour", text(&time(p.updated_at))))
+            (field("Payé", text(&time_opt(p.paid_at))))
+            @if let Some(code) = &p.failure_code { (field("Code d'échec", text(code))) }
+            @if let Some(r) = &p.remboursement {
+                (field("Remboursement", html! { (r.reference) " " (badge(r.statut.as_str())) " " (money(r.montant.minor(), p.devise)) }))
+            }
+        }
+        @if let Ok(meta) = serde_json::to_string(&p.metadata) { @if meta != "{}" { p { "Metadata : " code { (meta) } } } }
+    }
+}
+
+fn payout_summary(o: &Payout) -> Markup {
+    html! {
+        dl.summary {
+            (field("Type", text("retrait")))
+            (field("Statut", badge(o.statut.as_str())))
+            (field("Montant", money(o.montant.minor(), o.devise)))
+            (field("Frais", money(o.frais.minor(), o.devise)))
+            (field("Net versé", money(o.montant_net.minor(), o.devise)))
+            (field("Fournisseur", text(o.fournisseur.as_str())))
+            (field("Transaction", text(&o.transaction_id)))
+            (field("Bénéficiaire", text(o.beneficiaire_telephone.as_str())))
+            (field("Nom", text(o.beneficiaire_nom.as_ref().map(|n| n.as_str()).unwrap_or("—"))))
+            (field("Créé", text(&time(o.created_at))))
+            (field("Traité", text(&time_opt(o.processed_at))))
+            @if let Some(m) = &o.motif_rejet { (field("Motif du rejet", text(m))) }
+        }
+    }
+}
+
+fn entries(e: &JournalEvent) -> Markup {
+    html! {
+        ul.entries {
+            @for entry in e.entries.iter().filter(|en| matches!(en.account, Account::Disponible | Account::EnAttente)) {
+                li { (account_label(entry.account)) " " (money(entry.amount_minor, entry.devise)) }
+            }
+        }
+    }
+}
+
+fn account_label(account: Account) -> &'static str {
+    match account {
+        Account::Disponible => "disponible",
+        Account::EnAttente => "en attente",
+        Account::CustomerFunds => "fonds clients",
+        Account::Fees => "frais",
+        Account::RefundsOut => "remboursements",
+        Account::PayoutsOut => "retraits",
+    }
+}
+
+pub fn trigger_label(trigger: Trigger) -> &'static str {
+    match trigger {
+        Trigger::PaymentAccepted => "Paiement initié",
+        Trigger::ProviderProcessing => "Pris en charge par le fournisseur",
+        Trigger::ProviderConfirmed => "Confirmé par le fournisseur",
+        Trigger::ProviderDeclined => "Refusé par le fournisseur",
+        Trigger::TtlExpired => "Expiré",
+        Trigger::RefundRequested => "Remboursement demandé",
+        Trigger::RefundCompleted => "Remboursement effectué",
+        Trigger::RefundRefused => "Remboursement refusé",
+        Trigger::PayoutRequested => "Retrait demandé",
+        Trigger::PayoutSent => "Retrait envoyé",
+        Trigger::PayoutRefused => "Retrait rejeté",
+    }
+}
