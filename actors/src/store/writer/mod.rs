@@ -19,7 +19,7 @@
 //! writing until a restart, which replays the log.
 //!
 //! This file holds the [`Writer`] handle that queues jobs and [`recover`], which replays the log at start;
-//! `thread` holds the writer thread's loop and its commit of a batch, `apply` turns a batch into sled batches,
+//! `thread` holds the writer thread's loop and its commit of a batch, `apply` writes a batch into sled's trees,
 //! `health` keeps the health flag in step with the disk and probes it while idle, and `checkpoint` makes sled's
 //! files durable so that log files can be deleted.
 
