@@ -11,6 +11,10 @@
 //! answer; a "still pending" answer leaves it waiting for the next round. It walks the `pending` index with a
 //! cursor, a bounded batch per pass, so a few that stay stuck forever cannot starve the others, and asks each
 //! one at most once per round.
+//!
+//! Every pass talks to providers [`PROVIDER_CALLS_IN_FLIGHT`] calls at a time: one at a time, a batch of 500
+//! status queries at a real provider's few hundred milliseconds each would hold a pass for minutes, while
+//! the whole batch at once would look like an attack to the provider.
 
 use std::time::Duration;
 
@@ -18,6 +22,7 @@ use actix_web::web;
 use caisse_engine::core::Record;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::domain::time::Timestamp;
+use futures_util::stream::{self, StreamExt};
 
 use caisse_engine::store::{Located, Pending};
 
@@ -27,6 +32,9 @@ use crate::settlement::settle;
 
 /// Payments one sweep pass handles at most; the next pass continues.
 const SWEEP_BATCH: usize = 500;
+
+/// Provider calls (status queries, resubmissions) a pass has in flight at most.
+const PROVIDER_CALLS_IN_FLIGHT: usize = 16;
 
 /// Time between two sweep passes: a tenth of the TTL, between 100 ms and 5 s. A payment therefore expires
 /// at most one pass after its TTL, which the sandbox simulator's `04` story waits for.
@@ -81,14 +89,12 @@ async fn reconcile(state: &AppState, cursors: &mut Cursors) {
         };
         // A short batch ends the round: the next pass starts again from the oldest.
         *cursor = if batch.len() < SWEEP_BATCH { None } else { batch.last().cloned() };
-        for item in batch {
-            ask_and_settle(state, &item).await;
-        }
+        stream::iter(batch).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| ask_and_settle(state, item)).await;
     }
 }
 
 /// Asks the provider about one waiting refund or payout and applies a final answer.
-async fn ask_and_settle(state: &AppState, item: &Pending) {
+async fn ask_and_settle(state: &AppState, item: Pending) {
     // A refund is found through its payment's reference, which locates the payment; the kind says which of
     // the two the provider's answer is about.
     let located = match state.engine.store().locate(&item.merchant, &item.owner) {
@@ -126,24 +132,24 @@ async fn sweep(state: &AppState) {
         Ok(due) => due,
         Err(e) => return tracing::error!(error = %e, "expiry sweep could not read the pending index"),
     };
-    for item in due {
-        let located = match state.engine.store().locate(&item.merchant, &item.owner) {
-            Ok(Some(located)) => located,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed");
-                continue;
-            }
-        };
-        let Record::Payment(payment) = &located.record else { continue };
-        let adapter = state.providers.get(payment.fournisseur.as_str()).and_then(|p| p.adapter.clone());
-        let status = match adapter {
-            Some(a) => a.status(Subject::Payment, &payment.transaction_id).await.unwrap_or(ProviderStatus::Pending),
-            None => ProviderStatus::Pending,
-        };
-        if let Err(e) = settle(&state.engine, &item.merchant, &located, &status, true).await {
-            tracing::warn!(error = %e, reference = %item.owner, "expiry failed; the next pass retries");
-        }
+    stream::iter(due).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| expire_one(state, item)).await;
+}
+
+/// Gives one payment past its TTL a last status query, then applies the answer or expires it.
+async fn expire_one(state: &AppState, item: Pending) {
+    let located = match state.engine.store().locate(&item.merchant, &item.owner) {
+        Ok(Some(located)) => located,
+        Ok(None) => return,
+        Err(e) => return tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed"),
+    };
+    let Record::Payment(payment) = &located.record else { return };
+    let adapter = state.providers.get(payment.fournisseur.as_str()).and_then(|p| p.adapter.clone());
+    let status = match adapter {
+        Some(a) => a.status(Subject::Payment, &payment.transaction_id).await.unwrap_or(ProviderStatus::Pending),
+        None => ProviderStatus::Pending,
+    };
+    if let Err(e) = settle(&state.engine, &item.merchant, &located, &status, true).await {
+        tracing::warn!(error = %e, reference = %item.owner, "expiry failed; the next pass retries");
     }
 }
 
@@ -157,31 +163,167 @@ async fn resubmit_pending(state: &AppState) {
             Ok(items) => items,
             Err(e) => return tracing::error!(error = %e, "could not read pending work"),
         };
-        for item in items {
-            let Ok(Some(located)) = state.engine.store().locate(&item.merchant, &item.owner) else { continue };
-            let (code, result) = match &located.record {
-                Record::Payment(p) => {
-                    let Some(adapter) = state.providers.get(p.fournisseur.as_str()).and_then(|x| x.adapter.clone())
-                    else {
-                        continue;
-                    };
-                    let result = match (kind, &p.remboursement) {
-                        (TransactionType::Remboursement, Some(r)) => adapter.refund(p, r).await,
-                        _ => adapter.request_to_pay(p).await,
-                    };
-                    (p.fournisseur.clone(), result)
-                }
-                Record::Payout(o) => {
-                    let Some(adapter) = state.providers.get(o.fournisseur.as_str()).and_then(|x| x.adapter.clone())
-                    else {
-                        continue;
-                    };
-                    (o.fournisseur.clone(), adapter.payout(o).await)
-                }
+        stream::iter(items).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(state, kind, item)).await;
+    }
+}
+
+/// Asks the provider once more to start one pending payment, refund or payout.
+async fn resubmit_one(state: &AppState, kind: TransactionType, item: Pending) {
+    let Ok(Some(located)) = state.engine.store().locate(&item.merchant, &item.owner) else { return };
+    let adapter_for = |code: &str| state.providers.get(code).and_then(|x| x.adapter.clone());
+    let (code, result) = match &located.record {
+        Record::Payment(p) => {
+            let Some(adapter) = adapter_for(p.fournisseur.as_str()) else { return };
+            let result = match (kind, &p.remboursement) {
+                (TransactionType::Remboursement, Some(r)) => adapter.refund(p, r).await,
+                _ => adapter.request_to_pay(p).await,
             };
-            if let Err(e) = result {
-                tracing::warn!(provider = %code, owner = %item.owner, error = %e, "resubmission failed");
-            }
+            (p.fournisseur.clone(), result)
         }
+        Record::Payout(o) => {
+            let Some(adapter) = adapter_for(o.fournisseur.as_str()) else { return };
+            (o.fournisseur.clone(), adapter.payout(o).await)
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(provider = %code, owner = %item.owner, error = %e, "resubmission failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use actix_web::http::header::HeaderMap;
+    use caisse_engine::core::{Command, NewPayment};
+    use caisse_engine::domain::ids::MerchantId;
+    use caisse_engine::domain::money::{Amount, Currency, FeeRule};
+    use caisse_engine::domain::phone::Phone;
+    use caisse_engine::domain::records::{Payment, Payout, ProviderCode, Refund};
+    use caisse_engine::domain::status::PaymentStatus;
+    use caisse_engine::domain::text::Metadata;
+    use caisse_engine::webhook::delivery::WebhookPool;
+    use caisse_engine::{Engine, EngineConfig};
+
+    use super::*;
+    use crate::app::delivery_config;
+    use crate::config::Settings;
+    use crate::http::RateLimiter;
+    use crate::merchants::{self, NewMerchant};
+    use crate::providers::{Adapter, LocalFuture, Notice, Provider, ProviderError, Providers};
+
+    /// A provider that takes a while to answer anything, and counts how many calls it has at once.
+    #[derive(Default)]
+    struct SlowProvider {
+        in_flight: AtomicUsize,
+        most: AtomicUsize,
+        calls: AtomicUsize,
+    }
+
+    impl SlowProvider {
+        fn call<T: 'static>(self: &Arc<Self>, answer: T) -> LocalFuture<T> {
+            let me = self.clone();
+            Box::pin(async move {
+                let now = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                me.most.fetch_max(now, Ordering::SeqCst);
+                me.calls.fetch_add(1, Ordering::SeqCst);
+                actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+                me.in_flight.fetch_sub(1, Ordering::SeqCst);
+                answer
+            })
+        }
+    }
+
+    /// The adapter handed to the state: the provider behind an `Arc` so that its futures can outlive a call.
+    struct Slow(Arc<SlowProvider>);
+
+    impl Adapter for Slow {
+        fn request_to_pay(&self, _: &Payment) -> LocalFuture<Result<(), ProviderError>> {
+            self.0.call(Ok(()))
+        }
+        fn status(&self, _: Subject, _: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+            self.0.call(Ok(ProviderStatus::Pending))
+        }
+        fn refund(&self, _: &Payment, _: &Refund) -> LocalFuture<Result<(), ProviderError>> {
+            self.0.call(Ok(()))
+        }
+        fn payout(&self, _: &Payout) -> LocalFuture<Result<(), ProviderError>> {
+            self.0.call(Ok(()))
+        }
+        fn parse_notice(&self, _: &HeaderMap, _: &[u8]) -> Result<Notice, ProviderError> {
+            Err(ProviderError::Unauthenticated("not in this test".into()))
+        }
+    }
+
+    const PAYMENTS: usize = 40;
+
+    /// A state whose only provider is slow, with `PAYMENTS` payments waiting for it and already past their TTL.
+    async fn state_with_waiting_payments(dir: &std::path::Path) -> (AppState, Arc<SlowProvider>, MerchantId) {
+        let mut settings = Settings::for_tests(dir).unwrap();
+        settings.payment_ttl_ms = 0;
+        let engine = Engine::open(EngineConfig::new(dir)).unwrap();
+        let new =
+            NewMerchant { name: "Slow".into(), email: "slow@example.com".into(), password: None, webhook_url: None };
+        let merchant = merchants::create(engine.store(), settings.environment, new).await.unwrap().merchant.id;
+        for n in 0..PAYMENTS {
+            let payment = NewPayment {
+                reference: None,
+                montant: Amount::positive(1_000 + n as i64).unwrap(),
+                devise: Currency::parse("XOF").unwrap(),
+                fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+                fee: FeeRule::new(150, Amount::ZERO).unwrap(),
+                client_telephone: Phone::parse("+22997000055").unwrap(),
+                client_email: None,
+                client_nom: None,
+                description: None,
+                metadata: Metadata::empty(),
+            };
+            engine.execute(&merchant, Command::InitiatePayment(payment), None).await.unwrap();
+        }
+        let slow = Arc::new(SlowProvider::default());
+        let provider = Provider {
+            settings: settings.provider("mtn_momo").unwrap().clone(),
+            adapter: Some(Arc::new(Slow(slow.clone()))),
+        };
+        let providers =
+            Providers { by_code: Arc::new(BTreeMap::from([("mtn_momo".to_owned(), provider)])), simulator: None };
+        let webhooks = WebhookPool::start(engine.store().clone(), delivery_config(&settings)).unwrap();
+        let state = AppState {
+            engine,
+            rate_limiter: RateLimiter::new(settings.rate_limit_per_s),
+            providers,
+            webhooks,
+            settings: Arc::new(settings),
+        };
+        (state, slow, merchant)
+    }
+
+    #[actix_web::test]
+    async fn the_sweep_asks_a_slow_provider_several_payments_at_a_time_and_expires_every_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, slow, merchant) = state_with_waiting_payments(dir.path()).await;
+        let waiting = state.engine.store().pending(TransactionType::Paiement, Timestamp::now(), None, 1_000).unwrap();
+        assert_eq!(waiting.len(), PAYMENTS);
+        sweep(&state).await;
+        let most = slow.most.load(Ordering::SeqCst);
+        assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} status queries at once");
+        assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);
+        for item in waiting {
+            let payment = state.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+            assert_eq!(payment.statut, PaymentStatus::Expire, "{}", item.owner);
+        }
+    }
+
+    #[actix_web::test]
+    async fn a_restart_resubmits_pending_payments_several_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, slow, _) = state_with_waiting_payments(dir.path()).await;
+        resubmit_pending(&state).await;
+        let most = slow.most.load(Ordering::SeqCst);
+        assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} resubmissions at once");
+        assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);
     }
 }
