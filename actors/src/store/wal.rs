@@ -61,6 +61,64 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     Ok(files)
 }
 
+/// A log file whose batches a checkpoint made durable in sled, renamed so that no replay reads it again.
+const RETIRED: &str = "retired";
+
+/// How much of a retired file one truncation frees. ext4 frees a log file's blocks (thousands of small
+/// extents, one per synced append) inside one journal transaction, and every `fdatasync` of the live log
+/// waits for that transaction: measured, unlinking a 43 MB log file whole took 53-57 ms and held the
+/// writer's appends up to 18 ms (API p99 at 1,250 payments/s 17-43 ms). Freed 4 MiB at a time, with a pause
+/// between, the appends go on in between (p99 12-15 ms, same runs).
+const RETIRE_STEP: u64 = 4 * 1024 * 1024;
+const RETIRE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Takes the log files numbered below `before` out of any future replay: renames each to `<seq>.retired`,
+/// oldest first, then syncs the directory. Only for files whose every batch sled already holds durably.
+///
+/// The rename comes before any truncation because a replay of a shortened file would be wrong: it would
+/// end at the cut and re-apply older values of keys that the lost tail had changed again.
+pub(crate) fn retire(dir: &Path, before: u64) -> Result<(), StoreError> {
+    let mut renamed = false;
+    for (seq, path) in list(dir)? {
+        if seq < before {
+            std::fs::rename(&path, dir.join(format!("{seq:016x}.{RETIRED}"))).map_err(io("retire"))?;
+            renamed = true;
+        }
+    }
+    if renamed {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Deletes retired log files, a few megabytes at a time (see [`RETIRE_STEP`]). A crash midway leaves a
+/// retired file behind, which the next call deletes; nothing ever replays it.
+pub(crate) fn remove_retired(dir: &Path) -> Result<(), StoreError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io("list")(e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(io("list"))?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some(RETIRED) {
+            continue;
+        }
+        let file = OpenOptions::new().write(true).open(&path).map_err(io("open a retired file"))?;
+        let mut len = file.metadata().map_err(io("stat a retired file"))?.len();
+        while len > 0 {
+            len = len.saturating_sub(RETIRE_STEP);
+            file.set_len(len).map_err(io("shrink a retired file"))?;
+            if len > 0 {
+                std::thread::sleep(RETIRE_PAUSE);
+            }
+        }
+        drop(file);
+        std::fs::remove_file(&path).map_err(io("remove a retired file"))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync directory"))
 }
@@ -332,6 +390,36 @@ mod tests {
         let path = dir.path().join("bad.wal");
         std::fs::write(&path, &bytes).unwrap();
         assert!(matches!(replay(&path, |_| Ok(())), Err(StoreError::Corrupt(_))));
+    }
+
+    #[test]
+    fn retired_files_are_never_listed_and_are_removed_later() {
+        let dir = tempfile::tempdir().unwrap();
+        for seq in [3, 4, 5] {
+            let mut wal = Wal::create(dir.path(), seq).unwrap();
+            let mut record = Vec::new();
+            encode(sample().iter(), &mut record).unwrap();
+            wal.append(&record).unwrap();
+        }
+        // A file bigger than one step, as a long-running log file is.
+        let big = dir.path().join(file_name(2));
+        std::fs::write(&big, vec![7u8; (RETIRE_STEP * 2 + 10) as usize]).unwrap();
+        retire(dir.path(), 5).unwrap();
+        let left: Vec<u64> = list(dir.path()).unwrap().into_iter().map(|(seq, _)| seq).collect();
+        assert_eq!(left, vec![5]);
+        let retired = |d: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".retired"))
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(retired(dir.path()).len(), 3);
+        remove_retired(dir.path()).unwrap();
+        assert!(retired(dir.path()).is_empty());
+        assert_eq!(list(dir.path()).unwrap().len(), 1);
     }
 
     #[test]

@@ -24,21 +24,13 @@ impl Checkpoint {
     }
 
     /// Syncs everything sled holds, which includes every batch of log files numbered below `before`, then
-    /// deletes those files.
+    /// retires those files (no replay reads them again) and deletes them a few megabytes at a time.
     pub(super) fn run(&mut self, before: u64) -> Result<(), StoreError> {
         self.db.flush().map_err(|e| StoreError::Io(format!("flush: {e}")))?;
         self.data_file.sync_data().map_err(|e| StoreError::Io(format!("sync_data: {e}")))?;
         self.blobs.sync_new().map_err(|e| StoreError::Io(format!("sync blobs: {e}")))?;
-        let mut removed = false;
-        for (seq, path) in wal::list(&self.wal_dir)? {
-            if seq < before {
-                std::fs::remove_file(&path).map_err(|e| StoreError::Io(format!("remove {}: {e}", path.display())))?;
-                removed = true;
-            }
-        }
-        if removed {
-            wal::sync_dir(&self.wal_dir)?;
-        }
+        wal::retire(&self.wal_dir, before)?;
+        wal::remove_retired(&self.wal_dir)?;
         Ok(())
     }
 }

@@ -85,6 +85,8 @@ impl Drop for Writer {
 /// sequence number the next log file takes. Must run before anything reads the trees.
 pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir: &Path) -> Result<u64, StoreError> {
     let wal_dir = wal::wal_dir(dir);
+    // Retired files a crash left behind are already in sled; they are only deleted.
+    wal::remove_retired(&wal_dir)?;
     let files = wal::list(&wal_dir)?;
     let Some(&(last, _)) = files.last() else { return Ok(0) };
     let started = Instant::now();
