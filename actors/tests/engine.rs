@@ -4,7 +4,7 @@ use caisse_engine::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutO
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::money::{Amount, Currency, FeeRule};
 use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::records::{DeliveryState, ProviderCode, WebhookBody};
+use caisse_engine::domain::records::{DeliveryState, ProviderCode, TransactionType, WebhookBody};
 use caisse_engine::domain::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus};
 use caisse_engine::domain::text::{IdempotencyKey, Metadata, Reference};
 use caisse_engine::domain::time::Timestamp;
@@ -105,6 +105,21 @@ async fn a_full_life_moves_money_and_writes_notifications() {
     engine.execute(&m, cmd, None).await.unwrap();
     let b = engine.balances(&m).await.unwrap().get(xof());
     assert_eq!((b.disponible, b.en_attente), (850, 0));
+
+    // A payment, its refund and a payout are each found by their reference, and none of them can be reused
+    // as a new payment's.
+    let refund = p.remboursement.as_ref().unwrap().reference.clone();
+    for (found_by, kind) in [
+        (reference.as_str(), TransactionType::Paiement),
+        (refund.as_str(), TransactionType::Remboursement),
+        (o.id.as_str(), TransactionType::Retrait),
+    ] {
+        let located = engine.store().locate(&m, found_by).unwrap().unwrap();
+        assert_eq!((located.kind, located.reference.as_str()), (kind, found_by));
+        let again = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, Some(found_by))), None).await;
+        assert!(matches!(again, Err(EngineError::Rejected(Rejection::DuplicateReference))), "{found_by}: {again:?}");
+    }
+    assert!(engine.store().locate(&m, "cmd-unknown").unwrap().is_none());
 
     // One notification per status change, each with the spec's body.
     let due = engine.store().due_notifications(Timestamp::now(), 100).unwrap();

@@ -23,7 +23,7 @@ use super::writer::Writer;
 use super::{
     AuditReport, Change, IdempotencyRecord, Located, Page, Pending, Recovered, Store, StoreError, Ticket, WriteGuard,
 };
-use crate::core::JournalEvent;
+use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::records::{Merchant, Notification, Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
@@ -124,8 +124,16 @@ impl Store for SledStore {
     }
 
     fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, StoreError> {
+        // References share one namespace per merchant: a refund's or a payout's is an entry in `refs`, a
+        // payment's is the key of its record (stores written before payments stopped getting a `refs` entry
+        // have both, and both say the same).
         let Some(ptr) = self.trees[REFS].get(mkey(merchant, reference.as_bytes())).map_err(io("refs"))? else {
-            return Ok(None);
+            let payment = self.payment(merchant, reference)?;
+            return Ok(payment.map(|p| Located {
+                kind: TransactionType::Paiement,
+                reference: reference.to_owned(),
+                record: Record::Payment(p),
+            }));
         };
         let (kind, owner, reference) = parse_pointer(&ptr)?;
         let record = self

@@ -3,7 +3,7 @@
 
 use super::{io, SledStore};
 use crate::core::Record;
-use crate::domain::records::{DeliveryState, Merchant, Notification};
+use crate::domain::records::{DeliveryState, Merchant, Notification, TransactionType};
 use crate::store::writer::Op;
 use crate::store::{Change, StoreError, Ticket};
 
@@ -24,7 +24,11 @@ impl SledStore {
             let ulid = created.transaction_id.strip_prefix("tx_").unwrap_or(&created.transaction_id);
             let ptr = pointer(created.kind, &created.owner, &created.reference);
             ops.push(Op::Insert(TX_INDEX, mkey(m, ulid.as_bytes()), ptr.clone()));
-            ops.push(Op::Insert(REFS, mkey(m, created.reference.as_bytes()), ptr.clone()));
+            // A payment is found by its record's key (see `locate`), so `refs` only says where refunds and
+            // payouts are: one insert fewer on the path every payment takes.
+            if created.kind != TransactionType::Paiement {
+                ops.push(Op::Insert(REFS, mkey(m, created.reference.as_bytes()), ptr.clone()));
+            }
             let mut owner = m.as_bytes().to_vec();
             owner.extend_from_slice(&ptr);
             ops.push(Op::Insert(TX_OWNER, created.transaction_id.as_bytes().to_vec(), owner));
