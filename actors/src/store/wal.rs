@@ -2,26 +2,48 @@
 //!
 //! A batch is acknowledged once its record is appended here and `sync_data` returns. sled then receives the
 //! same operations in memory, and its files are synced later, in the background, by a checkpoint; once a
-//! checkpoint has synced sled, the log files it covers are deleted. On start, whatever log files remain are
-//! replayed into sled before anything reads it.
+//! checkpoint has synced sled, the log files it covers are deleted, but one kept for reuse. On start, whatever
+//! log files remain are replayed into sled before anything reads it.
 //!
 //! Replaying is safe whatever part of those batches sled already holds, because every operation is absolute
 //! (put this value, remove this key): for each key, the last operation on it decides, and keys the log does not
 //! touch keep the value the last checkpoint made durable.
 //!
-//! A record is `len: u32 LE`, `crc32(payload): u32 LE`, then the payload: operations, each a tag byte (1 insert,
-//! 2 remove), the tree index byte, the key's length (u32 LE) and bytes, and for an insert the value's length
-//! and bytes. A record that is cut short or fails its checksum ends that file's replay: it can only be a write
-//! that failed, and a failed write is never acknowledged (the writer truncates it away or stops writing).
+//! A file starts with a header, the magic `CWAL\x02\0\0\0` and the file's sequence number (u64 LE); the file
+//! name carries the same number. Then records: `len: u32 LE`, `crc32(seq ++ payload): u32 LE`, then the
+//! payload: operations, each a tag byte (1 insert, 2 remove), the tree index byte, the key's length (u32 LE)
+//! and bytes, and for an insert the value's length and bytes. A record that is cut short or fails its checksum
+//! ends that file's replay: it can only be a write that failed, and a failed write is never acknowledged (the
+//! writer truncates it away or stops writing), or a record left from the file's previous use.
+//!
+//! Files are reused. A checkpoint keeps one covered file as the spare instead of deleting it, and the next
+//! rotation renames it and overwrites it from the start. Overwriting blocks a file already has, without
+//! changing its size, lets `fdatasync` skip the filesystem's journal: an append that grows a file must commit
+//! the journal, and on ext4 (`data=ordered`) that commit first waits for the data of every other file whose
+//! blocks it allocates, here sled's. Measured at 1,250 payments/s (`caisse-load --target`, 60 s): with the
+//! log on tmpfs (no disk at all) API p99 was 7.4 ms against 75.6 ms on disk, so the tail is the log's sync;
+//! writing over a preallocated file gave 14.9 ms. Three alternating runs of growing against reused files:
+//! p50 2.7 / 4.6 / 4.4 against 1.9 / 2.1 / 3.0 ms, p99 23.6 / 25.2 / 36.1 against 42.4 / 9.6 / 23.8 ms (the
+//! disk is shared, the tail varies more between runs than between the two).
+//!
+//! The sequence number in every checksum is what makes reuse safe: a record left from the file's previous
+//! use fails it and ends the replay, and a header that still names the previous number (a crash between the
+//! rename and the first append) makes the file empty. Files written before this format (no header, checksum
+//! of the payload alone) are still replayed.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::writer::Op;
 use super::StoreError;
 
 const HEADER: usize = 8;
+const MAGIC: [u8; 8] = *b"CWAL\x02\0\0\0";
+/// The file header: [`MAGIC`] and the file's sequence number.
+const FILE_HEADER: u64 = 16;
+/// The name of the covered log file kept for the next rotation to reuse (no `.wal` suffix: never replayed).
+const SPARE: &str = "spare";
 const INSERT: u8 = 1;
 const REMOVE: u8 = 2;
 /// One record holds one batch; anything larger than this cannot be a batch the writer made.
@@ -91,19 +113,33 @@ pub(crate) fn retire(dir: &Path, before: u64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Deletes retired log files, a few megabytes at a time (see [`RETIRE_STEP`]). A crash midway leaves a
-/// retired file behind, which the next call deletes; nothing ever replays it.
+/// Keeps the largest retired log file as the spare when there is none (see the module's doc), and deletes
+/// the others, a few megabytes at a time (see [`RETIRE_STEP`]). A crash midway leaves a retired file behind,
+/// which the next call deletes; nothing ever replays it.
 pub(crate) fn remove_retired(dir: &Path) -> Result<(), StoreError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io("list")(e)),
     };
+    let mut retired = Vec::new();
     for entry in entries {
-        let path = entry.map_err(io("list"))?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some(RETIRED) {
-            continue;
+        let entry = entry.map_err(io("list"))?;
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) == Some(RETIRED) {
+            retired.push((entry.metadata().map_err(io("stat a retired file"))?.len(), path));
         }
+    }
+    retired.sort();
+    let spare = dir.join(SPARE);
+    if !spare.exists() {
+        if let Some((_, largest)) = retired.pop() {
+            // Nothing reads its old records once reused: its header and every record's checksum name
+            // another number than the file it becomes.
+            std::fs::rename(&largest, &spare).map_err(io("keep a spare"))?;
+        }
+    }
+    for (_, path) in retired {
         let file = OpenOptions::new().write(true).open(&path).map_err(io("open a retired file"))?;
         let mut len = file.metadata().map_err(io("stat a retired file"))?.len();
         while len > 0 {
@@ -123,8 +159,8 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync directory"))
 }
 
-/// Appends `ops` as one record to `out`.
-pub(crate) fn encode<'a>(ops: impl Iterator<Item = &'a Op>, out: &mut Vec<u8>) -> Result<(), StoreError> {
+/// Appends `ops` as one record of log file `seq` to `out`.
+pub(crate) fn encode<'a>(ops: impl Iterator<Item = &'a Op>, seq: u64, out: &mut Vec<u8>) -> Result<(), StoreError> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
     for op in ops {
@@ -144,10 +180,21 @@ pub(crate) fn encode<'a>(ops: impl Iterator<Item = &'a Op>, out: &mut Vec<u8>) -
     if payload > MAX_RECORD {
         return Err(StoreError::Io(format!("write-ahead log: a batch of {payload} bytes is too large")));
     }
-    let crc = crc32fast::hash(&out[start + HEADER..]);
+    let crc = checksum(Some(seq), &out[start + HEADER..]);
     out[start..start + 4].copy_from_slice(&(payload as u32).to_le_bytes());
     out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
     Ok(())
+}
+
+/// A record's checksum: of the file's number and the payload, or of the payload alone in files written
+/// before the header existed (`seq` None).
+fn checksum(seq: Option<u64>, payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    if let Some(seq) = seq {
+        hasher.update(&seq.to_le_bytes());
+    }
+    hasher.update(payload);
+    hasher.finalize()
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), StoreError> {
@@ -162,19 +209,25 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), StoreError> {
 pub(crate) struct Replayed {
     pub records: u64,
     pub ops: u64,
-    /// Bytes after the last good record: a write that failed before it was acknowledged.
+    /// Bytes after the last good record: a write that failed before it was acknowledged, or a reused file's old records.
     pub discarded: u64,
 }
 
-/// Reads the records of one log file in order and hands each one's operations to `apply`.
+/// Reads the records of log file `seq` in order and hands each one's operations to `apply`.
 pub(crate) fn replay(
     path: &Path,
+    seq: u64,
     mut apply: impl FnMut(Vec<Op>) -> Result<(), StoreError>,
 ) -> Result<Replayed, StoreError> {
     let bytes = std::fs::read(path).map_err(io("read"))?;
     let mut found = Replayed::default();
-    let mut at = 0;
-    while let Some(ops) = record_at(&bytes, at) {
+    let (salt, mut at) = match bytes.strip_prefix(&MAGIC[..]) {
+        Some(rest) if rest.get(..8) == Some(&seq.to_le_bytes()[..]) => (Some(seq), FILE_HEADER as usize),
+        // A reused file whose new header never reached the disk: nothing in it was acknowledged.
+        Some(_) => (Some(seq), bytes.len()),
+        None => (None, 0),
+    };
+    while let Some(ops) = record_at(&bytes, at, salt) {
         let (ops, next) = ops?;
         found.records += 1;
         found.ops += ops.len() as u64;
@@ -188,12 +241,12 @@ pub(crate) fn replay(
 /// The record at `at`, if a whole one with a good checksum is there. A bad checksum or a short record is the
 /// end of the log; a record that passes its checksum but does not parse is corruption.
 #[allow(clippy::type_complexity)]
-fn record_at(bytes: &[u8], at: usize) -> Option<Result<(Vec<Op>, usize), StoreError>> {
+fn record_at(bytes: &[u8], at: usize, salt: Option<u64>) -> Option<Result<(Vec<Op>, usize), StoreError>> {
     let header = bytes.get(at..at + HEADER)?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     let payload = bytes.get(at + HEADER..at + HEADER + len)?;
-    if crc32fast::hash(payload) != crc {
+    if checksum(salt, payload) != crc {
         return None;
     }
     Some(parse(payload).map(|ops| (ops, at + HEADER + len)))
@@ -236,33 +289,46 @@ pub(crate) struct Wal {
     dir: PathBuf,
     file: File,
     seq: u64,
-    /// Length up to the end of the last record known durable.
+    /// Offset of the end of the last record known durable (or of the header).
     durable_len: u64,
 }
 
 impl Wal {
-    /// Creates log file `seq` (it must not exist) and makes its name durable.
+    /// Creates log file `seq` (it must not exist), reusing the spare if there is one, writes its header and
+    /// makes its name durable.
     pub(crate) fn create(dir: &Path, seq: u64) -> Result<Wal, StoreError> {
         std::fs::create_dir_all(dir).map_err(io("create directory"))?;
-        let file =
-            OpenOptions::new().create_new(true).append(true).open(dir.join(file_name(seq))).map_err(io("create"))?;
+        let path = dir.join(file_name(seq));
+        let spare = dir.join(SPARE);
+        let file = if spare.exists() && !path.exists() {
+            std::fs::rename(&spare, &path).map_err(io("reuse the spare"))?;
+            OpenOptions::new().write(true).open(&path).map_err(io("open the reused spare"))?
+        } else {
+            OpenOptions::new().create_new(true).write(true).open(&path).map_err(io("create"))?
+        };
+        let mut header = MAGIC.to_vec();
+        header.extend_from_slice(&seq.to_le_bytes());
+        // Made durable by the first append's `sync_data`; until then a crash leaves a file that replays empty.
+        file.write_all_at(&header, 0).map_err(io("write the header"))?;
+        // The name must be durable before anything written under it is acknowledged.
         sync_dir(dir)?;
-        Ok(Wal { dir: dir.to_path_buf(), file, seq, durable_len: 0 })
+        Ok(Wal { dir: dir.to_path_buf(), file, seq, durable_len: FILE_HEADER })
     }
 
     pub(crate) fn seq(&self) -> u64 {
         self.seq
     }
 
+    /// Bytes of records in the file.
     pub(crate) fn len(&self) -> u64 {
-        self.durable_len
+        self.durable_len - FILE_HEADER
     }
 
     /// Appends `bytes` (whole records) and syncs them. On failure, whatever part of them reached the file is
     /// cut off again, so that a later record is never hidden behind a torn one; if even that fails, the log is
     /// no longer trustworthy and the error says so (the writer then refuses every write until a restart).
     pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<(), AppendError> {
-        match self.file.write_all(bytes).and_then(|()| self.file.sync_data()) {
+        match self.file.write_all_at(bytes, self.durable_len).and_then(|()| self.file.sync_data()) {
             Ok(()) => {
                 self.durable_len += bytes.len() as u64;
                 Ok(())
@@ -277,6 +343,8 @@ impl Wal {
         }
     }
 
+    /// Cuts the file after the last durable record: whatever a failed write left, and a reused file's old
+    /// records with it, so that no later record is ever read after a torn one.
     fn cut_back(&mut self) -> Result<(), StoreError> {
         let len = self.file.metadata().map_err(io("stat after a failed append"))?.len();
         if len == self.durable_len {
@@ -291,7 +359,7 @@ impl Wal {
     /// last page still takes a few bytes but no real batch.
     pub(crate) fn probe(&mut self, size: usize) -> Result<(), AppendError> {
         let zeros = vec![0u8; size];
-        let written = self.file.write_all(&zeros).and_then(|()| self.file.sync_data());
+        let written = self.file.write_all_at(&zeros, self.durable_len).and_then(|()| self.file.sync_data());
         let cut = self.cut_back();
         match (written, cut) {
             (Ok(()), Ok(())) => Ok(()),
@@ -338,23 +406,37 @@ mod tests {
         flat(a) == flat(b)
     }
 
+    /// A log file's bytes: the header of file `seq`, then `records`.
+    fn file_with(seq: u64, records: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&seq.to_le_bytes());
+        bytes.extend_from_slice(records);
+        bytes
+    }
+
+    fn replayed(path: &Path, seq: u64) -> (Replayed, Vec<Vec<Op>>) {
+        let mut seen = Vec::new();
+        let found = replay(path, seq, |ops| {
+            seen.push(ops);
+            Ok(())
+        })
+        .unwrap();
+        (found, seen)
+    }
+
     #[test]
     fn records_replay_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let mut wal = Wal::create(dir.path(), 7).unwrap();
         let mut bytes = Vec::new();
-        encode(sample().iter(), &mut bytes).unwrap();
-        encode(sample()[..1].iter(), &mut bytes).unwrap();
+        encode(sample().iter(), 7, &mut bytes).unwrap();
+        encode(sample()[..1].iter(), 7, &mut bytes).unwrap();
         wal.append(&bytes).unwrap();
+        assert_eq!(wal.len(), bytes.len() as u64);
         let files = list(dir.path()).unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].0, 7);
-        let mut seen = Vec::new();
-        let found = replay(&files[0].1, |ops| {
-            seen.push(ops);
-            Ok(())
-        })
-        .unwrap();
+        let (found, seen) = replayed(&files[0].1, 7);
         assert_eq!(found, Replayed { records: 2, ops: 4, discarded: 0 });
         assert!(same(&seen[0], &sample()));
         assert!(same(&seen[1], &sample()[..1]));
@@ -364,20 +446,20 @@ mod tests {
     fn a_torn_or_damaged_tail_ends_the_replay() {
         let dir = tempfile::tempdir().unwrap();
         let mut bytes = Vec::new();
-        encode(sample().iter(), &mut bytes).unwrap();
+        encode(sample().iter(), 1, &mut bytes).unwrap();
         let whole = bytes.len();
-        encode(sample().iter(), &mut bytes).unwrap();
+        encode(sample().iter(), 1, &mut bytes).unwrap();
         for cut in [whole + 1, whole + HEADER, bytes.len() - 1] {
-            let path = dir.path().join(file_name(cut as u64));
-            std::fs::write(&path, &bytes[..cut]).unwrap();
-            let found = replay(&path, |_| Ok(())).unwrap();
+            let path = dir.path().join(file_name(1));
+            std::fs::write(&path, file_with(1, &bytes[..cut])).unwrap();
+            let (found, _) = replayed(&path, 1);
             assert_eq!((found.records, found.discarded), (1, (cut - whole) as u64), "cut at {cut}");
         }
         let mut damaged = bytes.clone();
         damaged[whole + HEADER + 2] ^= 0x40;
         let path = dir.path().join("damaged.wal");
-        std::fs::write(&path, &damaged).unwrap();
-        assert_eq!(replay(&path, |_| Ok(())).unwrap().records, 1);
+        std::fs::write(&path, file_with(1, &damaged)).unwrap();
+        assert_eq!(replayed(&path, 1).0.records, 1);
     }
 
     #[test]
@@ -385,20 +467,92 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let payload = [9u8, 0, 0, 0, 0, 0];
         let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
-        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        bytes.extend_from_slice(&checksum(Some(3), &payload).to_le_bytes());
         bytes.extend_from_slice(&payload);
         let path = dir.path().join("bad.wal");
-        std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(replay(&path, |_| Ok(())), Err(StoreError::Corrupt(_))));
+        std::fs::write(&path, file_with(3, &bytes)).unwrap();
+        assert!(matches!(replay(&path, 3, |_| Ok(())), Err(StoreError::Corrupt(_))));
     }
 
     #[test]
-    fn retired_files_are_never_listed_and_are_removed_later() {
+    fn files_from_before_the_header_still_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        encode(sample().iter(), 0, &mut bytes).unwrap();
+        // The old format: no file header, and the checksum of the payload alone.
+        let crc = checksum(None, &bytes[HEADER..]);
+        bytes[4..HEADER].copy_from_slice(&crc.to_le_bytes());
+        let path = dir.path().join(file_name(9));
+        std::fs::write(&path, &bytes).unwrap();
+        let (found, seen) = replayed(&path, 9);
+        assert_eq!(found, Replayed { records: 1, ops: 3, discarded: 0 });
+        assert!(same(&seen[0], &sample()));
+    }
+
+    #[test]
+    fn a_reused_file_replays_only_what_was_written_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 3).unwrap();
+        for _ in 0..3 {
+            let mut record = Vec::new();
+            encode(sample().iter(), 3, &mut record).unwrap();
+            wal.append(&record).unwrap();
+        }
+        let old_len = std::fs::metadata(dir.path().join(file_name(3))).unwrap().len();
+        drop(wal);
+        retire(dir.path(), 4).unwrap();
+        remove_retired(dir.path()).unwrap();
+        assert!(dir.path().join(SPARE).exists(), "the covered file is kept as the spare");
+
+        let mut wal = Wal::create(dir.path(), 4).unwrap();
+        assert!(!dir.path().join(SPARE).exists());
+        let path = dir.path().join(file_name(4));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), old_len, "the file is overwritten, not regrown");
+        // Before anything is appended, the file's old records are not this file's.
+        assert_eq!(replayed(&path, 4).0.records, 0);
+        let mut record = Vec::new();
+        encode(sample()[..1].iter(), 4, &mut record).unwrap();
+        wal.append(&record).unwrap();
+        let (found, seen) = replayed(&path, 4);
+        assert_eq!((found.records, found.ops), (1, 1));
+        assert!(same(&seen[0], &sample()[..1]));
+        assert!(found.discarded > 0, "the old records are still there, and ignored");
+    }
+
+    #[test]
+    fn a_reused_file_whose_new_header_never_landed_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 3).unwrap();
+        let mut record = Vec::new();
+        encode(sample().iter(), 3, &mut record).unwrap();
+        wal.append(&record).unwrap();
+        // Renamed for reuse as file 4, then a crash before its header was rewritten.
+        let path = dir.path().join(file_name(4));
+        std::fs::rename(dir.path().join(file_name(3)), &path).unwrap();
+        assert_eq!(replayed(&path, 4).0.records, 0);
+    }
+
+    #[test]
+    fn a_failed_append_is_cut_off_so_the_next_record_follows_the_last_good_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 5).unwrap();
+        let mut record = Vec::new();
+        encode(sample().iter(), 5, &mut record).unwrap();
+        wal.append(&record).unwrap();
+        // What a failed write leaves: part of a record after the last good one.
+        wal.file.write_all_at(&record[..record.len() / 2], wal.durable_len).unwrap();
+        wal.cut_back().unwrap();
+        wal.append(&record).unwrap();
+        assert_eq!(replayed(&dir.path().join(file_name(5)), 5).0, Replayed { records: 2, ops: 6, discarded: 0 });
+    }
+
+    #[test]
+    fn retired_files_are_never_listed_and_are_removed_later_but_one_spare() {
         let dir = tempfile::tempdir().unwrap();
         for seq in [3, 4, 5] {
             let mut wal = Wal::create(dir.path(), seq).unwrap();
             let mut record = Vec::new();
-            encode(sample().iter(), &mut record).unwrap();
+            encode(sample().iter(), seq, &mut record).unwrap();
             wal.append(&record).unwrap();
         }
         // A file bigger than one step, as a long-running log file is.
@@ -417,6 +571,8 @@ mod tests {
         remove_retired(dir.path()).unwrap();
         assert_eq!(retired(dir.path()), 0);
         assert_eq!(list(dir.path()).unwrap().len(), 1);
+        let spare = std::fs::metadata(dir.path().join(SPARE)).unwrap().len();
+        assert_eq!(spare, RETIRE_STEP * 2 + 10, "the largest is kept");
     }
 
     #[test]

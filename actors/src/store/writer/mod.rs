@@ -8,7 +8,7 @@
 //! sled's own files are made durable later by a checkpoint thread: `flush`, then a real `sync_data` on sled's
 //! data file (sled 0.34.7's `flush` stops at `sync_file_range`, which does not survive a power cut), then the
 //! blob files sled writes for large values and never syncs. Only then are the log files the checkpoint covers
-//! deleted. This keeps sled's costly transactions and flushes out of every answer's path: one append and one
+//! deleted (one is kept for the next file to overwrite, see [`super::wal`]). This keeps sled's costly transactions and flushes out of every answer's path: one append and one
 //! `fdatasync` per batch is the whole price of durability (see [`super::wal`] for why replay is exact).
 //!
 //! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its
@@ -91,13 +91,15 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir:
     let Some(&(last, _)) = files.last() else { return Ok(0) };
     let started = Instant::now();
     let (mut records, mut ops) = (0, 0);
-    for (_, path) in &files {
-        let found = wal::replay(path, |batch| apply(trees, order, batch.iter()).map(drop))?;
+    for (seq, path) in &files {
+        let found = wal::replay(path, *seq, |batch| apply(trees, order, batch.iter()).map(drop))?;
         if found.discarded > 0 {
-            tracing::warn!(
+            // A write that failed or was cut short by the crash (never acknowledged), or what a reused file
+            // held before.
+            tracing::info!(
                 file = %path.display(),
                 bytes = found.discarded,
-                "dropped the unacknowledged tail of a write-ahead log file"
+                "ignored the bytes after the last record of a write-ahead log file"
             );
         }
         records += found.records;

@@ -98,7 +98,7 @@ impl WriterThread {
             return Err(err.clone());
         }
         self.buffer.clear();
-        wal::encode(batch.iter().flat_map(|job| job.ops.iter()), &mut self.buffer)?;
+        wal::encode(batch.iter().flat_map(|job| job.ops.iter()), self.wal.seq(), &mut self.buffer)?;
         self.append()?;
         // The batch is durable in the log; sled must now hold it too, or reads and later decisions would go
         // on without it while a restart would bring it back. If sled refuses, stop writing until then.
