@@ -209,7 +209,8 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), StoreError> {
 pub(crate) struct Replayed {
     pub records: u64,
     pub ops: u64,
-    /// Bytes after the last good record: a write that failed before it was acknowledged, or a reused file's old records.
+    /// Bytes after the last good record: a write that failed before it was acknowledged, or the old records
+    /// of a reused file.
     pub discarded: u64,
 }
 
