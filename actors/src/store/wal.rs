@@ -27,9 +27,10 @@
 //! disk is shared, the tail varies more between runs than between the two).
 //!
 //! The sequence number in every checksum is what makes reuse safe: a record left from the file's previous
-//! use fails it and ends the replay, and a header that still names the previous number (a crash between the
-//! rename and the first append) makes the file empty. Files written before this format (no header, checksum
-//! of the payload alone) are still replayed.
+//! use fails it and ends the replay, and a header that names another number (one not yet durable) makes the
+//! file empty. A reused file gets its new header synced before it is renamed, so no crash leaves it under its
+//! new name with the start of its previous content. Files written before this format (no header, checksum of
+//! the payload alone) are still replayed.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -301,16 +302,24 @@ impl Wal {
         std::fs::create_dir_all(dir).map_err(io("create directory"))?;
         let path = dir.join(file_name(seq));
         let spare = dir.join(SPARE);
-        let file = if spare.exists() && !path.exists() {
-            std::fs::rename(&spare, &path).map_err(io("reuse the spare"))?;
-            OpenOptions::new().write(true).open(&path).map_err(io("open the reused spare"))?
-        } else {
-            OpenOptions::new().create_new(true).write(true).open(&path).map_err(io("create"))?
-        };
         let mut header = MAGIC.to_vec();
         header.extend_from_slice(&seq.to_le_bytes());
-        // Made durable by the first append's `sync_data`; until then a crash leaves a file that replays empty.
-        file.write_all_at(&header, 0).map_err(io("write the header"))?;
+        let file = if spare.exists() && !path.exists() {
+            // The new header is synced before the rename. Otherwise a crash after the rename reached the disk
+            // but before the header did would leave this name on the old content: an older header replays
+            // empty, but a file of the format before headers would replay its old records as this file's,
+            // putting back values that later changes replaced.
+            let file = OpenOptions::new().write(true).open(&spare).map_err(io("open the spare"))?;
+            file.write_all_at(&header, 0).and_then(|()| file.sync_data()).map_err(io("write the spare's header"))?;
+            std::fs::rename(&spare, &path).map_err(io("reuse the spare"))?;
+            file
+        } else {
+            let file = OpenOptions::new().create_new(true).write(true).open(&path).map_err(io("create"))?;
+            // A new file holds nothing else: the header is made durable by the first append's `sync_data`,
+            // and until then a crash leaves a file that replays empty.
+            file.write_all_at(&header, 0).map_err(io("write the header"))?;
+            file
+        };
         // The name must be durable before anything written under it is acknowledged.
         sync_dir(dir)?;
         Ok(Wal { dir: dir.to_path_buf(), file, seq, durable_len: FILE_HEADER })
@@ -425,6 +434,26 @@ mod tests {
         (found, seen)
     }
 
+    /// One record of [`sample`] in the format before headers: the checksum of the payload alone.
+    fn old_format_record() -> Vec<u8> {
+        let mut bytes = Vec::new();
+        encode(sample().iter(), 0, &mut bytes).unwrap();
+        let crc = checksum(None, &bytes[HEADER..]);
+        bytes[4..HEADER].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    /// Log file `seq`, created under `dir`, with `records` appended, each one record of [`sample`].
+    fn wal_with(dir: &Path, seq: u64, records: usize) -> (Wal, Vec<u8>) {
+        let mut wal = Wal::create(dir, seq).unwrap();
+        let mut record = Vec::new();
+        encode(sample().iter(), seq, &mut record).unwrap();
+        for _ in 0..records {
+            wal.append(&record).unwrap();
+        }
+        (wal, record)
+    }
+
     #[test]
     fn records_replay_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -478,13 +507,8 @@ mod tests {
     #[test]
     fn files_from_before_the_header_still_replay() {
         let dir = tempfile::tempdir().unwrap();
-        let mut bytes = Vec::new();
-        encode(sample().iter(), 0, &mut bytes).unwrap();
-        // The old format: no file header, and the checksum of the payload alone.
-        let crc = checksum(None, &bytes[HEADER..]);
-        bytes[4..HEADER].copy_from_slice(&crc.to_le_bytes());
         let path = dir.path().join(file_name(9));
-        std::fs::write(&path, &bytes).unwrap();
+        std::fs::write(&path, old_format_record()).unwrap();
         let (found, seen) = replayed(&path, 9);
         assert_eq!(found, Replayed { records: 1, ops: 3, discarded: 0 });
         assert!(same(&seen[0], &sample()));
@@ -493,12 +517,7 @@ mod tests {
     #[test]
     fn a_reused_file_replays_only_what_was_written_since() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 3).unwrap();
-        for _ in 0..3 {
-            let mut record = Vec::new();
-            encode(sample().iter(), 3, &mut record).unwrap();
-            wal.append(&record).unwrap();
-        }
+        let (wal, _) = wal_with(dir.path(), 3, 3);
         let old_len = std::fs::metadata(dir.path().join(file_name(3))).unwrap().len();
         drop(wal);
         retire(dir.path(), 4).unwrap();
@@ -521,25 +540,26 @@ mod tests {
     }
 
     #[test]
-    fn a_reused_file_whose_new_header_never_landed_is_empty() {
+    fn a_file_whose_header_names_another_number_is_empty() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 3).unwrap();
-        let mut record = Vec::new();
-        encode(sample().iter(), 3, &mut record).unwrap();
-        wal.append(&record).unwrap();
-        // Renamed for reuse as file 4, then a crash before its header was rewritten.
+        wal_with(dir.path(), 3, 1);
         let path = dir.path().join(file_name(4));
         std::fs::rename(dir.path().join(file_name(3)), &path).unwrap();
         assert_eq!(replayed(&path, 4).0.records, 0);
     }
 
     #[test]
+    fn an_old_format_file_kept_as_the_spare_never_replays_as_the_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(SPARE), old_format_record().repeat(3)).unwrap();
+        let _wal = Wal::create(dir.path(), 9).unwrap();
+        assert_eq!(replayed(&dir.path().join(file_name(9)), 9).0.records, 0);
+    }
+
+    #[test]
     fn a_failed_append_is_cut_off_so_the_next_record_follows_the_last_good_one() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 5).unwrap();
-        let mut record = Vec::new();
-        encode(sample().iter(), 5, &mut record).unwrap();
-        wal.append(&record).unwrap();
+        let (mut wal, record) = wal_with(dir.path(), 5, 1);
         // What a failed write leaves: part of a record after the last good one.
         wal.file.write_all_at(&record[..record.len() / 2], wal.durable_len).unwrap();
         wal.cut_back().unwrap();
@@ -551,10 +571,7 @@ mod tests {
     fn retired_files_are_never_listed_and_are_removed_later_but_one_spare() {
         let dir = tempfile::tempdir().unwrap();
         for seq in [3, 4, 5] {
-            let mut wal = Wal::create(dir.path(), seq).unwrap();
-            let mut record = Vec::new();
-            encode(sample().iter(), seq, &mut record).unwrap();
-            wal.append(&record).unwrap();
+            wal_with(dir.path(), seq, 1);
         }
         // A file bigger than one step, as a long-running log file is.
         let big = dir.path().join(file_name(2));

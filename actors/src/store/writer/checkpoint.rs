@@ -24,7 +24,8 @@ impl Checkpoint {
     }
 
     /// Syncs everything sled holds, which includes every batch of log files numbered below `before`, then
-    /// retires those files (no replay reads them again) and deletes them a few megabytes at a time.
+    /// retires those files (no replay reads them again), keeps one as the spare the next log file overwrites,
+    /// and deletes the others a few megabytes at a time.
     pub(super) fn run(&mut self, before: u64) -> Result<(), StoreError> {
         self.db.flush().map_err(|e| StoreError::Io(format!("flush: {e}")))?;
         self.data_file.sync_data().map_err(|e| StoreError::Io(format!("sync_data: {e}")))?;

@@ -8,8 +8,9 @@
 //! sled's own files are made durable later by a checkpoint thread: `flush`, then a real `sync_data` on sled's
 //! data file (sled 0.34.7's `flush` stops at `sync_file_range`, which does not survive a power cut), then the
 //! blob files sled writes for large values and never syncs. Only then are the log files the checkpoint covers
-//! deleted (one is kept for the next file to overwrite, see [`super::wal`]). This keeps sled's costly transactions and flushes out of every answer's path: one append and one
-//! `fdatasync` per batch is the whole price of durability (see [`super::wal`] for why replay is exact).
+//! deleted, but one kept for the next log file to overwrite. This keeps sled's costly transactions and flushes
+//! out of every answer's path: one append and one `fdatasync` per batch is the whole price of durability (see
+//! [`super::wal`] for why replay is exact and reuse safe).
 //!
 //! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its
 //! actor in decision order) land in order. When a batch fails, every job in it fails, and the guards of those
@@ -85,7 +86,7 @@ impl Drop for Writer {
 /// sequence number the next log file takes. Must run before anything reads the trees.
 pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir: &Path) -> Result<u64, StoreError> {
     let wal_dir = wal::wal_dir(dir);
-    // Retired files a crash left behind are already in sled; they are only deleted.
+    // Retired files a crash left behind are already in sled; they are deleted (or one kept as the spare).
     wal::remove_retired(&wal_dir)?;
     let files = wal::list(&wal_dir)?;
     let Some(&(last, _)) = files.last() else { return Ok(0) };
