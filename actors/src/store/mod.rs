@@ -14,6 +14,7 @@
 //! service if anything disagrees.
 
 mod layout;
+mod overlay;
 pub mod sled_store;
 mod wal;
 mod writer;

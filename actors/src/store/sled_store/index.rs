@@ -1,7 +1,9 @@
 //! The paged lists read through indexes: transactions and payouts walk a merchant's transaction index newest
 //! first, and what still waits for a provider is a range of the `pending` tree.
 
-use super::{io, SledStore, MAX_SCAN};
+use std::ops::Bound;
+
+use super::{SledStore, MAX_SCAN};
 use crate::core::Record;
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::records::{Payout, Transaction, TransactionType};
@@ -44,8 +46,9 @@ impl SledStore {
         let mut data = Vec::with_capacity(limit.min(100));
         let mut has_more = false;
         let mut last_scanned = None;
-        for (scanned, item) in self.trees[TX_INDEX].range(start..end).rev().enumerate() {
-            let (key, ptr) = item.map_err(io("tx_index"))?;
+        let range = self.scan(TX_INDEX, Bound::Included(&start), Bound::Excluded(&end), true)?;
+        for (scanned, item) in range.enumerate() {
+            let (key, ptr) = item?;
             if data.len() == limit || scanned == MAX_SCAN {
                 has_more = true;
                 break;
@@ -128,8 +131,8 @@ impl SledStore {
             // `after` was created at or after the cutoff: nothing older is left past it.
             return Ok(found);
         }
-        for item in self.trees[PENDING].range(start..end).take(limit) {
-            let (key, _) = item.map_err(io("pending"))?;
+        for item in self.scan(PENDING, Bound::Included(&start), Bound::Excluded(&end), false)?.take(limit) {
+            let (key, _) = item?;
             let corrupt = || StoreError::Corrupt("bad pending key".into());
             let created = key.get(1..9).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(corrupt)?;
             let id = key.get(9..9 + MERCHANT_ID_LEN).ok_or_else(corrupt)?;

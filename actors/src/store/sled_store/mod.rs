@@ -12,6 +12,7 @@ mod outbox;
 mod recovery;
 mod write;
 
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use serde::de::DeserializeOwned;
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use super::layout::*;
+use super::overlay::{Merged, Overlay};
 use super::writer::Writer;
 use super::{
     AuditReport, Change, IdempotencyRecord, Located, Page, Pending, Recovered, Store, StoreError, Ticket, WriteGuard,
@@ -36,6 +38,8 @@ const MAX_SCAN: usize = 5_000;
 
 pub struct SledStore {
     trees: Vec<sled::Tree>,
+    /// What is acknowledged but not yet in sled; every read looks here first (see [`super::overlay`]).
+    overlay: Arc<Overlay>,
     writer: Writer,
     healthy: Arc<AtomicBool>,
     feed: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Notification>>>,
@@ -45,12 +49,38 @@ fn io(context: &str) -> impl Fn(sled::Error) -> StoreError + '_ {
     move |e| StoreError::Io(format!("{context}: {e}"))
 }
 
+/// A range scan's items: the overlay merged with sled.
+type Scan = Box<dyn Iterator<Item = Result<(sled::IVec, sled::IVec), StoreError>> + Send>;
+
 impl SledStore {
     fn get<T: DeserializeOwned>(&self, tree: usize, key: &[u8]) -> Result<Option<T>, StoreError> {
-        match self.trees[tree].get(key).map_err(io(TREE_NAMES[tree]))? {
+        match self.raw(tree, key)? {
             Some(bytes) => decode(TREE_NAMES[tree], &bytes).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The value of `key`: the overlay's if it has the key, else sled's.
+    fn raw(&self, tree: usize, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+        match self.overlay.get(tree, key)? {
+            Some(entry) => Ok(entry.map(sled::IVec::from)),
+            None => self.trees[tree].get(key).map_err(io(TREE_NAMES[tree])),
+        }
+    }
+
+    /// The keys of `tree` between `start` and `end`, the overlay merged with sled, in key order or, with
+    /// `reverse`, from the end. The overlay's part is read first, so a layer the applier releases meanwhile is
+    /// still seen (sled holds it by then, and says the same).
+    fn scan(&self, tree: usize, start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool) -> Result<Scan, StoreError> {
+        let overlay = self.overlay.range(tree, start, end)?;
+        let range = self.trees[tree].range::<&[u8], _>((start, end));
+        let name = TREE_NAMES[tree];
+        let items: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>> + Send> = if reverse {
+            Box::new(Merged::new(range.rev(), overlay, true))
+        } else {
+            Box::new(Merged::new(range, overlay, false))
+        };
+        Ok(Box::new(items.map(move |item| item.map_err(io(name)))))
     }
 }
 
@@ -93,7 +123,7 @@ impl Store for SledStore {
     fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError> {
         // Looked up by hash, so the lookup's timing says nothing about the key; the caller then compares the
         // whole key in constant time.
-        let Some(id) = self.trees[MERCHANT_KEYS].get(key_hash(secret_key)).map_err(io("merchant_keys"))? else {
+        let Some(id) = self.raw(MERCHANT_KEYS, &key_hash(secret_key))? else {
             return Ok(None);
         };
         self.get(MERCHANTS, &id)
@@ -101,14 +131,24 @@ impl Store for SledStore {
 
     fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError> {
         let key = email.to_lowercase();
-        let Some(id) = self.trees[MERCHANT_EMAILS].get(key.as_bytes()).map_err(io("merchant_emails"))? else {
+        let Some(id) = self.raw(MERCHANT_EMAILS, key.as_bytes())? else {
             return Ok(None);
         };
         self.get(MERCHANTS, &id)
     }
 
     fn merchant_count(&self) -> Result<u64, StoreError> {
-        Ok(self.trees[MERCHANTS].len() as u64)
+        // sled's count, corrected by what the overlay adds or removes.
+        let merchants = &self.trees[MERCHANTS];
+        let mut count = merchants.len() as u64;
+        for (key, entry) in self.overlay.range(MERCHANTS, Bound::Unbounded, Bound::Unbounded)? {
+            match (entry.is_some(), merchants.contains_key(&key).map_err(io("merchants"))?) {
+                (true, false) => count += 1,
+                (false, true) => count = count.saturating_sub(1),
+                _ => {}
+            }
+        }
+        Ok(count)
     }
 
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
@@ -127,7 +167,7 @@ impl Store for SledStore {
         // References share one namespace per merchant: a refund's or a payout's is an entry in `refs`, a
         // payment's is the key of its record (stores written before payments stopped getting a `refs` entry
         // have both, and both say the same).
-        let Some(ptr) = self.trees[REFS].get(mkey(merchant, reference.as_bytes())).map_err(io("refs"))? else {
+        let Some(ptr) = self.raw(REFS, &mkey(merchant, reference.as_bytes()))? else {
             let payment = self.payment(merchant, reference)?;
             return Ok(payment.map(|p| Located {
                 kind: TransactionType::Paiement,
@@ -143,7 +183,7 @@ impl Store for SledStore {
     }
 
     fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, StoreError> {
-        let Some(value) = self.trees[TX_OWNER].get(transaction_id.as_bytes()).map_err(io("tx_owner"))? else {
+        let Some(value) = self.raw(TX_OWNER, transaction_id.as_bytes())? else {
             return Ok(None);
         };
         let corrupt = || StoreError::Corrupt(format!("bad owner of {transaction_id}"));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::{io, SledStore};
 use crate::store::layout::{APPLY_ORDER, TREE_NAMES};
+use crate::store::overlay::Overlay;
 use crate::store::writer::Writer;
 use crate::store::StoreError;
 
@@ -68,8 +69,17 @@ impl SledStore {
         let healthy = Arc::new(AtomicBool::new(true));
         let (feed_tx, feed_rx) = tokio::sync::mpsc::channel(FEED_CAPACITY);
         let next_log = crate::store::writer::recover(&db, &trees, &APPLY_ORDER, dir)?;
-        let writer =
-            Writer::spawn(db.clone(), trees.clone(), APPLY_ORDER.to_vec(), dir, next_log, healthy.clone(), feed_tx)?;
-        Ok(SledStore { trees, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
+        let overlay = Arc::new(Overlay::new(trees.len()));
+        let writer = Writer::spawn(
+            db.clone(),
+            trees.clone(),
+            APPLY_ORDER.to_vec(),
+            overlay.clone(),
+            dir,
+            next_log,
+            healthy.clone(),
+            feed_tx,
+        )?;
+        Ok(SledStore { trees, overlay, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
     }
 }

@@ -1,7 +1,9 @@
 //! Reading webhook notifications: a notification with its body, a merchant's notification list, and the scan
 //! of the due index that feeds the dispatcher.
 
-use super::{io, SledStore, MAX_SCAN};
+use std::ops::Bound;
+
+use super::{SledStore, MAX_SCAN};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
@@ -23,9 +25,8 @@ impl SledStore {
 
     fn with_body(&self, mut n: Notification) -> Result<Notification, StoreError> {
         if n.body.is_empty() {
-            let bytes = self.trees[OUTBOX_BODY]
-                .get(n.id.as_bytes())
-                .map_err(io("outbox_body"))?
+            let bytes = self
+                .raw(OUTBOX_BODY, n.id.as_bytes())?
                 .ok_or_else(|| StoreError::Corrupt(format!("notification {} has no body", n.id)))?;
             n.body = String::from_utf8(bytes.to_vec())
                 .map_err(|_| StoreError::Corrupt(format!("notification {} body is not UTF-8", n.id)))?;
@@ -49,8 +50,9 @@ impl SledStore {
         let mut data = Vec::new();
         let mut has_more = false;
         let mut last = None;
-        for (scanned, item) in self.trees[OUTBOX_BY_MERCHANT].range(start..end).rev().enumerate() {
-            let (key, _) = item.map_err(io("outbox_by_merchant"))?;
+        let range = self.scan(OUTBOX_BY_MERCHANT, Bound::Included(&start), Bound::Excluded(&end), true)?;
+        for (scanned, item) in range.enumerate() {
+            let (key, _) = item?;
             if data.len() == limit || scanned == MAX_SCAN {
                 has_more = true;
                 break;
@@ -77,11 +79,11 @@ impl SledStore {
         let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
         let mut due = Vec::new();
         let mut stale = Vec::new();
-        for item in self.trees[OUTBOX_DUE].range(..end.as_slice()) {
+        for item in self.scan(OUTBOX_DUE, Bound::Unbounded, Bound::Excluded(end.as_slice()), false)? {
             if due.len() >= limit {
                 break;
             }
-            let (key, _) = item.map_err(io("outbox_due"))?;
+            let (key, _) = item?;
             let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
             if skip(std::str::from_utf8(id).unwrap_or_default()) {
                 continue;

@@ -1,9 +1,10 @@
 //! Rebuilding balances from the journal: recovering one merchant from its snapshot, and the startup audit that
 //! replays every merchant's whole ledger and checks each snapshot against it.
 
+use std::ops::Bound;
 use std::time::Instant;
 
-use super::{io, SledStore};
+use super::SledStore;
 use crate::core::JournalEvent;
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::ledger::{check_balanced, Balances};
@@ -44,12 +45,13 @@ impl SledStore {
         &self,
         merchant: &MerchantId,
         after_seq: u64,
-    ) -> impl Iterator<Item = Result<JournalEvent, StoreError>> + '_ {
+    ) -> Box<dyn Iterator<Item = Result<JournalEvent, StoreError>>> {
         let start = journal_key(merchant, after_seq.saturating_add(1));
         let end = journal_key(merchant, u64::MAX);
-        self.trees[JOURNAL]
-            .range(start..=end)
-            .map(|item| item.map_err(io("journal")).and_then(|(_, v)| decode::<JournalEvent>("journal", &v)))
+        match self.scan(JOURNAL, Bound::Included(&start), Bound::Included(&end), false) {
+            Ok(items) => Box::new(items.map(|item| item.and_then(|(_, v)| decode::<JournalEvent>("journal", &v)))),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        }
     }
 
     /// [`Store::recover_merchant`](crate::store::Store::recover_merchant): the latest snapshot, then the journal
@@ -77,8 +79,8 @@ impl SledStore {
             }
             Ok(())
         };
-        for item in self.trees[JOURNAL].iter() {
-            let (key, value) = item.map_err(io("journal"))?;
+        for item in self.scan(JOURNAL, Bound::Unbounded, Bound::Unbounded, false)? {
+            let (key, value) = item?;
             let id_bytes = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short journal key".into()))?;
             let same = current.as_ref().is_some_and(|(m, _, _)| m.as_bytes() == id_bytes);
             if !same {

@@ -1,7 +1,7 @@
 //! What the store writes: each write ([`Change`], merchant, notification state) turned into the sled
 //! operations the group-commit writer applies as one batch.
 
-use super::{io, SledStore};
+use super::SledStore;
 use crate::core::Record;
 use crate::domain::records::{DeliveryState, Merchant, Notification, TransactionType};
 use crate::store::writer::Op;
@@ -71,7 +71,7 @@ impl SledStore {
         previous_key: Option<String>,
     ) -> Result<Ticket, StoreError> {
         let email = merchant.email.to_lowercase();
-        if let Some(owner) = self.trees[MERCHANT_EMAILS].get(email.as_bytes()).map_err(io("merchant_emails"))? {
+        if let Some(owner) = self.raw(MERCHANT_EMAILS, email.as_bytes())? {
             if owner.as_ref() != merchant.id.as_bytes() {
                 return Err(StoreError::Conflict(format!("a merchant with e-mail {email} already exists")));
             }

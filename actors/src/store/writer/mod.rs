@@ -2,28 +2,33 @@
 //!
 //! Writers enqueue a job (the sled operations of one change) on a bounded queue and get a ticket. The thread
 //! takes the first waiting job, then everything else already queued up to [`MAX_BATCH_JOBS`], appends all
-//! their operations to the write-ahead log as one record, calls `sync_data` on it, applies them to sled's trees
-//! (in memory), and only then completes the tickets. Reads therefore see a change no later than its answer.
+//! their operations to the write-ahead log as one record, calls `sync_data` on it, records them in the
+//! overlay's open layer (in memory, visible to every reader), and only then completes the tickets. Reads
+//! therefore see a change no later than its answer.
 //!
-//! sled's own files are made durable later by a checkpoint thread: `flush`, then a real `sync_data` on sled's
-//! data file (sled 0.34.7's `flush` stops at `sync_file_range`, which does not survive a power cut), then the
-//! blob files sled writes for large values and never syncs. Only then are the log files the checkpoint covers
-//! deleted, but one kept for the next log file to overwrite. This keeps sled's costly transactions and flushes
-//! out of every answer's path: one append and one `fdatasync` per batch is the whole price of durability (see
-//! [`super::wal`] for why replay is exact and reuse safe).
+//! sled receives the changes from the applier thread, a closed overlay layer at a time (see
+//! [`super::overlay`]): the writer closes its open layer once it holds [`LAYER_OPS`] operations or is
+//! [`LAYER_AGE`] old, and waits if the applier is more than [`APPLIER_QUEUE`] layers behind. sled's own files
+//! are made durable later by a checkpoint thread: `flush`, then a real `sync_data` on sled's data file (sled
+//! 0.34.7's `flush` stops at `sync_file_range`, which does not survive a power cut), then the blob files sled
+//! writes for large values and never syncs. Only then are the log files the checkpoint covers deleted, but one
+//! kept for the next log file to overwrite. This keeps sled's inserts and flushes out of every answer's path:
+//! one append and one `fdatasync` per batch is the whole price of durability (see [`super::wal`] for why
+//! replay is exact and reuse safe).
 //!
 //! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its
 //! actor in decision order) land in order. When a batch fails, every job in it fails, and the guards of those
 //! jobs are set so that later jobs from the same actors fail too (see [`super::WriteGuard`]). A failure the
 //! writer can undo (the log append was cut back) leaves the store unhealthy until an append succeeds again; it
-//! probes once a second while idle, so health comes back when the disk does. A failure it cannot undo stops all
-//! writing until a restart, which replays the log.
+//! probes once a second while idle, so health comes back when the disk does. A failure it cannot undo, or sled
+//! refusing a layer, stops all writing until a restart, which replays the log.
 //!
 //! This file holds the [`Writer`] handle that queues jobs and [`recover`], which replays the log at start;
-//! `thread` holds the writer thread's loop and its commit of a batch, `apply` writes a batch into sled's trees,
-//! `health` keeps the health flag in step with the disk and probes it while idle, and `checkpoint` makes sled's
-//! files durable so that log files can be deleted.
+//! `thread` holds the writer thread's loop and its commit of a batch, `applier` takes closed layers to sled,
+//! `apply` writes a logged batch into sled's trees at start, `health` keeps the health flag in step with the
+//! disk and probes it while idle, and `checkpoint` makes sled's files durable so that log files can be deleted.
 
+mod applier;
 mod apply;
 mod checkpoint;
 mod health;
@@ -37,9 +42,11 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
+use self::applier::{Applier, Failure, Task};
 use self::apply::apply;
 use self::checkpoint::Checkpoint;
 use self::thread::WriterThread;
+use super::overlay::Overlay;
 use super::wal::{self, Wal};
 use super::{StoreError, Ticket, WriteGuard};
 use crate::domain::records::Notification;
@@ -48,6 +55,15 @@ use crate::domain::records::Notification;
 pub(crate) const MAX_BATCH_JOBS: usize = 2048;
 /// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
 pub(crate) const QUEUE_CAPACITY: usize = 32 * 1024;
+/// The open overlay layer is closed once it holds this many operations, which bounds the overlay's memory:
+/// with [`APPLIER_QUEUE`] closed layers waiting and one being applied, at most four layers (about 15 MB each
+/// at the sizes a payment writes) are held at once, and a writer that gets further ahead of sled waits.
+pub(crate) const LAYER_OPS: usize = 32 * 1024;
+/// The open layer is closed after this long even if it is not full, so that a quiet store reaches sled (and
+/// its checkpoints) soon. It is also about how long a short-lived key may live and never reach sled.
+pub(crate) const LAYER_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Closed layers waiting for the applier before the writer waits for it.
+const APPLIER_QUEUE: usize = 2;
 
 pub(crate) enum Op {
     Insert(usize, Vec<u8>, Vec<u8>),
@@ -119,10 +135,12 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir:
 }
 
 impl Writer {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn spawn(
         db: sled::Db,
         trees: Vec<sled::Tree>,
         order: Vec<usize>,
+        overlay: Arc<Overlay>,
         dir: &Path,
         next_seq: u64,
         healthy: Arc<AtomicBool>,
@@ -131,38 +149,38 @@ impl Writer {
         let wal = Wal::create(&wal::wal_dir(dir), next_seq)?;
         let checkpoint = Checkpoint::open(db, dir)?;
         let (queue, jobs) = std_mpsc::sync_channel(QUEUE_CAPACITY);
-        let (to_checkpointer, requests) = std_mpsc::sync_channel::<u64>(1);
+        let (to_applier, tasks) = std_mpsc::sync_channel::<Task>(APPLIER_QUEUE);
         let generations: Arc<Vec<AtomicU64>> = Arc::new(trees.iter().map(|_| AtomicU64::new(0)).collect());
         let busy = Arc::new(AtomicBool::new(false));
-        let checkpointer = {
-            let (mut checkpoint, busy) = (checkpoint, busy.clone());
+        let failure: Failure = Arc::default();
+        let applier = {
+            let applier = Applier {
+                trees,
+                order,
+                overlay: overlay.clone(),
+                failure: failure.clone(),
+                healthy: healthy.clone(),
+                checkpoint_busy: busy.clone(),
+            };
             std::thread::Builder::new()
-                .name("caisse-store-checkpoint".into())
-                .spawn(move || {
-                    while let Ok(before) = requests.recv() {
-                        if let Err(err) = checkpoint.run(before) {
-                            // The log files stay; the next checkpoint covers them too.
-                            tracing::error!(error = %err, "checkpoint failed; the write-ahead log keeps the changes");
-                        }
-                        busy.store(false, Ordering::Release);
-                    }
-                    checkpoint
-                })
-                .map_err(|e| StoreError::Io(format!("start checkpoint thread: {e}")))?
+                .name("caisse-store-applier".into())
+                .spawn(move || applier.run(tasks, checkpoint))
+                .map_err(|e| StoreError::Io(format!("start applier thread: {e}")))?
         };
         let mut thread = WriterThread {
-            trees,
-            order,
+            overlay,
             generations: generations.clone(),
             wal,
             jobs,
             healthy,
             broken: None,
             feed,
-            to_checkpointer: Some(to_checkpointer),
-            checkpointer: Some(checkpointer),
+            to_applier: Some(to_applier),
+            applier: Some(applier),
+            apply_failure: failure,
             checkpoint_busy: busy,
             rotated_at: Instant::now(),
+            layer_opened_at: Instant::now(),
             buffer: Vec::new(),
         };
         let thread = std::thread::Builder::new()
@@ -194,6 +212,80 @@ impl Writer {
             Ok(()) => Ok(ticket),
             Err(TrySendError::Full(_)) => Err(StoreError::Overloaded),
             Err(TrySendError::Disconnected(_)) => Err(StoreError::Closed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        trees: Vec<sled::Tree>,
+        overlay: Arc<Overlay>,
+        writer: Writer,
+    }
+
+    fn start() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).flush_every_ms(None).open().unwrap();
+        let trees: Vec<sled::Tree> = (0..2).map(|i| db.open_tree(format!("t{i}")).unwrap()).collect();
+        let overlay = Arc::new(Overlay::new(trees.len()));
+        let (feed, _) = mpsc::channel(16);
+        let healthy = Arc::new(AtomicBool::new(true));
+        let writer =
+            Writer::spawn(db, trees.clone(), vec![0, 1], overlay.clone(), dir.path(), 0, healthy, feed).unwrap();
+        Fixture { _dir: dir, trees, overlay, writer }
+    }
+
+    fn commit(writer: &Writer, ops: Vec<Op>) {
+        writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+    }
+
+    #[test]
+    fn an_acknowledged_change_is_readable_at_once_and_reaches_sled_within_a_layer_age() {
+        let f = start();
+        commit(&f.writer, vec![Op::Insert(1, b"k".to_vec(), b"v".to_vec()), Op::Insert(0, b"gone".to_vec(), vec![])]);
+        commit(&f.writer, vec![Op::Remove(0, b"gone".to_vec())]);
+        assert_eq!(f.overlay.get(1, b"k").unwrap(), Some(Some(b"v".to_vec())));
+        assert_eq!(f.overlay.get(0, b"gone").unwrap(), Some(None));
+        assert!(f.writer.generation(1) > 0);
+        // The open layer is closed after LAYER_AGE, at the writer's next batch or idle tick.
+        let deadline = Instant::now() + LAYER_AGE + Duration::from_secs(5);
+        while f.overlay.get(1, b"k").unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the layer never reached sled");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(f.trees[1].get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        assert_eq!(f.trees[0].get(b"gone").unwrap(), None);
+        assert_eq!(f.overlay.depth(), 1);
+    }
+
+    #[test]
+    fn dropping_the_writer_applies_the_open_layer_and_leaves_nothing_to_replay() {
+        let f = start();
+        commit(&f.writer, vec![Op::Insert(0, b"a".to_vec(), b"1".to_vec())]);
+        let Fixture { _dir: dir, trees, overlay, writer } = f;
+        drop(writer);
+        assert_eq!(trees[0].get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(overlay.depth(), 1);
+        let leftover = wal::list(&wal::wal_dir(dir.path())).unwrap();
+        assert!(leftover.is_empty(), "log files left after a clean stop: {leftover:?}");
+    }
+
+    #[test]
+    fn a_full_layer_is_closed_without_waiting_for_its_age() {
+        let f = start();
+        let ops = (0..LAYER_OPS as u32 + 1).map(|i| Op::Insert(0, i.to_be_bytes().to_vec(), vec![1])).collect();
+        commit(&f.writer, ops);
+        // The next batch finds the layer closed (or applied) well before LAYER_AGE.
+        let started = Instant::now();
+        while f.trees[0].get(0u32.to_be_bytes()).unwrap().is_none() {
+            assert!(started.elapsed() < LAYER_AGE, "a full layer waited for its age");
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

@@ -1,6 +1,6 @@
-//! The writer thread: its loop that gathers queued jobs into batches, the commit of a batch (log append, sled
-//! apply, completing the tickets), handing full or old log files to the checkpoint thread, and the final
-//! checkpoint when every handle is gone.
+//! The writer thread: its loop that gathers queued jobs into batches, the commit of a batch (log append, the
+//! overlay, completing the tickets), closing overlay layers for the applier, handing full or old log files to
+//! a checkpoint, and the final checkpoint when every handle is gone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self as std_mpsc, RecvTimeoutError};
@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::apply::apply;
+use super::applier::{Failure, Task};
 use super::checkpoint::Checkpoint;
-use super::{Job, MAX_BATCH_JOBS};
+use super::{Job, Op, LAYER_AGE, LAYER_OPS, MAX_BATCH_JOBS};
 use crate::domain::records::Notification;
+use crate::store::overlay::Overlay;
 use crate::store::wal::{self, Wal};
 use crate::store::StoreError;
 
@@ -24,9 +25,8 @@ const ROTATE_AFTER: Duration = Duration::from_secs(5);
 const IDLE_TICK: Duration = Duration::from_secs(1);
 
 pub(super) struct WriterThread {
-    pub(super) trees: Vec<sled::Tree>,
-    /// The order batches are applied in (see [`apply`]).
-    pub(super) order: Vec<usize>,
+    /// Where a durable batch becomes visible; the applier takes it to sled from there.
+    pub(super) overlay: Arc<Overlay>,
     pub(super) generations: Arc<Vec<AtomicU64>>,
     pub(super) wal: Wal,
     pub(super) jobs: std_mpsc::Receiver<Job>,
@@ -34,10 +34,14 @@ pub(super) struct WriterThread {
     /// Set when a failure could not be undone; every later write gets this error until a restart.
     pub(super) broken: Option<StoreError>,
     pub(super) feed: mpsc::Sender<Notification>,
-    pub(super) to_checkpointer: Option<std_mpsc::SyncSender<u64>>,
-    pub(super) checkpointer: Option<std::thread::JoinHandle<Checkpoint>>,
+    pub(super) to_applier: Option<std_mpsc::SyncSender<Task>>,
+    pub(super) applier: Option<std::thread::JoinHandle<Result<Checkpoint, StoreError>>>,
+    /// Set by the applier if sled refused a layer.
+    pub(super) apply_failure: Failure,
     pub(super) checkpoint_busy: Arc<AtomicBool>,
     pub(super) rotated_at: Instant,
+    /// When the overlay's open layer was opened.
+    pub(super) layer_opened_at: Instant,
     /// The log record being built, kept between batches so its allocation is reused.
     pub(super) buffer: Vec<u8>,
 }
@@ -60,6 +64,7 @@ impl WriterThread {
                 Err(RecvTimeoutError::Timeout) => self.idle(),
                 Err(RecvTimeoutError::Disconnected) => break,
             }
+            self.maybe_close_layer();
             self.maybe_rotate();
         }
         self.shut_down();
@@ -75,7 +80,8 @@ impl WriterThread {
         if batch.is_empty() {
             return;
         }
-        let result = self.write(&batch);
+        let mut batch = batch;
+        let result = self.write(&mut batch);
         if let Err(err) = &result {
             tracing::error!(error = %err, jobs = batch.len(), "group commit failed; its changes are refused");
         }
@@ -93,16 +99,26 @@ impl WriterThread {
         }
     }
 
-    fn write(&mut self, batch: &[Job]) -> Result<(), StoreError> {
+    fn write(&mut self, batch: &mut [Job]) -> Result<(), StoreError> {
+        if self.broken.is_none() {
+            if let Some(err) = self.apply_failure.lock().ok().and_then(|failure| failure.clone()) {
+                self.broken = Some(err);
+            }
+        }
         if let Some(err) = &self.broken {
             return Err(err.clone());
         }
         self.buffer.clear();
         wal::encode(batch.iter().flat_map(|job| job.ops.iter()), self.wal.seq(), &mut self.buffer)?;
         self.append()?;
-        // The batch is durable in the log; sled must now hold it too, or reads and later decisions would go
-        // on without it while a restart would bring it back. If sled refuses, stop writing until then.
-        match apply(&self.trees, &self.order, batch.iter().flat_map(|job| job.ops.iter())) {
+        // The batch is durable in the log; from the overlay every reader sees it, and the applier takes it to
+        // sled. Recording cannot fail for a batch the log took, short of a bug; if it does, stop writing until
+        // a restart replays the log, which holds the batch.
+        let ops = batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(|op| match op {
+            Op::Insert(tree, key, value) => (tree, key, Some(value)),
+            Op::Remove(tree, key) => (tree, key, None),
+        });
+        match self.overlay.record(ops) {
             Ok(touched) => {
                 for (index, generation) in self.generations.iter().enumerate() {
                     if touched & 1u64.checked_shl(index as u32).unwrap_or(0) != 0 {
@@ -120,6 +136,39 @@ impl WriterThread {
         }
     }
 
+    /// Closes the overlay's open layer and hands it to the applier once it is full or old enough. Waits while
+    /// the applier is [`super::APPLIER_QUEUE`] layers behind: the overlay's bound, and the writer's
+    /// backpressure when sled cannot keep up.
+    fn maybe_close_layer(&mut self) {
+        let recorded = self.overlay.open_recorded();
+        if recorded >= LAYER_OPS || (recorded > 0 && self.layer_opened_at.elapsed() >= LAYER_AGE) {
+            self.close_layer();
+        }
+    }
+
+    fn close_layer(&mut self) {
+        if self.broken.is_some() || self.overlay.open_recorded() == 0 {
+            return;
+        }
+        let Some(to_applier) = &self.to_applier else { return };
+        match self.overlay.freeze() {
+            Ok(layer) => {
+                self.layer_opened_at = Instant::now();
+                if to_applier.send(Task::Apply(layer)).is_err() {
+                    self.fail("the applier thread is gone");
+                }
+            }
+            Err(err) => self.fail(&err.to_string()),
+        }
+    }
+
+    fn fail(&mut self, why: &str) {
+        let err = StoreError::Io(format!("{why}; the store stopped writing until a restart replays the log"));
+        tracing::error!(error = %err, "store writer");
+        self.broken = Some(err);
+        self.healthy.store(false, Ordering::Release);
+    }
+
     fn maybe_rotate(&mut self) {
         let due = self.wal.len() >= ROTATE_BYTES || (self.wal.len() > 0 && self.rotated_at.elapsed() >= ROTATE_AFTER);
         // No checkpoint while appends fail: sled keeps any write error until it is reopened, so it must not
@@ -128,13 +177,16 @@ impl WriterThread {
         if !due || unhealthy || self.broken.is_some() || self.checkpoint_busy.load(Ordering::Acquire) {
             return;
         }
-        let Some(to_checkpointer) = &self.to_checkpointer else { return };
         match self.wal.rotate() {
             Ok(next) => {
                 self.wal = next;
                 self.rotated_at = Instant::now();
+                // Every change of the older files is in the open layer or an earlier one: close it, so the
+                // applier has them all in sled before it passes the checkpoint on.
+                self.close_layer();
+                let Some(to_applier) = &self.to_applier else { return };
                 self.checkpoint_busy.store(true, Ordering::Release);
-                if to_checkpointer.try_send(self.wal.seq()).is_err() {
+                if to_applier.send(Task::Checkpoint(self.wal.seq())).is_err() {
                     self.checkpoint_busy.store(false, Ordering::Release);
                 }
             }
@@ -143,15 +195,25 @@ impl WriterThread {
         }
     }
 
-    /// Every handle is gone: checkpoint everything, so the next start has nothing to replay.
+    /// Every handle is gone: apply what the overlay holds and checkpoint everything, so the next start has
+    /// nothing to replay.
     fn shut_down(&mut self) {
-        self.to_checkpointer = None;
-        let Some(checkpointer) = self.checkpointer.take() else { return };
-        let Ok(mut checkpoint) = checkpointer.join() else {
-            tracing::error!("the checkpoint thread panicked; the next start replays the write-ahead log");
-            return;
+        self.close_layer();
+        self.to_applier = None;
+        let Some(applier) = self.applier.take() else { return };
+        let mut checkpoint = match applier.join() {
+            Ok(Ok(checkpoint)) => checkpoint,
+            Ok(Err(err)) => {
+                tracing::error!(error = %err, "the applier stopped; the next start replays the write-ahead log");
+                return;
+            }
+            Err(_) => {
+                tracing::error!("the applier thread panicked; the next start replays the write-ahead log");
+                return;
+            }
         };
-        if self.broken.is_some() {
+        let failed = self.apply_failure.lock().map_or(true, |failure| failure.is_some());
+        if self.broken.is_some() || failed {
             return;
         }
         match checkpoint.run(self.wal.seq() + 1) {

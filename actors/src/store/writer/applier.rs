@@ -1,0 +1,89 @@
+//! The applier thread: it takes the overlay's closed layers in the order the writer closed them, applies each
+//! to sled and drops it from the read path, and passes the writer's checkpoint requests on to the checkpoint
+//! thread once every layer before them is in sled.
+//!
+//! A checkpoint covers the log files numbered below the one the writer rotated to, and the writer closes the
+//! open layer when it rotates, before it asks for the checkpoint; since this thread handles both in order, sled
+//! holds every change of the covered files when the checkpoint starts to make sled durable.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self as std_mpsc, Receiver};
+use std::sync::{Arc, Mutex};
+
+use super::checkpoint::Checkpoint;
+use crate::store::overlay::{Layer, Overlay};
+use crate::store::StoreError;
+
+/// What the writer hands the applier.
+pub(super) enum Task {
+    /// A closed layer to apply to sled.
+    Apply(Arc<Layer>),
+    /// Checkpoint the log files numbered below this one.
+    Checkpoint(u64),
+}
+
+/// Set by the applier when sled refused a layer; the writer then refuses every write until a restart replays
+/// the log. The layer stays in the overlay, so reads keep seeing everything that was acknowledged.
+pub(super) type Failure = Arc<Mutex<Option<StoreError>>>;
+
+pub(super) struct Applier {
+    pub(super) trees: Vec<sled::Tree>,
+    pub(super) order: Vec<usize>,
+    pub(super) overlay: Arc<Overlay>,
+    pub(super) failure: Failure,
+    pub(super) healthy: Arc<AtomicBool>,
+    /// Cleared by the checkpoint thread when it is done, or here when a request is not passed on.
+    pub(super) checkpoint_busy: Arc<AtomicBool>,
+}
+
+impl Applier {
+    /// Runs until the writer drops its end of `tasks`, then waits for the checkpoint thread and returns its
+    /// [`Checkpoint`] for the writer's final one.
+    pub(super) fn run(self, tasks: Receiver<Task>, checkpoint: Checkpoint) -> Result<Checkpoint, StoreError> {
+        let (to_checkpointer, requests) = std_mpsc::sync_channel::<u64>(1);
+        let checkpointer = {
+            let (mut checkpoint, busy) = (checkpoint, self.checkpoint_busy.clone());
+            std::thread::Builder::new()
+                .name("caisse-store-checkpoint".into())
+                .spawn(move || {
+                    while let Ok(before) = requests.recv() {
+                        if let Err(err) = checkpoint.run(before) {
+                            // The log files stay; the next checkpoint covers them too.
+                            tracing::error!(error = %err, "checkpoint failed; the write-ahead log keeps the changes");
+                        }
+                        busy.store(false, Ordering::Release);
+                    }
+                    checkpoint
+                })
+                .map_err(|e| StoreError::Io(format!("start checkpoint thread: {e}")))?
+        };
+        while let Ok(task) = tasks.recv() {
+            let failed = self.failure.lock().map_or(true, |f| f.is_some());
+            match task {
+                Task::Apply(layer) if !failed => self.apply(&layer),
+                Task::Checkpoint(before) if !failed => {
+                    if to_checkpointer.try_send(before).is_err() {
+                        self.checkpoint_busy.store(false, Ordering::Release);
+                    }
+                }
+                // After a failure sled is not touched again: the log holds everything until a restart.
+                Task::Apply(_) => {}
+                Task::Checkpoint(_) => self.checkpoint_busy.store(false, Ordering::Release),
+            }
+        }
+        drop(to_checkpointer);
+        checkpointer.join().map_err(|_| StoreError::Io("the checkpoint thread panicked".into()))
+    }
+
+    fn apply(&self, layer: &Arc<Layer>) {
+        let result = layer.apply(&self.trees, &self.order).and_then(|_| self.overlay.release(layer));
+        if let Err(err) = result {
+            let err = StoreError::Io(format!("{err}; the store stopped writing until a restart replays the log"));
+            tracing::error!(error = %err, "applying the overlay to sled failed");
+            self.healthy.store(false, Ordering::Release);
+            if let Ok(mut failure) = self.failure.lock() {
+                *failure = Some(err);
+            }
+        }
+    }
+}
