@@ -5,6 +5,11 @@
 //! the transaction index is keyed by `merchant ++ ULID of the transaction id`, which sorts by creation time,
 //! so listing newest first is a reverse range scan. Values are JSON: readable with any sled dump, and the
 //! record structs already are the API's shapes.
+//!
+//! A notification is one `outbox` record, body included. Stores written by earlier versions kept bodies apart
+//! in `outbox_body` (so that saving an attempt did not rewrite the body); their records have an empty body,
+//! and reading them still takes it from there. Since changes reach sled through the overlay, a notification
+//! delivered at its first attempt reaches sled once, created and delivered, so one key does better than two.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -14,7 +19,7 @@ use super::writer::Op;
 use super::StoreError;
 use crate::core::Record;
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
-use crate::domain::records::{Notification, TransactionType};
+use crate::domain::records::TransactionType;
 use crate::domain::status::{PaymentStatus, PayoutStatus, RefundStatus};
 use crate::domain::time::Timestamp;
 
@@ -81,23 +86,6 @@ pub(super) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
 
 pub(super) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
-}
-
-/// A notification as the outbox tree keeps it: everything but the body, which is written once beside it.
-pub(super) fn encode_state(n: &Notification) -> Result<Vec<u8>, StoreError> {
-    encode(&Notification {
-        id: n.id.clone(),
-        merchant: n.merchant.clone(),
-        event: n.event,
-        reference: n.reference.clone(),
-        body: String::new(),
-        created_at: n.created_at,
-        state: n.state,
-        next_attempt_at: n.next_attempt_at,
-        attempts: n.attempts.clone(),
-        chain_attempts: n.chain_attempts,
-        total_attempts: n.total_attempts,
-    })
 }
 
 pub(super) fn mkey(merchant: &MerchantId, rest: &[u8]) -> Vec<u8> {

@@ -14,8 +14,8 @@ use crate::store::{Page, StoreError};
 use crate::store::layout::*;
 
 impl SledStore {
-    /// A notification with its body, which lives in its own tree so that saving an attempt does not
-    /// rewrite it. Records from before that split still carry their body inline.
+    /// A notification with its body: inline in its record, or, for one stored while bodies lived apart, in
+    /// `outbox_body`.
     pub(super) fn load_notification(&self, id: &[u8]) -> Result<Option<Notification>, StoreError> {
         match self.get::<Notification>(OUTBOX, id)? {
             Some(n) => self.with_body(n).map(Some),

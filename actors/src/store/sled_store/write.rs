@@ -47,8 +47,9 @@ impl SledStore {
                 chain_attempts: 0,
                 total_attempts: 0,
             };
-            ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode_state(&notification)?));
-            ops.push(Op::Insert(OUTBOX_BODY, item.id.as_bytes().to_vec(), item.body.as_bytes().to_vec()));
+            // The body is kept inline: most notifications are delivered before their overlay layer reaches
+            // sled, so the record is written there once, body and final state together (see `layout`).
+            ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode(&notification)?));
             ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), Vec::new()));
             ops.push(Op::Insert(OUTBOX_BY_MERCHANT, mkey(m, item.id.as_bytes()), Vec::new()));
             created.push(notification);
@@ -94,7 +95,9 @@ impl SledStore {
         before: &Notification,
         after: &Notification,
     ) -> Result<Ticket, StoreError> {
-        let mut ops = vec![Op::Insert(OUTBOX, after.id.as_bytes().to_vec(), encode_state(after)?)];
+        // A notification stored while bodies lived apart has its body in `outbox_body`; its copy here may come
+        // without one, and reading it back still finds the body there.
+        let mut ops = vec![Op::Insert(OUTBOX, after.id.as_bytes().to_vec(), encode(after)?)];
         if let Some(at) = before.next_attempt_at {
             ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
         }
