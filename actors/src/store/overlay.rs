@@ -48,13 +48,22 @@ impl Layer {
         self.recorded.load(Ordering::Relaxed)
     }
 
-    /// Applies the layer to sled, each tree in key order, on two threads when the layer is large: the trees
-    /// are split in two groups of about the same number of keys, since sled's trees take inserts concurrently
-    /// and one thread applying a full layer is what limits the store's write rate (README "Performance"). The
-    /// order between trees does not matter, because the layer stays in the read path until all of it is in
-    /// sled. A removal of a key sled does not hold costs sled a lookup and nothing else (it short-circuits a
-    /// no-op delete). Returns the number of keys applied.
-    pub(crate) fn apply(&self, trees: &[sled::Tree], order: &[usize]) -> Result<usize, StoreError> {
+    /// Applies the layer to sled, each tree in key order, and returns the number of keys applied. The order
+    /// between trees does not matter, because the layer stays in the read path until all of it is in sled. A
+    /// removal of a key sled does not hold costs sled a lookup and nothing else (it short-circuits a no-op
+    /// delete).
+    ///
+    /// With `parallel`, a large layer is applied on two threads, the trees split in two groups of about the
+    /// same number of keys: sled's trees take inserts concurrently, and one thread applying is what limits the
+    /// store's write rate once the applier is behind. `pace` is called every [`PACE_KEYS`] keys with the keys
+    /// done and the total of the calling thread, and may sleep to spread the work.
+    pub(crate) fn apply(
+        &self,
+        trees: &[sled::Tree],
+        order: &[usize],
+        parallel: bool,
+        pace: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<usize, StoreError> {
         let layer = self.trees.read().map_err(|_| poisoned())?;
         if layer.iter().enumerate().any(|(index, keys)| !keys.is_empty() && !order.contains(&index)) {
             return Err(StoreError::Corrupt("a tree missing from the apply order".into()));
@@ -62,8 +71,8 @@ impl Layer {
         let mut work: Vec<(&sled::Tree, &TreeMap)> =
             order.iter().filter_map(|&i| Some((trees.get(i)?, layer.get(i)?))).filter(|(_, k)| !k.is_empty()).collect();
         let total: usize = work.iter().map(|(_, keys)| keys.len()).sum();
-        if total < PARALLEL_APPLY_KEYS {
-            return apply_trees(&work);
+        if !parallel || total < PARALLEL_APPLY_KEYS {
+            return apply_trees(&work, pace);
         }
         // Largest first, each to the lighter group.
         work.sort_by_key(|(_, keys)| std::cmp::Reverse(keys.len()));
@@ -79,8 +88,8 @@ impl Layer {
             }
         }
         std::thread::scope(|scope| {
-            let other = scope.spawn(|| apply_trees(&right));
-            let mine = apply_trees(&left);
+            let other = scope.spawn(|| apply_trees(&right, pace));
+            let mine = apply_trees(&left, pace);
             let other = other.join().unwrap_or_else(|_| Err(StoreError::Io("an apply thread panicked".into())));
             Ok(mine? + other?)
         })
@@ -89,9 +98,12 @@ impl Layer {
 
 /// A layer with fewer keys than this is applied on one thread: starting a second costs more than it saves.
 const PARALLEL_APPLY_KEYS: usize = 4096;
+/// How many keys are applied between two calls of the pace function.
+pub(crate) const PACE_KEYS: usize = 256;
 
-fn apply_trees(work: &[(&sled::Tree, &TreeMap)]) -> Result<usize, StoreError> {
-    let mut applied = 0;
+fn apply_trees(work: &[(&sled::Tree, &TreeMap)], pace: &(dyn Fn(usize, usize) + Sync)) -> Result<usize, StoreError> {
+    let total: usize = work.iter().map(|(_, keys)| keys.len()).sum();
+    let (mut applied, mut until_pace) = (0, PACE_KEYS);
     for (tree, keys) in work {
         for (key, entry) in keys.iter() {
             match entry {
@@ -100,6 +112,11 @@ fn apply_trees(work: &[(&sled::Tree, &TreeMap)]) -> Result<usize, StoreError> {
             }
             .map_err(|e| StoreError::Io(format!("apply to sled: {e}")))?;
             applied += 1;
+            until_pace -= 1;
+            if until_pace == 0 {
+                pace(applied, total);
+                until_pace = PACE_KEYS;
+            }
         }
     }
     Ok(applied)
@@ -163,7 +180,6 @@ impl Overlay {
     }
 
     /// Layers not yet released, the open one included.
-    #[cfg(test)]
     pub(crate) fn depth(&self) -> usize {
         self.layers.read().map_or(0, |layers| layers.len())
     }
@@ -315,7 +331,7 @@ mod tests {
         let tree = db.open_tree("t").unwrap();
         tree.insert(b"k", b"old").unwrap();
         let layer = overlay.freeze().unwrap();
-        assert_eq!(layer.apply(std::slice::from_ref(&tree), &[0]).unwrap(), 2);
+        assert_eq!(layer.apply(std::slice::from_ref(&tree), &[0], false, &|_, _| {}).unwrap(), 2);
         assert_eq!(tree.get(b"k").unwrap(), None);
         assert_eq!(tree.get(b"gone").unwrap().as_deref(), Some(&b"x"[..]));
     }
@@ -329,7 +345,15 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let trees: Vec<_> = (0..3).map(|i| db.open_tree(format!("t{i}")).unwrap()).collect();
         const { assert!(3000 + 2000 + 1000 >= PARALLEL_APPLY_KEYS) };
-        assert_eq!(overlay.freeze().unwrap().apply(&trees, &[2, 0, 1]).unwrap(), 6000);
+        let paced = AtomicUsize::new(0);
+        let pace = |done: usize, total: usize| {
+            assert!(done <= total);
+            assert_eq!(done % PACE_KEYS, 0);
+            paced.fetch_add(1, Ordering::Relaxed);
+        };
+        assert_eq!(overlay.freeze().unwrap().apply(&trees, &[2, 0, 1], true, &pace).unwrap(), 6000);
+        // Two threads of about 3,000 keys each: 11 calls each, not 23 as one thread would make.
+        assert_eq!(paced.load(Ordering::Relaxed), 2 * (3000 / PACE_KEYS));
         assert_eq!((trees[0].len(), trees[1].len(), trees[2].len()), (3000, 2000, 999));
         assert_eq!(trees[1].get(1999u32.to_be_bytes()).unwrap().as_deref(), Some(&[1u8][..]));
         assert_eq!(trees[2].get(7u32.to_be_bytes()).unwrap(), None);
@@ -360,7 +384,10 @@ mod tests {
         overlay.record([put("a", "1"), (1, b"b".to_vec(), Some(b"2".to_vec()))]).unwrap();
         let db = sled::Config::new().temporary(true).open().unwrap();
         let trees = [db.open_tree("t0").unwrap(), db.open_tree("t1").unwrap()];
-        assert!(matches!(overlay.freeze().unwrap().apply(&trees, &[0]), Err(StoreError::Corrupt(_))));
+        assert!(matches!(
+            overlay.freeze().unwrap().apply(&trees, &[0], false, &|_, _| {}),
+            Err(StoreError::Corrupt(_))
+        ));
         assert!(trees[0].is_empty() && trees[1].is_empty());
     }
 
