@@ -203,6 +203,10 @@ impl Overlay {
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
     ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
+        if is_empty_range(start, end) {
+            // `BTreeMap::range` panics on these; sled's range is simply empty.
+            return Ok(Vec::new());
+        }
         let layers = self.layers.read().map_err(|_| poisoned())?;
         let mut merged: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
         // Oldest first, so a newer layer's entry replaces an older one's.
@@ -214,6 +218,17 @@ impl Overlay {
             }
         }
         Ok(merged.into_iter().collect())
+    }
+}
+
+/// Whether no key can lie between `start` and `end`: the start after the end, or both the same and excluded.
+fn is_empty_range(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    match (start, end) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b))
+        | (Bound::Excluded(a), Bound::Excluded(b)) => a >= b,
+        _ => false,
     }
 }
 
@@ -411,6 +426,17 @@ mod tests {
         let backward: Vec<_> =
             Merged::new(tree.range::<&[u8], _>((start, end)).rev(), entries, true).map(text).collect();
         assert_eq!(backward, expected.into_iter().rev().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_inverted_or_empty_range_is_empty_not_a_panic() {
+        let overlay = Overlay::new(1);
+        overlay.record([put("a", "1"), put("b", "2")]).unwrap();
+        let (a, b) = (&b"a"[..], &b"b"[..]);
+        assert!(overlay.range(0, Bound::Included(b), Bound::Excluded(a)).unwrap().is_empty());
+        assert!(overlay.range(0, Bound::Excluded(a), Bound::Excluded(a)).unwrap().is_empty());
+        assert!(overlay.range(0, Bound::Included(a), Bound::Excluded(a)).unwrap().is_empty());
+        assert_eq!(overlay.range(0, Bound::Included(a), Bound::Included(a)).unwrap().len(), 1);
     }
 
     #[test]
