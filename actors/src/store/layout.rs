@@ -59,8 +59,10 @@ pub(super) const TREE_NAMES: [&str; 16] = [
     "outbox_body",
 ];
 
-/// The order a batch reaches the trees in: records first, then what points at them, so a reader going
-/// through an index never finds it pointing at something not yet written (see `writer::apply`).
+/// The order the log's replay applies a batch to the trees in: records first, then what points at them, so an
+/// index never points at something not yet written (see `writer::apply`). While running, readers find a
+/// layer in the overlay until all of it is in sled, so the applier needs no order; it takes this one when it
+/// applies a layer on one thread, and the list of trees from it.
 pub(super) const APPLY_ORDER: [usize; 16] = [
     MERCHANTS,
     MERCHANT_KEYS,
