@@ -138,7 +138,9 @@ impl Store for SledStore {
     }
 
     fn merchant_count(&self) -> Result<u64, StoreError> {
-        // sled's count, corrected by what the overlay adds or removes.
+        // sled's count, corrected by what the overlay adds or removes. While the applier is inserting a new
+        // merchant, the count may miss it for that moment (sled's length was read before the insert, the key
+        // is found after it). The service counts merchants only at start, to decide on the demo merchant.
         let merchants = &self.trees[MERCHANTS];
         let mut count = merchants.len() as u64;
         for (key, entry) in self.overlay.range(MERCHANTS, Bound::Unbounded, Bound::Unbounded)? {
