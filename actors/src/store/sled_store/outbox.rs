@@ -109,3 +109,61 @@ impl SledStore {
         Ok(due)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::MerchantId;
+    use crate::domain::status::EventKind;
+    use crate::store::Store;
+
+    fn notification(body: &str) -> Notification {
+        Notification {
+            id: "evt_old".into(),
+            merchant: MerchantId::new(),
+            event: EventKind::PaymentSucceeded,
+            reference: "pay_1".into(),
+            body: body.into(),
+            created_at: Timestamp::from_unix_ms(1_000),
+            state: DeliveryState::Pending,
+            next_attempt_at: Some(Timestamp::from_unix_ms(1_000)),
+            attempts: Vec::new(),
+            chain_attempts: 0,
+            total_attempts: 0,
+        }
+    }
+
+    #[test]
+    fn a_notification_stored_with_its_body_apart_still_reads_whole_and_saves_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        // How versions before inline bodies stored a notification: the record without its body, the body apart.
+        let body = r#"{"event":"payment.succeeded"}"#;
+        let stored = notification("");
+        let ops = vec![
+            Op::Insert(OUTBOX, stored.id.as_bytes().to_vec(), encode(&stored).unwrap()),
+            Op::Insert(OUTBOX_BODY, stored.id.as_bytes().to_vec(), body.as_bytes().to_vec()),
+            Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(1_000), &stored.id), Vec::new()),
+        ];
+        store.writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+        let before = store.notification(&stored.id).unwrap().unwrap();
+        assert_eq!(before.body, body);
+        let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
+        assert_eq!(due.iter().map(|n| n.body.as_str()).collect::<Vec<_>>(), [body]);
+        // A save from a copy that carries the body keeps it inline; one without keeps finding it apart.
+        let mut delivered = before.clone();
+        delivered.state = DeliveryState::Delivered;
+        delivered.next_attempt_at = None;
+        store.save_notification(&before, &delivered).unwrap().blocking_recv().unwrap().unwrap();
+        assert_eq!(store.notification(&stored.id).unwrap().unwrap().body, body);
+        let mut without_body = delivered.clone();
+        without_body.body = String::new();
+        store.save_notification(&delivered, &without_body).unwrap().blocking_recv().unwrap().unwrap();
+        let after = store.notification(&stored.id).unwrap().unwrap();
+        assert_eq!((after.body.as_str(), after.state), (body, DeliveryState::Delivered));
+        assert!(store
+            .due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false)
+            .unwrap()
+            .is_empty());
+    }
+}
