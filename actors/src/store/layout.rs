@@ -59,10 +59,10 @@ pub(super) const TREE_NAMES: [&str; 16] = [
     "outbox_body",
 ];
 
-/// The order the log's replay applies a batch to the trees in: records first, then what points at them, so an
-/// index never points at something not yet written (see `writer::apply`). While running, readers find a
-/// layer in the overlay until all of it is in sled, so the applier needs no order; it takes this one when it
-/// applies a layer on one thread, and the list of trees from it.
+/// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
+/// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
+/// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
+/// this way), and it lists the trees a layer may touch.
 pub(super) const APPLY_ORDER: [usize; 16] = [
     MERCHANTS,
     MERCHANT_KEYS,

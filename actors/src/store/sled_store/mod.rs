@@ -75,12 +75,11 @@ impl SledStore {
         let overlay = self.overlay.range(tree, start, end)?;
         let range = self.trees[tree].range::<&[u8], _>((start, end));
         let name = TREE_NAMES[tree];
-        let items: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>> + Send> = if reverse {
-            Box::new(Merged::new(range.rev(), overlay, true))
+        Ok(if reverse {
+            Box::new(Merged::new(range.rev(), overlay, true).map(move |item| item.map_err(io(name))))
         } else {
-            Box::new(Merged::new(range, overlay, false))
-        };
-        Ok(Box::new(items.map(move |item| item.map_err(io(name)))))
+            Box::new(Merged::new(range, overlay, false).map(move |item| item.map_err(io(name))))
+        })
     }
 }
 

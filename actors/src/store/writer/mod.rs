@@ -25,11 +25,10 @@
 //!
 //! This file holds the [`Writer`] handle that queues jobs and [`recover`], which replays the log at start;
 //! `thread` holds the writer thread's loop and its commit of a batch, `applier` takes closed layers to sled,
-//! `apply` writes a logged batch into sled's trees at start, `health` keeps the health flag in step with the
+//! `health` keeps the health flag in step with the
 //! disk and probes it while idle, and `checkpoint` makes sled's files durable so that log files can be deleted.
 
 mod applier;
-mod apply;
 mod checkpoint;
 mod health;
 mod thread;
@@ -43,10 +42,9 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use self::applier::{Applier, Failure, Task};
-use self::apply::apply;
 use self::checkpoint::Checkpoint;
 use self::thread::WriterThread;
-use super::overlay::Overlay;
+use super::overlay::{Entry, Overlay};
 use super::wal::{self, Wal};
 use super::{StoreError, Ticket, WriteGuard};
 use crate::domain::records::Notification;
@@ -72,6 +70,16 @@ const APPLIER_QUEUE: usize = 2;
 pub(crate) enum Op {
     Insert(usize, Vec<u8>, Vec<u8>),
     Remove(usize, Vec<u8>),
+}
+
+impl Op {
+    /// The operation as the overlay records it: tree, key, and the value or `None` for a removal.
+    fn into_entry(self) -> (usize, Vec<u8>, Entry) {
+        match self {
+            Op::Insert(tree, key, value) => (tree, key, Some(value)),
+            Op::Remove(tree, key) => (tree, key, None),
+        }
+    }
 }
 
 struct Job {
@@ -112,8 +120,22 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir:
     let Some(&(last, _)) = files.last() else { return Ok(0) };
     let started = Instant::now();
     let (mut records, mut ops) = (0, 0);
+    // Replayed through an overlay of its own, applied a layer at a time: every operation is absolute, so
+    // applying only the last one on each key of a run of batches leaves sled as replaying them all would.
+    let overlay = Overlay::new(trees.len());
+    let apply_open = |overlay: &Overlay| -> Result<(), StoreError> {
+        let layer = overlay.freeze()?;
+        layer.apply(trees, order, false, &|_, _| {})?;
+        overlay.release(&layer)
+    };
     for (seq, path) in &files {
-        let found = wal::replay(path, *seq, |batch| apply(trees, order, batch.iter()).map(drop))?;
+        let found = wal::replay(path, *seq, |batch| {
+            overlay.record(batch.into_iter().map(Op::into_entry))?;
+            if overlay.open_recorded() >= LAYER_OPS {
+                apply_open(&overlay)?;
+            }
+            Ok(())
+        })?;
         if found.discarded > 0 {
             // A write that failed or was cut short by the crash (never acknowledged), or what a reused file
             // held before.
@@ -126,6 +148,7 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir:
         records += found.records;
         ops += found.ops;
     }
+    apply_open(&overlay)?;
     let mut checkpoint = Checkpoint::open(db.clone(), dir)?;
     checkpoint.run(last + 1)?;
     tracing::info!(
@@ -278,6 +301,34 @@ mod tests {
         assert_eq!(overlay.depth(), 1);
         let leftover = wal::list(&wal::wal_dir(dir.path())).unwrap();
         assert!(leftover.is_empty(), "log files left after a clean stop: {leftover:?}");
+    }
+
+    #[test]
+    fn recovery_replays_the_log_in_layers_and_the_last_operation_on_a_key_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).flush_every_ms(None).open().unwrap();
+        let trees: Vec<sled::Tree> = (0..2).map(|i| db.open_tree(format!("t{i}")).unwrap()).collect();
+        trees[1].insert(b"stale", b"old").unwrap();
+        let mut wal = Wal::create(&wal::wal_dir(dir.path()), 0).unwrap();
+        let key = |i: u32| i.to_be_bytes().to_vec();
+        // More than a layer, so the replay applies one in the middle and one at the end.
+        let batches = [
+            (0..LAYER_OPS as u32 + 10).map(|i| Op::Insert(0, key(i), b"first".to_vec())).collect::<Vec<_>>(),
+            vec![Op::Remove(0, key(3)), Op::Insert(0, key(4), b"second".to_vec()), Op::Remove(1, b"stale".to_vec())],
+        ];
+        for batch in &batches {
+            let mut bytes = Vec::new();
+            wal::encode(batch.iter(), 0, &mut bytes).unwrap();
+            wal.append(&bytes).map_err(|_| "append").unwrap();
+        }
+        drop(wal);
+        assert_eq!(recover(&db, &trees, &[0, 1], dir.path()).unwrap(), 1);
+        assert_eq!(trees[0].len(), LAYER_OPS + 10 - 1);
+        assert_eq!(trees[0].get(key(3)).unwrap(), None);
+        assert_eq!(trees[0].get(key(4)).unwrap().as_deref(), Some(&b"second"[..]));
+        assert_eq!(trees[0].get(key(5)).unwrap().as_deref(), Some(&b"first"[..]));
+        assert_eq!(trees[1].get(b"stale").unwrap(), None);
+        assert!(wal::list(&wal::wal_dir(dir.path())).unwrap().is_empty());
     }
 
     #[test]

@@ -72,7 +72,7 @@ impl WriterThread {
 
     fn commit(&mut self, batch: Vec<Job>) {
         // A job whose actor already saw a failure must not land: its decision may rest on the lost write.
-        let (batch, aborted): (Vec<Job>, Vec<Job>) =
+        let (mut batch, aborted): (Vec<Job>, Vec<Job>) =
             batch.into_iter().partition(|job| !job.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)));
         for job in aborted {
             let _ = job.done.send(Err(StoreError::Aborted));
@@ -80,7 +80,6 @@ impl WriterThread {
         if batch.is_empty() {
             return;
         }
-        let mut batch = batch;
         let result = self.write(&mut batch);
         if let Err(err) = &result {
             tracing::error!(error = %err, jobs = batch.len(), "group commit failed; its changes are refused");
@@ -114,10 +113,7 @@ impl WriterThread {
         // The batch is durable in the log; from the overlay every reader sees it, and the applier takes it to
         // sled. Recording cannot fail for a batch the log took, short of a bug; if it does, stop writing until
         // a restart replays the log, which holds the batch.
-        let ops = batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(|op| match op {
-            Op::Insert(tree, key, value) => (tree, key, Some(value)),
-            Op::Remove(tree, key) => (tree, key, None),
-        });
+        let ops = batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(Op::into_entry);
         match self.overlay.record(ops) {
             Ok(touched) => {
                 for (index, generation) in self.generations.iter().enumerate() {
