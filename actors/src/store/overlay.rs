@@ -13,7 +13,7 @@
 //! entries of its webhooks, the record rewritten at each status change and each delivery attempt are written
 //! once, or not at all, per layer. sled 0.34.7 appends a fragment to a page for every insert, rewrites the
 //! whole leaf every few, and keeps bookkeeping in memory for every page and segment it ever wrote, so each
-//! operation that never reaches it is CPU, disk and resident memory saved (README "Performance").
+//! operation that never reaches it is CPU, disk and resident memory saved (docs/perf/history.md).
 //!
 //! Readers look in the layers newest first, then in sled. A removal is kept as a tombstone, which hides what
 //! sled or an older layer holds. Range scans merge the layers' entries in the range with sled's iterator.

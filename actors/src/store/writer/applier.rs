@@ -80,7 +80,7 @@ impl Applier {
     /// Applies a layer, spread over [`APPLY_SPREAD`] unless the applier is behind (another closed layer
     /// waits): a layer applied at full speed has sled's IO threads write a second's worth of changes at once,
     /// and on a shared disk that burst held up the write-ahead log's `fdatasync`, which every answer waits
-    /// for (README "Performance"). Behind, it goes at full speed, on two threads for a large layer.
+    /// for (docs/perf/history.md). Behind, it goes at full speed, on two threads for a large layer.
     fn apply(&self, layer: &Arc<Layer>) {
         let started = Instant::now();
         // The open layer, this one, and another closed one waiting.
