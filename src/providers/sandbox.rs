@@ -337,3 +337,58 @@ impl Adapter for Simulator {
         serde_json::from_slice(body).map_err(|e| ProviderError::Malformed(e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant as StdInstant;
+
+    use super::*;
+
+    /// A provider endpoint that accepts connections and never answers: every notice sent to it stays in
+    /// flight until its 10 s timeout, so the connections it accepted are the notices in flight.
+    fn silent_endpoint() -> (String, Arc<AtomicU64>, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let address = listener.local_addr().expect("address");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let (accepted, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let (counter, stopped) = (accepted.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        held.push(stream);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        (format!("http://{address}"), accepted, stop, thread)
+    }
+
+    #[actix_web::test]
+    async fn a_thread_sends_at_most_its_bound_of_notices_at_once() {
+        let (base, accepted, stop, thread) = silent_endpoint();
+        let simulator = Simulator::new("secret".into(), 0, 60_000);
+        simulator.set_base_url(base);
+        let stories = 3 * NOTICES_IN_FLIGHT;
+        for i in 0..stories {
+            let steps = vec![Step::new(0, ProviderStatus::Processing, 1)];
+            simulator.tell("mtn_momo", Subject::Payment, &format!("tx_{i}"), &Metadata::default(), steps);
+        }
+        assert_eq!(simulator.stories_in_flight(), stories);
+        // Long enough for every story to reach its send (they are due at once), well within the 10 s timeout.
+        let started = StdInstant::now();
+        while accepted.load(Ordering::Relaxed) < NOTICES_IN_FLIGHT as u64 && started.elapsed() < Duration::from_secs(5)
+        {
+            actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(accepted.load(Ordering::Relaxed), NOTICES_IN_FLIGHT as u64, "one connection per notice in flight");
+        stop.store(true, Ordering::Relaxed);
+        thread.join().expect("endpoint thread");
+    }
+}
