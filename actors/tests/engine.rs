@@ -311,3 +311,61 @@ async fn the_pending_list_is_walked_a_page_at_a_time_oldest_first_and_forgets_wh
         store.pending(TransactionType::Paiement, later, None, 10).unwrap().into_iter().map(|p| p.owner).collect();
     assert_eq!(left, [&made[0], &made[1], &made[3], &made[4]].map(|r| r.clone()));
 }
+
+/// The audit splits the journal at the median merchant and audits each half on its own thread: every
+/// merchant is still counted once, and a snapshot that disagrees with the ledger in the upper half still
+/// refuses the start, naming its merchant.
+#[test]
+fn the_audit_covers_both_halves_and_names_a_merchant_whose_snapshot_disagrees() {
+    use caisse_engine::domain::records::Merchant;
+    use caisse_engine::store::Snapshot;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.actors.snapshot_every = 2;
+    let merchants: Vec<MerchantId> = (0..5).map(|_| MerchantId::new()).collect();
+    actix::System::new().block_on({
+        let (config, merchants) = (config.clone(), merchants.clone());
+        async move {
+            let engine = Engine::open(config).unwrap();
+            for (i, m) in merchants.iter().enumerate() {
+                let merchant = Merchant {
+                    id: m.clone(),
+                    name: format!("Audit {i}"),
+                    email: format!("audit{i}@example.com"),
+                    password_hash: String::new(),
+                    secret_key: format!("sk_test_audit{i}"),
+                    webhook_url: None,
+                    created_at: Timestamp::now(),
+                };
+                engine.store().put_merchant(merchant, None).unwrap().await.unwrap().unwrap();
+                for _ in 0..=i {
+                    pay(&engine, m, 1_000).await;
+                }
+            }
+        }
+    });
+    actix::System::new().block_on({
+        let config = config.clone();
+        async move {
+            let engine = Engine::open(config).unwrap();
+            assert_eq!(engine.audit_report().merchants, 5);
+            assert_eq!(engine.audit_report().events, 2 * (1 + 2 + 3 + 4 + 5));
+        }
+    });
+
+    // The merchant with the largest id is in the upper half, audited on the second thread.
+    let target = merchants.iter().max_by(|a, b| a.as_bytes().cmp(b.as_bytes())).unwrap().clone();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let snapshots = db.open_tree("snapshots").unwrap();
+        let stored = snapshots.get(target.as_bytes()).unwrap().expect("a snapshot every two events");
+        let mut snapshot: Snapshot = serde_json::from_slice(&stored).unwrap();
+        snapshot.balances.0.get_mut(&xof()).unwrap().disponible += 1;
+        snapshots.insert(target.as_bytes(), serde_json::to_vec(&snapshot).unwrap()).unwrap();
+        db.flush().unwrap();
+    }
+    let refused = actix::System::new().block_on(async move { Engine::open(config).err() });
+    let text = refused.expect("a snapshot that disagrees with the ledger refuses the start").to_string();
+    assert!(text.contains(&target.to_string()) && text.contains("snapshot says"), "{text}");
+}

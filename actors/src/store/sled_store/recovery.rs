@@ -64,8 +64,49 @@ impl SledStore {
 
     /// [`Store::audit`](crate::store::Store::audit): the whole journal replayed merchant by merchant, each
     /// snapshot compared on the way.
+    ///
+    /// The journal is split in two at a merchant id and each half audited on its own thread: decoding and
+    /// replaying every event is most of a start (3.8 s of 4.1 s for 1,000,000 events, README "Performance"),
+    /// nothing else runs yet, and merchants are independent. Any 30-byte id splits the journal between two
+    /// merchants, since a merchant's keys are its id followed by a sequence number.
     pub(super) fn audit_journal(&self) -> Result<AuditReport, StoreError> {
         let started = Instant::now();
+        let mut report = match self.audit_split()? {
+            None => self.audit_range(Bound::Unbounded, Bound::Unbounded)?,
+            Some(split) => {
+                let (low, high) = std::thread::scope(|scope| {
+                    let high = scope.spawn(|| self.audit_range(Bound::Included(&split), Bound::Unbounded));
+                    let low = self.audit_range(Bound::Unbounded, Bound::Excluded(&split));
+                    (low, high.join())
+                });
+                let high = high.unwrap_or_else(|_| Err(StoreError::Io("an audit thread panicked".into())));
+                // The lower half's error first, so the merchant named does not depend on timing.
+                let (low, high) = (low?, high?);
+                AuditReport {
+                    merchants: low.merchants + high.merchants,
+                    events: low.events + high.events,
+                    elapsed_ms: 0,
+                }
+            }
+        };
+        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(report)
+    }
+
+    /// The median merchant id, where the audit splits the journal; `None` with fewer than two merchants.
+    fn audit_split(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut ids = Vec::new();
+        for item in self.scan(MERCHANTS, Bound::Unbounded, Bound::Unbounded, false)? {
+            let (key, _) = item?;
+            if key.len() == MERCHANT_ID_LEN {
+                ids.push(key.to_vec());
+            }
+        }
+        Ok(if ids.len() < 2 { None } else { ids.get(ids.len() / 2).cloned() })
+    }
+
+    /// Audits the merchants whose journal keys fall in the range; `elapsed_ms` is left to the caller.
+    fn audit_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<AuditReport, StoreError> {
         let mut report = AuditReport::default();
         let mut current: Option<(MerchantId, Recovered, Option<Snapshot>)> = None;
         let finish = |m: &MerchantId, state: &Recovered, snap: &Option<Snapshot>| -> Result<(), StoreError> {
@@ -79,7 +120,7 @@ impl SledStore {
             }
             Ok(())
         };
-        for item in self.scan(JOURNAL, Bound::Unbounded, Bound::Unbounded, false)? {
+        for item in self.scan(JOURNAL, start, end, false)? {
             let (key, value) = item?;
             let id_bytes = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short journal key".into()))?;
             let same = current.as_ref().is_some_and(|(m, _, _)| m.as_bytes() == id_bytes);
@@ -104,7 +145,6 @@ impl SledStore {
         if let Some((m, state, snap)) = current.take() {
             finish(&m, &state, &snap)?;
         }
-        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(report)
     }
 }
