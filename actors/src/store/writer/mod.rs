@@ -25,8 +25,8 @@
 //!
 //! This file holds the [`Writer`] handle that queues jobs and [`recover`], which replays the log at start;
 //! `thread` holds the writer thread's loop and its commit of a batch, `applier` takes closed layers to sled,
-//! `health` keeps the health flag in step with the
-//! disk and probes it while idle, and `checkpoint` makes sled's files durable so that log files can be deleted.
+//! `health` keeps the health flag in step with the disk and probes it while idle, and `checkpoint` makes
+//! sled's files durable so that log files can be deleted.
 
 mod applier;
 mod checkpoint;

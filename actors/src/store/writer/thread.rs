@@ -178,8 +178,12 @@ impl WriterThread {
                 self.wal = next;
                 self.rotated_at = Instant::now();
                 // Every change of the older files is in the open layer or an earlier one: close it, so the
-                // applier has them all in sled before it passes the checkpoint on.
+                // applier has them all in sled before it passes the checkpoint on. If the layer could not be
+                // handed over, no checkpoint: it would retire log files whose changes sled does not hold.
                 self.close_layer();
+                if self.broken.is_some() {
+                    return;
+                }
                 let Some(to_applier) = &self.to_applier else { return };
                 self.checkpoint_busy.store(true, Ordering::Release);
                 if to_applier.send(Task::Checkpoint(self.wal.seq())).is_err() {
