@@ -19,3 +19,34 @@ pub use money::{format_major, Amount, Currency, CurrencyInfo, FeeRule, MoneyErro
 pub use phone::{Phone, PhoneError};
 pub use text::{BoundedText, Description, Email, IdempotencyKey, Metadata, Motif, Name, Reference, TextError};
 pub use time::{parse_duration_ms, TimeError, Timestamp};
+
+/// Deserialises a value written as a string through its checked constructor, reading the string in place:
+/// serde's `try_from = "String"` would allocate a `String` per value only to parse and drop it.
+fn parse_str<'de, D, T, E>(
+    deserializer: D,
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, E>,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    E: std::fmt::Display,
+{
+    struct Parse<T, E> {
+        expecting: &'static str,
+        parse: fn(&str) -> Result<T, E>,
+    }
+
+    impl<T, E: std::fmt::Display> serde::de::Visitor<'_> for Parse<T, E> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.expecting)
+        }
+
+        fn visit_str<Err: serde::de::Error>(self, text: &str) -> Result<T, Err> {
+            (self.parse)(text).map_err(Err::custom)
+        }
+    }
+
+    deserializer.deserialize_str(Parse { expecting, parse })
+}

@@ -132,9 +132,9 @@ static UNKNOWN_CURRENCY: CurrencyInfo = CurrencyInfo { code: "???", name: "Devis
 /// A currency from the static catalogue, stored as its three-letter code.
 ///
 /// The code is kept as three bytes so the type is `Copy` and cheap to compare; the only way to
-/// build one is [`Currency::parse`], which guarantees the code is in [`CURRENCIES`].
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+/// build one is [`Currency::parse`], which guarantees the code is in [`CURRENCIES`]. Serde reads and
+/// writes the code without an intermediate `String` (every ledger entry carries one).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Currency([u8; 3]);
 
 impl Currency {
@@ -199,6 +199,18 @@ impl FromStr for Currency {
 
     fn from_str(code: &str) -> Result<Currency, MoneyError> {
         Currency::parse(code)
+    }
+}
+
+impl Serialize for Currency {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.code())
+    }
+}
+
+impl<'de> Deserialize<'de> for Currency {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Currency, D::Error> {
+        super::parse_str(deserializer, "a currency code", Currency::parse)
     }
 }
 
@@ -382,8 +394,12 @@ mod tests {
     fn currency_serde_is_the_code() {
         assert_eq!(serde_json::to_string(&Currency::USD).unwrap(), "\"USD\"");
         assert_eq!(serde_json::from_str::<Currency>("\"XAF\"").unwrap(), Currency::XAF);
-        assert!(serde_json::from_str::<Currency>("\"usd\"").is_err());
-        assert!(serde_json::from_str::<Currency>("952").is_err());
+        // An escaped spelling is the same text once read.
+        assert_eq!(serde_json::from_str::<Currency>("\"\\u0058OF\"").unwrap(), Currency::XOF);
+        let refused = serde_json::from_str::<Currency>("\"usd\"").unwrap_err().to_string();
+        assert!(refused.starts_with("unknown currency `usd` (supported:"), "{refused}");
+        let refused = serde_json::from_str::<Currency>("952").unwrap_err().to_string();
+        assert!(refused.starts_with("invalid type: integer `952`, expected a currency code"), "{refused}");
     }
 
     #[test]

@@ -41,8 +41,10 @@ pub enum TimeError {
 ///
 /// Values are kept at or before 9999-12-31T23:59:59.999Z, the last instant RFC 3339 can write,
 /// so every timestamp can be serialised and parsed back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+///
+/// Serde reads and writes the RFC 3339 text without an intermediate `String`: every journal event, ledger
+/// entry and record carries timestamps, and the startup audit decodes a million of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);
 
 impl Timestamp {
@@ -87,10 +89,13 @@ impl Timestamp {
 
     /// Writes the instant as RFC 3339 UTC with milliseconds, e.g. `2026-11-22T01:23:44.123Z`.
     pub fn to_rfc3339(&self) -> String {
+        self.to_string()
+    }
+
+    fn as_system_time(self) -> SystemTime {
         // The value is at most `MAX`, inside the range humantime can format (it cannot format
-        // year 10000 and would make `to_string` panic); the `EPOCH` fallback is never taken.
-        let time = UNIX_EPOCH.checked_add(Duration::from_millis(self.0.min(Self::MAX.0))).unwrap_or(UNIX_EPOCH);
-        humantime::format_rfc3339_millis(time).to_string()
+        // year 10000 and would panic); the `EPOCH` fallback is never taken.
+        UNIX_EPOCH.checked_add(Duration::from_millis(self.0.min(Self::MAX.0))).unwrap_or(UNIX_EPOCH)
     }
 
     /// Parses an RFC 3339 UTC timestamp ending in `Z`, with or without a fraction of a second.
@@ -132,7 +137,19 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_rfc3339())
+        write!(f, "{}", humantime::format_rfc3339_millis(self.as_system_time()))
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+        super::parse_str(deserializer, "an RFC 3339 UTC timestamp", Timestamp::parse_rfc3339)
     }
 }
 

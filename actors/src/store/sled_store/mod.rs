@@ -234,7 +234,7 @@ impl Store for SledStore {
     }
 
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {
-        self.journal_after(merchant, from_seq.saturating_sub(1)).take(limit).collect()
+        self.journal_after::<JournalEvent>(merchant, from_seq.saturating_sub(1)).take(limit).collect()
     }
 
     fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError> {
