@@ -268,8 +268,12 @@ mod tests {
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(json, "\"2026-11-22T01:23:44.123Z\"");
         assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
-        assert!(serde_json::from_str::<Timestamp>("1795310624123").is_err());
-        assert!(serde_json::from_str::<Timestamp>("\"2026-11-22T01:23:44+02:00\"").is_err());
+        // Text with an escape is read like any other once unescaped.
+        assert_eq!(serde_json::from_str::<Timestamp>("\"2026-11-22T01:23:44.123\\u005a\"").unwrap(), t);
+        let refused = serde_json::from_str::<Timestamp>("1795310624123").unwrap_err().to_string();
+        assert!(refused.starts_with("invalid type: integer `1795310624123`, expected an RFC 3339"), "{refused}");
+        let refused = serde_json::from_str::<Timestamp>("\"2026-11-22T01:23:44+02:00\"").unwrap_err().to_string();
+        assert!(refused.starts_with("timestamp `2026-11-22T01:23:44+02:00` must be in UTC"), "{refused}");
     }
 
     #[test]
