@@ -82,8 +82,8 @@ impl SledStore {
     /// snapshot compared on the way.
     ///
     /// The journal is split in two at a merchant id and each half audited on its own thread: decoding and
-    /// replaying every event is most of a start (3.8 s of 4.1 s for 1,000,000 events, README "Performance"),
-    /// nothing else runs yet, and merchants are independent. Any 30-byte id splits the journal between two
+    /// replaying every event is most of a start (3.8 s of 4.1 s for 1,000,000 events on one thread in session
+    /// 9, docs/perf/history.md), nothing else runs yet, and merchants are independent. Any 30-byte id splits the journal between two
     /// merchants, since a merchant's keys are its id followed by a sequence number.
     pub(super) fn audit_journal(&self) -> Result<AuditReport, StoreError> {
         let started = Instant::now();
