@@ -17,8 +17,9 @@ use crate::store::{AuditReport, Recovered, Snapshot, StoreError};
 use crate::store::layout::*;
 
 /// What replaying a journal event reads of it: its place, its time and the money it moved. Decoding only this
-/// skips the trigger, reference and status unread, which are about a tenth of what the startup audit spends per
-/// event; the fields are [`JournalEvent`](crate::core::JournalEvent)'s, which allows unknown fields, so both read the same bytes.
+/// skips the trigger, reference and status unread, about a tenth of what the startup audit spent per event. The
+/// fields are [`JournalEvent`](crate::core::JournalEvent)'s, which allows unknown fields, so both read the same
+/// bytes. The audit checks what moves money (sequence, balance, signs); sled's checksums guard the rest.
 #[derive(Deserialize)]
 pub(super) struct LedgerLine {
     seq: u64,
@@ -55,8 +56,8 @@ impl SledStore {
         Ok(state)
     }
 
-    /// The merchant's journal events after `after_seq`, in order, decoded as `T` (a whole [`JournalEvent`](crate::core::JournalEvent), or
-    /// the [`LedgerLine`] a replay needs).
+    /// The merchant's journal events after `after_seq`, in order, decoded as `T`: a whole
+    /// [`JournalEvent`](crate::core::JournalEvent), or the [`LedgerLine`] a replay needs.
     pub(super) fn journal_after<T: serde::de::DeserializeOwned + 'static>(
         &self,
         merchant: &MerchantId,
@@ -83,8 +84,8 @@ impl SledStore {
     ///
     /// The journal is split in two at a merchant id and each half audited on its own thread: decoding and
     /// replaying every event is most of a start (3.8 s of 4.1 s for 1,000,000 events on one thread in session
-    /// 9, docs/perf/history.md), nothing else runs yet, and merchants are independent. Any 30-byte id splits the journal between two
-    /// merchants, since a merchant's keys are its id followed by a sequence number.
+    /// 9, docs/perf/history.md), nothing else runs yet, and merchants are independent. Any 30-byte id splits
+    /// the journal between two merchants, since a merchant's keys are its id followed by a sequence number.
     pub(super) fn audit_journal(&self) -> Result<AuditReport, StoreError> {
         let started = Instant::now();
         let mut report = match self.audit_split()? {
