@@ -56,7 +56,11 @@ impl SledStore {
     /// [`SledStore::open`] with sled's page cache set to `cache_bytes`.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
+        let started = std::time::Instant::now();
         let db = open_when_unlocked(dir, cache_bytes)?;
+        // After a crash this is most of a restart (sled replays everything written since its previous open),
+        // so the operator sees it apart from the log replay and the audit, which log their own times.
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "opened sled");
         let trees = TREE_NAMES
             .iter()
             .map(|name| db.open_tree(name))
