@@ -26,18 +26,21 @@ impl Record {
 }
 
 /// One line of a merchant's journal: what changed, and the money it moved.
+///
+/// The store's binary encoding is positional, and a replay decodes only the first four fields (the store's
+/// `LedgerLine`), so the fields that move money come first and their order is part of the stored format.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalEvent {
     /// Position in this merchant's journal, from 1, without gaps.
     pub seq: u64,
     pub at: Timestamp,
+    pub devise: Currency,
+    pub entries: Vec<Entry>,
     pub trigger: Trigger,
     /// Payment reference or payout id.
     pub reference: String,
     /// Status after the change, as its contract name.
     pub statut: String,
-    pub devise: Currency,
-    pub entries: Vec<Entry>,
 }
 
 /// A webhook notification caused by a change, with the exact body bytes that will be signed and sent.

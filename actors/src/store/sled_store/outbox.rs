@@ -137,11 +137,12 @@ mod tests {
     fn a_notification_stored_with_its_body_apart_still_reads_whole_and_saves_whole() {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
-        // How versions before inline bodies stored a notification: the record without its body, the body apart.
+        // How versions before inline bodies stored a notification: the record (JSON then) without its body, the
+        // body apart.
         let body = r#"{"event":"payment.succeeded"}"#;
         let stored = notification("");
         let ops = vec![
-            Op::Insert(OUTBOX, stored.id.as_bytes().to_vec(), encode(&stored).unwrap()),
+            Op::Insert(OUTBOX, stored.id.as_bytes().to_vec(), serde_json::to_vec(&stored).unwrap()),
             Op::Insert(OUTBOX_BODY, stored.id.as_bytes().to_vec(), body.as_bytes().to_vec()),
             Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(1_000), &stored.id), Vec::new()),
         ];

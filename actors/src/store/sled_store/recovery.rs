@@ -17,9 +17,10 @@ use crate::store::{AuditReport, Recovered, Snapshot, StoreError};
 use crate::store::layout::*;
 
 /// What replaying a journal event reads of it: its place, its time and the money it moved. Decoding only this
-/// skips the trigger, reference and status unread, about a tenth of what the startup audit spent per event. The
-/// fields are [`JournalEvent`](crate::core::JournalEvent)'s, which allows unknown fields, so both read the same
-/// bytes. The audit checks what moves money (sequence, balance, signs); sled's checksums guard the rest.
+/// skips the trigger, reference and status unread. The fields are the first four of
+/// [`JournalEvent`](crate::core::JournalEvent), in its order, so both read the same bytes ([`decode_prefix`];
+/// JSON from earlier versions skips the others by name). The audit checks what moves money (sequence,
+/// balance, signs); sled's checksums guard the rest.
 #[derive(Deserialize)]
 pub(super) struct LedgerLine {
     seq: u64,
@@ -66,7 +67,7 @@ impl SledStore {
         let start = journal_key(merchant, after_seq.saturating_add(1));
         let end = journal_key(merchant, u64::MAX);
         match self.scan(JOURNAL, Bound::Included(&start), Bound::Included(&end), false) {
-            Ok(items) => Box::new(items.map(|item| item.and_then(|(_, v)| decode::<T>("journal", &v)))),
+            Ok(items) => Box::new(items.map(|item| item.and_then(|(_, v)| Ok(decode_prefix::<T>("journal", &v)?.0)))),
             Err(e) => Box::new(std::iter::once(Err(e))),
         }
     }
@@ -152,7 +153,7 @@ impl SledStore {
                 current = Some((m, Recovered::default(), snap));
             }
             let Some((m, state, snap)) = current.as_mut() else { continue };
-            let event: LedgerLine = decode("journal", &value)?;
+            let (event, _): (LedgerLine, _) = decode_prefix("journal", &value)?;
             *state = Self::replay(m, std::mem::take(state), std::iter::once(Ok(event)))?;
             report.events += 1;
             if let Some(s) = snap.as_ref().filter(|s| s.seq == state.seq) {
@@ -203,7 +204,16 @@ mod tests {
                 Entry { account: Account::Disponible, devise: Currency::XOF, amount_minor: 100 },
             ],
         };
-        let line: LedgerLine = decode("journal", &encode(&event).unwrap()).unwrap();
+        let bytes = encode(&event).unwrap();
+        let (line, rest): (LedgerLine, _) = decode_prefix("journal", &bytes).unwrap();
+        assert!(!rest.is_empty(), "the trigger, reference and status follow the ledger");
         assert_eq!((line.seq, line.at, line.devise, line.entries), (event.seq, event.at, event.devise, event.entries));
+        // Stores written before the binary format hold JSON, with the fields in their old order.
+        let json = serde_json::json!({
+            "seq": 7, "at": "2026-11-22T01:23:44.123Z", "trigger": "provider_confirmed", "reference": "pay_1",
+            "statut": "succes", "devise": "XOF", "entries": [{"account": "disponible", "devise": "XOF", "amount_minor": 100}],
+        });
+        let (line, _): (LedgerLine, _) = decode_prefix("journal", json.to_string().as_bytes()).unwrap();
+        assert_eq!((line.seq, line.at, line.entries.len()), (7, event.at, 1));
     }
 }
