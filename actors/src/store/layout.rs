@@ -315,7 +315,12 @@ mod tests {
     }
 
     fn idempotency() -> IdempotencyRecord {
-        IdempotencyRecord { fingerprint: "ab".repeat(32), status: 201, body: r#"{"reference":"cmd-42"}"#.into(), created_at: at(0) }
+        IdempotencyRecord {
+            fingerprint: "ab".repeat(32),
+            status: 201,
+            body: r#"{"reference":"cmd-42"}"#.into(),
+            created_at: at(0),
+        }
     }
 
     fn merchant() -> Merchant {
