@@ -152,11 +152,13 @@ pub async fn resend(
     if validate_id(IdKind::Event, &id).is_err() {
         return Err(not_found());
     }
-    let notification = state.engine.store().notification(&id)?.ok_or_else(not_found)?;
+    // The store finds only this merchant's notifications; the check below says so again, for whoever
+    // changes the lookup next.
+    let notification = state.engine.store().notification(&user.merchant.id, &id)?.ok_or_else(not_found)?;
     if notification.merchant != user.merchant.id {
         return Err(not_found());
     }
-    match state.webhooks.resend(&id).await {
+    match state.webhooks.resend(&user.merchant.id, &id).await {
         Ok(_) => {
             tracing::info!(target: "caisse::dashboard", notification = %id, "webhook resent from the dashboard");
             Ok(redirect("/webhooks?info=renvoye"))

@@ -13,10 +13,15 @@
 //! and `stored_bytes_are_pinned` fails until that is done. Values written by versions before it are JSON
 //! objects, so they start with `{`, and still read.
 //!
-//! A notification is one `outbox` record, body included. Stores written by earlier versions kept bodies apart
-//! in `outbox_body` (so that saving an attempt did not rewrite the body); their records have an empty body,
-//! and reading them still takes it from there. Since changes reach sled through the overlay, a notification
-//! delivered at its first attempt reaches sled once, created and delivered, so one key does better than two.
+//! A notification is one record, body included, in `outbox_by_merchant` under `merchant ++ id`: a merchant's
+//! list is a range scan of whole records, and a notification costs sled one key, not a record plus an index
+//! entry (sled's per-key work, not its bytes, is what the store's applier spends its time on). The due index
+//! `outbox_due` is keyed `due time ++ id` and its value is the merchant's id, which finds the record.
+//!
+//! Stores written by earlier versions kept the record in `outbox` under its id, with an empty value in
+//! `outbox_by_merchant` and in `outbox_due`; an empty value there still means "read `outbox`". Earlier still,
+//! bodies lived apart in `outbox_body`: a record with an empty body still takes it from there. Saving such a
+//! notification (an attempt, a resend) writes it in the current layout, which reads prefer.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -426,6 +431,7 @@ mod tests {
             (OUTBOX_BODY, OUTBOX),
             (OUTBOX, OUTBOX_DUE),
             (OUTBOX, OUTBOX_BY_MERCHANT),
+            (OUTBOX_BY_MERCHANT, OUTBOX_DUE),
             (PAYMENTS, TX_INDEX),
             (PAYMENTS, REFS),
             (PAYOUTS, TX_INDEX),

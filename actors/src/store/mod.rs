@@ -207,11 +207,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Pending>, StoreError>;
     /// This merchant's journal, in order, for a payment's history and for audits.
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
-    fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError>;
-    /// The notification without its body (`body` is empty): its delivery state, which is all a delivery
-    /// needs to read again, since a body never changes after the change that made it.
-    fn notification_state(&self, id: &str) -> Result<Option<Notification>, StoreError> {
-        self.notification(id)
+    /// A notification of this merchant (`None` for another merchant's id).
+    fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError>;
+    /// The notification, its body possibly left empty: its delivery state, which is all a delivery needs to
+    /// read again, since a body never changes after the change that made it.
+    fn notification_state(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.notification(merchant, id)
     }
     /// Notifications whose next attempt is due at or before `now`, oldest first, passing over the ids
     /// `skip` says yes to (those already being delivered) without counting them against `limit`.

@@ -15,6 +15,7 @@ use actix::prelude::*;
 use super::dispatcher::Dispatcher;
 use super::schedule::RetrySchedule;
 use super::worker::Worker;
+use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 use crate::store::{Store, StoreError};
 
@@ -114,9 +115,11 @@ impl WebhookPool {
         Ok(WebhookPool { dispatcher, arbiters })
     }
 
-    /// Sends a notification again, starting a new attempt chain (the dashboard's resend button).
-    pub async fn resend(&self, id: &str) -> Result<Notification, DeliveryError> {
-        self.dispatcher.send(Resend(id.to_owned())).await.map_err(|_| DeliveryError::Stopped)?
+    /// Sends a notification of `merchant` again, starting a new attempt chain (the dashboard's resend button).
+    /// Another merchant's id is [`DeliveryError::NotFound`].
+    pub async fn resend(&self, merchant: &MerchantId, id: &str) -> Result<Notification, DeliveryError> {
+        let msg = Resend { merchant: merchant.clone(), id: id.to_owned() };
+        self.dispatcher.send(msg).await.map_err(|_| DeliveryError::Stopped)?
     }
 
     /// Notifications currently handed to a delivery actor.
@@ -165,7 +168,10 @@ pub(super) struct Settled(pub(super) String);
 
 #[derive(Message)]
 #[rtype(result = "Result<Notification, DeliveryError>")]
-pub(super) struct Resend(pub(super) String);
+pub(super) struct Resend {
+    pub(super) merchant: MerchantId,
+    pub(super) id: String,
+}
 
 #[derive(Message)]
 #[rtype(result = "usize")]

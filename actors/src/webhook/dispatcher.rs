@@ -193,10 +193,10 @@ impl Handler<Resend> for Dispatcher {
 
     fn handle(&mut self, msg: Resend, _: &mut Self::Context) -> Self::Result {
         let prepared = (|| {
-            if self.in_flight.contains(&msg.0) || self.backlog_ids.contains(&msg.0) {
+            if self.in_flight.contains(&msg.id) || self.backlog_ids.contains(&msg.id) {
                 return Err(DeliveryError::InFlight);
             }
-            let before = self.store.notification(&msg.0)?.ok_or(DeliveryError::NotFound)?;
+            let before = self.store.notification(&msg.merchant, &msg.id)?.ok_or(DeliveryError::NotFound)?;
             let after = resend(&before, Timestamp::now());
             let ticket = self.store.save_notification(&before, &after)?;
             Ok((after, ticket))

@@ -296,9 +296,13 @@ impl Handler<Deliver> for Worker {
         // delivered the same notification. Only the stored version, still pending and due, is attempted; it
         // is also the `before` of the save, so the due index stays exact.
         let id = msg.0.id;
+        let merchant = &msg.0.merchant;
         // Every copy handed over carries its body; should one not, read it whole.
-        let read =
-            if msg.0.body.is_empty() { self.store.notification(&id) } else { self.store.notification_state(&id) };
+        let read = if msg.0.body.is_empty() {
+            self.store.notification(merchant, &id)
+        } else {
+            self.store.notification_state(merchant, &id)
+        };
         let n = match read {
             Ok(Some(mut current))
                 if current.state == DeliveryState::Pending

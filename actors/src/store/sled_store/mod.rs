@@ -237,12 +237,12 @@ impl Store for SledStore {
         self.journal_after::<JournalEvent>(merchant, from_seq.saturating_sub(1)).take(limit).collect()
     }
 
-    fn notification(&self, id: &str) -> Result<Option<Notification>, StoreError> {
-        self.load_notification(id.as_bytes())
+    fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.load_notification(merchant, id.as_bytes())
     }
 
-    fn notification_state(&self, id: &str) -> Result<Option<Notification>, StoreError> {
-        self.get(OUTBOX, id.as_bytes())
+    fn notification_state(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.stored_notification(merchant, id.as_bytes())
     }
 
     fn due_notifications_skipping(

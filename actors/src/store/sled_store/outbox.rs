@@ -16,10 +16,36 @@ use crate::store::layout::*;
 impl SledStore {
     /// A notification with its body: inline in its record, or, for one stored while bodies lived apart, in
     /// `outbox_body`.
-    pub(super) fn load_notification(&self, id: &[u8]) -> Result<Option<Notification>, StoreError> {
-        match self.get::<Notification>(OUTBOX, id)? {
+    pub(super) fn load_notification(
+        &self,
+        merchant: &MerchantId,
+        id: &[u8],
+    ) -> Result<Option<Notification>, StoreError> {
+        match self.stored_notification(merchant, id)? {
             Some(n) => self.with_body(n).map(Some),
             None => Ok(None),
+        }
+    }
+
+    /// The notification's record as stored, its body possibly apart: in the current layout, or in `outbox` when
+    /// the merchant's entry is empty (written by an earlier version, see `layout`).
+    pub(super) fn stored_notification(
+        &self,
+        merchant: &MerchantId,
+        id: &[u8],
+    ) -> Result<Option<Notification>, StoreError> {
+        match self.raw(OUTBOX_BY_MERCHANT, &mkey(merchant, id))? {
+            None => Ok(None),
+            Some(value) => self.entry_notification(id, &value),
+        }
+    }
+
+    /// Decodes an entry of `outbox_by_merchant`: the record itself, or empty for one kept in `outbox`.
+    fn entry_notification(&self, id: &[u8], value: &[u8]) -> Result<Option<Notification>, StoreError> {
+        if value.is_empty() {
+            self.get::<Notification>(OUTBOX, id)
+        } else {
+            decode(TREE_NAMES[OUTBOX_BY_MERCHANT], value).map(Some)
         }
     }
 
@@ -52,14 +78,15 @@ impl SledStore {
         let mut last = None;
         let range = self.scan(OUTBOX_BY_MERCHANT, Bound::Included(&start), Bound::Excluded(&end), true)?;
         for (scanned, item) in range.enumerate() {
-            let (key, _) = item?;
+            let (key, value) = item?;
             if data.len() == limit || scanned == MAX_SCAN {
                 has_more = true;
                 break;
             }
             let id = &key[MERCHANT_ID_LEN..];
             last = Some(String::from_utf8_lossy(id).into_owned());
-            if let Some(n) = self.load_notification(id)? {
+            if let Some(n) = self.entry_notification(id, &value)? {
+                let n = self.with_body(n)?;
                 if keep(&n) {
                     data.push(n);
                 }
@@ -83,13 +110,24 @@ impl SledStore {
             if due.len() >= limit {
                 break;
             }
-            let (key, _) = item?;
+            let (key, value) = item?;
             let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
             if skip(std::str::from_utf8(id).unwrap_or_default()) {
                 continue;
             }
             let key_ms = key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
-            match self.get::<Notification>(OUTBOX, id)? {
+            // The entry names the merchant; one written by an earlier version does not, and its record in
+            // `outbox` does. Either way the current record is read, which a save may have moved since.
+            let merchant = if value.is_empty() {
+                self.get::<Notification>(OUTBOX, id)?.map(|old| old.merchant)
+            } else {
+                Some(MerchantId::from_bytes(&value).map_err(|e| StoreError::Corrupt(format!("outbox_due: {e}")))?)
+            };
+            let current = match merchant {
+                Some(m) => self.stored_notification(&m, id)?,
+                None => None,
+            };
+            match current {
                 // An entry is current only if the notification still waits for exactly that time; any other
                 // is left over from a save made on a stale read, and is removed so scans stop reading it.
                 Some(n) if n.state == DeliveryState::Pending && n.next_attempt_at.map(|t| t.unix_ms()) == key_ms => {
@@ -143,11 +181,12 @@ mod tests {
         let stored = notification("");
         let ops = vec![
             Op::Insert(OUTBOX, stored.id.as_bytes().to_vec(), serde_json::to_vec(&stored).unwrap()),
+            Op::Insert(OUTBOX_BY_MERCHANT, mkey(&stored.merchant, stored.id.as_bytes()), Vec::new()),
             Op::Insert(OUTBOX_BODY, stored.id.as_bytes().to_vec(), body.as_bytes().to_vec()),
             Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(1_000), &stored.id), Vec::new()),
         ];
         store.writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
-        let before = store.notification(&stored.id).unwrap().unwrap();
+        let before = store.notification(&stored.merchant, &stored.id).unwrap().unwrap();
         assert_eq!(before.body, body);
         let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
         assert_eq!(due.iter().map(|n| n.body.as_str()).collect::<Vec<_>>(), [body]);
@@ -156,15 +195,45 @@ mod tests {
         delivered.state = DeliveryState::Delivered;
         delivered.next_attempt_at = None;
         store.save_notification(&before, &delivered).unwrap().blocking_recv().unwrap().unwrap();
-        assert_eq!(store.notification(&stored.id).unwrap().unwrap().body, body);
+        assert_eq!(store.notification(&stored.merchant, &stored.id).unwrap().unwrap().body, body);
         let mut without_body = delivered.clone();
         without_body.body = String::new();
         store.save_notification(&delivered, &without_body).unwrap().blocking_recv().unwrap().unwrap();
-        let after = store.notification(&stored.id).unwrap().unwrap();
+        let after = store.notification(&stored.merchant, &stored.id).unwrap().unwrap();
         assert_eq!((after.body.as_str(), after.state), (body, DeliveryState::Delivered));
         assert!(store
             .due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false)
             .unwrap()
             .is_empty());
+        // Only its merchant finds it.
+        assert_eq!(store.notification(&MerchantId::new(), &stored.id).unwrap(), None);
+    }
+
+    #[test]
+    fn notifications_of_both_layouts_list_together_and_come_due_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let mut old = notification(r#"{"old":true}"#);
+        old.id = "evt_01JD0000000000000000000001".into();
+        let ops = vec![
+            Op::Insert(OUTBOX, old.id.as_bytes().to_vec(), serde_json::to_vec(&old).unwrap()),
+            Op::Insert(OUTBOX_BY_MERCHANT, mkey(&old.merchant, old.id.as_bytes()), Vec::new()),
+            Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(1_000), &old.id), Vec::new()),
+        ];
+        store.writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+        // A notification in the current layout, written the way an attempt saves one.
+        let mut new = notification(r#"{"new":true}"#);
+        new.id = "evt_01JD0000000000000000000002".into();
+        new.merchant = old.merchant.clone();
+        let mut unsaved = new.clone();
+        unsaved.next_attempt_at = None;
+        store.save_notification(&unsaved, &new).unwrap().blocking_recv().unwrap().unwrap();
+
+        let page = store.notifications(&old.merchant, None, 10, &mut |_| true).unwrap();
+        assert_eq!(page.data, [new.clone(), old.clone()], "newest first, each whole");
+        let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
+        assert_eq!(due, [old.clone(), new.clone()]);
+        assert_eq!(store.notification(&old.merchant, &new.id).unwrap(), Some(new));
+        assert_eq!(store.notification(&old.merchant, &old.id).unwrap(), Some(old));
     }
 }

@@ -49,9 +49,8 @@ impl SledStore {
             };
             // The body is kept inline: most notifications are delivered before their overlay layer reaches
             // sled, so the record is written there once, body and final state together (see `layout`).
-            ops.push(Op::Insert(OUTBOX, item.id.as_bytes().to_vec(), encode(&notification)?));
-            ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), Vec::new()));
-            ops.push(Op::Insert(OUTBOX_BY_MERCHANT, mkey(m, item.id.as_bytes()), Vec::new()));
+            ops.push(Op::Insert(OUTBOX_BY_MERCHANT, mkey(m, item.id.as_bytes()), encode(&notification)?));
+            ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), m.as_bytes().to_vec()));
             created.push(notification);
         }
         pending_ops(m, &change.record, &mut ops);
@@ -96,13 +95,15 @@ impl SledStore {
         after: &Notification,
     ) -> Result<Ticket, StoreError> {
         // A notification stored while bodies lived apart has its body in `outbox_body`; its copy here may come
-        // without one, and reading it back still finds the body there.
-        let mut ops = vec![Op::Insert(OUTBOX, after.id.as_bytes().to_vec(), encode(after)?)];
+        // without one, and reading it back still finds the body there. One stored in `outbox` by an earlier
+        // version moves to the current layout here, which reads prefer (see `layout`).
+        let key = mkey(&after.merchant, after.id.as_bytes());
+        let mut ops = vec![Op::Insert(OUTBOX_BY_MERCHANT, key, encode(after)?)];
         if let Some(at) = before.next_attempt_at {
             ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
         }
         if let Some(at) = after.next_attempt_at {
-            ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), Vec::new()));
+            ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), after.merchant.as_bytes().to_vec()));
         }
         self.writer.submit(ops, None, Vec::new())
     }
