@@ -11,7 +11,7 @@
 //!   `CAISSE_BENCH_RECOVERY_EVENTS` journal events (default 1,000,000; 0 skips it). The store is built once
 //!   and cached under the target directory; `CAISSE_BENCH_RECOVERY_REBUILD=1` builds it again.
 //!
-//! `CAISSE_BENCH_CACHE_MIB` sets sled's page cache for the throughput groups (default: the engine's, 64 MiB).
+//! `CAISSE_BENCH_CACHE_MIB` sets sled's page cache for the throughput groups (default: the engine's, 16 MiB).
 //!
 //! Targets (issue, 2 cores): >= 100,000 events/s over 10,000 merchants, >= 30,000 events/s on one hot
 //! merchant, <= 2 KiB per idle actor, recovery of 1,000,000 events <= 5 s.

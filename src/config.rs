@@ -438,7 +438,7 @@ mod tests {
         assert_eq!(s.sandbox_delay_ms, 2_000);
         assert!(s.sandbox_simulator);
         assert_eq!(s.sandbox_chaos, Chaos::OFF);
-        assert_eq!(s.store_cache_bytes, 64 * 1024 * 1024);
+        assert_eq!(s.store_cache_bytes, 16 * 1024 * 1024);
         for code in ["mtn_momo", "orange_money", "moov_money", "wave"] {
             assert!(s.provider(code).is_some(), "{code}");
         }

@@ -121,7 +121,14 @@ impl SledStore {
             let merchant = if value.is_empty() {
                 self.get::<Notification>(OUTBOX, id)?.map(|old| old.merchant)
             } else {
-                Some(MerchantId::from_bytes(&value).map_err(|e| StoreError::Corrupt(format!("outbox_due: {e}")))?)
+                match MerchantId::from_bytes(&value) {
+                    Ok(m) => Some(m),
+                    // As with an unreadable notification below: reported, passed over, never blocking the rest.
+                    Err(e) => {
+                        tracing::error!(error = %e, "a due entry names no valid merchant; passed over");
+                        continue;
+                    }
+                }
             };
             let current = match merchant {
                 Some(m) => self.stored_notification(&m, id)?,
@@ -233,7 +240,15 @@ mod tests {
         assert_eq!(page.data, [new.clone(), old.clone()], "newest first, each whole");
         let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
         assert_eq!(due, [old.clone(), new.clone()]);
-        assert_eq!(store.notification(&old.merchant, &new.id).unwrap(), Some(new));
+        assert_eq!(store.notification(&old.merchant, &new.id).unwrap(), Some(new.clone()));
         assert_eq!(store.notification(&old.merchant, &old.id).unwrap(), Some(old));
+
+        // A due entry whose merchant cannot be read is passed over; the others still come due.
+        let garbage =
+            vec![Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(500), "evt_x"), b"not an id".to_vec())];
+        store.writer.submit(garbage, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+        let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
+        assert_eq!(due.len(), 2);
+        assert_eq!(due[1], new);
     }
 }
