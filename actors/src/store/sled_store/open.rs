@@ -18,7 +18,7 @@ const FEED_CAPACITY: usize = 64 * 1024;
 /// long-running server grow far past the memory budget of a small machine, and sled's real use is above this
 /// figure (it counts on-disk bytes, its in-memory nodes are larger); the hot data (recent payments, due
 /// notifications) fits in much less, and a miss is a read from the OS page cache. 16 rather than 64 MiB:
-/// 53 MiB less RSS at the same load, 285 MiB instead of 356 after a million payments, for 7 % fewer engine
+/// 53 MiB less RSS at 150,000 payments, 283 MiB instead of 356 after a million, for 7 % fewer engine
 /// events/s over 100 or more merchants and no change to the API's latency (README "Performance").
 pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
