@@ -1,7 +1,8 @@
 //! The sled backend's layout: which tree holds what, how keys are built, and how values are encoded.
 //!
 //! Keys that belong to a merchant start with its 30-byte id, so one merchant's data is one contiguous range
-//! per tree. The journal is keyed by `merchant ++ seq` (big endian) so a merchant's events read back in order;
+//! per tree. The journal is keyed by `merchant ++ seq` (big endian) so a merchant's events read back in order,
+//! and sled holds it as runs of a merchant's consecutive events under the key of the last ([`journal_runs`]);
 //! the transaction index is keyed by `merchant ++ ULID of the transaction id`, which sorts by creation time,
 //! so listing newest first is a reverse range scan.
 //!
@@ -27,6 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::overlay::{Entry, Step, TreeMap};
 use super::writer::Op;
 use super::StoreError;
 use crate::core::Record;
@@ -74,24 +76,24 @@ pub(super) const TREE_NAMES: [&str; 16] = [
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
-/// this way), and it lists the trees a layer may touch.
-pub(super) const APPLY_ORDER: [usize; 16] = [
-    MERCHANTS,
-    MERCHANT_KEYS,
-    MERCHANT_EMAILS,
-    JOURNAL,
-    SNAPSHOTS,
-    PAYMENTS,
-    PAYOUTS,
-    IDEMPOTENCY,
-    OUTBOX_BODY,
-    OUTBOX,
-    REFS,
-    TX_OWNER,
-    TX_INDEX,
-    PENDING,
-    OUTBOX_BY_MERCHANT,
-    OUTBOX_DUE,
+/// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
+pub(super) const APPLY_ORDER: [Step; 16] = [
+    Step::plain(MERCHANTS),
+    Step::plain(MERCHANT_KEYS),
+    Step::plain(MERCHANT_EMAILS),
+    Step { tree: JOURNAL, rewrite: Some(journal_runs) },
+    Step::plain(SNAPSHOTS),
+    Step::plain(PAYMENTS),
+    Step::plain(PAYOUTS),
+    Step::plain(IDEMPOTENCY),
+    Step::plain(OUTBOX_BODY),
+    Step::plain(OUTBOX),
+    Step::plain(REFS),
+    Step::plain(TX_OWNER),
+    Step::plain(TX_INDEX),
+    Step::plain(PENDING),
+    Step::plain(OUTBOX_BY_MERCHANT),
+    Step::plain(OUTBOX_DUE),
 ];
 
 /// The first byte of a value in the binary format. JSON values, from earlier versions, are objects: `{`.
@@ -131,6 +133,101 @@ pub(super) fn mkey(merchant: &MerchantId, rest: &[u8]) -> Vec<u8> {
 
 pub(super) fn journal_key(merchant: &MerchantId, seq: u64) -> Vec<u8> {
     mkey(merchant, &seq.to_be_bytes())
+}
+
+/// The sequence number a journal key ends with.
+fn journal_seq(key: &[u8]) -> Option<u64> {
+    let seq = key.get(MERCHANT_ID_LEN..).filter(|rest| rest.len() == 8)?;
+    Some(u64::from_be_bytes(seq.try_into().ok()?))
+}
+
+/// The first byte of a journal run: consecutive events of one merchant stored under the key of the last.
+pub(super) const JOURNAL_RUN_V1: u8 = 2;
+
+/// The most events one run holds. Long enough that sled's per-key cost all but vanishes for a busy merchant
+/// (a layer of one hot merchant holds some 2,500 events), short enough that reading one event back decodes
+/// little around it and a run is a value of some 13 KB.
+pub(super) const MAX_RUN: usize = 256;
+
+/// [`Rewrite`](super::overlay::Rewrite) of the journal: a layer's events become runs, each a merchant's
+/// consecutive events stored as one value under the key of the last (`JOURNAL_RUN_V1`, then each event's
+/// stored value behind its length as a u32, little endian). A run of one is the event alone, as earlier
+/// versions stored every event. sled's work is per key, and the journal was two keys of the nine a payment
+/// life puts there; a merchant with many events per layer now costs it one key per 256 events.
+///
+/// Readers take a key as covering the events up to its sequence number, and skip events they have already
+/// read ([`journal_entries`]). That is what makes runs safe beside the overlay: while a layer is still in the
+/// read path its events are read there too, and the layer's entry for a run's last event hides the run. And
+/// after a crash, the log's replay may group events into runs other than the ones sled already holds from
+/// the run that crashed; a run it overwrites is replaced by one ending at the same event, the events before
+/// it are in runs of their own, and an event held twice is read once.
+pub(super) fn journal_runs(keys: &TreeMap) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
+    let mut stored = Vec::with_capacity(keys.len().min(64));
+    let mut run: Vec<(&[u8], &[u8])> = Vec::new();
+    for (key, entry) in keys {
+        let event = match (entry, journal_seq(key)) {
+            // A run holds single events only, as the writer makes them (binary, or JSON replayed from a log an
+            // earlier version wrote).
+            (Some(value), Some(seq)) if matches!(value.first(), Some(&BINARY_V1 | b'{')) => Some((seq, value)),
+            _ => None,
+        };
+        let follows = |(last, _): &(&[u8], &[u8])| {
+            last.get(..MERCHANT_ID_LEN) == key.get(..MERCHANT_ID_LEN)
+                && journal_seq(last).and_then(|s| s.checked_add(1)) == event.map(|(seq, _)| seq)
+        };
+        if run.len() == MAX_RUN || !run.last().is_some_and(follows) {
+            close_run(&mut run, &mut stored)?;
+        }
+        match event {
+            Some((_, value)) => run.push((key, value)),
+            None => stored.push((key.clone(), entry.clone())),
+        }
+    }
+    close_run(&mut run, &mut stored)?;
+    Ok(stored)
+}
+
+fn close_run(run: &mut Vec<(&[u8], &[u8])>, stored: &mut Vec<(Vec<u8>, Entry)>) -> Result<(), StoreError> {
+    match run.as_slice() {
+        [] => {}
+        [(key, value)] => stored.push((key.to_vec(), Some(value.to_vec()))),
+        [.., (last, _)] => {
+            let mut value = Vec::with_capacity(1 + run.iter().map(|(_, v)| 4 + v.len()).sum::<usize>());
+            value.push(JOURNAL_RUN_V1);
+            for (_, event) in run.iter() {
+                let len =
+                    u32::try_from(event.len()).map_err(|_| StoreError::Corrupt("a journal event over 4 GiB".into()))?;
+                value.extend_from_slice(&len.to_le_bytes());
+                value.extend_from_slice(event);
+            }
+            stored.push((last.to_vec(), Some(value)));
+        }
+    }
+    run.clear();
+    Ok(())
+}
+
+/// The events one journal key holds: the sequence number of the first, and each event's stored value, in
+/// order. A single event is under its own sequence number; a run ends at its key's ([`journal_runs`]).
+pub(super) fn journal_entries<'a>(key: &[u8], value: &'a [u8]) -> Result<(u64, Vec<&'a [u8]>), StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("journal: {what}"));
+    let last = journal_seq(key).ok_or_else(|| corrupt("a key of the wrong length"))?;
+    let Some((&JOURNAL_RUN_V1, mut rest)) = value.split_first() else {
+        return Ok((last, vec![value]));
+    };
+    let mut events = Vec::new();
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_at_checked(4).ok_or_else(|| corrupt("a run cut short"))?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let (event, tail) = tail.split_at_checked(len).ok_or_else(|| corrupt("a run cut short"))?;
+        events.push(event);
+        rest = tail;
+    }
+    let count = events.len() as u64;
+    if count == 0 || count > last {
+        return Err(corrupt(&format!("a run of {count} events ending at event {last}")));
+    }
+    Ok((last - count + 1, events))
 }
 
 pub(super) fn key_hash(secret_key: &str) -> Vec<u8> {
@@ -417,16 +514,104 @@ mod tests {
         }
     }
 
+    fn event(seq: u64) -> Vec<u8> {
+        encode(&JournalEvent { seq, ..journal_event() }).unwrap()
+    }
+
+    #[test]
+    fn a_layers_journal_goes_to_sled_as_runs_of_each_merchants_consecutive_events() {
+        let (a, b) = (merchant_id(), MerchantId::parse("mch_01JD0000000000000000000009").unwrap());
+        let mut keys = TreeMap::new();
+        let mut put = |m: &MerchantId, seqs: std::ops::RangeInclusive<u64>| {
+            for seq in seqs {
+                keys.insert(journal_key(m, seq), Some(event(seq)));
+            }
+        };
+        put(&a, 1..=3);
+        put(&a, 5..=5); // after a gap
+        put(&b, 1..=1); // another merchant
+        put(&b, 10..=10 + MAX_RUN as u64); // one event more than a run holds
+        keys.insert(journal_key(&b, 1_000), None);
+        keys.insert(b"odd".to_vec(), Some(event(1)));
+        let stored = journal_runs(&keys).unwrap();
+        let mut found = Vec::new();
+        for (key, entry) in &stored {
+            let Some(value) = entry else {
+                found.push((key.clone(), 0, 0));
+                continue;
+            };
+            let Ok((first, events)) = journal_entries(key, value) else {
+                found.push((key.clone(), 0, 1));
+                continue;
+            };
+            for (seq, stored) in (first..).zip(&events) {
+                assert_eq!(decode::<JournalEvent>("journal", stored).unwrap().seq, seq);
+            }
+            found.push((key.clone(), first, events.len()));
+        }
+        let last_of_b = 10 + MAX_RUN as u64;
+        assert_eq!(
+            found,
+            [
+                (journal_key(&a, 3), 1, 3),
+                (journal_key(&a, 5), 5, 1),
+                (journal_key(&b, 1), 1, 1),
+                (journal_key(&b, last_of_b - 1), 10, MAX_RUN),
+                (journal_key(&b, last_of_b), last_of_b, 1),
+                (journal_key(&b, 1_000), 0, 0),
+                (b"odd".to_vec(), 0, 1),
+            ]
+        );
+        // A single event is stored as earlier versions stored every event.
+        assert_eq!(stored[1].1.as_deref(), Some(&event(5)[..]));
+    }
+
+    /// Like the records' bytes, a run's framing is read back by later versions.
+    #[test]
+    fn a_runs_bytes_are_pinned() {
+        let mut keys = TreeMap::new();
+        for seq in [7, 8] {
+            keys.insert(journal_key(&merchant_id(), seq), Some(event(seq)));
+        }
+        let stored = journal_runs(&keys).unwrap();
+        let [(key, Some(value))] = stored.as_slice() else { panic!("{stored:?}") };
+        assert_eq!(key, &journal_key(&merchant_id(), 8));
+        let hex = value.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(
+            hex,
+            "02310000000107e3c2e886a03403584f46030203584f468f4e0303584f4696010003584f46fa4c0206636d642d3432067375\
+             63636573310000000108e3c2e886a03403584f46030203584f468f4e0303584f4696010003584f46fa4c0206636d642d3432\
+             06737563636573"
+        );
+    }
+
+    #[test]
+    fn a_damaged_run_is_refused() {
+        let key = journal_key(&merchant_id(), 2);
+        for (value, says) in [
+            (vec![JOURNAL_RUN_V1], "a run of 0 events"),
+            (vec![JOURNAL_RUN_V1, 5, 0, 0, 0, 1, 2], "cut short"),
+            (vec![JOURNAL_RUN_V1, 1, 0], "cut short"),
+            ([&[JOURNAL_RUN_V1][..], &[1, 0, 0, 0, 9].repeat(3)].concat(), "a run of 3 events ending at event 2"),
+        ] {
+            match journal_entries(&key, &value) {
+                Err(StoreError::Corrupt(message)) => assert!(message.contains(says), "{message}"),
+                other => panic!("{value:?} gave {other:?}"),
+            }
+        }
+        assert!(matches!(journal_entries(b"short", &event(1)), Err(StoreError::Corrupt(_))));
+    }
+
     #[test]
     fn the_apply_order_names_every_tree_once() {
-        let mut order = APPLY_ORDER.to_vec();
+        let mut order: Vec<usize> = APPLY_ORDER.iter().map(|step| step.tree).collect();
         order.sort_unstable();
         assert_eq!(order, (0..TREE_NAMES.len()).collect::<Vec<_>>());
     }
 
     #[test]
     fn records_are_applied_before_the_indexes_that_point_at_them() {
-        let at = |tree| APPLY_ORDER.iter().position(|t| *t == tree).unwrap();
+        let at = |tree| APPLY_ORDER.iter().position(|step| step.tree == tree).unwrap();
         for (record, index) in [
             (OUTBOX_BODY, OUTBOX),
             (OUTBOX, OUTBOX_DUE),

@@ -29,7 +29,48 @@ use super::StoreError;
 pub(crate) type Entry = Option<Vec<u8>>;
 
 /// One tree's keys in a layer.
-type TreeMap = BTreeMap<Vec<u8>, Entry>;
+pub(crate) type TreeMap = BTreeMap<Vec<u8>, Entry>;
+
+/// Turns a layer's keys of one tree into the keys and values sled stores for them (the journal's runs, see
+/// `layout`). While the layer is in the read path, readers see its own entries beside what the rewrite put in
+/// sled, so whatever it writes must read back, merged with them, as the layer's entries alone would.
+pub(crate) type Rewrite = fn(&TreeMap) -> Result<Vec<(Vec<u8>, Entry)>, StoreError>;
+
+/// One tree in the order a layer is applied, with the rewrite its keys go through, if any.
+#[derive(Clone, Copy)]
+pub(crate) struct Step {
+    pub(crate) tree: usize,
+    pub(crate) rewrite: Option<Rewrite>,
+}
+
+impl Step {
+    /// A tree whose keys reach sled as the layer holds them.
+    pub(crate) const fn plain(tree: usize) -> Step {
+        Step { tree, rewrite: None }
+    }
+}
+
+/// A tree's share of a layer's work: the layer's own keys, or what its rewrite made of them.
+enum Keys<'a> {
+    Layer(&'a TreeMap),
+    Rewritten(Vec<(Vec<u8>, Entry)>),
+}
+
+impl Keys<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Keys::Layer(keys) => keys.len(),
+            Keys::Rewritten(keys) => keys.len(),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], &Entry)> + '_> {
+        match self {
+            Keys::Layer(keys) => Box::new(keys.iter().map(|(key, entry)| (key.as_slice(), entry))),
+            Keys::Rewritten(keys) => Box::new(keys.iter().map(|(key, entry)| (key.as_slice(), entry))),
+        }
+    }
+}
 
 /// One generation of changes: per tree, the last operation on each key made while the layer was open.
 pub(crate) struct Layer {
@@ -48,8 +89,8 @@ impl Layer {
         self.recorded.load(Ordering::Relaxed)
     }
 
-    /// Applies the layer to sled, each tree in key order, and returns the number of keys applied. The order
-    /// between trees does not matter, because the layer stays in the read path until all of it is in sled. A
+    /// Applies the layer to sled, each tree in key order and through its step's rewrite if it has one, and
+    /// returns the number of keys written to sled. The order between trees does not matter, because the layer stays in the read path until all of it is in sled. A
     /// removal of a key sled does not hold costs sled a lookup and nothing else (it short-circuits a no-op
     /// delete).
     ///
@@ -60,16 +101,26 @@ impl Layer {
     pub(crate) fn apply(
         &self,
         trees: &[sled::Tree],
-        order: &[usize],
+        order: &[Step],
         parallel: bool,
         pace: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<usize, StoreError> {
         let layer = self.trees.read().map_err(|_| poisoned())?;
-        if layer.iter().enumerate().any(|(index, keys)| !keys.is_empty() && !order.contains(&index)) {
+        if layer.iter().enumerate().any(|(index, keys)| !keys.is_empty() && !order.iter().any(|s| s.tree == index)) {
             return Err(StoreError::Corrupt("a tree missing from the apply order".into()));
         }
-        let mut work: Vec<(&sled::Tree, &TreeMap)> =
-            order.iter().filter_map(|&i| Some((trees.get(i)?, layer.get(i)?))).filter(|(_, k)| !k.is_empty()).collect();
+        let mut work: Vec<(&sled::Tree, Keys)> = Vec::with_capacity(order.len());
+        for step in order {
+            let (Some(tree), Some(keys)) = (trees.get(step.tree), layer.get(step.tree)) else { continue };
+            if keys.is_empty() {
+                continue;
+            }
+            let keys = match step.rewrite {
+                Some(rewrite) => Keys::Rewritten(rewrite(keys)?),
+                None => Keys::Layer(keys),
+            };
+            work.push((tree, keys));
+        }
         let total: usize = work.iter().map(|(_, keys)| keys.len()).sum();
         if !parallel || total < PARALLEL_APPLY_KEYS {
             return apply_trees(&work, pace);
@@ -101,14 +152,14 @@ const PARALLEL_APPLY_KEYS: usize = 4096;
 /// How many keys are applied between two calls of the pace function.
 pub(crate) const PACE_KEYS: usize = 256;
 
-fn apply_trees(work: &[(&sled::Tree, &TreeMap)], pace: &(dyn Fn(usize, usize) + Sync)) -> Result<usize, StoreError> {
+fn apply_trees(work: &[(&sled::Tree, Keys)], pace: &(dyn Fn(usize, usize) + Sync)) -> Result<usize, StoreError> {
     let total: usize = work.iter().map(|(_, keys)| keys.len()).sum();
     let (mut applied, mut until_pace) = (0, PACE_KEYS);
     for (tree, keys) in work {
         for (key, entry) in keys.iter() {
             match entry {
-                Some(value) => tree.insert(key.as_slice(), value.as_slice()).map(drop),
-                None => tree.remove(key.as_slice()).map(drop),
+                Some(value) => tree.insert(key, value.as_slice()).map(drop),
+                None => tree.remove(key).map(drop),
             }
             .map_err(|e| StoreError::Io(format!("apply to sled: {e}")))?;
             applied += 1;
@@ -346,7 +397,7 @@ mod tests {
         let tree = db.open_tree("t").unwrap();
         tree.insert(b"k", b"old").unwrap();
         let layer = overlay.freeze().unwrap();
-        assert_eq!(layer.apply(std::slice::from_ref(&tree), &[0], false, &|_, _| {}).unwrap(), 2);
+        assert_eq!(layer.apply(std::slice::from_ref(&tree), &[Step::plain(0)], false, &|_, _| {}).unwrap(), 2);
         assert_eq!(tree.get(b"k").unwrap(), None);
         assert_eq!(tree.get(b"gone").unwrap().as_deref(), Some(&b"x"[..]));
     }
@@ -366,7 +417,7 @@ mod tests {
             assert_eq!(done % PACE_KEYS, 0);
             paced.fetch_add(1, Ordering::Relaxed);
         };
-        assert_eq!(overlay.freeze().unwrap().apply(&trees, &[2, 0, 1], true, &pace).unwrap(), 6000);
+        assert_eq!(overlay.freeze().unwrap().apply(&trees, &[2, 0, 1].map(Step::plain), true, &pace).unwrap(), 6000);
         // Two threads of about 3,000 keys each: 11 calls each, not 23 as one thread would make.
         assert_eq!(paced.load(Ordering::Relaxed), 2 * (3000 / PACE_KEYS));
         assert_eq!((trees[0].len(), trees[1].len(), trees[2].len()), (3000, 2000, 999));
@@ -400,7 +451,7 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let trees = [db.open_tree("t0").unwrap(), db.open_tree("t1").unwrap()];
         assert!(matches!(
-            overlay.freeze().unwrap().apply(&trees, &[0], false, &|_, _| {}),
+            overlay.freeze().unwrap().apply(&trees, &[Step::plain(0)], false, &|_, _| {}),
             Err(StoreError::Corrupt(_))
         ));
         assert!(trees[0].is_empty() && trees[1].is_empty());

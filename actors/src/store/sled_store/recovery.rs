@@ -64,10 +64,25 @@ impl SledStore {
         merchant: &MerchantId,
         after_seq: u64,
     ) -> Box<dyn Iterator<Item = Result<T, StoreError>>> {
-        let start = journal_key(merchant, after_seq.saturating_add(1));
+        // A key covers the events up to its number, so the run holding `after_seq + 1` is in the range.
+        let mut next = after_seq.saturating_add(1);
+        let start = journal_key(merchant, next);
         let end = journal_key(merchant, u64::MAX);
         match self.scan(JOURNAL, Bound::Included(&start), Bound::Included(&end), false) {
-            Ok(items) => Box::new(items.map(|item| item.and_then(|(_, v)| Ok(decode_prefix::<T>("journal", &v)?.0)))),
+            Ok(items) => Box::new(items.flat_map(move |item| {
+                let events = item.and_then(|(key, value)| {
+                    let mut events = Vec::new();
+                    for (seq, stored) in unread(&key, &value, next)? {
+                        events.push(decode_prefix::<T>("journal", stored)?.0);
+                        next = seq.saturating_add(1);
+                    }
+                    Ok(events)
+                });
+                match events {
+                    Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
+                    Err(e) => vec![Err(e)],
+                }
+            })),
             Err(e) => Box::new(std::iter::once(Err(e))),
         }
     }
@@ -153,11 +168,13 @@ impl SledStore {
                 current = Some((m, Recovered::default(), snap));
             }
             let Some((m, state, snap)) = current.as_mut() else { continue };
-            let (event, _): (LedgerLine, _) = decode_prefix("journal", &value)?;
-            *state = Self::replay(m, std::mem::take(state), std::iter::once(Ok(event)))?;
-            report.events += 1;
-            if let Some(s) = snap.as_ref().filter(|s| s.seq == state.seq) {
-                compare_snapshot(m, &s.balances, &state.balances)?;
+            for (_, stored) in unread(&key, &value, state.seq.saturating_add(1))? {
+                let (event, _): (LedgerLine, _) = decode_prefix("journal", stored)?;
+                *state = Self::replay(m, std::mem::take(state), std::iter::once(Ok(event)))?;
+                report.events += 1;
+                if let Some(s) = snap.as_ref().filter(|s| s.seq == state.seq) {
+                    compare_snapshot(m, &s.balances, &state.balances)?;
+                }
             }
         }
         if let Some((m, state, snap)) = current.take() {
@@ -165,6 +182,13 @@ impl SledStore {
         }
         Ok(report)
     }
+}
+
+/// The events under one journal key numbered `next` or more, with their numbers: those before were read from
+/// an earlier key (see [`journal_runs`]). Each event's own number is checked as it is replayed.
+fn unread<'a>(key: &[u8], value: &'a [u8], next: u64) -> Result<impl Iterator<Item = (u64, &'a [u8])>, StoreError> {
+    let (first, events) = journal_entries(key, value)?;
+    Ok((first..).zip(events).filter(move |(seq, _)| *seq >= next))
 }
 
 /// A snapshot must equal the balances the ledger gives at the same event; name the first currency that differs.
@@ -189,6 +213,106 @@ mod tests {
     use crate::core::JournalEvent;
     use crate::domain::ledger::Account;
     use crate::domain::status::Trigger;
+    use crate::store::overlay::{Entry as Stored, TreeMap};
+    use crate::store::writer::Op;
+    use crate::store::Store;
+
+    /// Event `seq` of a merchant whose every event credits 100 XOF.
+    fn credit(seq: u64) -> Vec<u8> {
+        encode(&JournalEvent {
+            seq,
+            at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
+            trigger: Trigger::ProviderConfirmed,
+            reference: format!("pay_{seq}"),
+            statut: "succes".into(),
+            devise: Currency::XOF,
+            entries: vec![
+                Entry { account: Account::CustomerFunds, devise: Currency::XOF, amount_minor: -100 },
+                Entry { account: Account::Disponible, devise: Currency::XOF, amount_minor: 100 },
+            ],
+        })
+        .unwrap()
+    }
+
+    /// What a layer holding events `seqs` of merchant `m` puts into sled's journal.
+    fn runs(m: &MerchantId, seqs: std::ops::RangeInclusive<u64>) -> Vec<(Vec<u8>, Stored)> {
+        let keys: TreeMap = seqs.map(|seq| (journal_key(m, seq), Some(credit(seq)))).collect();
+        journal_runs(&keys).unwrap()
+    }
+
+    fn put(store: &SledStore, stored: Vec<(Vec<u8>, Stored)>) {
+        for (key, value) in stored {
+            store.trees[JOURNAL].insert(key, value.unwrap()).unwrap();
+        }
+    }
+
+    fn seqs(store: &SledStore, m: &MerchantId, from: u64) -> Vec<u64> {
+        store.journal(m, from, usize::MAX).unwrap().iter().map(|e| e.seq).collect()
+    }
+
+    /// After a crash the log's replay groups events into runs of its own over the runs sled kept: the one it
+    /// overwrites is replaced by one ending at the same event, and others overlap. Every event reads once.
+    #[test]
+    fn overlapping_runs_read_each_event_once_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let m = MerchantId::new();
+        // The crashed run: 1..=5 and 6..=9. The replay: 1..=9 (over the second), then 10..=12.
+        put(&store, runs(&m, 1..=5));
+        put(&store, runs(&m, 6..=9));
+        put(&store, runs(&m, 1..=9));
+        put(&store, runs(&m, 10..=12));
+        // A run whose layer is still in the read path: its events are there too.
+        put(&store, runs(&m, 13..=15));
+        store.overlay.record((13..=15).map(|seq| (JOURNAL, journal_key(&m, seq), Some(credit(seq))))).unwrap();
+        // Keys 5, 9 (the replay's run), 12 and 15.
+        assert_eq!(store.trees[JOURNAL].len(), 4);
+        assert_eq!(seqs(&store, &m, 1), (1..=15).collect::<Vec<_>>());
+        assert_eq!(seqs(&store, &m, 7), (7..=15).collect::<Vec<_>>());
+        assert_eq!(seqs(&store, &m, 14), [14, 15]);
+        assert!(seqs(&store, &m, 16).is_empty());
+        let recovered = store.recover_merchant(&m).unwrap();
+        assert_eq!((recovered.seq, recovered.balances.get(Currency::XOF).disponible), (15, 1_500));
+        let report = store.audit().unwrap();
+        assert_eq!((report.merchants, report.events), (1, 15));
+    }
+
+    #[test]
+    fn a_missing_event_between_runs_stops_recovery_and_the_audit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let m = MerchantId::new();
+        put(&store, runs(&m, 1..=3));
+        put(&store, runs(&m, 5..=6));
+        let says = |result: Result<_, StoreError>| match result {
+            Err(StoreError::Corrupt(message)) => message,
+            Ok(_) => panic!("a gap went unnoticed"),
+            Err(other) => panic!("{other:?}"),
+        };
+        assert!(says(store.recover_merchant(&m).map(drop)).ends_with("journal jumps from 3 to 5"));
+        assert!(says(store.audit().map(drop)).ends_with("journal jumps from 3 to 5"));
+    }
+
+    /// Through the writer: a busy merchant's layer reaches sled as runs, and reopening reads them back.
+    #[test]
+    fn a_busy_merchants_journal_is_stored_as_runs_and_reads_back_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = MerchantId::new();
+        let events = MAX_RUN as u64 + 44;
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            for seq in 1..=events {
+                let ops = vec![Op::Insert(JOURNAL, journal_key(&m, seq), credit(seq))];
+                store.writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+            }
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(store.overlay.depth(), 1, "reopening applied the log");
+        assert!(store.trees[JOURNAL].len() < 10, "{} keys for {events} events", store.trees[JOURNAL].len());
+        assert_eq!(seqs(&store, &m, 1), (1..=events).collect::<Vec<_>>());
+        assert_eq!(store.recover_merchant(&m).unwrap().seq, events);
+        assert_eq!(store.audit().unwrap().events, events);
+    }
 
     #[test]
     fn a_ledger_line_reads_what_a_journal_event_wrote() {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::checkpoint::Checkpoint;
-use crate::store::overlay::{Layer, Overlay};
+use crate::store::overlay::{Layer, Overlay, Step};
 use crate::store::StoreError;
 
 /// What the writer hands the applier.
@@ -29,7 +29,7 @@ pub(super) type Failure = Arc<Mutex<Option<StoreError>>>;
 
 pub(super) struct Applier {
     pub(super) trees: Vec<sled::Tree>,
-    pub(super) order: Vec<usize>,
+    pub(super) order: Vec<Step>,
     pub(super) overlay: Arc<Overlay>,
     pub(super) failure: Failure,
     pub(super) healthy: Arc<AtomicBool>,

@@ -44,7 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::applier::{Applier, Failure, Task};
 use self::checkpoint::Checkpoint;
 use self::thread::WriterThread;
-use super::overlay::{Entry, Overlay};
+use super::overlay::{Entry, Overlay, Step};
 use super::wal::{self, Wal};
 use super::{StoreError, Ticket, WriteGuard};
 use crate::domain::records::Notification;
@@ -112,7 +112,7 @@ impl Drop for Writer {
 
 /// Replays the log files left by the last run into sled, makes sled durable, and deletes them. Returns the
 /// sequence number the next log file takes. Must run before anything reads the trees.
-pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[usize], dir: &Path) -> Result<u64, StoreError> {
+pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[Step], dir: &Path) -> Result<u64, StoreError> {
     let wal_dir = wal::wal_dir(dir);
     // Retired files a crash left behind are already in sled; they are deleted (or one kept as the spare).
     wal::remove_retired(&wal_dir)?;
@@ -166,7 +166,7 @@ impl Writer {
     pub(crate) fn spawn(
         db: sled::Db,
         trees: Vec<sled::Tree>,
-        order: Vec<usize>,
+        order: Vec<Step>,
         overlay: Arc<Overlay>,
         dir: &Path,
         next_seq: u64,
@@ -263,8 +263,17 @@ mod tests {
         let overlay = Arc::new(Overlay::new(trees.len()));
         let (feed, _) = mpsc::channel(16);
         let healthy = Arc::new(AtomicBool::new(true));
-        let writer =
-            Writer::spawn(db, trees.clone(), vec![0, 1], overlay.clone(), dir.path(), 0, healthy, feed).unwrap();
+        let writer = Writer::spawn(
+            db,
+            trees.clone(),
+            vec![Step::plain(0), Step::plain(1)],
+            overlay.clone(),
+            dir.path(),
+            0,
+            healthy,
+            feed,
+        )
+        .unwrap();
         Fixture { _dir: dir, trees, overlay, writer }
     }
 
@@ -322,7 +331,7 @@ mod tests {
             wal.append(&bytes).map_err(|_| "append").unwrap();
         }
         drop(wal);
-        assert_eq!(recover(&db, &trees, &[0, 1], dir.path()).unwrap(), 1);
+        assert_eq!(recover(&db, &trees, &[Step::plain(0), Step::plain(1)], dir.path()).unwrap(), 1);
         assert_eq!(trees[0].len(), LAYER_OPS + 10 - 1);
         assert_eq!(trees[0].get(key(3)).unwrap(), None);
         assert_eq!(trees[0].get(key(4)).unwrap().as_deref(), Some(&b"second"[..]));
