@@ -90,9 +90,9 @@ impl Layer {
     }
 
     /// Applies the layer to sled, each tree in key order and through its step's rewrite if it has one, and
-    /// returns the number of keys written to sled. The order between trees does not matter, because the layer stays in the read path until all of it is in sled. A
-    /// removal of a key sled does not hold costs sled a lookup and nothing else (it short-circuits a no-op
-    /// delete).
+    /// returns the number of keys written to sled. The order between trees does not matter, because the layer
+    /// stays in the read path until all of it is in sled. A removal of a key sled does not hold costs sled a
+    /// lookup and nothing else (it short-circuits a no-op delete).
     ///
     /// With `parallel`, a large layer is applied on two threads, the trees split in two groups of about the
     /// same number of keys: sled's trees take inserts concurrently, and one thread applying is what limits the

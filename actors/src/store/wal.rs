@@ -7,7 +7,8 @@
 //!
 //! Replaying is safe whatever part of those batches sled already holds, because every operation is absolute
 //! (put this value, remove this key): for each key, the last operation on it decides, and keys the log does not
-//! touch keep the value the last checkpoint made durable.
+//! touch keep the value the last checkpoint made durable. The journal's events reach sled as runs whose
+//! grouping the replay may not repeat; readers take each event once whatever runs hold it (`layout`).
 //!
 //! A file starts with a header, the magic `CWAL\x02\0\0\0` and the file's sequence number (u64 LE); the file
 //! name carries the same number. Then records: `len: u32 LE`, `crc32(seq ++ payload): u32 LE`, then the
