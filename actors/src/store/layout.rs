@@ -24,6 +24,8 @@
 //! bodies lived apart in `outbox_body`: a record with an empty body still takes it from there. Saving such a
 //! notification (an attempt, a resend) writes it in the current layout, which reads prefer.
 
+use std::ops::Range;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -156,7 +158,7 @@ pub(super) const MAX_RUN: usize = 256;
 /// life puts there; a merchant with many events per layer now costs it one key per 256 events.
 ///
 /// Readers take a key as covering the events up to its sequence number, and skip events they have already
-/// read ([`journal_entries`]). That is what makes runs safe beside the overlay: while a layer is still in the
+/// read ([`journal_spans`]). That is what makes runs safe beside the overlay: while a layer is still in the
 /// read path its events are read there too, and the layer's entry for a run's last event hides the run. And
 /// after a crash, the log's replay may group events into runs other than the ones sled already holds from
 /// the run that crashed; a run it overwrites is replaced by one ending at the same event, the events before
@@ -207,27 +209,35 @@ fn close_run(run: &mut Vec<(&[u8], &[u8])>, stored: &mut Vec<(Vec<u8>, Entry)>) 
     Ok(())
 }
 
-/// The events one journal key holds: the sequence number of the first, and each event's stored value, in
-/// order. A single event is under its own sequence number; a run ends at its key's ([`journal_runs`]).
-pub(super) fn journal_entries<'a>(key: &[u8], value: &'a [u8]) -> Result<(u64, Vec<&'a [u8]>), StoreError> {
+/// Where the events one journal key holds lie in its value: the sequence number of the first, and each
+/// event's stored value as a byte range, in order. A single event is under its own sequence number; a run ends
+/// at its key's ([`journal_runs`]). Ranges, not decoded events, so a reader decodes only the events it wants.
+pub(super) fn journal_spans(key: &[u8], value: &[u8]) -> Result<(u64, Vec<Range<usize>>), StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("journal: {what}"));
     let last = journal_seq(key).ok_or_else(|| corrupt("a key of the wrong length"))?;
-    let Some((&JOURNAL_RUN_V1, mut rest)) = value.split_first() else {
-        return Ok((last, vec![value]));
-    };
-    let mut events = Vec::new();
-    while !rest.is_empty() {
-        let (len, tail) = rest.split_at_checked(4).ok_or_else(|| corrupt("a run cut short"))?;
-        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        let (event, tail) = tail.split_at_checked(len).ok_or_else(|| corrupt("a run cut short"))?;
-        events.push(event);
-        rest = tail;
+    if value.first() != Some(&JOURNAL_RUN_V1) {
+        return Ok((last, std::iter::once(0..value.len()).collect()));
     }
-    let count = events.len() as u64;
+    let mut spans = Vec::new();
+    let mut at = 1;
+    while at < value.len() {
+        let len = value
+            .get(at..at + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .ok_or_else(|| corrupt("a run cut short"))?;
+        let start = at + 4;
+        let end = start
+            .checked_add(u32::from_le_bytes(len) as usize)
+            .filter(|end| *end <= value.len())
+            .ok_or_else(|| corrupt("a run cut short"))?;
+        spans.push(start..end);
+        at = end;
+    }
+    let count = spans.len() as u64;
     if count == 0 || count > last {
         return Err(corrupt(&format!("a run of {count} events ending at event {last}")));
     }
-    Ok((last - count + 1, events))
+    Ok((last - count + 1, spans))
 }
 
 pub(super) fn key_hash(secret_key: &str) -> Vec<u8> {
@@ -540,14 +550,14 @@ mod tests {
                 found.push((key.clone(), 0, 0));
                 continue;
             };
-            let Ok((first, events)) = journal_entries(key, value) else {
+            let Ok((first, spans)) = journal_spans(key, value) else {
                 found.push((key.clone(), 0, 1));
                 continue;
             };
-            for (seq, stored) in (first..).zip(&events) {
-                assert_eq!(decode::<JournalEvent>("journal", stored).unwrap().seq, seq);
+            for (seq, span) in (first..).zip(&spans) {
+                assert_eq!(decode::<JournalEvent>("journal", &value[span.clone()]).unwrap().seq, seq);
             }
-            found.push((key.clone(), first, events.len()));
+            found.push((key.clone(), first, spans.len()));
         }
         let last_of_b = 10 + MAX_RUN as u64;
         assert_eq!(
@@ -594,12 +604,12 @@ mod tests {
             (vec![JOURNAL_RUN_V1, 1, 0], "cut short"),
             ([&[JOURNAL_RUN_V1][..], &[1, 0, 0, 0, 9].repeat(3)].concat(), "a run of 3 events ending at event 2"),
         ] {
-            match journal_entries(&key, &value) {
+            match journal_spans(&key, &value) {
                 Err(StoreError::Corrupt(message)) => assert!(message.contains(says), "{message}"),
                 other => panic!("{value:?} gave {other:?}"),
             }
         }
-        assert!(matches!(journal_entries(b"short", &event(1)), Err(StoreError::Corrupt(_))));
+        assert!(matches!(journal_spans(b"short", &event(1)), Err(StoreError::Corrupt(_))));
     }
 
     #[test]

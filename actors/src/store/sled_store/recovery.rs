@@ -1,7 +1,7 @@
 //! Rebuilding balances from the journal: recovering one merchant from its snapshot, and the startup audit that
 //! replays every merchant's whole ledger and checks each snapshot against it.
 
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 use std::time::Instant;
 
 use serde::Deserialize;
@@ -69,18 +69,20 @@ impl SledStore {
         let start = journal_key(merchant, next);
         let end = journal_key(merchant, u64::MAX);
         match self.scan(JOURNAL, Bound::Included(&start), Bound::Included(&end), false) {
-            Ok(items) => Box::new(items.flat_map(move |item| {
-                let events = item.and_then(|(key, value)| {
-                    let mut events = Vec::new();
-                    for (seq, stored) in unread(&key, &value, next)? {
-                        events.push(decode_prefix::<T>("journal", stored)?.0);
-                        next = seq.saturating_add(1);
+            Ok(items) => Box::new(items.flat_map(move |item| -> Box<dyn Iterator<Item = Result<T, StoreError>>> {
+                let wanted = item.and_then(|(key, value)| {
+                    let wanted: Vec<_> = unread(&key, &value, next)?.collect();
+                    if let Some((last, _)) = wanted.last() {
+                        next = last.saturating_add(1);
                     }
-                    Ok(events)
+                    Ok((value, wanted))
                 });
-                match events {
-                    Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
-                    Err(e) => vec![Err(e)],
+                match wanted {
+                    // Decoded as they are taken: a caller that wants one event decodes one, not its whole run.
+                    Ok((value, wanted)) => Box::new(wanted.into_iter().map(move |(_, span)| {
+                        Ok(decode_prefix::<T>("journal", value.get(span).unwrap_or_default())?.0)
+                    })),
+                    Err(e) => Box::new(std::iter::once(Err(e))),
                 }
             })),
             Err(e) => Box::new(std::iter::once(Err(e))),
@@ -168,8 +170,8 @@ impl SledStore {
                 current = Some((m, Recovered::default(), snap));
             }
             let Some((m, state, snap)) = current.as_mut() else { continue };
-            for (_, stored) in unread(&key, &value, state.seq.saturating_add(1))? {
-                let (event, _): (LedgerLine, _) = decode_prefix("journal", stored)?;
+            for (_, span) in unread(&key, &value, state.seq.saturating_add(1))? {
+                let (event, _): (LedgerLine, _) = decode_prefix("journal", value.get(span).unwrap_or_default())?;
                 *state = Self::replay(m, std::mem::take(state), std::iter::once(Ok(event)))?;
                 report.events += 1;
                 if let Some(s) = snap.as_ref().filter(|s| s.seq == state.seq) {
@@ -184,11 +186,12 @@ impl SledStore {
     }
 }
 
-/// The events under one journal key numbered `next` or more, with their numbers: those before were read from
-/// an earlier key (see [`journal_runs`]). Each event's own number is checked as it is replayed.
-fn unread<'a>(key: &[u8], value: &'a [u8], next: u64) -> Result<impl Iterator<Item = (u64, &'a [u8])>, StoreError> {
-    let (first, events) = journal_entries(key, value)?;
-    Ok((first..).zip(events).filter(move |(seq, _)| *seq >= next))
+/// The events under one journal key numbered `next` or more, with their numbers and where they lie in the
+/// value: those before were read from an earlier key (see [`journal_runs`]). Each event's own number is
+/// checked as it is replayed.
+fn unread(key: &[u8], value: &[u8], next: u64) -> Result<impl Iterator<Item = (u64, Range<usize>)>, StoreError> {
+    let (first, spans) = journal_spans(key, value)?;
+    Ok((first..).zip(spans).filter(move |(seq, _)| *seq >= next))
 }
 
 /// A snapshot must equal the balances the ledger gives at the same event; name the first currency that differs.
@@ -247,7 +250,7 @@ mod tests {
     }
 
     fn seqs(store: &SledStore, m: &MerchantId, from: u64) -> Vec<u64> {
-        store.journal(m, from, usize::MAX).unwrap().iter().map(|e| e.seq).collect()
+        seqs_taking(store, m, from, usize::MAX)
     }
 
     /// After a crash the log's replay groups events into runs of its own over the runs sled kept: the one it
@@ -275,6 +278,28 @@ mod tests {
         assert_eq!((recovered.seq, recovered.balances.get(Currency::XOF).disponible), (15, 1_500));
         let report = store.audit().unwrap();
         assert_eq!((report.merchants, report.events), (1, 15));
+    }
+
+    /// The dashboard's history probes the journal an event at a time: taking one event of a run decodes that
+    /// one, so a damaged event further in the run is only met by a reader that gets to it.
+    #[test]
+    fn a_run_is_decoded_an_event_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let m = MerchantId::new();
+        let keys: TreeMap = [(1, credit(1)), (2, vec![BINARY_V1, 0xff])]
+            .into_iter()
+            .map(|(s, v)| (journal_key(&m, s), Some(v)))
+            .collect();
+        put(&store, journal_runs(&keys).unwrap());
+        assert_eq!(store.trees[JOURNAL].len(), 1);
+        assert_eq!(seqs_taking(&store, &m, 1, 1), [1]);
+        assert!(matches!(store.journal(&m, 1, 2), Err(StoreError::Corrupt(_))));
+        assert!(matches!(store.journal(&m, 2, 1), Err(StoreError::Corrupt(_))));
+    }
+
+    fn seqs_taking(store: &SledStore, m: &MerchantId, from: u64, limit: usize) -> Vec<u64> {
+        store.journal(m, from, limit).unwrap().iter().map(|e| e.seq).collect()
     }
 
     #[test]
