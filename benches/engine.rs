@@ -31,7 +31,7 @@ use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::records::{Merchant, ProviderCode};
 use caisse_engine::domain::text::Metadata;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{SledStore, Store};
+use caisse_engine::store::{Audit, SledStore};
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Record};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -259,8 +259,7 @@ fn build_recovery_store(dir: &Path, events: u64) {
                 webhook_url: None,
                 created_at: Timestamp::now(),
             };
-            let ticket = engine.store().put_merchant(merchant, None).expect("put merchant");
-            ticket.await.expect("ticket").expect("merchant durable");
+            engine.put_merchant(merchant, None).await.expect("merchant durable");
         }
         let chunk = 100_000;
         let mut done = 0;

@@ -11,7 +11,6 @@
 //! `scan_every` (default: the production 500 ms). Target: >= 20,000 deliveries/s on 2 cores. Without `--bench` it runs 500 notifications, as a smoke test.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -22,8 +21,7 @@ use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::records::{Merchant, ProviderCode};
 use caisse_engine::domain::text::Metadata;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::Store;
-use caisse_engine::webhook::delivery::{DeliveryConfig, WebhookPool};
+use caisse_engine::webhook::delivery::DeliveryConfig;
 use caisse_engine::webhook::{verify, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use caisse_engine::{Engine, EngineConfig};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -117,7 +115,6 @@ async fn run(n: usize) -> f64 {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = Engine::open(EngineConfig::new(dir.path())).expect("open engine");
-    let store: Arc<dyn Store> = engine.store().clone();
     let mut ids = Vec::with_capacity(MERCHANTS);
     for (i, key) in keys.iter().enumerate() {
         let merchant = Merchant {
@@ -130,8 +127,7 @@ async fn run(n: usize) -> f64 {
             created_at: Timestamp::now(),
         };
         ids.push(merchant.id.clone());
-        let ticket = store.put_merchant(merchant, None).expect("put merchant");
-        ticket.await.expect("ticket").expect("merchant durable");
+        engine.put_merchant(merchant, None).await.expect("merchant durable");
     }
 
     let started = Instant::now();
@@ -140,7 +136,7 @@ async fn run(n: usize) -> f64 {
         "webhooks: {n} notifications written over {MERCHANTS} merchants in {:.2} s",
         started.elapsed().as_secs_f64()
     );
-    let due = store.due_notifications(Timestamp::now(), n + 1).expect("due").len();
+    let due = engine.due_notifications(Timestamp::now(), n + 1).expect("due").len();
     assert_eq!(due, n, "every initiation leaves one due notification");
 
     let far_future = Timestamp::from_unix_ms(4_102_444_800_000);
@@ -149,7 +145,7 @@ async fn run(n: usize) -> f64 {
     if let Some(ms) = std::env::var("CAISSE_BENCH_SCAN_MS").ok().and_then(|v| v.parse().ok()) {
         config.scan_every = Duration::from_millis(ms);
     }
-    let pool = WebhookPool::start(store.clone(), config).expect("start pool");
+    let pool = engine.start_webhooks(config).expect("start pool");
     let mut all_received = None;
     let trace = std::env::var("CAISSE_BENCH_TRACE").is_ok_and(|v| v == "1");
     let mut timeline = Vec::new();
@@ -162,11 +158,11 @@ async fn run(n: usize) -> f64 {
         if received >= n as u64 && all_received.is_none() {
             all_received = Some(started.elapsed());
         }
-        if all_received.is_some() && store.due_notifications(far_future, 1).expect("due").is_empty() {
+        if all_received.is_some() && engine.due_notifications(far_future, 1).expect("due").is_empty() {
             break started.elapsed();
         }
         if started.elapsed() > DEADLINE {
-            let left = store.due_notifications(far_future, n).expect("due").len();
+            let left = engine.due_notifications(far_future, n).expect("due").len();
             panic!("webhooks: gave up after {DEADLINE:?}: {received} received, {left} still pending");
         }
     };

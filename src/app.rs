@@ -8,14 +8,15 @@ use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use caisse_engine::{Engine, EngineConfig, EngineError};
 
-use caisse_engine::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
+use caisse_engine::webhook::delivery::{DeliveryConfig, DeliveryError};
 use caisse_engine::webhook::schedule::RetrySchedule;
 
 use crate::config::{Environment, Settings};
 use crate::dashboard::{self, DashboardState};
+use crate::flow::{sweep, Flow};
 use crate::http::{self, AppState, RateLimiter};
 use crate::merchants::{self, CreateError, Created, NewMerchant};
-use crate::providers::{expiry, Providers};
+use crate::providers::Providers;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -55,14 +56,14 @@ impl Application {
         let mut config = EngineConfig::new(&settings.data_dir);
         config.store_cache_bytes = settings.store_cache_bytes;
         let engine = Engine::open(config)?;
-        let demo = if engine.store().merchant_count().map_err(EngineError::from)? == 0 {
+        let demo = if engine.merchant_count()? == 0 {
             let new = NewMerchant {
                 name: "Boutique démo".into(),
                 email: "demo@caisse.local".into(),
                 password: None,
                 webhook_url: None,
             };
-            Some(merchants::create(engine.store(), settings.environment, new).await?)
+            Some(merchants::create(&engine, settings.environment, new).await?)
         } else {
             None
         };
@@ -74,12 +75,14 @@ impl Application {
         if let Some(sim) = &providers.simulator {
             sim.set_base_url(format!("http://{bound}"));
         }
-        let webhooks = WebhookPool::start(engine.store().clone(), delivery_config(&settings))?;
+        let webhooks = engine.start_webhooks(delivery_config(&settings))?;
+        let flow = Flow::new(engine.clone(), providers.clone());
         let state = web::Data::new(AppState {
             webhooks,
             engine,
             rate_limiter: RateLimiter::new(settings.rate_limit_per_s),
             providers,
+            flow: flow.clone(),
             settings: settings.clone(),
         });
         let app_state = state.clone();
@@ -99,7 +102,7 @@ impl Application {
             server = server.workers(settings.http_workers);
         }
         let server = server.run();
-        expiry::start(state.clone());
+        sweep::start(flow, settings.payment_ttl_ms);
         Ok(Application { server, port: bound.port(), state, demo })
     }
 

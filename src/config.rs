@@ -19,7 +19,7 @@ use crate::providers::chaos::Chaos;
 /// The compiled-in defaults: the commented file at the repository's root.
 pub const DEFAULTS: &str = include_str!("../caisse.default.toml");
 
-/// Webhook attempts stop after this many waits, whatever the schedule says (contract 12 has nine).
+/// Webhook attempts stop after this many waits, whatever the schedule says (the default has nine).
 pub const MAX_RETRY_WAITS: usize = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl Environment {
         }
     }
 
-    /// Secret keys of this environment start with this (contract 2).
+    /// Secret keys of this environment start with this (docs/api.md § Environments and keys).
     pub fn key_prefix(self) -> &'static str {
         match self {
             Environment::Sandbox => "sk_test_",
@@ -415,6 +415,21 @@ fn resolve_provider(index: usize, p: ProviderLayer) -> Result<ProviderSettings, 
         limites,
         credentials: Some(p.credentials).filter(|c| !c.is_empty()),
     })
+}
+
+/// Time between two passes of the TTL sweep: a tenth of the TTL, between 100 ms and 5 s. A payment therefore
+/// expires at most one pass after its TTL, which the sandbox simulator's `04` story waits for.
+pub fn sweep_every_ms(ttl_ms: u64) -> u64 {
+    (ttl_ms / 10).clamp(100, 5_000)
+}
+
+/// Sweep passes between two reconciliation passes: providers are asked about a stuck refund or payout at
+/// most every ten passes (50 s with the default 30-minute TTL), not every five seconds.
+pub const RECONCILE_EVERY_PASSES: u64 = 10;
+
+/// Time between two reconciliation passes.
+pub fn reconcile_every_ms(ttl_ms: u64) -> u64 {
+    sweep_every_ms(ttl_ms) * RECONCILE_EVERY_PASSES
 }
 
 #[cfg(test)]

@@ -7,19 +7,20 @@
 //! - [`http`]: the REST API under `/v1`, one file per resource, errors mapped in one place.
 //! - [`dashboard`]: the merchant dashboard, server-rendered HTML at `/` (login, balances, transactions,
 //!   payouts, webhook deliveries, the "API keys" section), one file per page family.
-//! - [`providers`]: the provider adapter trait, the catalogue, the sandbox simulator, the TTL sweep.
-//! - [`settlement`]: provider answers turned into engine commands.
+//! - [`flow`]: a payment's whole life between the API and the engine: start, provider request, the provider's
+//!   answer confirmed and applied, the TTL sweep, the reconciliation and the resubmission after a restart.
+//! - [`providers`]: the provider adapter trait, the catalogue, the sandbox simulator.
 //! - [`merchants`]: merchant accounts (keys, password hashes, webhook URLs).
 //!
 //! The engine itself (merchant actors, ledger, store) is the `caisse-engine` crate in `actors/`. A payment
 //! comes in at `POST /v1/paiement/initier` ([`http`]), becomes an engine command, is made durable by the
 //! engine's group commit, goes to the provider ([`providers`]), and comes back as a provider notice that
-//! [`settlement`] applies; each status change leaves a webhook notification in the engine's outbox.
+//! [`flow`] confirms and applies; each status change leaves a webhook notification in the engine's outbox.
 
 pub mod app;
 pub mod config;
 pub mod dashboard;
+pub mod flow;
 pub mod http;
 pub mod merchants;
 pub mod providers;
-pub mod settlement;

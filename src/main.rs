@@ -1,5 +1,5 @@
 //! The `caisse` command: `caisse serve` runs the service, `caisse merchant create` adds a merchant account
-//! (contract 14).
+//! (docs/api.md § Dashboard and operator commands).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use caisse_engine::store::{SledStore, Store, StoreError};
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc: the actor and HTTP threads allocate small, short-lived buffers all the
-/// time, and glibc spent a fifth of the webhook path's CPU consolidating and locking (see `benches/`).
+/// time, and glibc spent much of the webhook path's CPU consolidating and locking (docs/perf/history.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -128,8 +128,15 @@ fn create_merchant(settings: Settings, new: NewMerchant, json: bool) -> Result<(
         }
         Err(e) => return Err(format!("cannot open the store in {}: {e}", settings.data_dir.display())),
     };
+    // No server runs (it would hold the store's lock), so the account goes straight to the store.
+    let created = merchants::prepare(settings.environment, new).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
-    let created = runtime.block_on(merchants::create(&store, settings.environment, new)).map_err(|e| e.to_string())?;
+    let ticket = store.put_merchant(created.merchant.clone(), None).map_err(|e| e.to_string())?;
+    match runtime.block_on(ticket) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(StoreError::Closed.to_string()),
+    }
     print_created(&created, json);
     Ok(())
 }

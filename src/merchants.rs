@@ -1,8 +1,6 @@
 //! Merchant accounts: creation (secret key, password hash, webhook URL), shared by `caisse merchant create`,
 //! the first-start demo merchant and the tests.
 
-use std::sync::Arc;
-
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::Argon2;
@@ -10,7 +8,7 @@ use caisse_engine::domain::ids::{random_base62, MerchantId};
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::text::Email;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{Store, StoreError};
+use caisse_engine::{Engine, EngineError};
 
 use crate::config::Environment;
 use caisse_engine::webhook::url::{UrlError, WebhookUrl};
@@ -44,7 +42,7 @@ pub enum CreateError {
     #[error("could not hash the password: {0}")]
     Hash(String),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Engine(#[from] EngineError),
 }
 
 pub fn new_secret_key(env: Environment) -> String {
@@ -59,8 +57,8 @@ pub fn hash_password(password: &str) -> Result<String, CreateError> {
         .map_err(|e| CreateError::Hash(e.to_string()))
 }
 
-/// Creates the merchant and waits until it is durable.
-pub async fn create(store: &Arc<dyn Store>, env: Environment, new: NewMerchant) -> Result<Created, CreateError> {
+/// A new merchant account, checked and with its password hashed and its secret key drawn, not yet stored.
+pub fn prepare(env: Environment, new: NewMerchant) -> Result<Created, CreateError> {
     let name = new.name.trim().to_owned();
     if name.is_empty() || name.chars().count() > 200 {
         return Err(CreateError::Name);
@@ -80,10 +78,12 @@ pub async fn create(store: &Arc<dyn Store>, env: Environment, new: NewMerchant) 
         webhook_url: webhook_url.map(|u| u.as_str().to_owned()),
         created_at: Timestamp::now(),
     };
-    let ticket = store.put_merchant(merchant.clone(), None)?;
-    match ticket.await {
-        Ok(Ok(())) => Ok(Created { merchant, password }),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(StoreError::Closed.into()),
-    }
+    Ok(Created { merchant, password })
+}
+
+/// Creates the merchant through the engine and answers once it is durable.
+pub async fn create(engine: &Engine, env: Environment, new: NewMerchant) -> Result<Created, CreateError> {
+    let created = prepare(env, new)?;
+    engine.put_merchant(created.merchant.clone(), None).await?;
+    Ok(created)
 }

@@ -1,5 +1,8 @@
 //! The engine's front door: opens the store, audits it, starts one Arbiter per shard, and routes each call to
-//! the merchant's actor, starting that actor on first use.
+//! the merchant's actor, starting that actor on first use. The service reaches the store only through the
+//! methods here: changes through [`Engine::execute`] (the merchant's actor), reads of durable state that need
+//! no actor (lists, lookups, the sweeps' index, merchant accounts) directly, and the webhook pool through
+//! [`Engine::start_webhooks`].
 //!
 //! Merchants are spread over the Arbiters by a hash of their id, so one merchant's actor always lives on the
 //! same thread while different merchants run in parallel. Calls use `send`, which waits when a mailbox is
@@ -16,16 +19,18 @@ use std::sync::Arc;
 use actix::{Actor, Addr, Arbiter, MailboxError, Message};
 use dashmap::mapref::entry::Entry;
 
-use crate::core::Command;
+use crate::core::{Command, JournalEvent};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
-use crate::domain::records::{Payment, Payout};
+use crate::domain::records::{Merchant, Notification, Payment, Payout, Transaction, TransactionType};
+use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 use crate::merchant::{
     ActorSettings, Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor,
 };
 use crate::registry::Registry;
-use crate::store::{AuditReport, SledStore, Store};
+use crate::store::{AuditReport, AwaitingProvider, Located, Page, SledStore, Store, StoreError};
+use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -55,7 +60,7 @@ pub struct Engine {
 
 struct Inner {
     store: Arc<dyn Store>,
-    registry: Registry,
+    registry: Registry<MerchantActor>,
     arbiters: Vec<Arbiter>,
     settings: ActorSettings,
     generations: AtomicU64,
@@ -114,8 +119,20 @@ impl Engine {
         })
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
+    /// Starts the webhook delivery pool on this engine's outbox. Needs a running actix System; the first
+    /// pool takes the store's feed of new notifications (a second one would find them only by its scans).
+    pub fn start_webhooks(&self, config: DeliveryConfig) -> Result<WebhookPool, DeliveryError> {
+        WebhookPool::start(self.inner.store.clone(), config)
+    }
+
+    /// Runs the full ledger audit again (the startup audit's check, on demand).
+    pub fn audit(&self) -> Result<AuditReport, EngineError> {
+        Ok(self.inner.store.audit()?)
+    }
+
+    /// True when a durable write currently succeeds.
+    pub fn healthy(&self) -> bool {
+        self.inner.store.healthy()
     }
 
     /// What the startup audit found.
@@ -197,6 +214,119 @@ impl Engine {
     ) -> Result<Executed, EngineError> {
         self.ask(merchant, Execute { command, idempotency }).await
     }
+
+    // ----- Reads of durable state that need no actor: lists, lookups and the sweeps' index -----
+
+    /// This merchant's transactions, newest first, after `cursor`, at most `limit` of those `keep` accepts.
+    pub fn transactions(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Transaction) -> bool,
+    ) -> Result<Page<Transaction>, EngineError> {
+        Ok(self.inner.store.transactions(merchant, cursor, limit, keep)?)
+    }
+
+    /// This merchant's payouts, newest first, after `cursor`.
+    pub fn payouts(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Payout) -> bool,
+    ) -> Result<Page<Payout>, EngineError> {
+        Ok(self.inner.store.payouts(merchant, cursor, limit, keep)?)
+    }
+
+    /// The record behind a payment reference, refund reference or payout id of this merchant.
+    pub fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, EngineError> {
+        Ok(self.inner.store.locate(merchant, reference)?)
+    }
+
+    /// The merchant and record behind one of our transaction ids (what providers quote back).
+    pub fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, EngineError> {
+        Ok(self.inner.store.owner_of_transaction(transaction_id)?)
+    }
+
+    /// Work of `kind` still waiting for a provider, created before `created_before`, oldest first, after
+    /// `after` when given: how the sweeps walk it a batch at a time.
+    pub fn awaiting_provider(
+        &self,
+        kind: TransactionType,
+        created_before: Timestamp,
+        after: Option<&AwaitingProvider>,
+        limit: usize,
+    ) -> Result<Vec<AwaitingProvider>, EngineError> {
+        Ok(self.inner.store.awaiting_provider(kind, created_before, after, limit)?)
+    }
+
+    /// This merchant's journal from position `from_seq`, at most `limit` events (a payment's history).
+    pub fn journal(
+        &self,
+        merchant: &MerchantId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<JournalEvent>, EngineError> {
+        Ok(self.inner.store.journal(merchant, from_seq, limit)?)
+    }
+
+    /// This merchant's webhook notifications, newest first, after `cursor`.
+    pub fn notifications(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Notification) -> bool,
+    ) -> Result<Page<Notification>, EngineError> {
+        Ok(self.inner.store.notifications(merchant, cursor, limit, keep)?)
+    }
+
+    /// One notification of this merchant (`None` for another merchant's id).
+    pub fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, EngineError> {
+        Ok(self.inner.store.notification(merchant, id)?)
+    }
+
+    /// Notifications whose next attempt is due at or before `now`, oldest first, at most `limit`.
+    pub fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, EngineError> {
+        Ok(self.inner.store.due_notifications(now, limit)?)
+    }
+
+    // ----- Merchant accounts -----
+
+    pub fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, EngineError> {
+        Ok(self.inner.store.merchant(id)?)
+    }
+
+    /// The merchant holding this secret key; the caller still compares the whole key in constant time.
+    pub fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, EngineError> {
+        Ok(self.inner.store.merchant_by_key(secret_key)?)
+    }
+
+    pub fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, EngineError> {
+        Ok(self.inner.store.merchant_by_email(email)?)
+    }
+
+    pub fn merchant_count(&self) -> Result<u64, EngineError> {
+        Ok(self.inner.store.merchant_count()?)
+    }
+
+    /// Changes whenever a merchant record changes, once the change is visible (for caches of merchants).
+    pub fn merchants_generation(&self) -> u64 {
+        self.inner.store.merchants_generation()
+    }
+
+    /// Creates or updates a merchant account and answers once it is durable. `previous_key` is the secret key
+    /// being replaced, if any, which stops working in the same write.
+    pub async fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<(), EngineError> {
+        let ticket = self.inner.store.put_merchant(merchant, previous_key)?;
+        match ticket.await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(EngineError::from(StoreError::Closed)),
+        }
+    }
+
+    // ----- Through the merchant's actor -----
 
     pub async fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, EngineError> {
         self.ask(merchant, GetPayment(reference.to_owned())).await

@@ -1,6 +1,6 @@
 //! The engine's one error type, [`EngineError`]: what a caller of the engine can be told went wrong.
 //!
-//! Domain refusals ([`Rejection`]) pass through unchanged so the HTTP layer can map each to the contract's
+//! Domain refusals ([`Rejection`]) pass through unchanged so the HTTP layer can map each to the API's
 //! code. Storage trouble becomes `Unavailable` (the API's 503: retry later, nothing was changed or the outcome
 //! is unknown and an idempotent retry settles it), except corruption, which is internal.
 
@@ -22,12 +22,16 @@ pub enum EngineError {
     Retired,
     #[error("internal error: {0}")]
     Internal(String),
+    /// The store cannot be opened by this build (another on-disk format); only at start.
+    #[error("{0}")]
+    IncompatibleStore(String),
 }
 
 impl From<StoreError> for EngineError {
     fn from(err: StoreError) -> EngineError {
         match err {
             StoreError::Corrupt(_) | StoreError::Conflict(_) => EngineError::Internal(err.to_string()),
+            StoreError::Format(text) => EngineError::IncompatibleStore(text),
             StoreError::Io(_)
             | StoreError::Overloaded
             | StoreError::Aborted

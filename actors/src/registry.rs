@@ -7,18 +7,30 @@
 
 use std::sync::Arc;
 
-use actix::Addr;
+use actix::{Actor, Addr};
 use dashmap::DashMap;
 
 use crate::domain::ids::MerchantId;
-use crate::merchant::MerchantActor;
 
-#[derive(Clone, Default)]
-pub struct Registry {
-    pub(crate) actors: Arc<DashMap<MerchantId, (u64, Addr<MerchantActor>)>>,
+/// The running actors of type `A` (the merchant actor), each with the generation it was started as. Generic
+/// so that the registry stands below the actor that registers itself in it.
+pub struct Registry<A: Actor> {
+    pub(crate) actors: Arc<DashMap<MerchantId, (u64, Addr<A>)>>,
 }
 
-impl Registry {
+impl<A: Actor> Clone for Registry<A> {
+    fn clone(&self) -> Self {
+        Registry { actors: self.actors.clone() }
+    }
+}
+
+impl<A: Actor> Default for Registry<A> {
+    fn default() -> Self {
+        Registry { actors: Arc::new(DashMap::new()) }
+    }
+}
+
+impl<A: Actor> Registry<A> {
     /// Removes the entry of `id` if it still belongs to actor `generation`.
     pub(crate) fn forget(&self, id: &MerchantId, generation: u64) {
         self.actors.remove_if(id, |_, (g, _)| *g == generation);

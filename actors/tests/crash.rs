@@ -45,6 +45,8 @@
 //! shows that the checks can fail: a fabricated acknowledgement, a regressed state and a forged second credit
 //! are each caught.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -63,7 +65,7 @@ use caisse_engine::domain::records::{ProviderCode, TransactionType};
 use caisse_engine::domain::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus, Trigger};
 use caisse_engine::domain::text::{Metadata, Reference};
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::Change;
+use caisse_engine::store::{Change, Store};
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Record, Rejection};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -344,9 +346,8 @@ async fn child_task(engine: Engine, m: MerchantId, cycle: u64, task: usize, left
 
 /// Records an earlier cycle left half way, read from the store as recovered; a few succeeded payments are
 /// taken too, for a refund or a repeated provider confirmation after the restart.
-fn leftovers(engine: &Engine, m: &MerchantId, rng: &mut StdRng) -> Result<Vec<Record>, String> {
-    let store = engine.store();
-    let journal = store.journal(m, 1, usize::MAX).map_err(|e| e.to_string())?;
+fn leftovers(engine: &Engine, store: &dyn Store, m: &MerchantId, rng: &mut StdRng) -> Result<Vec<Record>, String> {
+    let journal = engine.journal(m, 1, usize::MAX).map_err(|e| e.to_string())?;
     let mut found = Vec::new();
     for event in journal {
         let record = match event.trigger {
@@ -370,13 +371,15 @@ fn child_main() {
     let merchants: Vec<MerchantId> = var(MERCHANTS_ENV).split(',').map(|m| MerchantId::parse(m).unwrap()).collect();
     let cycle: u64 = var(CYCLE_ENV).parse().unwrap();
     actix::System::new().block_on(async move {
-        let engine = Engine::open(config(&dir)).unwrap_or_else(|e| fail(format!("open: {e}")));
+        let (engine, store) =
+            support::try_engine_and_store(config(&dir)).unwrap_or_else(|e| fail(format!("open: {e}")));
         let mut rng = StdRng::from_entropy();
         // Each leftover goes to exactly one task, so a record never has two commands in flight.
         let per_merchant = TASKS / merchants.len();
         let mut work: Vec<Vec<Record>> = vec![Vec::new(); TASKS];
         for (i, m) in merchants.iter().enumerate() {
-            let found = leftovers(&engine, m, &mut rng).unwrap_or_else(|e| fail(format!("leftovers of {m}: {e}")));
+            let found =
+                leftovers(&engine, &*store, m, &mut rng).unwrap_or_else(|e| fail(format!("leftovers of {m}: {e}")));
             for (j, record) in found.into_iter().enumerate() {
                 work[i + merchants.len() * (j % per_merchant)].push(record);
             }
@@ -492,7 +495,7 @@ struct Audit {
     events: u64,
 }
 
-/// Which webhook event a journal event causes, as the contract lists them.
+/// Which webhook event a journal event causes, as docs/api.md lists them.
 fn webhook_of(trigger: Trigger) -> Option<EventKind> {
     match trigger {
         Trigger::PaymentAccepted => Some(EventKind::PaymentInitiated),
@@ -516,13 +519,13 @@ struct Sums {
 /// states to `states` and the notifications its journal implies to `webhooks`.
 async fn audit_merchant(
     engine: &Engine,
+    store: &dyn Store,
     m: &MerchantId,
     states: &mut HashMap<Key, Known>,
     webhooks: &mut HashMap<(String, String, EventKind), i64>,
     errors: &mut Vec<String>,
 ) -> u64 {
-    let store = engine.store();
-    let journal = match store.journal(m, 1, usize::MAX) {
+    let journal = match engine.journal(m, 1, usize::MAX) {
         Ok(journal) => journal,
         Err(e) => {
             errors.push(format!("{m}: journal unreadable: {e}"));
@@ -743,6 +746,7 @@ async fn audit_merchant(
 /// Checks the reopened store against what was known before this cycle and what the child acknowledged in it.
 async fn check(
     engine: &Engine,
+    store: &dyn Store,
     merchants: &[MerchantId],
     before: &HashMap<Key, Known>,
     acks: &[Ack],
@@ -772,9 +776,9 @@ async fn check(
     let mut webhooks = HashMap::new();
     let mut events = 0;
     for m in merchants {
-        events += audit_merchant(engine, m, &mut states, &mut webhooks, &mut errors).await;
+        events += audit_merchant(engine, store, m, &mut states, &mut webhooks, &mut errors).await;
     }
-    match engine.store().due_notifications(Timestamp::now(), usize::MAX) {
+    match engine.due_notifications(Timestamp::now(), usize::MAX) {
         Ok(due) => {
             for n in due {
                 *webhooks.entry((n.merchant.to_string(), n.reference.clone(), n.event)).or_default() -= 1;
@@ -846,8 +850,9 @@ fn reopen_and_check(
     acks: &[Ack],
 ) -> Result<Audit, Vec<String>> {
     actix::System::new().block_on(async {
-        let engine = Engine::open(config(dir)).map_err(|e| vec![format!("reopening after kill -9 failed: {e}")])?;
-        let audit = check(&engine, merchants, before, acks).await;
+        let (engine, store) = support::try_engine_and_store(config(dir))
+            .map_err(|e| vec![format!("reopening after kill -9 failed: {e}")])?;
+        let audit = check(&engine, &*store, merchants, before, acks).await;
         // Dropping the engine joins its threads and closes sled; the next child cannot open the store otherwise.
         drop(engine);
         audit
@@ -953,7 +958,7 @@ fn the_checker_catches_lost_doubled_and_regressed_changes() {
     let m = MerchantId::new();
     let merchants = vec![m.clone()];
     actix::System::new().block_on(async {
-        let engine = Engine::open(config(dir.path())).unwrap();
+        let (engine, store) = support::engine_and_store(config(dir.path()));
         let mut lines = Vec::new();
         execute(&engine, &m, Command::InitiatePayment(new_payment(10_000, "pending")), &mut lines).await;
         execute(&engine, &m, Command::InitiatePayment(new_payment(20_000, "paid")), &mut lines).await;
@@ -963,22 +968,22 @@ fn the_checker_catches_lost_doubled_and_regressed_changes() {
         execute(&engine, &m, Command::CreatePayout(new_payout(5_000)), &mut lines).await;
         let acks = |lines: &[String]| -> Vec<Ack> { lines.iter().map(|l| parse_ack(l).unwrap().unwrap()).collect() };
         let honest = acks(&lines);
-        check(&engine, &merchants, &HashMap::new(), &honest).await.expect("an honest history passes");
+        check(&engine, &*store, &merchants, &HashMap::new(), &honest).await.expect("an honest history passes");
 
         // An acknowledgement for a change that was never made: lost.
         let mut ghost = lines.clone();
         ghost.push(format!("ACK {m} payment never-made initie initiate"));
-        let errors = check(&engine, &merchants, &HashMap::new(), &acks(&ghost)).await.unwrap_err();
+        let errors = check(&engine, &*store, &merchants, &HashMap::new(), &acks(&ghost)).await.unwrap_err();
         assert!(errors.iter().any(|e| e.contains("never-made") && e.contains("missing")), "{errors:#?}");
 
         // An acknowledged success that reads back as pending: regressed.
         let mut regressed = lines.clone();
         regressed.push(format!("ACK {m} payment pending succes confirm"));
-        let errors = check(&engine, &merchants, &HashMap::new(), &acks(&regressed)).await.unwrap_err();
+        let errors = check(&engine, &*store, &merchants, &HashMap::new(), &acks(&regressed)).await.unwrap_err();
         assert!(errors.iter().any(|e| e.contains("pending") && e.contains("regressed")), "{errors:#?}");
 
         // A second credit of the same payment, forged straight into the store: doubled.
-        let journal = engine.store().journal(&m, 1, usize::MAX).unwrap();
+        let journal = engine.journal(&m, 1, usize::MAX).unwrap();
         let mut forged =
             journal.iter().find(|e| e.reference == "paid" && e.trigger == Trigger::ProviderConfirmed).unwrap().clone();
         forged.seq = journal.len() as u64 + 1;
@@ -991,9 +996,9 @@ fn the_checker_catches_lost_doubled_and_regressed_changes() {
             idempotency: None,
             snapshot: None,
         };
-        let ticket = engine.store().commit(change, &Arc::new(AtomicBool::new(false))).unwrap();
+        let ticket = store.commit(change, &Arc::new(AtomicBool::new(false))).unwrap();
         ticket.await.unwrap().unwrap();
-        let errors = check(&engine, &merchants, &HashMap::new(), &honest).await.unwrap_err();
+        let errors = check(&engine, &*store, &merchants, &HashMap::new(), &honest).await.unwrap_err();
         assert!(errors.iter().any(|e| e.contains("paid") && e.contains("credited 2 times")), "{errors:#?}");
         assert!(errors.iter().any(|e| e.contains("twice")), "{errors:#?}");
         assert!(errors.iter().any(|e| e.contains("balances disagree")), "{errors:#?}");

@@ -1,5 +1,7 @@
 //! The engine through its public surface: actors, store, recovery and the outbox, on a fresh temp dir each.
 
+mod support;
+
 use caisse_engine::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, RefundOutcome};
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::money::{Amount, Currency, FeeRule};
@@ -114,15 +116,15 @@ async fn a_full_life_moves_money_and_writes_notifications() {
         (refund.as_str(), TransactionType::Remboursement),
         (o.id.as_str(), TransactionType::Retrait),
     ] {
-        let located = engine.store().locate(&m, found_by).unwrap().unwrap();
+        let located = engine.locate(&m, found_by).unwrap().unwrap();
         assert_eq!((located.kind, located.reference.as_str()), (kind, found_by));
         let again = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, Some(found_by))), None).await;
         assert!(matches!(again, Err(EngineError::Rejected(Rejection::DuplicateReference))), "{found_by}: {again:?}");
     }
-    assert!(engine.store().locate(&m, "cmd-unknown").unwrap().is_none());
+    assert!(engine.locate(&m, "cmd-unknown").unwrap().is_none());
 
-    // One notification per status change, each with the spec's body.
-    let due = engine.store().due_notifications(Timestamp::now(), 100).unwrap();
+    // One notification per status change, each with the documented body.
+    let due = engine.due_notifications(Timestamp::now(), 100).unwrap();
     let events: Vec<EventKind> = due.iter().map(|n| n.event).collect();
     assert_eq!(
         events,
@@ -207,7 +209,7 @@ fn recovery_after_restart_keeps_every_change_and_passes_the_audit() {
         assert_eq!(b.disponible, 10 * 985);
         // The actor resumed at the right journal position: new changes append after the old ones.
         pay(&engine, &m, 1_000).await;
-        let journal = engine.store().journal(&m, 1, 100).unwrap();
+        let journal = engine.journal(&m, 1, 100).unwrap();
         assert_eq!(journal.len(), 22);
         assert!(journal.windows(2).all(|w| w[1].seq == w[0].seq + 1));
     });
@@ -237,10 +239,9 @@ async fn many_merchants_in_parallel() {
 async fn the_due_scan_drops_entries_left_by_a_stale_save() {
     use caisse_engine::domain::records::DeliveryState;
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (engine, store) = support::engine_and_store(EngineConfig::new(dir.path()));
     let m = MerchantId::new();
     pay(&engine, &m, 1_000).await;
-    let store = engine.store();
     let now = Timestamp::now();
     let n = store.due_notifications(now, 10).unwrap().remove(0);
     // A save made from a stale read names another due time, so the real entry stays behind as an orphan.
@@ -283,13 +284,12 @@ async fn the_pending_list_is_walked_a_page_at_a_time_oldest_first_and_forgets_wh
         // Distinct creation milliseconds, so "oldest first" has one answer.
         actix_rt::time::sleep(std::time::Duration::from_millis(2)).await;
     }
-    let store = engine.store();
     let later = Timestamp::from_unix_ms(Timestamp::now().unix_ms() + 1_000);
     let mut walked = Vec::new();
     let mut cursor = None;
     // Bounded, so a cursor that does not move fails the test instead of hanging it.
     for _ in 0..made.len() + 1 {
-        let page = store.pending(TransactionType::Paiement, later, cursor.as_ref(), 2).unwrap();
+        let page = engine.awaiting_provider(TransactionType::Paiement, later, cursor.as_ref(), 2).unwrap();
         assert!(page.len() <= 2);
         walked.extend(page.iter().map(|p| p.owner.clone()));
         match page.last() {
@@ -300,15 +300,19 @@ async fn the_pending_list_is_walked_a_page_at_a_time_oldest_first_and_forgets_wh
     assert!(cursor.is_some() && walked.len() <= made.len(), "the walk ended: {walked:?}");
     assert_eq!(walked, made, "every waiting payment once, oldest first, across merchants");
     let none_yet = Timestamp::from_unix_ms(0);
-    assert!(store.pending(TransactionType::Paiement, none_yet, None, 10).unwrap().is_empty());
-    assert!(store.pending(TransactionType::Retrait, later, None, 10).unwrap().is_empty());
+    assert!(engine.awaiting_provider(TransactionType::Paiement, none_yet, None, 10).unwrap().is_empty());
+    assert!(engine.awaiting_provider(TransactionType::Retrait, later, None, 10).unwrap().is_empty());
 
     // A payment that succeeded no longer waits.
     let reference = Reference::parse(&made[2]).unwrap();
     let cmd = Command::PaymentNotice { reference, notice: PaymentNotice::Confirmed };
     done(engine.execute(&a, cmd, None).await);
-    let left: Vec<String> =
-        store.pending(TransactionType::Paiement, later, None, 10).unwrap().into_iter().map(|p| p.owner).collect();
+    let left: Vec<String> = engine
+        .awaiting_provider(TransactionType::Paiement, later, None, 10)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.owner)
+        .collect();
     assert_eq!(left, [&made[0], &made[1], &made[3], &made[4]].map(|r| r.clone()));
 }
 
@@ -338,7 +342,7 @@ fn the_audit_covers_both_halves_and_names_a_merchant_whose_snapshot_disagrees() 
                     webhook_url: None,
                     created_at: Timestamp::now(),
                 };
-                engine.store().put_merchant(merchant, None).unwrap().await.unwrap().unwrap();
+                engine.put_merchant(merchant, None).await.unwrap();
                 for _ in 0..=i {
                     pay(&engine, m, 1_000).await;
                 }
@@ -360,12 +364,12 @@ fn the_audit_covers_both_halves_and_names_a_merchant_whose_snapshot_disagrees() 
         let db = sled::open(dir.path()).unwrap();
         let snapshots = db.open_tree("snapshots").unwrap();
         let stored = snapshots.get(target.as_bytes()).unwrap().expect("a snapshot every two events");
-        // A stored value is a format byte (1: postcard) and the record; the tampered one goes back as JSON, the
-        // format of earlier versions, which the store still reads.
+        // A stored value is a format byte (1: postcard) and the record; the tampered one goes back the same way.
         assert_eq!(stored[0], 1, "binary format");
         let mut snapshot: Snapshot = postcard::from_bytes(&stored[1..]).unwrap();
         snapshot.balances.0.get_mut(&xof()).unwrap().disponible += 1;
-        snapshots.insert(target.as_bytes(), serde_json::to_vec(&snapshot).unwrap()).unwrap();
+        let tampered = postcard::to_extend(&snapshot, vec![1]).unwrap();
+        snapshots.insert(target.as_bytes(), tampered).unwrap();
         db.flush().unwrap();
     }
     let refused = actix::System::new().block_on(async move { Engine::open(config).err() });

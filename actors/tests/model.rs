@@ -1,7 +1,7 @@
 //! Property tests of the payment engine against an independent reference model (the auditor pattern of
 //! TigerBeetle, the bank invariant of Jepsen).
 //!
-//! Random sequences of every command the contract names (payments initiated with random amounts, fee rules
+//! Random sequences of every command the API names (payments initiated with random amounts, fee rules
 //! and sometimes colliding merchant references; provider notices on existing, unknown, other merchants' and
 //! wrong-kind references, so duplicated, late and out-of-order notices are the norm; refund requests of
 //! partial, full and too large amounts with their completion or refusal; payouts that may exceed the
@@ -18,7 +18,7 @@
 //! - a payment is credited at most once (one entry on the customer-funds account per payment, ever);
 //! - final statuses (`succes`, `echec`, `rembourse`) never move, except `succes -> rembourse` by a completed
 //!   refund, and `expire` only moves to `succes`;
-//! - every status change writes exactly one webhook notification with the contract's event, whose body parses
+//! - every status change writes exactly one webhook notification with the API's event, whose body parses
 //!   as [`WebhookBody`] with `data.statut` the new status and `data.reference` the payment reference (payout
 //!   id for payouts); refund requests, refund refusals and payout creations write none;
 //! - each merchant's journal is numbered 1, 2, 3, ... without gaps.
@@ -287,7 +287,7 @@ enum Expect {
     Change(Box<Change>),
 }
 
-/// Contract 6: `(montant * bps + 5000) / 10000 + fixe`, integer division.
+/// The fee rule of docs/api.md § Payments: `(montant * bps + 5000) / 10000 + fixe`, integer division.
 fn model_fee(montant: i64, fee: &FeeRule) -> i64 {
     let percentage = (i128::from(montant) * i128::from(fee.pourcentage_bps) + 5_000) / 10_000;
     i64::try_from(percentage).unwrap() + fee.fixe.minor()
@@ -312,7 +312,7 @@ fn payout_name(statut: PayoutStatus) -> &'static str {
     }
 }
 
-/// Contract 6 and 12: the event each new payment status sends.
+/// The event each new payment status sends (docs/api.md § Payments).
 fn payment_event(statut: PaymentStatus) -> EventKind {
     match statut {
         PaymentStatus::Initie => EventKind::PaymentInitiated,
@@ -323,7 +323,7 @@ fn payment_event(statut: PaymentStatus) -> EventKind {
     }
 }
 
-/// Contract 10: the event each new payout status sends (a new payout sends none).
+/// The event each new payout status sends (docs/api.md § Payouts; a new payout sends none).
 fn payout_event(statut: PayoutStatus) -> Option<EventKind> {
     match statut {
         PayoutStatus::EnAttente => None,
@@ -337,7 +337,7 @@ impl MMerchant {
         self.accounts.get(&(devise, account)).copied().unwrap_or(0)
     }
 
-    /// What the contract says `cmd` must do to this merchant now.
+    /// What docs/api.md says `cmd` must do to this merchant now.
     fn expect(&self, cmd: &Command) -> Expect {
         use Account::{CustomerFunds, Disponible, EnAttente, Fees, PayoutsOut, RefundsOut};
         let change = |c: Change| Expect::Change(Box::new(c));
@@ -440,7 +440,7 @@ impl MMerchant {
                         vec![(EnAttente, -r.montant), (RefundsOut, r.montant)],
                         Some((EventKind::PaymentRefunded, "rembourse")),
                     ),
-                    // Contract 7: the reservation goes back, the payment stays `succes`, no event.
+                    // A refused refund: the reservation goes back, the payment stays `succes`, no event.
                     RefundOutcome::Refused => (
                         Trigger::RefundRefused,
                         RefundStatus::Echec,
@@ -705,7 +705,7 @@ fn same_rejection(expected: &Rejection, actual: &Rejection) -> bool {
     }
 }
 
-/// The payment moves of contract 6, and nothing else.
+/// The payment moves of docs/api.md § Payments, and nothing else.
 fn payment_move_allowed(from: PaymentStatus, to: PaymentStatus) -> bool {
     use PaymentStatus::*;
     match from {
@@ -1316,7 +1316,7 @@ const REACHED: &[&str] = &[
 /// Everything the engine shows about one merchant, read through its public API.
 async fn observe_merchant(engine: &Engine, id: &MerchantId) -> Result<(Balances, Vec<JournalEvent>), TestCaseError> {
     let balances = engine.balances(id).await.map_err(fail)?;
-    let journal = engine.store().journal(id, 1, usize::MAX).map_err(fail)?;
+    let journal = engine.journal(id, 1, usize::MAX).map_err(fail)?;
     Ok((balances, journal))
 }
 
@@ -1408,10 +1408,10 @@ fn run_engine(merchants: usize, ops: &[Op], batch: usize, snapshot_every: u64) -
                 // What the batch wrote: the journals, and the new notifications of each merchant, in order.
                 let mut journals = Vec::new();
                 for id in &ids {
-                    journals.push(engine.store().journal(id, 1, usize::MAX).map_err(fail)?);
+                    journals.push(engine.journal(id, 1, usize::MAX).map_err(fail)?);
                 }
                 let mut fresh: Vec<std::collections::VecDeque<_>> = ids.iter().map(|_| Default::default()).collect();
-                for n in engine.store().due_notifications(far_future(), 100_000).map_err(fail)? {
+                for n in engine.due_notifications(far_future(), 100_000).map_err(fail)? {
                     if seen_notifications.insert(n.id.clone()) {
                         let m = ids.iter().position(|id| *id == n.merchant).ok_or_else(|| fail(("stray", &n)))?;
                         fresh[m].push_back(n);
@@ -1499,7 +1499,7 @@ fn run_engine(merchants: usize, ops: &[Op], batch: usize, snapshot_every: u64) -
             check_all_records(&engine, id, mm).await?;
             expected_outbox += mm.events.len();
         }
-        let outbox = engine.store().due_notifications(far_future(), 100_000).map_err(fail)?;
+        let outbox = engine.due_notifications(far_future(), 100_000).map_err(fail)?;
         prop_assert_eq!(outbox.len(), expected_outbox, "every notification survives the restart");
         Ok(())
     })

@@ -1,5 +1,5 @@
 //! Who is looking at the dashboard: login with e-mail and password, logout, server-side sessions, CSRF
-//! tokens and the throttling of failed logins (contract 14).
+//! tokens and the throttling of failed logins (docs/api.md § Dashboard and operator commands).
 //!
 //! Sessions live in memory: the cookie `caisse_session` carries only a random id (190 bits from the OS
 //! generator), the server keeps the merchant, the session's CSRF token and its times under the SHA-256 of that
@@ -252,7 +252,7 @@ fn logged_in(req: &HttpRequest) -> Result<LoggedIn, DashError> {
     let dash = dashboard_state(req)?;
     let session_id = cookie(req, SESSION_COOKIE).ok_or(DashError::Login)?;
     let (merchant_id, csrf) = dash.sessions.get(&session_id, Instant::now()).ok_or(DashError::Login)?;
-    let merchant = state.engine.store().merchant(&merchant_id)?.ok_or(DashError::Login)?;
+    let merchant = state.engine.merchant(&merchant_id)?.ok_or(DashError::Login)?;
     Ok(LoggedIn { merchant, csrf, session_id })
 }
 
@@ -327,7 +327,7 @@ pub async fn login(
         let message = format!("Trop de tentatives échouées. Réessayez dans {minutes} min.");
         return Ok(login_page(&dash, &req, StatusCode::TOO_MANY_REQUESTS, &email, Some(message)));
     }
-    let merchant = if email.len() <= MAX_EMAIL_LEN { state.engine.store().merchant_by_email(&email)? } else { None };
+    let merchant = if email.len() <= MAX_EMAIL_LEN { state.engine.merchant_by_email(&email)? } else { None };
     let valid = password.len() <= MAX_PASSWORD_LEN && merchant.is_some();
     let hash = merchant.as_ref().map(|m| m.password_hash.clone());
     let checker = dash.clone();

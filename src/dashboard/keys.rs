@@ -1,11 +1,11 @@
-//! The "API keys" section (spec 1 and 5.1, contract 2 and 14): the secret key, masked with a reveal control
+//! The "API keys" section (docs/api.md § Dashboard and operator commands): the secret key, masked with a reveal control
 //! and a roll control behind a confirmation, and the field "Webhook URL" with its save.
 //!
 //! Rolling writes the merchant with a new key and drops the old key's index entry in the same durable write
 //! ([`Store::put_merchant`](caisse_engine::store::Store::put_merchant) with the previous key), and the page
 //! answers only once that write is durable: from then on the API refuses the old key (its lookup finds
 //! nothing) and the delivery pool, which reads the merchant's current key at each attempt, signs with the new
-//! one. The Webhook URL is checked by contract 12's rules for this server's environment; in production that
+//! one. The Webhook URL is checked by the webhook URL rules for this server's environment; in production that
 //! resolves the host, so the check runs on a blocking thread. The pool reads the URL at each attempt too,
 //! so the next delivery goes to the saved URL.
 //!
@@ -15,7 +15,6 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::records::Merchant;
-use caisse_engine::store::StoreError;
 use caisse_engine::webhook::url::{UrlError, WebhookUrl, MAX_URL_LEN};
 use maud::{html, Markup};
 
@@ -226,14 +225,9 @@ async fn update_merchant(
     change: impl FnOnce(&mut Merchant) -> Option<String>,
 ) -> Result<(), DashError> {
     let _guard = dash.merchant_updates.lock().await;
-    let store = state.engine.store();
-    let mut merchant = store.merchant(&user.merchant.id)?.ok_or(DashError::Login)?;
+    let mut merchant = state.engine.merchant(&user.merchant.id)?.ok_or(DashError::Login)?;
     let previous_key = change(&mut merchant);
-    match store.put_merchant(merchant, previous_key)?.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(StoreError::Closed.into()),
-    }
+    Ok(state.engine.put_merchant(merchant, previous_key).await?)
 }
 
 #[cfg(test)]

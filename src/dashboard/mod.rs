@@ -1,4 +1,5 @@
-//! The merchant dashboard (contract 14): server-rendered HTML at `/`, beside the API under `/v1`.
+//! The merchant dashboard (docs/api.md § Dashboard and operator commands): server-rendered HTML at `/`, beside
+//! the API under `/v1`.
 //!
 //! Every page is a [`maud`] template compiled into the binary, styled by one hand-written stylesheet served
 //! from `/assets/caisse.css`; nothing is fetched from elsewhere, so the dashboard works offline. One file per

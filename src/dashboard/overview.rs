@@ -1,6 +1,6 @@
-//! `GET /`: the overview. Balances per currency (disponible, en_attente, total, as contract 9 defines them),
-//! read through the merchant's actor like `GET /v1/soldes` so they include every acknowledged change; then the
-//! latest transactions and the number of webhook notifications that ended failed.
+//! `GET /`: the overview. Balances per currency (disponible, en_attente, total, as docs/api.md § Balances
+//! defines them), read through the merchant's actor like `GET /v1/soldes` so they include every acknowledged
+//! change; then the latest transactions and the number of webhook notifications that ended failed.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
@@ -18,7 +18,7 @@ const FAILED_COUNTED: usize = 50;
 pub async fn show(state: web::Data<AppState>, user: LoggedIn) -> Result<HttpResponse, DashError> {
     let id = &user.merchant.id;
     let balances = state.engine.balances(id).await?;
-    let store = state.engine.store();
+    let store = &state.engine;
     let recent = store.transactions(id, None, RECENT, &mut |_| true)?.data;
     let failed = store.notifications(id, None, FAILED_COUNTED, &mut |n| n.state == DeliveryState::Failed)?;
     let failed_text = if failed.has_more && failed.data.len() == FAILED_COUNTED {

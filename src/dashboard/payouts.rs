@@ -47,7 +47,7 @@ pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) 
         errors.push("Curseur de page invalide.".to_owned());
     }
     let (rows, next) = if errors.is_empty() {
-        let page = state.engine.store().payouts(&user.merchant.id, cursor.as_deref(), PAGE_SIZE + 1, &mut |o| {
+        let page = state.engine.payouts(&user.merchant.id, cursor.as_deref(), PAGE_SIZE + 1, &mut |o| {
             statut.is_none_or(|s| o.statut == s)
                 && devise.is_none_or(|d| o.devise == d)
                 && from.is_none_or(|f| o.created_at >= f)

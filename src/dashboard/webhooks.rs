@@ -1,10 +1,11 @@
 //! `GET /webhooks`: every webhook notification of the merchant with its attempts (time, HTTP status, latency,
 //! error, the start of the signed string), the failed ones first; `POST /webhooks/{id}/resend` sends one
-//! again through the delivery pool (contract 12: a failed notification "can be sent again").
+//! again through the delivery pool (docs/api.md § Webhook delivery: a failed notification can be sent again).
 //!
-//! The signed string of an attempt is `timestamp + "." + body` (spec 5.2). The body is stored once with the
-//! notification; each attempt records the timestamp it was signed with, so the page shows the exact string
-//! (attempts logged before that field existed fall back to the attempt's time in whole seconds).
+//! The signed string of an attempt is `timestamp + "." + body` (docs/api.md § Webhook signature). The body is
+//! stored once with the notification; each attempt records the timestamp it was signed with, so the page
+//! shows the exact string (attempts logged before that field existed fall back to the attempt's time in whole
+//! seconds).
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -37,7 +38,7 @@ pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) 
     let query = query(&req);
     let only_failed = query.get("etat").is_some_and(|e| e == "echec");
     let cursor = query.get("apres").filter(|c| validate_id(IdKind::Event, c).is_ok()).cloned();
-    let store = state.engine.store();
+    let store = &state.engine;
     let id = &user.merchant.id;
     let failed = if cursor.is_none() && !only_failed {
         let page = store.notifications(id, None, FAILED_SHOWN + 1, &mut |n| n.state == DeliveryState::Failed)?;
@@ -154,7 +155,7 @@ pub async fn resend(
     }
     // The store finds only this merchant's notifications; the check below says so again, for whoever
     // changes the lookup next.
-    let notification = state.engine.store().notification(&user.merchant.id, &id)?.ok_or_else(not_found)?;
+    let notification = state.engine.notification(&user.merchant.id, &id)?.ok_or_else(not_found)?;
     if notification.merchant != user.merchant.id {
         return Err(not_found());
     }

@@ -1,11 +1,11 @@
 //! Background work that keeps pending transactions moving: the TTL sweep, the reconciliation of refunds and
 //! payouts, and the resubmission of pending work after a restart.
 //!
-//! The sweep reads the store's `pending` index (oldest first), so each pass touches only payments whose TTL
-//! has passed. Each gets one last status query (contract 6): a final answer is applied, anything else
-//! expires the payment. A late success after that still credits the merchant (`expire -> succes`).
+//! The sweep reads the engine's list of work awaiting a provider (oldest first), so each pass touches only
+//! payments whose TTL has passed. Each gets one last status query (docs/api.md § Payments): a final answer is
+//! applied, anything else expires the payment. A late success after that still credits the merchant (`expire -> succes`).
 //!
-//! Refunds and payouts have no TTL (contract 7 and 10): money is reserved for them until the provider
+//! Refunds and payouts have no TTL (docs/api.md § Refunds and § Payouts): money is reserved for them until the provider
 //! answers, so they are never given up. But a provider's notice can be lost, so the reconciliation asks the
 //! provider's status of every refund and payout still waiting one TTL after it was made, and applies a final
 //! answer; a "still pending" answer leaves it waiting for the next round. It walks the `pending` index with a
@@ -18,17 +18,17 @@
 
 use std::time::Duration;
 
-use actix_web::web;
 use caisse_engine::core::Record;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::domain::time::Timestamp;
 use futures_util::stream::{self, StreamExt};
 
-use caisse_engine::store::{Located, Pending};
+use caisse_engine::store::{AwaitingProvider, Located};
 
-use super::{ProviderStatus, Subject};
-use crate::http::AppState;
-use crate::settlement::settle;
+use super::notice::apply_provider_status;
+use super::Flow;
+use crate::config::{sweep_every_ms, RECONCILE_EVERY_PASSES};
+use crate::providers::{ProviderStatus, Subject};
 
 /// Payments one sweep pass handles at most; the next pass continues.
 const SWEEP_BATCH: usize = 500;
@@ -36,32 +36,17 @@ const SWEEP_BATCH: usize = 500;
 /// Provider calls (status queries, resubmissions) a pass has in flight at most.
 const PROVIDER_CALLS_IN_FLIGHT: usize = 16;
 
-/// Time between two sweep passes: a tenth of the TTL, between 100 ms and 5 s. A payment therefore expires
-/// at most one pass after its TTL, which the sandbox simulator's `04` story waits for.
-pub fn sweep_every_ms(ttl_ms: u64) -> u64 {
-    (ttl_ms / 10).clamp(100, 5_000)
-}
-
-/// Sweep passes between two reconciliation passes: providers are asked about a stuck refund or payout at
-/// most every ten passes (50 s with the default 30-minute TTL), not every five seconds.
-const RECONCILE_EVERY_PASSES: u64 = 10;
-
-/// Time between two reconciliation passes.
-pub fn reconcile_every_ms(ttl_ms: u64) -> u64 {
-    sweep_every_ms(ttl_ms) * RECONCILE_EVERY_PASSES
-}
-
 /// Starts the sweep on the current actix thread; it runs for the life of the server.
-pub fn start(state: web::Data<AppState>) {
-    let every = Duration::from_millis(sweep_every_ms(state.settings.payment_ttl_ms));
+pub fn start(flow: Flow, ttl_ms: u64) {
+    let every = Duration::from_millis(sweep_every_ms(ttl_ms));
     actix_web::rt::spawn(async move {
-        resubmit_pending(&state).await;
+        resubmit_pending(&flow).await;
         let mut cursors = Cursors::default();
         for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
-            sweep(&state).await;
+            sweep(&flow, ttl_ms).await;
             if pass % RECONCILE_EVERY_PASSES == 0 {
-                reconcile(&state, &mut cursors).await;
+                reconcile(&flow, ttl_ms, &mut cursors).await;
             }
         }
     });
@@ -70,17 +55,17 @@ pub fn start(state: web::Data<AppState>) {
 /// Where the reconciliation stopped in the `pending` index, per kind; `None` starts from the oldest.
 #[derive(Default)]
 struct Cursors {
-    refunds: Option<Pending>,
-    payouts: Option<Pending>,
+    refunds: Option<AwaitingProvider>,
+    payouts: Option<AwaitingProvider>,
 }
 
 /// One reconciliation pass: a batch of refunds and one of payouts still waiting a TTL after they were made.
-async fn reconcile(state: &AppState, cursors: &mut Cursors) {
-    let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(state.settings.payment_ttl_ms));
+async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
+    let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(ttl_ms));
     for (kind, cursor) in
         [(TransactionType::Remboursement, &mut cursors.refunds), (TransactionType::Retrait, &mut cursors.payouts)]
     {
-        let batch = match state.engine.store().pending(kind, cutoff, cursor.as_ref(), SWEEP_BATCH) {
+        let batch = match flow.engine.awaiting_provider(kind, cutoff, cursor.as_ref(), SWEEP_BATCH) {
             Ok(batch) => batch,
             Err(e) => {
                 tracing::error!(error = %e, ?kind, "reconciliation could not read the pending index");
@@ -89,15 +74,15 @@ async fn reconcile(state: &AppState, cursors: &mut Cursors) {
         };
         // A short batch ends the round: the next pass starts again from the oldest.
         *cursor = if batch.len() < SWEEP_BATCH { None } else { batch.last().cloned() };
-        stream::iter(batch).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| ask_and_settle(state, item)).await;
+        stream::iter(batch).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| ask_and_apply(flow, item)).await;
     }
 }
 
 /// Asks the provider about one waiting refund or payout and applies a final answer.
-async fn ask_and_settle(state: &AppState, item: Pending) {
+async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
     // A refund is found through its payment's reference, which locates the payment; the kind says which of
     // the two the provider's answer is about.
-    let located = match state.engine.store().locate(&item.merchant, &item.owner) {
+    let located = match flow.engine.locate(&item.merchant, &item.owner) {
         Ok(Some(located)) => Located { kind: item.kind, ..located },
         Ok(None) => return,
         Err(e) => return tracing::error!(error = %e, owner = %item.owner, "reconciliation lookup failed"),
@@ -112,12 +97,12 @@ async fn ask_and_settle(state: &AppState, item: Pending) {
         }
         _ => return,
     };
-    let Some(adapter) = state.providers.get(code.as_str()).and_then(|p| p.adapter.clone()) else { return };
+    let Some(adapter) = flow.providers.get(code.as_str()).and_then(|p| p.adapter.clone()) else { return };
     let status = match adapter.status(subject, &transaction_id).await {
         Ok(status) => status,
         Err(e) => return tracing::warn!(error = %e, owner = %item.owner, "reconciliation status query failed"),
     };
-    match settle(&state.engine, &item.merchant, &located, &status, false).await {
+    match apply_provider_status(&flow.engine, &item.merchant, &located, &status, false).await {
         Ok(Some(_)) => {
             tracing::info!(owner = %item.owner, ?status, "reconciliation applied the provider's final answer")
         }
@@ -126,29 +111,29 @@ async fn ask_and_settle(state: &AppState, item: Pending) {
     }
 }
 
-async fn sweep(state: &AppState) {
-    let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(state.settings.payment_ttl_ms));
-    let due = match state.engine.store().pending(TransactionType::Paiement, cutoff, None, SWEEP_BATCH) {
+async fn sweep(flow: &Flow, ttl_ms: u64) {
+    let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(ttl_ms));
+    let due = match flow.engine.awaiting_provider(TransactionType::Paiement, cutoff, None, SWEEP_BATCH) {
         Ok(due) => due,
         Err(e) => return tracing::error!(error = %e, "expiry sweep could not read the pending index"),
     };
-    stream::iter(due).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| expire_one(state, item)).await;
+    stream::iter(due).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| expire_one(flow, item)).await;
 }
 
 /// Gives one payment past its TTL a last status query, then applies the answer or expires it.
-async fn expire_one(state: &AppState, item: Pending) {
-    let located = match state.engine.store().locate(&item.merchant, &item.owner) {
+async fn expire_one(flow: &Flow, item: AwaitingProvider) {
+    let located = match flow.engine.locate(&item.merchant, &item.owner) {
         Ok(Some(located)) => located,
         Ok(None) => return,
         Err(e) => return tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed"),
     };
     let Record::Payment(payment) = &located.record else { return };
-    let adapter = state.providers.get(payment.fournisseur.as_str()).and_then(|p| p.adapter.clone());
+    let adapter = flow.providers.get(payment.fournisseur.as_str()).and_then(|p| p.adapter.clone());
     let status = match adapter {
         Some(a) => a.status(Subject::Payment, &payment.transaction_id).await.unwrap_or(ProviderStatus::Pending),
         None => ProviderStatus::Pending,
     };
-    if let Err(e) = settle(&state.engine, &item.merchant, &located, &status, true).await {
+    if let Err(e) = apply_provider_status(&flow.engine, &item.merchant, &located, &status, true).await {
         tracing::warn!(error = %e, reference = %item.owner, "expiry failed; the next pass retries");
     }
 }
@@ -156,21 +141,21 @@ async fn expire_one(state: &AppState, item: Pending) {
 /// After a restart, asks the providers again for everything still pending: their answers may have been
 /// lost with the process (the sandbox simulator keeps its state in memory). Providers deduplicate by our
 /// transaction id, so asking twice is harmless.
-async fn resubmit_pending(state: &AppState) {
+async fn resubmit_pending(flow: &Flow) {
     let now = Timestamp::now();
     for kind in [TransactionType::Paiement, TransactionType::Remboursement, TransactionType::Retrait] {
-        let items = match state.engine.store().pending(kind, now, None, 100_000) {
+        let items = match flow.engine.awaiting_provider(kind, now, None, 100_000) {
             Ok(items) => items,
             Err(e) => return tracing::error!(error = %e, "could not read pending work"),
         };
-        stream::iter(items).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(state, kind, item)).await;
+        stream::iter(items).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(flow, kind, item)).await;
     }
 }
 
 /// Asks the provider once more to start one pending payment, refund or payout.
-async fn resubmit_one(state: &AppState, kind: TransactionType, item: Pending) {
-    let Ok(Some(located)) = state.engine.store().locate(&item.merchant, &item.owner) else { return };
-    let adapter_for = |code: &str| state.providers.get(code).and_then(|x| x.adapter.clone());
+async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider) {
+    let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
+    let adapter_for = |code: &str| flow.providers.get(code).and_then(|x| x.adapter.clone());
     let (code, result) = match &located.record {
         Record::Payment(p) => {
             let Some(adapter) = adapter_for(p.fournisseur.as_str()) else { return };
@@ -192,7 +177,6 @@ async fn resubmit_one(state: &AppState, kind: TransactionType, item: Pending) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
@@ -205,13 +189,10 @@ mod tests {
     use caisse_engine::domain::records::{Payment, Payout, ProviderCode, Refund};
     use caisse_engine::domain::status::PaymentStatus;
     use caisse_engine::domain::text::Metadata;
-    use caisse_engine::webhook::delivery::WebhookPool;
     use caisse_engine::{Engine, EngineConfig};
 
     use super::*;
-    use crate::app::delivery_config;
     use crate::config::Settings;
-    use crate::http::RateLimiter;
     use crate::merchants::{self, NewMerchant};
     use crate::providers::{Adapter, LocalFuture, Notice, Provider, ProviderError, Providers};
 
@@ -237,7 +218,7 @@ mod tests {
         }
     }
 
-    /// The adapter handed to the state: the provider behind an `Arc` so that its futures can outlive a call.
+    /// The adapter handed to the flow: the provider behind an `Arc` so that its futures can outlive a call.
     struct Slow(Arc<SlowProvider>);
 
     impl Adapter for Slow {
@@ -260,14 +241,14 @@ mod tests {
 
     const PAYMENTS: usize = 40;
 
-    /// A state whose only provider is slow, with `PAYMENTS` payments waiting for it and already past their TTL.
-    async fn state_with_waiting_payments(dir: &std::path::Path) -> (AppState, Arc<SlowProvider>, MerchantId) {
+    /// A flow whose only provider is slow, with `PAYMENTS` payments waiting for it and already past their TTL.
+    async fn flow_with_waiting_payments(dir: &std::path::Path) -> (Flow, Arc<SlowProvider>, MerchantId) {
         let mut settings = Settings::for_tests(dir).unwrap();
         settings.payment_ttl_ms = 0;
         let engine = Engine::open(EngineConfig::new(dir)).unwrap();
         let new =
             NewMerchant { name: "Slow".into(), email: "slow@example.com".into(), password: None, webhook_url: None };
-        let merchant = merchants::create(engine.store(), settings.environment, new).await.unwrap().merchant.id;
+        let merchant = merchants::create(&engine, settings.environment, new).await.unwrap().merchant.id;
         for n in 0..PAYMENTS {
             let payment = NewPayment {
                 reference: None,
@@ -288,31 +269,22 @@ mod tests {
             settings: settings.provider("mtn_momo").unwrap().clone(),
             adapter: Some(Arc::new(Slow(slow.clone()))),
         };
-        let providers =
-            Providers { by_code: Arc::new(BTreeMap::from([("mtn_momo".to_owned(), provider)])), simulator: None };
-        let webhooks = WebhookPool::start(engine.store().clone(), delivery_config(&settings)).unwrap();
-        let state = AppState {
-            engine,
-            rate_limiter: RateLimiter::new(settings.rate_limit_per_s),
-            providers,
-            webhooks,
-            settings: Arc::new(settings),
-        };
-        (state, slow, merchant)
+        let providers = Providers::new([provider], None);
+        (Flow::new(engine, providers), slow, merchant)
     }
 
     #[actix_web::test]
     async fn the_sweep_asks_a_slow_provider_several_payments_at_a_time_and_expires_every_one() {
         let dir = tempfile::tempdir().unwrap();
-        let (state, slow, merchant) = state_with_waiting_payments(dir.path()).await;
-        let waiting = state.engine.store().pending(TransactionType::Paiement, Timestamp::now(), None, 1_000).unwrap();
+        let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
+        let waiting = flow.engine.awaiting_provider(TransactionType::Paiement, Timestamp::now(), None, 1_000).unwrap();
         assert_eq!(waiting.len(), PAYMENTS);
-        sweep(&state).await;
+        sweep(&flow, 0).await;
         let most = slow.most.load(Ordering::SeqCst);
         assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} status queries at once");
         assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);
         for item in waiting {
-            let payment = state.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+            let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
             assert_eq!(payment.statut, PaymentStatus::Expire, "{}", item.owner);
         }
     }
@@ -320,8 +292,8 @@ mod tests {
     #[actix_web::test]
     async fn a_restart_resubmits_pending_payments_several_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let (state, slow, _) = state_with_waiting_payments(dir.path()).await;
-        resubmit_pending(&state).await;
+        let (flow, slow, _) = flow_with_waiting_payments(dir.path()).await;
+        resubmit_pending(&flow).await;
         let most = slow.most.load(Ordering::SeqCst);
         assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} resubmissions at once");
         assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);

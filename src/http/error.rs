@@ -1,5 +1,5 @@
-//! The HTTP layer's error type and the one place where every failure becomes the contract's answer
-//! (contract 3): `{"error": {"code", "message", "field"?}}` with the matching status.
+//! The HTTP layer's error type and the one place where every failure becomes the API's error answer
+//! (docs/api.md § Errors): `{"error": {"code", "message", "field"?}}` with the matching status.
 //!
 //! Internal failures are logged here with their context and leave the server as a bare `internal_error`.
 
@@ -65,7 +65,7 @@ impl std::fmt::Display for ApiError {
     }
 }
 
-/// Every non-2xx answer (contract 3).
+/// Every non-2xx answer.
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = ErrorBody)]
 pub struct Body<'a> {
@@ -113,6 +113,7 @@ impl From<EngineError> for ApiError {
                     ApiError::invalid("montant", rejection.to_string())
                 }
                 Rejection::Invariant(detail) => ApiError::internal("ledger invariant", detail),
+                Rejection::Impossible(what) => ApiError::internal("impossible state", what),
             },
             EngineError::IdempotencyKeyReused => conflict(
                 "idempotency_key_reused",
@@ -126,7 +127,9 @@ impl From<EngineError> for ApiError {
                 ApiError::unavailable()
             }
             EngineError::Retired => ApiError::unavailable(),
-            EngineError::Internal(detail) => ApiError::internal("engine", detail),
+            EngineError::Internal(detail) | EngineError::IncompatibleStore(detail) => {
+                ApiError::internal("engine", detail)
+            }
         }
     }
 }
@@ -134,5 +137,36 @@ impl From<EngineError> for ApiError {
 impl From<caisse_engine::store::StoreError> for ApiError {
     fn from(err: caisse_engine::store::StoreError) -> ApiError {
         ApiError::from(EngineError::from(err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use caisse_engine::domain::ledger::LedgerError;
+    use caisse_engine::store::StoreError;
+
+    use super::*;
+
+    /// A state the rules make impossible is a bug: answered 500 `internal_error` without details, never a 404
+    /// that would tell a merchant their payment does not exist.
+    #[test]
+    fn impossible_states_and_broken_invariants_are_internal_errors_not_not_found() {
+        let bugs = [
+            Rejection::Impossible("a payment rule leads to another kind's status"),
+            Rejection::Invariant(LedgerError::Unbalanced { sum_minor: 1 }),
+        ];
+        for rejection in bugs {
+            assert!(rejection.is_bug());
+            let answer = ApiError::from(EngineError::Rejected(rejection));
+            assert_eq!(
+                (answer.status.as_u16(), answer.code, answer.message.as_str()),
+                (500, "internal_error", "internal error")
+            );
+        }
+        let corrupt = ApiError::from(StoreError::Corrupt("journal jumps from 3 to 5".into()));
+        assert_eq!((corrupt.status.as_u16(), corrupt.code), (500, "internal_error"));
+        let missing = ApiError::from(EngineError::Rejected(Rejection::NotFound));
+        assert!(!Rejection::NotFound.is_bug());
+        assert_eq!(missing.status.as_u16(), 404);
     }
 }

@@ -1,5 +1,5 @@
 //! Reading a request: the merchant behind the bearer key, the JSON body (size, content type, shape), the
-//! query string, and the idempotency key. Each turns bad input into the contract's 4xx, never a 500.
+//! query string, and the idempotency key. Each turns bad input into the API's 4xx, never a 500.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::config::Environment;
 
-/// Largest request body accepted (contract 3: 413 beyond it).
+/// Largest request body accepted; a larger one is answered 413 `payload_too_large`.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How long a whole body may take to arrive. actix-web bounds the wait for a request's head (its client
 /// request timeout) but not for its body: without this, a client that announces a body and never sends it
@@ -56,7 +56,6 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, A
     }
     let merchant = state
         .engine
-        .store()
         .merchant_by_key(key)?
         .filter(|m| bool::from(m.secret_key.as_bytes().ct_eq(key.as_bytes())))
         .ok_or_else(|| ApiError::unauthorized("unknown secret key"))?;

@@ -11,8 +11,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use super::error::{ApiError, ErrorBody};
 use super::extract::read_body;
 use super::AppState;
-use crate::providers::ProviderError;
-use crate::settlement::settle;
+use crate::flow::notice::NoticeError;
 
 /// Provider notices (not a merchant endpoint): authenticated by the provider's signature.
 #[utoipa::path(post, path = "/v1/fournisseurs/{code}/notifications", tag = "fournisseurs",
@@ -30,25 +29,17 @@ pub async fn notification(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let provider = state.providers.get(&path).ok_or_else(|| ApiError::not_found("provider"))?;
-    let adapter = provider.adapter.clone().ok_or_else(|| {
-        ApiError::new(StatusCode::BAD_REQUEST, "unsupported_provider", format!("`{}` is not active", path.as_str()))
-    })?;
     let body = read_body(&req, payload).await?;
-    let notice = adapter.parse_notice(req.headers(), &body).map_err(|e| match e {
-        ProviderError::Unauthenticated(why) => ApiError::unauthorized(format!("notice refused: {why}")),
-        other => ApiError::invalid_json(other.to_string()),
+    state.flow.provider_notice(&path, req.headers(), &body).await.map_err(|e| match e {
+        NoticeError::UnknownProvider(_) => ApiError::not_found("provider"),
+        NoticeError::InactiveProvider(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "unsupported_provider", e.to_string())
+        }
+        NoticeError::Unauthenticated(_) => ApiError::unauthorized(e.to_string()),
+        NoticeError::Malformed(why) => ApiError::invalid_json(why),
+        NoticeError::UnknownTransaction => ApiError::not_found("transaction"),
+        NoticeError::Unconfirmed(_) => ApiError::unavailable(),
+        NoticeError::Engine(e) => ApiError::from(e),
     })?;
-    let (merchant, located) = state
-        .engine
-        .store()
-        .owner_of_transaction(&notice.transaction_id)?
-        .ok_or_else(|| ApiError::not_found("transaction"))?;
-    // Confirm with the provider before moving money (contract 13).
-    let confirmed = adapter.status(notice.subject, &notice.transaction_id).await.map_err(|e| {
-        tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
-        ApiError::unavailable()
-    })?;
-    settle(&state.engine, &merchant, &located, &confirmed, false).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
 }

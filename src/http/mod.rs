@@ -1,7 +1,7 @@
-//! The merchant REST API under `/v1` (spec section 4, contract 1–11): one file per resource, the shared
+//! The merchant REST API under `/v1` (docs/api.md § Endpoints): one file per resource, the shared
 //! state, the request-id and log middleware, and the route table.
 //!
-//! Every answer carries a `Request-Id` header; every error has the contract's JSON shape (see [`error`]).
+//! Every answer carries a `Request-Id` header; every error has the API's JSON shape (see [`error`]).
 //! One log line per request says method, path, status, latency and request id, and never a header value,
 //! so no key or cookie can reach the logs.
 
@@ -28,6 +28,7 @@ use caisse_engine::webhook::delivery::WebhookPool;
 use caisse_engine::Engine;
 
 use crate::config::Settings;
+use crate::flow::Flow;
 use crate::providers::Providers;
 pub use error::ApiError;
 pub use ratelimit::RateLimiter;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub engine: Engine,
     pub settings: Arc<Settings>,
     pub providers: Providers,
+    /// A payment's life: starting it with the provider, applying the provider's answers.
+    pub flow: Flow,
     pub rate_limiter: RateLimiter,
     pub webhooks: WebhookPool,
 }

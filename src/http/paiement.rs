@@ -1,5 +1,5 @@
 //! `POST /v1/paiement/initier`, `GET /v1/paiement/{reference}`, `POST /v1/paiement/{reference}/rembourser`
-//! (contract 6 and 7).
+//! (docs/api.md § Payments, Refunds).
 //!
 //! A request body is first parsed into a plain struct (types and unknown fields checked by serde), then
 //! turned into the engine's checked types one field at a time, so an error names the field at fault.
@@ -11,7 +11,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::text::{Description, Email, Metadata, Motif, Name, Reference};
-use caisse_engine::{Command, Executed, NewPayment, Record};
+use caisse_engine::{Command, NewPayment};
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
@@ -100,7 +100,7 @@ pub(super) fn provider_for<'a>(
     Ok((provider, devise, montant))
 }
 
-/// Initiate a payment (contract 6).
+/// Initiate a payment.
 #[utoipa::path(post, path = "/v1/paiement/initier", tag = "paiement", request_body = InitiateBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; replays the first answer for 24 h")),
     responses((status = 201, description = "Payment created", body = Payment), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
@@ -130,13 +130,7 @@ pub async fn initiate(
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
     };
-    let executed = state.engine.execute(&merchant.id, Command::InitiatePayment(new), idem).await?;
-    if let (Executed::Done(Record::Payment(payment)), Some(adapter)) = (&executed, &provider.adapter) {
-        // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
-        if let Err(e) = adapter.request_to_pay(payment).await {
-            tracing::warn!(reference = %payment.reference, error = %e, "request to pay failed");
-        }
-    }
+    let executed = state.flow.initiate_payment(&merchant.id, new, idem).await?;
     respond(executed, StatusCode::CREATED)
 }
 
@@ -164,7 +158,7 @@ pub async fn get(
     }
 }
 
-/// Refund a payment, wholly or in part (contract 7).
+/// Refund a payment, wholly or in part.
 #[utoipa::path(post, path = "/v1/paiement/{reference}/rembourser", tag = "paiement", request_body(content = Option<RefundBody>),
     params(("reference" = String, Path, description = "Payment reference"), ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; replays the first answer for 24 h")),
     responses((status = 200, description = "The payment with its refund", body = Payment), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
@@ -187,14 +181,6 @@ pub async fn refund(
         b.montant.map(|m| Amount::positive(m).map_err(|e| ApiError::invalid("montant", e.to_string()))).transpose()?;
     let motif = optional("motif", b.motif, Motif::parse)?;
     let command = Command::RequestRefund { reference, montant, motif };
-    let executed = state.engine.execute(&merchant.id, command, idem).await?;
-    if let Executed::Done(Record::Payment(payment)) = &executed {
-        let adapter = state.providers.get(payment.fournisseur.as_str()).and_then(|p| p.adapter.clone());
-        if let (Some(adapter), Some(refund)) = (adapter, &payment.remboursement) {
-            if let Err(e) = adapter.refund(payment, refund).await {
-                tracing::warn!(reference = %payment.reference, error = %e, "refund request to provider failed");
-            }
-        }
-    }
+    let executed = state.flow.request_refund(&merchant.id, command, idem).await?;
     respond(executed, StatusCode::OK)
 }

@@ -1,5 +1,5 @@
 //! Per-key rate limit: a token bucket per merchant, refilled at `rate_limit_per_s` with a burst of twice that.
-//! Beyond it the API answers 429 `rate_limited` with `Retry-After` (contract 3).
+//! Beyond it the API answers 429 `rate_limited` with `Retry-After` (docs/api.md § Errors).
 
 use std::time::Instant;
 

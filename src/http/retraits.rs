@@ -1,4 +1,4 @@
-//! `POST /v1/retraits`, `GET /v1/retraits`, `GET /v1/retraits/{id}` (contract 10).
+//! `POST /v1/retraits`, `GET /v1/retraits`, `GET /v1/retraits/{id}` (docs/api.md § Payouts, Lists).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use caisse_engine::domain::money::Currency;
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::status::PayoutStatus;
 use caisse_engine::domain::text::{Description, Name};
-use caisse_engine::{Command, Executed, NewPayout, Record};
+use caisse_engine::NewPayout;
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
@@ -32,7 +32,7 @@ pub(crate) struct CreateBody {
     metadata: Option<BTreeMap<String, String>>,
 }
 
-/// Create a payout (contract 10).
+/// Create a payout.
 #[utoipa::path(post, path = "/v1/retraits", tag = "retraits", request_body = CreateBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; replays the first answer for 24 h")),
     responses((status = 201, description = "Payout created", body = Payout), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
@@ -60,16 +60,11 @@ pub async fn create(
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
     };
-    let executed = state.engine.execute(&merchant.id, Command::CreatePayout(new), idem).await?;
-    if let (Executed::Done(Record::Payout(payout)), Some(adapter)) = (&executed, &provider.adapter) {
-        if let Err(e) = adapter.payout(payout).await {
-            tracing::warn!(payout = %payout.id, error = %e, "payout request to provider failed");
-        }
-    }
+    let executed = state.flow.create_payout(&merchant.id, new, idem).await?;
     respond(executed, StatusCode::CREATED)
 }
 
-/// List payouts, newest first (contract 5).
+/// List payouts, newest first.
 #[utoipa::path(get, path = "/v1/retraits", tag = "retraits",
     params(("limit" = Option<u32>, Query, description = "1-100, default 20"),
         ("starting_after" = Option<String>, Query, description = "next_cursor of the previous page"),
@@ -89,7 +84,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         .map(|d| Currency::parse(d).map_err(|e| ApiError::invalid("devise", e.to_string())))
         .transpose()?;
     // One more than the page, so `has_more` means another matching payout exists.
-    let page = state.engine.store().payouts(&merchant.id, cursor.as_deref(), limit + 1, &mut |o| {
+    let page = state.engine.payouts(&merchant.id, cursor.as_deref(), limit + 1, &mut |o| {
         statut.is_none_or(|s| o.statut == s) && devise.is_none_or(|d| o.devise == d)
     })?;
     Ok(HttpResponse::Ok().json(Listed::one_more(page, limit, |o: &Payout| o.id.clone())))

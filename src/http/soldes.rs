@@ -1,4 +1,4 @@
-//! `GET /v1/soldes`: the merchant's balances per currency (contract 9), read through its actor so that
+//! `GET /v1/soldes`: the merchant's balances per currency (docs/api.md § Balances), read through its actor so that
 //! they include every acknowledged change and nothing that is not yet durable.
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -24,7 +24,7 @@ pub(crate) struct Rows {
     data: Vec<Row>,
 }
 
-/// Balances per currency (contract 9).
+/// Balances per currency.
 #[utoipa::path(get, path = "/v1/soldes", tag = "soldes",
     responses((status = 200, description = "Balances", body = Rows), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
     security(("bearer" = [])))]

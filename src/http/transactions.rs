@@ -1,4 +1,4 @@
-//! `GET /v1/transactions` and `GET /v1/transactions/{reference}` (contract 5 and 8), and the paging rules
+//! `GET /v1/transactions` and `GET /v1/transactions/{reference}` (docs/api.md § Transactions), and the paging rules
 //! every list shares.
 
 use std::collections::BTreeMap;
@@ -72,7 +72,7 @@ fn timestamp(query: &BTreeMap<String, String>, field: &str) -> Result<Option<Tim
         .transpose()
 }
 
-/// List transactions (payments, refunds, payouts), newest first (contract 5 and 8).
+/// List transactions (payments, refunds, payouts), newest first.
 #[utoipa::path(get, path = "/v1/transactions", tag = "transactions",
     params(("limit" = Option<u32>, Query, description = "1-100, default 20"),
         ("starting_after" = Option<String>, Query, description = "next_cursor of the previous page"),
@@ -114,15 +114,14 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     }
     let from = timestamp(&query, "created_from")?;
     let to = timestamp(&query, "created_to")?;
-    let page =
-        state.engine.store().transactions(&merchant.id, cursor.as_deref(), limit + 1, &mut |tx: &Transaction| {
-            kind.is_none_or(|k| tx.kind == k)
-                && statut.as_deref().is_none_or(|s| tx.statut == s)
-                && devise.is_none_or(|d| tx.devise == d)
-                && fournisseur.as_deref().is_none_or(|f| tx.fournisseur.as_str() == f)
-                && from.is_none_or(|f| tx.created_at >= f)
-                && to.is_none_or(|t| tx.created_at <= t)
-        })?;
+    let page = state.engine.transactions(&merchant.id, cursor.as_deref(), limit + 1, &mut |tx: &Transaction| {
+        kind.is_none_or(|k| tx.kind == k)
+            && statut.as_deref().is_none_or(|s| tx.statut == s)
+            && devise.is_none_or(|d| tx.devise == d)
+            && fournisseur.as_deref().is_none_or(|f| tx.fournisseur.as_str() == f)
+            && from.is_none_or(|f| tx.created_at >= f)
+            && to.is_none_or(|t| tx.created_at <= t)
+    })?;
     Ok(HttpResponse::Ok().json(Listed::one_more(page, limit, |tx| tx.transaction_id.clone())))
 }
 
@@ -138,8 +137,7 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
-    let located =
-        state.engine.store().locate(&merchant.id, &path)?.ok_or_else(|| ApiError::not_found("transaction"))?;
+    let located = state.engine.locate(&merchant.id, &path)?.ok_or_else(|| ApiError::not_found("transaction"))?;
     let tx = match (&located.record, located.kind) {
         (Record::Payout(o), _) => Transaction::of_payout(o),
         (Record::Payment(p), TransactionType::Remboursement) => match &p.remboursement {

@@ -1,4 +1,4 @@
-//! `GET /v1/ping`, `GET /v1/devises`, `GET /v1/fournisseurs` (contract 11).
+//! `GET /v1/ping`, `GET /v1/devises`, `GET /v1/fournisseurs` (docs/api.md § Utility endpoints).
 
 use std::collections::BTreeMap;
 
@@ -20,14 +20,14 @@ pub(crate) struct Ping {
     time: Timestamp,
 }
 
-/// Health check, no authentication (contract 11).
+/// Health check, no authentication.
 #[utoipa::path(get, path = "/v1/ping", tag = "utility",
     responses((status = 200, description = "Up", body = Ping), (status = 503, description = "Storage unavailable", body = ErrorBody)))]
 /// No authentication. 503 `unavailable` while the store reports that it cannot take writes: its last write, or
 /// the probe it makes while unhealthy and idle, failed. Ping itself writes nothing, so it stays cheap and never
 /// adds load to a failing disk.
 pub async fn ping(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    if !state.engine.store().healthy() {
+    if !state.engine.healthy() {
         return Err(ApiError::unavailable());
     }
     Ok(HttpResponse::Ok().json(Ping {
@@ -74,7 +74,7 @@ pub(crate) struct Fournisseur<'a> {
     devises: Vec<&'a str>,
     operations: &'a [Operation],
     frais: FeeRule,
-    /// Bounds of the provider's first currency, as contract 11 shows them.
+    /// Bounds of the provider's first currency, as a single pair (docs/api.md § Utility endpoints).
     montant_min: i64,
     montant_max: i64,
     /// Bounds for every currency, in its smallest unit (the scalar pair above is the first one's).

@@ -18,7 +18,7 @@
 //!   payout. `lost` is not part of `all`, which keeps every story's notices: it must be named.
 //!
 //! Why the outcome cannot change: Caisse never acts on what a notice says. It asks the provider's status for
-//! every notice (contract 13) and applies that, and the engine treats a status it is already past as a no-op
+//! every notice and applies that, and the engine treats a status it is already past as a no-op
 //! answered 200 (so the simulator does not retry it). A notice that contradicts the provider is therefore
 //! harmless, a duplicate or stale one changes nothing, and a late one finds its work already done or does it.
 //! What a merchant sees is what real providers cause: a payment that skips `en_cours`, or stays `initie` a

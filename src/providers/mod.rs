@@ -4,7 +4,7 @@
 //! Outbound calls (request to pay, status query, refund, payout) start work at the provider; answers come
 //! back later as signed notices to `POST /v1/fournisseurs/{code}/notifications`, which the adapter
 //! authenticates and parses. Caisse never moves money on a notice alone: it confirms with a status query
-//! first (contract 13), so a forged or replayed notice cannot credit anybody.
+//! first, so a forged or replayed notice cannot credit anybody.
 //!
 //! In the sandbox the simulator ([`sandbox`]) plays every provider; [`chaos`] makes it misbehave on demand
 //! (duplicate, late, out-of-order and contradicting notices) so integrations can be tested against it.
@@ -12,7 +12,6 @@
 //! Futures here are not `Send`: the HTTP client (awc) lives on the actix thread that calls it.
 
 pub mod chaos;
-pub mod expiry;
 pub mod sandbox;
 
 use std::collections::BTreeMap;
@@ -138,6 +137,12 @@ impl Providers {
                 (p.code.as_str().to_owned(), Provider { settings: p.clone(), adapter })
             })
             .collect();
+        Providers { by_code: Arc::new(by_code), simulator }
+    }
+
+    /// A catalogue of exactly these providers (the tests build one around a provider of their own).
+    pub fn new(providers: impl IntoIterator<Item = Provider>, simulator: Option<Arc<sandbox::Simulator>>) -> Providers {
+        let by_code = providers.into_iter().map(|p| (p.settings.code.as_str().to_owned(), p)).collect();
         Providers { by_code: Arc::new(by_code), simulator }
     }
 

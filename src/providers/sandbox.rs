@@ -4,7 +4,7 @@
 //! then after `delay_ms` a final notice, sent over HTTP to this server's own
 //! `POST /v1/fournisseurs/{code}/notifications`. The notice handler authenticates it, confirms it with a
 //! status query (answered from [`Simulator::known`]) and only then applies it. The outcome is chosen by the
-//! last two digits of the phone number (contract 13):
+//! last two digits of the phone number (docs/api.md § Providers and the sandbox):
 //!
 //! | ending | payment | payout |
 //! |---|---|---|
@@ -40,18 +40,19 @@ use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 
 use super::chaos::{self, Action, Batch, Chaos, Mode, Step};
-use super::expiry::{reconcile_every_ms, sweep_every_ms};
 use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
+use crate::config::{reconcile_every_ms, sweep_every_ms};
 
 pub const SIGNATURE_HEADER: &str = "X-Sandbox-Signature";
 pub const TIMESTAMP_HEADER: &str = "X-Sandbox-Timestamp";
-/// Notices older or newer than this are refused, as merchants are told to do with webhooks (spec 5.2).
+/// Notices older or newer than this are refused: the window merchants are told to apply to webhooks
+/// (docs/api.md § Webhook signature).
 const TOLERANCE_S: u64 = 300;
 /// Attempts to deliver one notice to our own endpoint before giving up (the TTL sweep then settles it).
 const NOTICE_ATTEMPTS: u32 = 5;
 /// Stories told at once. Each is a task holding its plan and, while it sends, an HTTP request to this very
-/// server; a server that falls behind its load would otherwise pile them up without limit (1.9 GB measured at
-/// 1,500 payments/s offered for 150 s). Beyond it a new payment's story is not told, a warning says so, and
+/// server; a server that falls behind its load would otherwise pile them up without limit, gigabytes of them
+/// (docs/perf/history.md gives the run). Beyond it a new payment's story is not told, a warning says so, and
 /// the TTL sweep settles the payment as the provider's silence deserves (`expire`). Refunds and payouts are
 /// told regardless: nothing but a restart would settle them otherwise, and each is bounded by a balance.
 const MAX_STORIES: usize = 20_000;
@@ -232,8 +233,8 @@ thread_local! {
 
 /// Notices one actix thread sends at once. Past awc's own connection limit a request waits in its pool
 /// already built, a few kilobytes each; when the server falls behind its load thousands of stories reached
-/// that point together (430 MiB of RSS at 17,000 stories under `wrk` on `POST /v1/paiement/initier`, with
-/// the server back to 175 MiB once they drained). A notice waiting here holds only its story's plan.
+/// that point together, hundreds of MiB of resident memory under `wrk` on `POST /v1/paiement/initier`
+/// (docs/perf/history.md). A notice waiting here holds only its story's plan.
 const NOTICES_IN_FLIGHT: usize = 64;
 
 async fn send_notice(target: &Target, notice: &Notice) {

@@ -64,7 +64,7 @@ fn notices_refused(app: &TestApp) -> u64 {
 
 /// The merchant's stored notifications, counted by (reference, event).
 fn events(app: &TestApp) -> BTreeMap<(String, String), usize> {
-    let store = app.state.engine.store();
+    let store = &app.state.engine;
     let merchant = store.merchant_by_key(&app.key).expect("store").expect("demo merchant");
     let page = store.notifications(&merchant.id, None, 100, &mut |_| true).expect("notifications");
     assert!(!page.has_more, "fewer than 100 notifications in one run");
@@ -131,7 +131,7 @@ async fn run_stories(app: &TestApp, metadata: Option<&str>) -> Stories {
 
     // Credited once each: 9 850 + 19 700 + 39 400, minus the 1 000 refund and the processed 2 000 payout.
     assert_eq!(app.balance("XOF").await, (65_950, 0, 65_950));
-    app.state.engine.store().audit().expect("every balance equals the sum of its ledger entries");
+    app.state.engine.audit().expect("every balance equals the sum of its ledger entries");
 
     let all = data(&app.get_ok("/v1/transactions?limit=100").await);
     let mut kinds: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -272,7 +272,7 @@ async fn lost_notices_are_settled_by_status_queries() {
 
     // 39 400 credited once, minus the 1 000 refund and the processed 2 000 payout; the rejected one released.
     assert_eq!(app.balance("XOF").await, (36_400, 0, 36_400));
-    app.state.engine.store().audit().expect("every balance equals the sum of its ledger entries");
+    app.state.engine.audit().expect("every balance equals the sum of its ledger entries");
     let ev = events(&app);
     assert_eq!(count(&ev, &paid, "payment.succeeded"), 1, "{ev:?}");
     assert_eq!(count(&ev, &paid, "payment.refunded"), 1, "{ev:?}");

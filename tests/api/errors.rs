@@ -1,4 +1,4 @@
-//! The error rows of contract 3 that are not about one resource: authentication, unknown endpoints, body
+//! The error rows of docs/api.md § Errors that are not about one resource: authentication, unknown endpoints, body
 //! size and type, malformed JSON, rate limiting, and the `Request-Id` header on every answer.
 
 use std::collections::HashSet;

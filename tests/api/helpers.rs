@@ -2,7 +2,7 @@
 //! delays), an HTTP client speaking to it over the wire, and small helpers that keep the tests readable.
 //!
 //! Every answer read through [`TestApp::send`] is checked for a `Request-Id` header, so every test of the
-//! suite also checks that rule of contract 3.
+//! suite also checks that rule of docs/api.md § Errors.
 
 use std::time::{Duration, Instant};
 
@@ -146,7 +146,7 @@ impl TestApp {
         self.req(Method::POST, path)
     }
 
-    /// Sends a request and reads the whole answer; asserts the `Request-Id` header (contract 3).
+    /// Sends a request and reads the whole answer; asserts the `Request-Id` header every answer carries.
     pub async fn send(&self, req: Req) -> Resp {
         let url = format!("{}{}", self.address, req.path);
         let mut builder = self.client.request(req.method.clone(), &url);
@@ -277,7 +277,7 @@ impl TestApp {
             password: Some("correct horse battery".into()),
             webhook_url: None,
         };
-        merchants::create(self.state.engine.store(), self.state.settings.environment, new)
+        merchants::create(&self.state.engine, self.state.settings.environment, new)
             .await
             .expect("merchant created")
             .merchant
@@ -336,7 +336,7 @@ pub fn text(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
 
-/// Asserts the contract's error answer: status, code, `field` (or its absence), and a body that is exactly
+/// Asserts the API's error answer: status, code, `field` (or its absence), and a body that is exactly
 /// `{"error": {"code", "message"[, "field"]}}`.
 #[track_caller]
 pub fn assert_error(resp: &Resp, status: u16, code: &str, field: Option<&str>) {

@@ -1,4 +1,4 @@
-//! `Idempotency-Key` on every POST (contract 4): replay, reuse with another body, keys in flight, scope.
+//! `Idempotency-Key` on every POST (docs/api.md § Idempotency): replay, reuse with another body, keys in flight, scope.
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! Merchants see only their own records (contract 3: another merchant's reference is a 404).
+//! Merchants see only their own records: another merchant's reference is a 404 (docs/api.md § Errors).
 
 use serde_json::json;
 

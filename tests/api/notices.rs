@@ -1,5 +1,6 @@
-//! `POST /v1/fournisseurs/{code}/notifications` (contract 13): a notice that fails authentication gets 401 and
-//! changes nothing; an authentic notice is still confirmed with the provider before money moves.
+//! `POST /v1/fournisseurs/{code}/notifications` (docs/api.md § Providers and the sandbox): a notice that fails
+//! authentication gets 401 and changes nothing; an authentic notice is still confirmed with the provider before
+//! money moves.
 
 use std::time::Duration;
 

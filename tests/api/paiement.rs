@@ -1,5 +1,5 @@
 //! `POST /v1/paiement/initier`, `GET /v1/paiement/{reference}`, `POST /v1/paiement/{reference}/rembourser`
-//! (contract 6 and 7).
+//! (docs/api.md § Payments, Refunds).
 
 use serde_json::{json, Value};
 

@@ -1,4 +1,4 @@
-//! `POST /v1/retraits`, `GET /v1/retraits`, `GET /v1/retraits/{id}` (contract 10 and 5).
+//! `POST /v1/retraits`, `GET /v1/retraits`, `GET /v1/retraits/{id}` (docs/api.md § Payouts, Lists).
 
 use serde_json::{json, Value};
 

@@ -1,4 +1,5 @@
-//! The sandbox simulator's scripted outcomes (contract 13), by the last two digits of the phone number.
+//! The sandbox simulator's scripted outcomes (docs/api.md § Providers and the sandbox), by the last two digits
+//! of the phone number.
 
 use std::time::Duration;
 

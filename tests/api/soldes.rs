@@ -1,4 +1,5 @@
-//! `GET /v1/soldes` (contract 9): one row per currency used, `total = disponible + en_attente`, reservations.
+//! `GET /v1/soldes` (docs/api.md § Balances): one row per currency used, `total = disponible + en_attente`,
+//! reservations.
 
 use serde_json::json;
 

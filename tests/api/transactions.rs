@@ -1,5 +1,5 @@
-//! `GET /v1/transactions` and `GET /v1/transactions/{reference}` (contract 5 and 8): the transaction object,
-//! paging, and every filter.
+//! `GET /v1/transactions` and `GET /v1/transactions/{reference}` (docs/api.md § Transactions, Lists): the
+//! transaction object, paging, and every filter.
 
 use std::time::Duration;
 
@@ -220,7 +220,7 @@ async fn every_filter() {
     let walked = app.list_all("/v1/transactions?fournisseur=mtn_momo", 1).await;
     assert_eq!(walked.len(), 4);
 
-    // Each transaction type has the contract's fields and values.
+    // Each transaction type has the documented fields and values.
     let items = app.list_all("/v1/transactions", 100).await;
     for tx in &items {
         assert_transaction_shape(tx);

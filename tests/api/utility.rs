@@ -1,4 +1,4 @@
-//! `GET /v1/ping`, `GET /v1/devises`, `GET /v1/fournisseurs` (contract 11).
+//! `GET /v1/ping`, `GET /v1/devises`, `GET /v1/fournisseurs` (docs/api.md § Utility endpoints).
 
 use serde_json::Value;
 

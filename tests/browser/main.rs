@@ -203,8 +203,9 @@ impl Browser {
 }
 
 fn notification_state(app: &TestApp, reference: &str, event: &str) -> Option<(String, DeliveryState)> {
-    let store = app.state.engine.store();
-    let page = store
+    let page = app
+        .state
+        .engine
         .notifications(&app.demo.merchant.id, None, 100, &mut |n| n.reference == reference && n.event.as_str() == event)
         .expect("store");
     page.data.into_iter().next().map(|n| (n.id, n.state))

@@ -104,8 +104,8 @@ pub async fn snapshot(target: &Target, merchant: &Merchant) -> Snapshot {
     }
 }
 
-/// Whether a payment, refund or payout may go from `from` to `to` in zero or more transitions (contract 6, 7,
-/// 10).
+/// Whether a payment, refund or payout may go from `from` to `to` in zero or more transitions (docs/api.md
+/// § Payments, Refunds, Payouts).
 fn reachable(from: &str, to: &str) -> bool {
     from == to
         || match from {

@@ -4,7 +4,7 @@
 //!
 //! Every request is written down before it is sent, so a request in flight at the kill is known to the checks
 //! (it may or may not have happened). Requests with an `Idempotency-Key` (three in four) are sent again with
-//! the same key and body when no answer came back, until one does: the contract says the answer is then the
+//! the same key and body when no answer came back, until one does: docs/api.md says the answer is then the
 //! first one replayed or a fresh evaluation, never a second change. Payments without a key are sent again too:
 //! their merchant `reference` makes a second attempt either the first success or `duplicate_reference`, which
 //! proves the first attempt landed. Refunds and payouts without a key are left unknown when their answer was
@@ -220,7 +220,7 @@ async fn submit(
 }
 
 fn phone_ending(rng: &mut StdRng) -> String {
-    // Contract 13: 01 declined, 02 never answered (expires after the TTL), 03 success notified three times,
+    // The sandbox's endings: 01 declined, 02 never answered (expires after the TTL), 03 success notified three times,
     // anything else success. 04 (expiry then a late success) is left out: the simulator forgets the late
     // notice when the process dies, so whether it ever comes would depend on the kill moments.
     match rng.gen_range(0..100) {

@@ -6,7 +6,7 @@
 //! # Method
 //!
 //! Three merchants are made with `caisse merchant create`, each with a webhook receiver in this process
-//! (`receiver.rs`: it verifies spec 5.2 with its own HMAC code and refuses the first attempt of one
+//! (`receiver.rs`: it verifies the signature with its own HMAC code and refuses the first attempt of one
 //! notification in eight, so retries are pending when the server dies). Then each cycle:
 //!
 //! 1. the load (`load.rs`, four workers per merchant) runs for 0.2 to 1.5 s: payments with every sandbox

@@ -1,5 +1,6 @@
 //! A merchant's webhook receiver on 127.0.0.1, living in the test process so it outlives every kill of the
-//! server. It verifies each request as a merchant is told to (spec 5.2), independently of Caisse's own code:
+//! server. It verifies each request as a merchant is told to (docs/api.md § Webhook signature), independently
+//! of Caisse's own code:
 //! `X-Service-Signature` must be `sha256=` + the lowercase hex HMAC-SHA256, under the merchant's secret key, of
 //! `X-Service-Timestamp` + "." + the raw body, compared in constant time, with the timestamp within 300 s.
 //! A request that fails is answered 401 and recorded as a failure of the test.
@@ -22,7 +23,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-/// Spec 5.2's recommended tolerance on `X-Service-Timestamp`.
+/// The tolerance on `X-Service-Timestamp` recommended to merchants.
 const TOLERANCE_S: u64 = 300;
 
 /// One delivery that passed verification.
@@ -68,7 +69,7 @@ fn unix_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// Spec 5.2, as a merchant would write it: the reason for refusing, or the parsed body.
+/// The signature check as a merchant would write it: the reason for refusing, or the parsed body.
 fn verify(secret_key: &str, req: &HttpRequest, body: &[u8]) -> Result<Value, String> {
     let header = |name: &str| {
         req.headers().get(name).and_then(|v| v.to_str().ok()).ok_or_else(|| format!("no valid {name} header"))

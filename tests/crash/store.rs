@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::DeliveryState;
-use caisse_engine::store::{SledStore, Store};
+use caisse_engine::store::{Audit, Outbox, SledStore};
 
 use crate::load::{Merchant, Run};
 use crate::server::sleep_ms;

@@ -149,7 +149,7 @@ async fn failed_logins_are_throttled_per_address_and_per_account() {
     let page = agent.login(app.email(), app.password()).await;
     page.expect(429).contains("Trop de tentatives");
     assert!(!page.set_cookies.iter().any(|c| c.starts_with("caisse_session=")));
-    assert!(app.state.engine.store().merchant(&app.demo.merchant.id).expect("store").is_some());
+    assert!(app.state.engine.merchant(&app.demo.merchant.id).expect("store").is_some());
 
     // A fresh server: five failures on the demo account block it too, whatever the password.
     let app = spawn_app().await;

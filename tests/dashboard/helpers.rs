@@ -71,7 +71,7 @@ impl TestApp {
 
     /// The demo merchant as stored now.
     pub fn merchant(&self) -> caisse_engine::domain::records::Merchant {
-        self.state.engine.store().merchant(&self.demo.merchant.id).expect("store").expect("demo merchant")
+        self.state.engine.merchant(&self.demo.merchant.id).expect("store").expect("demo merchant")
     }
 
     pub fn agent(&self) -> Agent {
@@ -94,7 +94,7 @@ impl TestApp {
             password: Some("another password".into()),
             webhook_url: None,
         };
-        merchants::create(self.state.engine.store(), self.state.settings.environment, new).await.expect("merchant")
+        merchants::create(&self.state.engine, self.state.settings.environment, new).await.expect("merchant")
     }
 
     /// An API call with a secret key: (status, JSON body).
@@ -286,7 +286,7 @@ impl Hit {
         serde_json::from_str(&self.body).expect("webhook body is JSON")
     }
 
-    /// True when the signature is the one `key` makes (spec 5.2).
+    /// True when the signature is the one `key` makes (docs/api.md § Webhook signature).
     pub fn signed_with(&self, key: &str) -> bool {
         let timestamp: u64 = self.timestamp.parse().expect("timestamp");
         caisse_engine::webhook::signature::sign(key, timestamp, self.body.as_bytes()) == self.signature

@@ -1,6 +1,6 @@
 //! The "API keys" section: the masked key and its reveal, the roll with its confirmation (the old key stops
 //! working on the API at once, webhooks are signed with the new one), and the Webhook URL field validated as
-//! contract 12 says, with the reason shown next to the field.
+//! docs/api.md § Webhook delivery says, with the reason shown next to the field.
 
 use crate::helpers::{spawn_app, spawn_production_app, xof_payment, Receiver};
 

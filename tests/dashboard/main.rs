@@ -1,4 +1,5 @@
-//! HTTP-level tests of the merchant dashboard (contract 14), through real HTTP against a real server.
+//! HTTP-level tests of the merchant dashboard (docs/api.md § Dashboard and operator commands), through real
+//! HTTP against a real server.
 //!
 //! One test binary; each module covers one page family: [`auth`] (login, logout, cookies, CSRF on every
 //! form, throttling), [`pages`] (overview, transactions with filters, pages and detail, payouts, amounts in

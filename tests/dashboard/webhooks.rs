@@ -15,7 +15,6 @@ async fn save_url(app: &TestApp, agent: &mut crate::helpers::Agent, url: &str) {
 fn notification(app: &TestApp, reference: &str, event: &str) -> Option<caisse_engine::domain::records::Notification> {
     app.state
         .engine
-        .store()
         .notifications(&app.demo.merchant.id, None, 100, &mut |n| n.reference == reference && n.event.as_str() == event)
         .expect("store")
         .data
@@ -51,7 +50,7 @@ async fn a_saved_webhook_url_receives_the_next_delivery() {
     page.contains("Statut HTTP").contains("Latence").contains("Chaîne signée (début)");
     let n = notification(&app, &reference, "payment.succeeded").expect("notification");
     let attempt = n.attempts.last().expect("an attempt");
-    // The start of the signed string: `timestamp.body` (spec 5.2), HTML-escaped in the page.
+    // The start of the signed string: `timestamp.body` (docs/api.md § Webhook signature), HTML-escaped in the page.
     let signed = format!("{}.{{&quot;event&quot;:&quot;payment.succeeded&quot;", attempt.at.unix_s());
     page.contains(&signed);
 }

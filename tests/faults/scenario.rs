@@ -21,7 +21,7 @@ pub const RECOVERY: Duration = Duration::from_secs(10);
 const HOLD: Duration = Duration::from_secs(8);
 
 /// What the service claimed about one payment: that it exists with this amount (and, once known, this
-/// transaction id), and the final status a read showed, if any. A final status never changes (contract 6).
+/// transaction id), and the final status a read showed, if any. A final status never changes (docs/api.md § Payments).
 struct Claim {
     montant: i64,
     transaction_id: Option<String>,

@@ -246,7 +246,7 @@ impl Answer {
         (200..300).contains(&self.status)
     }
 
-    /// The contract's answer to storage that cannot take writes: 503 `unavailable`.
+    /// The API's answer to storage that cannot take writes: 503 `unavailable`.
     pub fn unavailable(&self) -> bool {
         self.status == 503 && self.code() == "unavailable"
     }

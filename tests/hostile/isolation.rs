@@ -3,8 +3,8 @@
 //! B gets one of everything (payments with customer details, a refund, a payout, webhook notifications) and
 //! A a few records of its own, one under the same merchant reference as B's. Then A walks every route of the
 //! API ([`caisse::http::ROUTES`]) and of the dashboard ([`caisse::dashboard::ROUTES`]), putting each of B's
-//! identifiers where the route takes one: each is 404 (contract 3, "also when it belongs to another
-//! merchant"), and no answer A gets, list or page, shows anything of B's. The walk fails on a route it does
+//! identifiers where the route takes one: each is 404 (docs/api.md § Errors: also when it belongs to another
+//! merchant), and no answer A gets, list or page, shows anything of B's. The walk fails on a route it does
 //! not know, so a new route must say how it keeps merchants apart. Idempotency keys, webhooks, balances and
 //! the dashboard's account changes (key roll, webhook URL) are checked to stay per merchant too.
 
@@ -21,7 +21,7 @@ async fn create(app: &TestApp, name: &str, receiver: &Receiver) -> Created {
         password: Some(format!("{name} password of the dashboard")),
         webhook_url: Some(receiver.url.clone()),
     };
-    merchants::create(app.state.engine.store(), app.state.settings.environment, new).await.expect("merchant created")
+    merchants::create(&app.state.engine, app.state.settings.environment, new).await.expect("merchant created")
 }
 
 /// A payment that carries customer details only its merchant may see.
@@ -243,7 +243,7 @@ async fn no_route_of_the_api_or_the_dashboard_shows_another_merchants_records() 
         .post("/keys/webhook", &[("csrf", &keys.csrf()), ("webhook_url", "http://127.0.0.1:9/alpha")])
         .await
         .expect(303);
-    let b_now = app.state.engine.store().merchant(&b.merchant.id).expect("store").expect("B exists");
+    let b_now = app.state.engine.merchant(&b.merchant.id).expect("store").expect("B exists");
     assert_eq!(b_now.secret_key, b_key);
     assert_eq!(b_now.webhook_url.as_deref(), Some(b_hooks.url.as_str()));
     app.send(app.get("/v1/soldes").auth(&b_key)).await.expect(200);

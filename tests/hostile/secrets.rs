@@ -8,7 +8,7 @@
 //! prefix, a provider notice with a forged signature, webhook deliveries that fail and are retried, the same
 //! with the rolled key, and a logout. Then it searches both outputs for every secret it saw. The only place a
 //! key and a password may appear is the banner of the first start on stdout, which shows the demo merchant's
-//! once by design (contract 14); the rolled key must not appear there either.
+//! once by design (docs/api.md § Dashboard and operator commands); the rolled key must not appear there either.
 
 use std::collections::BTreeSet;
 use std::fs::File;

@@ -1,4 +1,4 @@
-//! Every status change of a payment, a refund and a payout sends its event, with the spec's body and a valid
+//! Every status change of a payment, a refund and a payout sends its event, with the documented body and a valid
 //! signature, and the delivery log records it.
 
 use std::collections::BTreeSet;

@@ -1,4 +1,4 @@
-//! Integration tests of webhook delivery (spec 2.1, 4.1, 5.2, 6, 7; contract 12), through real HTTP: a real
+//! Integration tests of webhook delivery (docs/api.md § Webhooks), through real HTTP: a real
 //! Caisse server (in-process, or the real binary for the crash test), real local receivers that record
 //! every request and answer per a script, and the merchant examples of `examples/`.
 //!

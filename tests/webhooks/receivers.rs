@@ -1,5 +1,6 @@
 //! The merchant examples in `examples/` (Python, Node, Rust) accept real deliveries from Caisse, print each
-//! event once, and refuse tampered, forged, stale and malformed ones with the statuses of spec section 7.
+//! event once, and refuse tampered, forged, stale and malformed ones with the statuses given in
+//! docs/api.md § Webhook signature.
 
 use std::net::TcpListener;
 use std::process::Command;

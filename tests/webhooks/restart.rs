@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::DeliveryState;
-use caisse_engine::store::{SledStore, Store};
+use caisse_engine::store::{Outbox, SledStore};
 use serde_json::Value;
 
 use crate::support::*;

@@ -38,7 +38,7 @@ async fn a_500_then_a_200_is_retried_once_then_never_again() {
         let gap = mine[1].at.duration_since(mine[0].at);
         assert!(gap >= Duration::from_millis(1_100), "waited {gap:?} (1.5 s +/- 20 %)");
 
-        let now = app.state.engine.store().notification(&n.merchant, &n.id).expect("read").expect("stored");
+        let now = app.state.engine.notification(&n.merchant, &n.id).expect("read").expect("stored");
         assert_eq!(now.state, DeliveryState::Delivered);
         assert_eq!((now.total_attempts, now.chain_attempts, now.next_attempt_at), (2, 2, None));
         let statuses: Vec<_> = now.attempts.iter().map(|a| (a.http_status, a.error.clone())).collect();
@@ -92,7 +92,7 @@ async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_o
     };
     assert_eq!((resent.state, resent.chain_attempts), (DeliveryState::Pending, 0));
     let done = eventually("the resent notification is delivered", DEADLINE, || {
-        let n = app.state.engine.store().notification(&chosen.merchant, &chosen.id).expect("read").expect("stored");
+        let n = app.state.engine.notification(&chosen.merchant, &chosen.id).expect("read").expect("stored");
         if n.state == DeliveryState::Delivered {
             Ok(n)
         } else {

@@ -1,6 +1,6 @@
 //! The harness of the webhook tests: a real Caisse server per test, real local receivers that record every
 //! request (headers, raw body, arrival time) and answer per a script, and the checks every delivery must pass
-//! (spec 2.1 shape, spec 5.2 signature).
+//! (docs/api.md § Webhook body, Webhook signature).
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -152,7 +152,7 @@ impl TestApp {
             password: None,
             webhook_url: Some(url.to_owned()),
         };
-        merchants::create(self.state.engine.store(), self.state.settings.environment, new)
+        merchants::create(&self.state.engine, self.state.settings.environment, new)
             .await
             .expect("merchant created")
             .merchant
@@ -184,7 +184,7 @@ impl TestApp {
 
     /// The merchant's notifications in the store, oldest first.
     pub fn notifications(&self, merchant: &MerchantId) -> Vec<Notification> {
-        let page = self.state.engine.store().notifications(merchant, None, 100, &mut |_| true).expect("notifications");
+        let page = self.state.engine.notifications(merchant, None, 100, &mut |_| true).expect("notifications");
         let mut all = page.data;
         all.reverse();
         all
@@ -488,8 +488,8 @@ pub fn self_signed(pem_path: &Path) -> rustls::ServerConfig {
 
 // ----- what every delivery must be -----
 
-/// Spec 4.1 and 5.2: a POST of JSON, signed with `key` over the raw body, with a timestamp taken when it was
-/// sent (within a second or two of its arrival).
+/// docs/api.md § Webhook signature: a POST of JSON, signed with `key` over the raw body, with a timestamp
+/// taken when it was sent (within a second or two of its arrival).
 #[track_caller]
 pub fn assert_signed(hit: &Hit, key: &str) {
     assert_eq!(hit.method, "POST");
@@ -507,7 +507,7 @@ pub fn assert_signed(hit: &Hit, key: &str) {
     assert!(hit.timestamp().abs_diff(hit.at_unix_s) <= 2, "fresh timestamp: {timestamp} vs arrival {}", hit.at_unix_s);
 }
 
-/// Spec 2.1 and contract 12: exactly `event`, `created_at`, `data`; `data` exactly the eleven fields, with
+/// docs/api.md § Webhook body: exactly `event`, `created_at`, `data`; `data` exactly the eleven fields, with
 /// their types. Returns `data`.
 #[track_caller]
 pub fn assert_shape(body: &Value, event: &str) -> Value {

@@ -1,4 +1,4 @@
-//! What comes into the core: the commands the contract names, the new records and provider notices they
+//! What comes into the core: the commands the API names, the new records and provider notices they
 //! carry, and the [`Target`] that says which record a command is about.
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,7 @@ pub struct NewPayment {
     pub montant: Amount,
     pub devise: Currency,
     pub fournisseur: ProviderCode,
-    /// The provider's fee rule for this currency, fixed at initiation (contract 6).
+    /// The provider's fee rule for this currency, fixed at initiation.
     pub fee: FeeRule,
     pub client_telephone: Phone,
     pub client_email: Option<Email>,
@@ -58,7 +58,7 @@ pub enum PayoutOutcome {
     Refused { motif: String },
 }
 
-/// Every change the contract names, as one enum.
+/// Every change the API names, as one enum.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     InitiatePayment(NewPayment),

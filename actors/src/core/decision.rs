@@ -39,7 +39,7 @@ pub struct JournalEvent {
     pub trigger: Trigger,
     /// Payment reference or payout id.
     pub reference: String,
-    /// Status after the change, as its contract name.
+    /// Status after the change, as the API names it.
     pub statut: String,
 }
 

@@ -14,8 +14,11 @@ use crate::domain::text::Reference;
 impl Ctx<'_> {
     pub(super) fn initiate(&self, new: &NewPayment, ids: IdSource<'_>) -> Result<Decided, Rejection> {
         let (frais, montant_net) = split_fee(new.montant, &new.fee)?;
-        let rule = moved(transition(None, Trigger::PaymentAccepted)?).ok_or(Rejection::NotFound)?;
-        let Status::Payment(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let rule = moved(transition(None, Trigger::PaymentAccepted)?)
+            .ok_or(Rejection::Impossible("the rules table has no first move on PaymentAccepted"))?;
+        let Status::Payment(statut) = rule.to else {
+            return Err(Rejection::Impossible("a payment rule leads to another kind's status"));
+        };
         let reference = match &new.reference {
             Some(r) => r.clone(),
             None => Reference::parse(&ids(IdKind::Payment))
@@ -73,7 +76,9 @@ impl Ctx<'_> {
         let Some(rule) = moved(transition(Some(Status::Payment(p.statut)), trigger)?) else {
             return Ok(Decided::Unchanged(Record::Payment(p.clone())));
         };
-        let Status::Payment(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let Status::Payment(statut) = rule.to else {
+            return Err(Rejection::Impossible("a payment rule leads to another kind's status"));
+        };
         let mut next = p.clone();
         next.statut = statut;
         next.updated_at = self.now;

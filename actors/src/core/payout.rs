@@ -11,8 +11,11 @@ use crate::domain::status::{transition, PayoutStatus, Status, Trigger};
 impl Ctx<'_> {
     pub(super) fn create_payout(&self, new: &NewPayout, ids: IdSource<'_>) -> Result<Decided, Rejection> {
         let (frais, montant_net) = split_fee(new.montant, &new.fee)?;
-        let rule = moved(transition(None, Trigger::PayoutRequested)?).ok_or(Rejection::NotFound)?;
-        let Status::Payout(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let rule = moved(transition(None, Trigger::PayoutRequested)?)
+            .ok_or(Rejection::Impossible("the rules table has no first move on PayoutRequested"))?;
+        let Status::Payout(statut) = rule.to else {
+            return Err(Rejection::Impossible("a payout rule leads to another kind's status"));
+        };
         let entries = postings(rule.effect, Movement { devise: new.devise, montant: new.montant, frais, montant_net })
             .map_err(Rejection::Invariant)?;
         let balances = self.balances_after(&entries, new.devise, new.montant)?;
@@ -63,7 +66,9 @@ impl Ctx<'_> {
         let Some(rule) = moved(transition(Some(Status::Payout(o.statut)), trigger)?) else {
             return Ok(Decided::Unchanged(Record::Payout(o.clone())));
         };
-        let Status::Payout(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let Status::Payout(statut) = rule.to else {
+            return Err(Rejection::Impossible("a payout rule leads to another kind's status"));
+        };
         let mut next = o.clone();
         next.statut = statut;
         next.updated_at = self.now;

@@ -29,8 +29,11 @@ impl Ctx<'_> {
         if montant > p.montant {
             return Err(Rejection::RefundAboveAmount { montant_minor: p.montant.minor() });
         }
-        let rule = moved(transition(None, Trigger::RefundRequested)?).ok_or(Rejection::NotFound)?;
-        let Status::Refund(statut) = rule.to else { return Err(Rejection::NotFound) };
+        let rule = moved(transition(None, Trigger::RefundRequested)?)
+            .ok_or(Rejection::Impossible("the rules table has no first move on RefundRequested"))?;
+        let Status::Refund(statut) = rule.to else {
+            return Err(Rejection::Impossible("a refund rule leads to another kind's status"));
+        };
         let refund_move = Movement { devise: p.devise, montant, frais: Amount::ZERO, montant_net: montant };
         let entries = postings(rule.effect, refund_move).map_err(Rejection::Invariant)?;
         let balances = self.balances_after(&entries, p.devise, montant)?;
@@ -60,6 +63,7 @@ impl Ctx<'_> {
         outcome: RefundOutcome,
         ids: IdSource<'_>,
     ) -> Result<Decided, Rejection> {
+        // A notice about a refund that was never requested names nothing: not found, as for any reference.
         let Some(refund) = &p.remboursement else { return Err(Rejection::NotFound) };
         let trigger = match outcome {
             RefundOutcome::Completed => Trigger::RefundCompleted,
@@ -68,7 +72,9 @@ impl Ctx<'_> {
         let Some(rule) = moved(transition(Some(Status::Refund(refund.statut)), trigger)?) else {
             return Ok(Decided::Unchanged(Record::Payment(p.clone())));
         };
-        let Status::Refund(refund_statut) = rule.to else { return Err(Rejection::NotFound) };
+        let Status::Refund(refund_statut) = rule.to else {
+            return Err(Rejection::Impossible("a refund rule leads to another kind's status"));
+        };
         let mut next = p.clone();
         next.updated_at = self.now;
         let mut event = None;

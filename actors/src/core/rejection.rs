@@ -25,6 +25,18 @@ pub enum Rejection {
     /// A ledger invariant would break: a bug, reported loudly and never silently corrected.
     #[error("ledger invariant violated: {0}")]
     Invariant(LedgerError),
+    /// A state the rules table makes impossible was met (a record without the part a command is about, a rule
+    /// that moves a record to another kind's status): a bug, never a "not found".
+    #[error("impossible state: {0}")]
+    Impossible(&'static str),
+}
+
+impl Rejection {
+    /// True for the refusals that mean a bug rather than a merchant's mistake: they are logged loudly and
+    /// answered `500 internal_error`.
+    pub fn is_bug(&self) -> bool {
+        matches!(self, Rejection::Invariant(_) | Rejection::Impossible(_))
+    }
 }
 
 impl From<InvalidTransition> for Rejection {

@@ -1,6 +1,6 @@
 //! Identifiers: prefixed, time-sortable ids, merchant ids and random secrets.
 //!
-//! Contract section 1 asks for ids like `pay_…` that sort by creation time. Each id is a kind
+//! The API's ids look like `pay_…` and sort by creation time (docs/api.md § Conventions). Each id is a kind
 //! prefix, `_`, and a ULID: 48 bits of Unix milliseconds and 80 random bits written as 26
 //! Crockford base32 characters, so string order is time order. This module owns the process-wide
 //! generator that keeps that order strict even when several ids are made in the same millisecond

@@ -1,6 +1,6 @@
 //! Money: amounts, currencies, fee rules and their display.
 //!
-//! The contract (sections 1 and 6) says amounts are integers in the currency's smallest unit,
+//! The API (docs/api.md § Conventions, Payments) takes amounts as integers in the currency's smallest unit,
 //! that only a fixed set of currencies exists, and that money arithmetic is checked so an
 //! overflow becomes a client error instead of a wrap or a panic. This module owns those rules so
 //! that no other part of the engine does raw arithmetic on money.
@@ -33,8 +33,8 @@ pub enum MoneyError {
 /// A non-negative amount in the smallest unit of its currency.
 ///
 /// The currency is not stored here because amounts are always carried next to a [`Currency`]
-/// field in the records; keeping this type a bare integer keeps the JSON shape the contract
-/// asks for (`"montant": 1050`). Deserialisation goes through [`Amount::new`], so a negative
+/// field in the records; keeping this type a bare integer keeps the JSON shape the API
+/// promises (`"montant": 1050`). Deserialisation goes through [`Amount::new`], so a negative
 /// number in a request or in the store can never become an `Amount`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "i64", into = "i64")]
@@ -231,7 +231,7 @@ impl From<Currency> for String {
 /// A provider's fee: a percentage in basis points plus a fixed part, both in the payment's
 /// currency.
 ///
-/// The fee is fixed at initiation (contract 6), so the rule is copied into the payment record
+/// The fee is fixed at initiation (docs/api.md § Payments), so the rule is copied into the payment record
 /// rather than looked up again later.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -273,7 +273,7 @@ impl FeeRule {
 
     /// Computes `(montant * bps + 5000) / 10000 + fixe`.
     ///
-    /// Adding 5000 before the integer division rounds half up, as contract section 6 fixes.
+    /// Adding 5000 before the integer division rounds half up, as docs/api.md § Payments fixes.
     /// The product is taken in `i128` so it cannot overflow; only the final conversion back to
     /// `i64` and the addition of the fixed part can, and both report [`MoneyError::Overflow`].
     pub fn fee(&self, montant: Amount) -> Result<Amount, MoneyError> {

@@ -1,7 +1,7 @@
 //! Customer and beneficiary phone numbers in E.164 form.
 //!
 //! Mobile-money providers address people by phone number, so a malformed number must be
-//! refused at the API edge (contract sections 6 and 10) rather than reach a provider. This module
+//! refused at the API edge (docs/api.md § Payments, Payouts) rather than reach a provider. This module
 //! owns the one accepted spelling: `+`, then 8 to 15 digits, the first of which is not `0`.
 //! No spaces, dashes or national prefixes are normalised away, so the stored value is always the
 //! exact string the provider and the sandbox will see.

@@ -1,10 +1,10 @@
 //! The records Caisse keeps (payment with its refund, payout, merchant) and the views derived from them: the
-//! contract's transaction object and the webhook body of spec 2.1.
+//! API's transaction object and the webhook body (docs/api.md § Transactions, Webhook body).
 //!
-//! The payment and payout structs serialize to exactly the contract's objects (contract 6, 7, 10), so the
-//! stored record, the API answer and the idempotent replay of that answer are one shape and cannot drift.
-//! Refunds and payouts take their transaction id from their own identifier (`rmb_X` and `ret_X` move as
-//! `tx_X`), which keeps the contract's refund object free of extra fields.
+//! The payment and payout structs serialize to exactly the API's objects (docs/api.md § Payments, Refunds,
+//! Payouts), so the stored record, the API answer and the idempotent replay of that answer are one shape and
+//! cannot drift. Refunds and payouts take their transaction id from their own identifier (`rmb_X` and `ret_X`
+//! move as `tx_X`), which keeps the API's refund object free of extra fields.
 
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +59,7 @@ impl std::fmt::Display for ProviderCode {
     }
 }
 
-/// A refund of a payment (contract 7). At most one per payment.
+/// A refund of a payment. At most one per payment.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refund {
@@ -77,7 +77,7 @@ impl Refund {
     }
 }
 
-/// A payment (contract 6), exactly the API's object.
+/// A payment, exactly the API's object.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payment {
@@ -101,7 +101,7 @@ pub struct Payment {
     pub remboursement: Option<Refund>,
 }
 
-/// A payout (contract 10), exactly the API's object.
+/// A payout, exactly the API's object.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payout {
@@ -131,7 +131,7 @@ pub fn sibling_transaction_id(id: &str) -> String {
     }
 }
 
-/// Kind of a money movement in the transaction list (contract 8).
+/// Kind of a money movement in the transaction list.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -170,7 +170,7 @@ impl TransactionType {
     }
 }
 
-/// The contract's transaction object (contract 8), derived from a payment, its refund or a payout.
+/// The API's transaction object, derived from a payment, its refund or a payout.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Transaction {
@@ -209,7 +209,7 @@ impl Transaction {
         }
     }
 
-    /// A refund moves its whole amount back to the customer: fees are not returned (contract 7), so `frais`
+    /// A refund moves its whole amount back to the customer: fees are not returned (docs/api.md § Refunds), so `frais`
     /// is zero and `montant_net` equals `montant`.
     pub fn of_refund(p: &Payment, r: &Refund) -> Transaction {
         Transaction {
@@ -256,13 +256,13 @@ pub struct Merchant {
     pub email: String,
     /// PHC string (argon2) of the dashboard password.
     pub password_hash: String,
-    /// The secret key: authenticates API calls and signs webhooks (contract 2). Never logged.
+    /// The secret key: authenticates API calls and signs webhooks. Never logged.
     pub secret_key: String,
     pub webhook_url: Option<String>,
     pub created_at: Timestamp,
 }
 
-/// The body of a webhook notification, field for field as spec 2.1 and contract 12.
+/// The body of a webhook notification, field for field as docs/api.md § Webhook body gives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookBody {
     pub event: EventKind,
@@ -286,7 +286,7 @@ pub struct WebhookData {
 }
 
 impl WebhookData {
-    /// Payment events, including `payment.refunded`, carry the payment's own fields (contract 7 and 12).
+    /// Payment events, including `payment.refunded`, carry the payment's own fields (docs/api.md § Webhook body).
     pub fn of_payment(p: &Payment) -> WebhookData {
         WebhookData {
             reference: p.reference.as_str().to_owned(),
@@ -321,7 +321,7 @@ impl WebhookData {
     }
 }
 
-/// Where a notification is in its delivery life (contract 12).
+/// Where a notification is in its delivery life (docs/api.md § Webhook delivery).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryState {

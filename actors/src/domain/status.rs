@@ -1,7 +1,7 @@
-//! The three state machines of the contract (payments, refunds, payouts) as one table of rules, and the one
+//! The three state machines of the API (payments, refunds, payouts) as one table of rules, and the one
 //! pure function, [`transition`], that every caller uses to move a status.
 //!
-//! Why a table: the allowed moves are the product's promise to merchants (contract sections 6, 7 and 10), so
+//! Why a table: the allowed moves are the product's promise to merchants (docs/api.md § Payments, Refunds, Payouts), so
 //! they live as data a reviewer can read top to bottom, and the property tests drive [`transition`] directly,
 //! without actors or storage. The merchant actor never decides a status on its own; it asks this module.
 //!
@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Status of a payment (contract 6). The serialized names are the contract's.
+/// Status of a payment. The serialized names are the API's.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -26,7 +26,7 @@ pub enum PaymentStatus {
     Rembourse,
 }
 
-/// Status of a refund (contract 7).
+/// Status of a refund.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -36,7 +36,7 @@ pub enum RefundStatus {
     Echec,
 }
 
-/// Status of a payout (contract 10).
+/// Status of a payout.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -152,7 +152,7 @@ impl Trigger {
     }
 }
 
-/// The webhook event a transition emits (spec section 6).
+/// The webhook event a transition emits (docs/api.md § Webhook body).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EventKind {
     #[serde(rename = "payment.initiated")]
@@ -240,7 +240,7 @@ const fn rule(from: Option<Status>, on: Trigger, to: Status, event: Option<Event
     Rule { from, on, to, event, effect }
 }
 
-/// Every allowed transition, and nothing else. Contract 6 (payments), 7 (refunds), 10 (payouts).
+/// Every allowed transition, and nothing else (docs/api.md § Payments, Refunds, Payouts).
 ///
 /// The refund of a payment is two records moving together: the refund's own status and, when it completes,
 /// the payment's `succes -> rembourse`. Requesting a refund leaves the payment `succes` (the refund record is
@@ -297,8 +297,8 @@ pub fn transition(from: Option<Status>, on: Trigger) -> Result<Step, InvalidTran
     }
 }
 
-/// A refund may be requested only from a `succes` payment that has no refund yet (contract 7: one refund per
-/// payment, only from `succes`).
+/// A refund may be requested only from a `succes` payment that has no refund yet (docs/api.md § Refunds: one
+/// refund per payment, only from `succes`).
 pub fn payment_refund_allowed(payment: PaymentStatus, existing_refund: Option<RefundStatus>) -> bool {
     payment == PaymentStatus::Succes && existing_refund.is_none()
 }

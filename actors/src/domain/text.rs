@@ -3,7 +3,7 @@
 //!
 //! Every string a merchant sends ends up in a durable record, in webhooks and on the dashboard,
 //! so its size and alphabet are bounded once, here, at the moment it is built or deserialised
-//! (contract sections 4, 6 and 10). The rest of the engine can then store and echo these values
+//! (docs/api.md § Idempotency, Payments, Payouts). The rest of the engine can then store and echo these values
 //! without checking them again.
 
 use std::collections::BTreeMap;
@@ -128,7 +128,7 @@ macro_rules! checked_string {
 /// A payment reference: chosen by the merchant or generated as a `pay_…` id.
 ///
 /// The alphabet `[A-Za-z0-9_-]` is safe in URL paths and store keys without escaping, which is
-/// why the contract restricts it.
+/// why the API restricts it to that.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Reference(String);
@@ -190,7 +190,7 @@ checked_string!(Email);
 #[serde(try_from = "String", into = "String")]
 pub struct BoundedText<const MAX: usize>(String);
 
-/// A payment or payout description (contract: at most 500 characters).
+/// A payment or payout description (at most 500 characters, docs/api.md § Payments).
 pub type Description = BoundedText<500>;
 /// A customer or beneficiary name.
 pub type Name = BoundedText<200>;

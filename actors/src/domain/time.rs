@@ -1,6 +1,6 @@
 //! Timestamps and durations.
 //!
-//! Contract section 1 fixes timestamps as RFC 3339 in UTC with a `Z`. Internally a timestamp is
+//! The API's timestamps are RFC 3339 in UTC with a `Z` (docs/api.md § Conventions). Internally a timestamp is
 //! a count of Unix milliseconds, which is cheap to compare, to store and to add TTLs to; this
 //! module owns the conversion between the two and the parsing of human durations such as `30m`
 //! found in settings.

@@ -40,7 +40,7 @@ impl MerchantActor {
     }
 
     /// Decides and queues one change. Returns the ticket to wait for, or an immediate answer.
-    pub(super) fn execute(&mut self, msg: Execute) -> Result<Pending, EngineError> {
+    pub(super) fn execute(&mut self, msg: Execute) -> Result<Reply, EngineError> {
         self.check_open()?;
         let now = Timestamp::now();
         if let Some(idem) = &msg.idempotency {
@@ -49,7 +49,7 @@ impl MerchantActor {
             }
             if let Some(first) = self.store.idempotency(&self.id, &idem.key)?.filter(|r| r.is_live(now)) {
                 return if first.fingerprint == idem.fingerprint {
-                    Ok(Pending::Now(Executed::Replayed { status: first.status, body: first.body }))
+                    Ok(Reply::Now(Executed::Replayed { status: first.status, body: first.body }))
                 } else {
                     Err(EngineError::IdempotencyKeyReused)
                 };
@@ -58,8 +58,13 @@ impl MerchantActor {
         let current = self.lookup(&msg.command.target())?;
         let seq = self.seq + 1;
         let mut ids = new_id;
-        let decision = match decide(&self.balances, seq, current.as_ref(), &msg.command, now, &mut ids)? {
-            Decided::Unchanged(record) => return Ok(Pending::Now(Executed::Done(record))),
+        let decided = decide(&self.balances, seq, current.as_ref(), &msg.command, now, &mut ids).inspect_err(|r| {
+            if r.is_bug() {
+                tracing::error!(merchant = %self.id, command = ?msg.command, rejection = %r, "invariant broken");
+            }
+        })?;
+        let decision = match decided {
+            Decided::Unchanged(record) => return Ok(Reply::Now(Executed::Done(record))),
             Decided::Changed(decision) => *decision,
         };
         let idempotency = match &msg.idempotency {
@@ -109,11 +114,11 @@ impl MerchantActor {
             self.keys_in_flight.insert(k.clone(), seq);
         }
         self.in_flight += 1;
-        Ok(Pending::Wait { ticket, seq, keys, idempotency_key: key, record: decision.record })
+        Ok(Reply::Wait { ticket, seq, keys, idempotency_key: key, record: decision.record })
     }
 
     /// Called in order of completion of each ticket, on the actor's own thread.
-    pub(super) fn settle(
+    pub(super) fn finish_commit(
         &mut self,
         seq: u64,
         keys: &[String],
@@ -146,7 +151,7 @@ impl MerchantActor {
     }
 }
 
-pub(super) enum Pending {
+pub(super) enum Reply {
     Now(Executed),
     Wait {
         ticket: crate::store::Ticket,

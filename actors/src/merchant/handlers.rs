@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 
-use super::execute::Pending;
+use super::execute::Reply;
 use super::{Execute, Executed, GetBalances, GetPayment, GetPayout, MerchantActor};
 use crate::core::Record;
 use crate::domain::ledger::Balances;
@@ -22,21 +22,21 @@ impl Handler<Execute> for MerchantActor {
             Err(err) => Box::pin(fut::ready(Err(err))),
             // A duplicate notice or an idempotent replay changes nothing, but the state it reports may come
             // from writes still in flight: answer only once they are durable, like a read.
-            Ok(Pending::Now(answer)) => {
+            Ok(Reply::Now(answer)) => {
                 let barrier = self.barrier();
                 Box::pin(fut::wrap_future(async move {
                     barrier.await?;
                     Ok(answer)
                 }))
             }
-            Ok(Pending::Wait { ticket, seq, keys, idempotency_key, record }) => {
+            Ok(Reply::Wait { ticket, seq, keys, idempotency_key, record }) => {
                 Box::pin(ticket.into_actor(self).map(move |result, act, ctx| {
                     let result = match result {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(err)) => Err(err),
                         Err(_) => Err(StoreError::Closed),
                     };
-                    act.settle(seq, &keys, idempotency_key.as_ref(), result.is_ok(), ctx);
+                    act.finish_commit(seq, &keys, idempotency_key.as_ref(), result.is_ok(), ctx);
                     match result {
                         Ok(()) => Ok(Executed::Done(record)),
                         Err(err) => {

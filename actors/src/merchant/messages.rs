@@ -1,4 +1,4 @@
-//! What callers send the merchant actor and what it answers: [`Execute`] for every change the contract names,
+//! What callers send the merchant actor and what it answers: [`Execute`] for every change the API names,
 //! with its [`Idempotency`] part and its [`Executed`] answer, and the reads of a payment, a payout and the
 //! balances.
 
@@ -10,7 +10,7 @@ use crate::domain::records::{Payment, Payout};
 use crate::domain::text::IdempotencyKey;
 use crate::error::EngineError;
 
-/// The idempotency part of a request (contract 4): the key, what identifies the request, and the status the
+/// The idempotency part of a request (docs/api.md § Idempotency): the key, what identifies the request, and the status the
 /// API answers on success (stored with the body so that a replay is the first answer again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Idempotency {
@@ -30,7 +30,7 @@ pub enum Executed {
     Replayed { status: u16, body: String },
 }
 
-/// Every change the contract names reaches the actor as this message; the variants of [`Command`] are the
+/// Every change the API names reaches the actor as this message; the variants of [`Command`] are the
 /// individual changes (initiate, processing, confirm, decline, expire, late success, refund request /
 /// complete / fail, payout create / process / reject).
 #[derive(Debug, Clone, Message)]

@@ -9,7 +9,7 @@
 //! safe. Records with a write in flight are kept in `dirty`, so the next command sees them. Reads, and answers
 //! that change nothing (duplicate notices, idempotent replays), wait until every change decided before them
 //! is durable, so they never show what a crash could undo. And if a write
-//! fails, the store refuses every later write of this actor (its [`WriteGuard`]), the actor refuses new work,
+//! fails, the store refuses every later write of this actor (its [`FailureLatch`]), the actor refuses new work,
 //! and once its in-flight writes have settled it stops; the next message starts a fresh actor from the store.
 //!
 //! Nothing in a handler panics: a panic would stop the actor for good and lose its mailbox.
@@ -36,7 +36,7 @@ use crate::domain::ledger::Balances;
 use crate::domain::text::IdempotencyKey;
 use crate::error::EngineError;
 use crate::registry::Registry;
-use crate::store::{Store, WriteGuard};
+use crate::store::{FailureLatch, Store};
 
 pub use messages::{Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency};
 
@@ -61,7 +61,7 @@ pub struct MerchantActor {
     id: MerchantId,
     generation: u64,
     store: Arc<dyn Store>,
-    registry: Registry,
+    registry: Registry<MerchantActor>,
     settings: ActorSettings,
     balances: Balances,
     /// Last journal position decided (durable or in flight).
@@ -72,7 +72,7 @@ pub struct MerchantActor {
     /// Idempotency keys of requests whose write is in flight.
     keys_in_flight: HashMap<IdempotencyKey, u64>,
     in_flight: usize,
-    guard: WriteGuard,
+    guard: FailureLatch,
     durable: watch::Sender<u64>,
     last_message: Instant,
     /// Set when the actor leaves the registry; from then on it refuses everything and the engine retries on
@@ -85,7 +85,7 @@ impl MerchantActor {
         id: MerchantId,
         generation: u64,
         store: Arc<dyn Store>,
-        registry: Registry,
+        registry: Registry<MerchantActor>,
         settings: ActorSettings,
         recovered: crate::store::Recovered,
     ) -> MerchantActor {

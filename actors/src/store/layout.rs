@@ -10,19 +10,14 @@
 //! names, quoted timestamps and escaped webhook bodies were two thirds of JSON's bytes, and every byte put into
 //! sled is copied several times (each insert clones its leaf, each page is rewritten as it fills, a start
 //! after a crash reads back everything written since sled's last open). The format is positional: a field
-//! added to, removed from or moved in a stored record is a new format byte with a decoder kept for the old one,
-//! and `stored_bytes_are_pinned` fails until that is done. Values written by versions before it are JSON
-//! objects, so they start with `{`, and still read.
+//! added to, removed from or moved in a stored record changes the store's format, and `stored_bytes_are_pinned`
+//! fails until [`FORMAT_VERSION`] is raised with it. A data directory carries its version in a stamp
+//! (`sled_store::stamp`) and one of another version is refused at open.
 //!
-//! A notification is one record, body included, in `outbox_by_merchant` under `merchant ++ id`: a merchant's
+//! A notification is one record, body included, in `notifications` under `merchant ++ id`: a merchant's
 //! list is a range scan of whole records, and a notification costs sled one key, not a record plus an index
 //! entry (sled's per-key work, not its bytes, is what the store's applier spends its time on). The due index
 //! `outbox_due` is keyed `due time ++ id` and its value is the merchant's id, which finds the record.
-//!
-//! Stores written by earlier versions kept the record in `outbox` under its id, with an empty value in
-//! `outbox_by_merchant` and in `outbox_due`; an empty value there still means "read `outbox`". Earlier still,
-//! bodies lived apart in `outbox_body`: a record with an empty body still takes it from there. Saving such a
-//! notification (an attempt, a resend) writes it in the current layout, which reads prefer.
 
 use std::ops::Range;
 
@@ -30,8 +25,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::overlay::{Entry, Step, TreeMap};
-use super::writer::Op;
+use super::op::Op;
+use super::overlay::{ApplyStep, Entry, TreeMap};
 use super::StoreError;
 use crate::core::Record;
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
@@ -51,12 +46,10 @@ pub(super) const REFS: usize = 7;
 pub(super) const TX_INDEX: usize = 8;
 pub(super) const TX_OWNER: usize = 9;
 pub(super) const IDEMPOTENCY: usize = 10;
-pub(super) const OUTBOX: usize = 11;
-pub(super) const OUTBOX_DUE: usize = 12;
-pub(super) const PENDING: usize = 13;
-pub(super) const OUTBOX_BY_MERCHANT: usize = 14;
-pub(super) const OUTBOX_BODY: usize = 15;
-pub(super) const TREE_NAMES: [&str; 16] = [
+pub(super) const OUTBOX_DUE: usize = 11;
+pub(super) const PENDING: usize = 12;
+pub(super) const NOTIFICATIONS: usize = 13;
+pub(super) const TREE_NAMES: [&str; 14] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -68,37 +61,37 @@ pub(super) const TREE_NAMES: [&str; 16] = [
     "tx_index",
     "tx_owner",
     "idempotency",
-    "outbox",
     "outbox_due",
     "pending",
-    "outbox_by_merchant",
-    "outbox_body",
+    "notifications",
 ];
 
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
 /// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
-pub(super) const APPLY_ORDER: [Step; 16] = [
-    Step::plain(MERCHANTS),
-    Step::plain(MERCHANT_KEYS),
-    Step::plain(MERCHANT_EMAILS),
-    Step { tree: JOURNAL, rewrite: Some(journal_runs) },
-    Step::plain(SNAPSHOTS),
-    Step::plain(PAYMENTS),
-    Step::plain(PAYOUTS),
-    Step::plain(IDEMPOTENCY),
-    Step::plain(OUTBOX_BODY),
-    Step::plain(OUTBOX),
-    Step::plain(REFS),
-    Step::plain(TX_OWNER),
-    Step::plain(TX_INDEX),
-    Step::plain(PENDING),
-    Step::plain(OUTBOX_BY_MERCHANT),
-    Step::plain(OUTBOX_DUE),
+pub(super) const APPLY_ORDER: [ApplyStep; 14] = [
+    ApplyStep::plain(MERCHANTS),
+    ApplyStep::plain(MERCHANT_KEYS),
+    ApplyStep::plain(MERCHANT_EMAILS),
+    ApplyStep { tree: JOURNAL, rewrite: Some(journal_runs) },
+    ApplyStep::plain(SNAPSHOTS),
+    ApplyStep::plain(PAYMENTS),
+    ApplyStep::plain(PAYOUTS),
+    ApplyStep::plain(IDEMPOTENCY),
+    ApplyStep::plain(REFS),
+    ApplyStep::plain(TX_OWNER),
+    ApplyStep::plain(TX_INDEX),
+    ApplyStep::plain(PENDING),
+    ApplyStep::plain(NOTIFICATIONS),
+    ApplyStep::plain(OUTBOX_DUE),
 ];
 
-/// The first byte of a value in the binary format. JSON values, from earlier versions, are objects: `{`.
+/// The version of everything this file lays out: trees, keys and value encodings. A data directory stamped
+/// with another version is refused at open (`sled_store::stamp`); raise it with any change to what is stored.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
+/// The first byte of a stored value: postcard's encoding of a record follows.
 pub(super) const BINARY_V1: u8 = 1;
 
 pub(super) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
@@ -114,13 +107,12 @@ pub(super) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T,
     Ok(value)
 }
 
-/// Decodes a `T` whose fields are the first fields of the stored value, and returns what follows them (empty
-/// for JSON, which skips unknown fields by name). The journal's replay reads only an event's ledger this way.
+/// Decodes a `T` whose fields are the first fields of the stored value, and returns what follows them. The
+/// journal's replay reads only an event's ledger this way.
 pub(super) fn decode_prefix<'a, T: DeserializeOwned>(what: &str, bytes: &'a [u8]) -> Result<(T, &'a [u8]), StoreError> {
     let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{what}: {e}"));
     match bytes.split_first() {
         Some((&BINARY_V1, body)) => postcard::take_from_bytes(body).map_err(|e| corrupt(&e)),
-        Some((b'{', _)) => serde_json::from_slice(bytes).map(|value| (value, &[][..])).map_err(|e| corrupt(&e)),
         Some((other, _)) => Err(corrupt(&format_args!("unknown value format {other:#04x}"))),
         None => Err(corrupt(&"empty value")),
     }
@@ -143,19 +135,38 @@ fn journal_seq(key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(seq.try_into().ok()?))
 }
 
-/// The first byte of a journal run: consecutive events of one merchant stored under the key of the last.
+/// The first byte of every journal value: a run of consecutive events of one merchant, stored under the key
+/// of the last.
 pub(super) const JOURNAL_RUN_V1: u8 = 2;
 
-/// The most events one run holds. Long enough that sled's per-key cost all but vanishes for a busy merchant
-/// (a layer of one hot merchant holds some 2,500 events), short enough that reading one event back decodes
-/// little around it and a run is a value of some 13 KB.
+/// The most events one run holds. Long enough that sled's per-key cost all but vanishes for a busy merchant,
+/// short enough that reading one event back decodes little around it.
 pub(super) const MAX_RUN: usize = 256;
 
-/// [`Rewrite`](super::overlay::Rewrite) of the journal: a layer's events become runs, each a merchant's
-/// consecutive events stored as one value under the key of the last (`JOURNAL_RUN_V1`, then each event's
-/// stored value behind its length as a u32, little endian). A run of one is the event alone, as earlier
-/// versions stored every event. sled's work is per key, and the journal was two keys of the nine a payment
-/// life puts there; a merchant with many events per layer now costs it one key per 256 events.
+/// The stored value of a run of `events`, each an event's encoded bytes: [`JOURNAL_RUN_V1`], then each event
+/// behind its length as a u32, little endian. The writer stores every event as a run of one; the applier
+/// joins them ([`journal_runs`]).
+pub(super) fn journal_run<'a>(events: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<u8>, StoreError> {
+    let mut value = vec![JOURNAL_RUN_V1];
+    for event in events {
+        let len = u32::try_from(event.len()).map_err(|_| StoreError::Corrupt("a journal event over 4 GiB".into()))?;
+        value.extend_from_slice(&len.to_le_bytes());
+        value.extend_from_slice(event);
+    }
+    Ok(value)
+}
+
+/// The event of a run of one, as the writer stores each event; `None` for anything else.
+fn lone_event(value: &[u8]) -> Option<&[u8]> {
+    let (&JOURNAL_RUN_V1, rest) = value.split_first()? else { return None };
+    let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    rest.get(4..).filter(|event| event.len() == len)
+}
+
+/// [`Rewrite`](super::overlay::Rewrite) of the journal: a layer's events, each a run of one as the writer
+/// made it, become longer runs of each merchant's consecutive events, at most [`MAX_RUN`] each, stored under
+/// the key of the last. sled's work is per key: a merchant with many events per layer costs it one key per
+/// run rather than one per event.
 ///
 /// Readers take a key as covering the events up to its sequence number, and skip events they have already
 /// read ([`journal_spans`]). That is what makes runs safe beside the overlay: while a layer is still in the
@@ -168,9 +179,7 @@ pub(super) fn journal_runs(keys: &TreeMap) -> Result<Vec<(Vec<u8>, Entry)>, Stor
     let mut run: Vec<(&[u8], &[u8])> = Vec::new();
     for (key, entry) in keys {
         let event = match (entry, journal_seq(key)) {
-            // A run holds single events only, as the writer makes them (binary, or JSON replayed from a log an
-            // earlier version wrote).
-            (Some(value), Some(seq)) if matches!(value.first(), Some(&BINARY_V1 | b'{')) => Some((seq, value)),
+            (Some(value), Some(seq)) => lone_event(value).map(|event| (seq, event)),
             _ => None,
         };
         let follows = |(last, _): &(&[u8], &[u8])| {
@@ -181,7 +190,8 @@ pub(super) fn journal_runs(keys: &TreeMap) -> Result<Vec<(Vec<u8>, Entry)>, Stor
             close_run(&mut run, &mut stored)?;
         }
         match event {
-            Some((_, value)) => run.push((key, value)),
+            Some((_, event)) => run.push((key, event)),
+            // Removals, and anything that is not one event, pass through as they are.
             None => stored.push((key.clone(), entry.clone())),
         }
     }
@@ -190,33 +200,21 @@ pub(super) fn journal_runs(keys: &TreeMap) -> Result<Vec<(Vec<u8>, Entry)>, Stor
 }
 
 fn close_run(run: &mut Vec<(&[u8], &[u8])>, stored: &mut Vec<(Vec<u8>, Entry)>) -> Result<(), StoreError> {
-    match run.as_slice() {
-        [] => {}
-        [(key, value)] => stored.push((key.to_vec(), Some(value.to_vec()))),
-        [.., (last, _)] => {
-            let mut value = Vec::with_capacity(1 + run.iter().map(|(_, v)| 4 + v.len()).sum::<usize>());
-            value.push(JOURNAL_RUN_V1);
-            for (_, event) in run.iter() {
-                let len =
-                    u32::try_from(event.len()).map_err(|_| StoreError::Corrupt("a journal event over 4 GiB".into()))?;
-                value.extend_from_slice(&len.to_le_bytes());
-                value.extend_from_slice(event);
-            }
-            stored.push((last.to_vec(), Some(value)));
-        }
+    if let Some((last, _)) = run.last() {
+        stored.push((last.to_vec(), Some(journal_run(run.iter().map(|(_, event)| *event))?)));
     }
     run.clear();
     Ok(())
 }
 
 /// Where the events one journal key holds lie in its value: the sequence number of the first, and each
-/// event's stored value as a byte range, in order. A single event is under its own sequence number; a run ends
-/// at its key's ([`journal_runs`]). Ranges, not decoded events, so a reader decodes only the events it wants.
+/// event's stored value as a byte range, in order. A run ends at its key's number ([`journal_runs`]). Ranges,
+/// not decoded events, so a reader decodes only the events it wants.
 pub(super) fn journal_spans(key: &[u8], value: &[u8]) -> Result<(u64, Vec<Range<usize>>), StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("journal: {what}"));
     let last = journal_seq(key).ok_or_else(|| corrupt("a key of the wrong length"))?;
     if value.first() != Some(&JOURNAL_RUN_V1) {
-        return Ok((last, std::iter::once(0..value.len()).collect()));
+        return Err(corrupt("a value that is not a run of events"));
     }
     let mut spans = Vec::new();
     let mut at = 1;
@@ -447,18 +445,16 @@ mod tests {
         }
     }
 
-    /// Reads back what it wrote, and what a version before the binary format wrote (JSON).
+    /// Reads back what it wrote; answers the sizes of the binary and of the JSON form.
     fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: &T) -> (usize, usize) {
         let binary = encode(value).unwrap();
         assert_eq!(binary[0], BINARY_V1);
         assert_eq!(&decode::<T>("test", &binary).unwrap(), value);
-        let json = serde_json::to_vec(value).unwrap();
-        assert_eq!(&decode::<T>("test", &json).unwrap(), value);
-        (binary.len(), json.len())
+        (binary.len(), serde_json::to_vec(value).unwrap().len())
     }
 
     #[test]
-    fn every_stored_record_reads_back_from_binary_and_from_earlier_json() {
+    fn every_stored_record_reads_back() {
         round_trip(&payment());
         round_trip(&payout());
         round_trip(&journal_event());
@@ -481,7 +477,7 @@ mod tests {
     }
 
     /// The binary format is positional: this fails when a stored record's fields change shape or order, which
-    /// needs a new format byte and a decoder for values already written (see the module's documentation).
+    /// changes the store's format: raise `FORMAT_VERSION` with it (see the module's documentation).
     #[test]
     fn stored_bytes_are_pinned() {
         let hex = |bytes: Vec<u8>| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
@@ -512,7 +508,7 @@ mod tests {
             (Vec::new(), "empty value"),
             (newer, "unknown value format 0x02"),
             (longer, "1 bytes left over"),
-            (b"[1]".to_vec(), "unknown value format 0x5b"),
+            (br#"{"seq":1}"#.to_vec(), "unknown value format 0x7b"),
             (vec![BINARY_V1, 7], "journal"),
         ] {
             match decode::<JournalEvent>("journal", &bytes) {
@@ -528,13 +524,18 @@ mod tests {
         encode(&JournalEvent { seq, ..journal_event() }).unwrap()
     }
 
+    /// An event as the writer stores it: a run of one.
+    fn written(seq: u64) -> Vec<u8> {
+        journal_run([event(seq).as_slice()]).unwrap()
+    }
+
     #[test]
     fn a_layers_journal_goes_to_sled_as_runs_of_each_merchants_consecutive_events() {
         let (a, b) = (merchant_id(), MerchantId::parse("mch_01JD0000000000000000000009").unwrap());
         let mut keys = TreeMap::new();
         let mut put = |m: &MerchantId, seqs: std::ops::RangeInclusive<u64>| {
             for seq in seqs {
-                keys.insert(journal_key(m, seq), Some(event(seq)));
+                keys.insert(journal_key(m, seq), Some(written(seq)));
             }
         };
         put(&a, 1..=3);
@@ -542,7 +543,7 @@ mod tests {
         put(&b, 1..=1); // another merchant
         put(&b, 10..=10 + MAX_RUN as u64); // one event more than a run holds
         keys.insert(journal_key(&b, 1_000), None);
-        keys.insert(b"odd".to_vec(), Some(event(1)));
+        keys.insert(b"odd".to_vec(), Some(written(1)));
         let stored = journal_runs(&keys).unwrap();
         let mut found = Vec::new();
         for (key, entry) in &stored {
@@ -572,8 +573,8 @@ mod tests {
                 (b"odd".to_vec(), 0, 1),
             ]
         );
-        // A single event is stored as earlier versions stored every event.
-        assert_eq!(stored[1].1.as_deref(), Some(&event(5)[..]));
+        // A lone event stays the run of one the writer made.
+        assert_eq!(stored[1].1.as_deref(), Some(&written(5)[..]));
     }
 
     /// Like the records' bytes, a run's framing is read back by later versions.
@@ -581,7 +582,7 @@ mod tests {
     fn a_runs_bytes_are_pinned() {
         let mut keys = TreeMap::new();
         for seq in [7, 8] {
-            keys.insert(journal_key(&merchant_id(), seq), Some(event(seq)));
+            keys.insert(journal_key(&merchant_id(), seq), Some(written(seq)));
         }
         let stored = journal_runs(&keys).unwrap();
         let [(key, Some(value))] = stored.as_slice() else { panic!("{stored:?}") };
@@ -609,7 +610,9 @@ mod tests {
                 other => panic!("{value:?} gave {other:?}"),
             }
         }
-        assert!(matches!(journal_spans(b"short", &event(1)), Err(StoreError::Corrupt(_))));
+        assert!(matches!(journal_spans(b"short", &written(1)), Err(StoreError::Corrupt(_))));
+        // A bare event, not framed as a run, is not a journal value.
+        assert!(matches!(journal_spans(&key, &event(2)), Err(StoreError::Corrupt(m)) if m.contains("not a run")));
     }
 
     #[test]
@@ -623,10 +626,7 @@ mod tests {
     fn records_are_applied_before_the_indexes_that_point_at_them() {
         let at = |tree| APPLY_ORDER.iter().position(|step| step.tree == tree).unwrap();
         for (record, index) in [
-            (OUTBOX_BODY, OUTBOX),
-            (OUTBOX, OUTBOX_DUE),
-            (OUTBOX, OUTBOX_BY_MERCHANT),
-            (OUTBOX_BY_MERCHANT, OUTBOX_DUE),
+            (NOTIFICATIONS, OUTBOX_DUE),
             (PAYMENTS, TX_INDEX),
             (PAYMENTS, REFS),
             (PAYOUTS, TX_INDEX),

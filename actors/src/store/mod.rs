@@ -1,20 +1,24 @@
-//! Persistence behind one narrow trait, [`Store`], so that the actors never see sled and a second backend
-//! (PostgreSQL, later) can be added without touching them.
+//! Persistence behind a few traits sized by role ([`roles`]: commits, records, outbox, accounts, audit), so
+//! that the actors never see sled and a second backend can be added without touching them. Each backend
+//! passes the same conformance suite (`actors/tests/store_conformance.rs`).
 //!
 //! The unit of writing is a [`Change`]: everything one accepted command causes (journal event with its ledger
 //! entries, the record after the change, the new transaction's indexes, the webhook notifications, the
 //! idempotency record, and every N events a snapshot of the merchant's balances). A backend must make a change
-//! atomic and durable before it completes the change's ticket; acknowledging earlier is the one bug this trait
-//! exists to prevent. Reads return durable state only, though a read that spans several kinds of data may find
-//! one change partly visible for a moment (the sled backend shows records before the indexes that point at
-//! them, so an index never leads to nothing).
+//! atomic and durable before it completes the change's ticket; acknowledging earlier is the one bug these
+//! traits exist to prevent. Reads return durable state only, though a read that spans several kinds of data
+//! may find one change partly visible for a moment (the sled backend shows records before the indexes that
+//! point at them, so an index never leads to nothing).
 //!
-//! Recovery rebuilds a merchant from its latest snapshot plus the journal after it ([`Store::recover_merchant`]);
-//! the startup audit ([`Store::audit`]) recomputes every balance from the whole ledger and refuses to start the
-//! service if anything disagrees.
+//! Recovery rebuilds a merchant from its latest snapshot plus the journal after it
+//! ([`Commits::recover_merchant`]); the startup audit ([`Audit::audit`]) recomputes every balance from the
+//! whole ledger and refuses to start the service if anything disagrees. `docs/storage.md` walks through the
+//! sled backend's write path, recovery and on-disk format.
 
 mod layout;
+mod op;
 mod overlay;
+mod roles;
 pub mod sled_store;
 mod wal;
 mod writer;
@@ -28,13 +32,14 @@ use tokio::sync::oneshot;
 use crate::core::{JournalEvent, NewTransaction, OutboxItem, Record};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
-use crate::domain::records::{Merchant, Notification, Payment, Payout, TransactionType};
+use crate::domain::records::TransactionType;
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 
+pub use roles::{Accounts, Audit, Commits, Outbox, Records, Store};
 pub use sled_store::SledStore;
 
-/// How long an idempotency record answers for its key (contract 4).
+/// How long an idempotency record answers for its key (docs/api.md § Idempotency).
 pub const IDEMPOTENCY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The answer stored with an idempotency key: the first answer, replayed as it was.
@@ -74,7 +79,7 @@ pub struct Change {
 
 /// Set by the store when one of an actor's writes failed: the store refuses every later write carrying the
 /// same guard, so an actor whose memory is ahead of the disk can never commit a change built on a lost one.
-pub type WriteGuard = Arc<AtomicBool>;
+pub type FailureLatch = Arc<AtomicBool>;
 
 /// Completes when the change is durable (Ok) or known not to be (Err).
 pub type Ticket = oneshot::Receiver<Result<(), StoreError>>;
@@ -95,6 +100,9 @@ pub enum StoreError {
     Locked(String),
     #[error("{0}")]
     Conflict(String),
+    /// The data directory was written in another on-disk format; the message says which and what to do.
+    #[error("{0}")]
+    Format(String),
 }
 
 /// A merchant as recovered from storage.
@@ -124,111 +132,17 @@ pub struct Located {
 /// Something that still waits for a provider's answer: a payment `initie`/`en_cours`, a refund `en_cours` or a
 /// payout `en_attente`. `owner` is the payment reference or the payout id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
+pub struct AwaitingProvider {
     pub merchant: MerchantId,
     pub kind: TransactionType,
     pub owner: String,
     pub created_at: Timestamp,
 }
 
-/// A page of a list, newest first (contract 5).
+/// A page of a list, newest first (docs/api.md § Lists).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page<T> {
     pub data: Vec<T>,
     pub has_more: bool,
     pub next_cursor: Option<String>,
-}
-
-/// The storage operations the engine and the API need, and nothing else.
-pub trait Store: Send + Sync + 'static {
-    /// Queues a change for the next group commit. Fails at once, changing nothing, when the queue is full or
-    /// `guard` was set by an earlier failure.
-    fn commit(&self, change: Change, guard: &WriteGuard) -> Result<Ticket, StoreError>;
-
-    /// Creates or updates a merchant account, durably (the caller waits for the ticket).
-    fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError>;
-
-    /// Persists a notification after an attempt or a resend (`before` is what the caller read), moving its
-    /// entry in the due index.
-    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError>;
-    /// This merchant's notifications, newest first, from after `cursor` (a notification id).
-    fn notifications(
-        &self,
-        merchant: &MerchantId,
-        cursor: Option<&str>,
-        limit: usize,
-        keep: &mut dyn FnMut(&Notification) -> bool,
-    ) -> Result<Page<Notification>, StoreError>;
-    /// Notifications as they become durable, for the webhook dispatcher; the first caller takes it.
-    fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>>;
-
-    fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError>;
-    /// A number that changes after any merchant record changes, once the change is visible to reads: a
-    /// cache of merchants read after seeing a number is current as long as the number stays the same.
-    fn merchants_generation(&self) -> u64;
-    fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError>;
-    fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError>;
-    fn merchant_count(&self) -> Result<u64, StoreError>;
-
-    fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError>;
-    fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, StoreError>;
-    fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, StoreError>;
-    /// A payment reference, refund reference or payout id of this merchant.
-    fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, StoreError>;
-    /// The merchant and reference behind a transaction id, for provider notices that carry only our id.
-    fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, StoreError>;
-    fn idempotency(&self, merchant: &MerchantId, key: &IdempotencyKey)
-        -> Result<Option<IdempotencyRecord>, StoreError>;
-    /// This merchant's transactions, newest first, from after `cursor` (a transaction id), at most `limit`.
-    fn transactions(
-        &self,
-        merchant: &MerchantId,
-        cursor: Option<&str>,
-        limit: usize,
-        keep: &mut dyn FnMut(&crate::domain::records::Transaction) -> bool,
-    ) -> Result<Page<crate::domain::records::Transaction>, StoreError>;
-    /// This merchant's payouts, newest first, from after `cursor` (a payout id).
-    fn payouts(
-        &self,
-        merchant: &MerchantId,
-        cursor: Option<&str>,
-        limit: usize,
-        keep: &mut dyn FnMut(&Payout) -> bool,
-    ) -> Result<Page<Payout>, StoreError>;
-    /// What of `kind` still waits for a provider and was created before `created_before`, oldest first,
-    /// starting after `after` (an item an earlier call returned) when given, so a caller can walk the whole
-    /// list a page at a time.
-    fn pending(
-        &self,
-        kind: TransactionType,
-        created_before: Timestamp,
-        after: Option<&Pending>,
-        limit: usize,
-    ) -> Result<Vec<Pending>, StoreError>;
-    /// This merchant's journal, in order, for a payment's history and for audits.
-    fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
-    /// A notification of this merchant (`None` for another merchant's id).
-    fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError>;
-    /// The notification, its body possibly left empty: its delivery state, which is all a delivery needs to
-    /// read again, since a body never changes after the change that made it.
-    fn notification_state(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
-        self.notification(merchant, id)
-    }
-    /// Notifications whose next attempt is due at or before `now`, oldest first, passing over the ids
-    /// `skip` says yes to (those already being delivered) without counting them against `limit`.
-    fn due_notifications_skipping(
-        &self,
-        now: Timestamp,
-        limit: usize,
-        skip: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Vec<Notification>, StoreError>;
-    /// Notifications whose next attempt is due at or before `now`, oldest first.
-    fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
-        self.due_notifications_skipping(now, limit, &mut |_| false)
-    }
-
-    /// Recomputes every balance from the ledger and checks every invariant; an error names what disagrees.
-    fn audit(&self) -> Result<AuditReport, StoreError>;
-    /// True when a durable write currently succeeds.
-    fn healthy(&self) -> bool;
 }

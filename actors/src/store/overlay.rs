@@ -38,15 +38,15 @@ pub(crate) type Rewrite = fn(&TreeMap) -> Result<Vec<(Vec<u8>, Entry)>, StoreErr
 
 /// One tree in the order a layer is applied, with the rewrite its keys go through, if any.
 #[derive(Clone, Copy)]
-pub(crate) struct Step {
+pub(crate) struct ApplyStep {
     pub(crate) tree: usize,
     pub(crate) rewrite: Option<Rewrite>,
 }
 
-impl Step {
+impl ApplyStep {
     /// A tree whose keys reach sled as the layer holds them.
-    pub(crate) const fn plain(tree: usize) -> Step {
-        Step { tree, rewrite: None }
+    pub(crate) const fn plain(tree: usize) -> ApplyStep {
+        ApplyStep { tree, rewrite: None }
     }
 }
 
@@ -101,7 +101,7 @@ impl Layer {
     pub(crate) fn apply(
         &self,
         trees: &[sled::Tree],
-        order: &[Step],
+        order: &[ApplyStep],
         parallel: bool,
         pace: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<usize, StoreError> {
@@ -397,7 +397,7 @@ mod tests {
         let tree = db.open_tree("t").unwrap();
         tree.insert(b"k", b"old").unwrap();
         let layer = overlay.freeze().unwrap();
-        assert_eq!(layer.apply(std::slice::from_ref(&tree), &[Step::plain(0)], false, &|_, _| {}).unwrap(), 2);
+        assert_eq!(layer.apply(std::slice::from_ref(&tree), &[ApplyStep::plain(0)], false, &|_, _| {}).unwrap(), 2);
         assert_eq!(tree.get(b"k").unwrap(), None);
         assert_eq!(tree.get(b"gone").unwrap().as_deref(), Some(&b"x"[..]));
     }
@@ -417,7 +417,10 @@ mod tests {
             assert_eq!(done % PACE_KEYS, 0);
             paced.fetch_add(1, Ordering::Relaxed);
         };
-        assert_eq!(overlay.freeze().unwrap().apply(&trees, &[2, 0, 1].map(Step::plain), true, &pace).unwrap(), 6000);
+        assert_eq!(
+            overlay.freeze().unwrap().apply(&trees, &[2, 0, 1].map(ApplyStep::plain), true, &pace).unwrap(),
+            6000
+        );
         // Two threads of about 3,000 keys each: 11 calls each, not 23 as one thread would make.
         assert_eq!(paced.load(Ordering::Relaxed), 2 * (3000 / PACE_KEYS));
         assert_eq!((trees[0].len(), trees[1].len(), trees[2].len()), (3000, 2000, 999));
@@ -451,7 +454,7 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let trees = [db.open_tree("t0").unwrap(), db.open_tree("t1").unwrap()];
         assert!(matches!(
-            overlay.freeze().unwrap().apply(&trees, &[Step::plain(0)], false, &|_, _| {}),
+            overlay.freeze().unwrap().apply(&trees, &[ApplyStep::plain(0)], false, &|_, _| {}),
             Err(StoreError::Corrupt(_))
         ));
         assert!(trees[0].is_empty() && trees[1].is_empty());

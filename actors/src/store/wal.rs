@@ -21,23 +21,22 @@
 //! rotation renames it and overwrites it from the start. Overwriting blocks a file already has, without
 //! changing its size, lets `fdatasync` skip the filesystem's journal: an append that grows a file must commit
 //! the journal, and on ext4 (`data=ordered`) that commit first waits for the data of every other file whose
-//! blocks it allocates, here sled's. Measured at 1,250 payments/s (`caisse-load --target`, 60 s): with the
-//! log on tmpfs (no disk at all) API p99 was 7.4 ms against 75.6 ms on disk, so the tail is the log's sync;
-//! writing over a preallocated file gave 14.9 ms. Three alternating runs of growing against reused files:
-//! p50 2.7 / 4.6 / 4.4 against 1.9 / 2.1 / 3.0 ms, p99 23.6 / 25.2 / 36.1 against 42.4 / 9.6 / 23.8 ms (the
-//! disk is shared, the tail varies more between runs than between the two).
+//! blocks it allocates, here sled's. Measured under load, the API's latency tail is the log's sync (it all but
+//! vanishes with the log on tmpfs), and writing over a preallocated file shortens it; reused files gave a lower
+//! median than growing ones, while the shared disk's tail varied more between runs than between the two
+//! (docs/perf/history.md has the runs).
 //!
 //! The sequence number in every checksum is what makes reuse safe: a record left from the file's previous
 //! use fails it and ends the replay, and a header that names another number (one not yet durable) makes the
-//! file empty. A reused file gets its new header synced before it is renamed, so no crash leaves it under its
-//! new name with the start of its previous content. Files written before this format (no header, checksum of
-//! the payload alone) are still replayed.
+//! file empty. That holds only while a number is never used twice, so numbering continues after the spare's
+//! number across restarts too ([`spare_seq`]). A reused file gets its new header synced before it is renamed,
+//! so no crash leaves it under its new name with the start of its previous content.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::writer::Op;
+use super::op::Op;
 use super::StoreError;
 
 const HEADER: usize = 8;
@@ -90,9 +89,9 @@ const RETIRED: &str = "retired";
 
 /// How much of a retired file one truncation frees. ext4 frees a log file's blocks (many small extents, the
 /// file grew by small synced appends) inside one journal transaction, and every `fdatasync` of the live log
-/// waits for that transaction: timed at 1,250 payments/s, unlinking a 43 MB log file whole took 53-57 ms
-/// and the writer's appends stalled up to 18 ms meanwhile. Freed 4 MiB at a time with a pause between, the
-/// appends go on in between; the same timing showed no stalled append during a deletion any more.
+/// waits for that transaction: unlinking a whole log file under load stalled the writer's appends for tens of
+/// milliseconds. Freed 4 MiB at a time with a pause between, the appends go on in between, and no append
+/// stalled during a deletion any more (docs/perf/history.md has the timings).
 const RETIRE_STEP: u64 = 4 * 1024 * 1024;
 const RETIRE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 
@@ -113,6 +112,22 @@ pub(crate) fn retire(dir: &Path, before: u64) -> Result<(), StoreError> {
         sync_dir(dir)?;
     }
     Ok(())
+}
+
+/// The number the spare was last used as (from its header), `None` when there is no spare or its header is not
+/// one this version writes (such a spare replays as empty whatever its new number, see [`replay`]).
+pub(crate) fn spare_seq(dir: &Path) -> Result<Option<u64>, StoreError> {
+    let mut header = [0u8; FILE_HEADER as usize];
+    match File::open(dir.join(SPARE)) {
+        Ok(file) => match file.read_exact_at(&mut header, 0) {
+            Ok(()) if header[..8] == MAGIC => Ok(Some(u64::from_le_bytes(header[8..].try_into().unwrap_or([0; 8])))),
+            Ok(()) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(io("read the spare's header")(e)),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io("open the spare")(e)),
+    }
 }
 
 /// Keeps the largest retired log file as the spare when there is none (see the module's doc), and deletes
@@ -182,19 +197,16 @@ pub(crate) fn encode<'a>(ops: impl Iterator<Item = &'a Op>, seq: u64, out: &mut 
     if payload > MAX_RECORD {
         return Err(StoreError::Io(format!("write-ahead log: a batch of {payload} bytes is too large")));
     }
-    let crc = checksum(Some(seq), &out[start + HEADER..]);
+    let crc = checksum(seq, &out[start + HEADER..]);
     out[start..start + 4].copy_from_slice(&(payload as u32).to_le_bytes());
     out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
     Ok(())
 }
 
-/// A record's checksum: of the file's number and the payload, or of the payload alone in files written
-/// before the header existed (`seq` None).
-fn checksum(seq: Option<u64>, payload: &[u8]) -> u32 {
+/// A record's checksum: of the file's number and the payload.
+fn checksum(seq: u64, payload: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
-    if let Some(seq) = seq {
-        hasher.update(&seq.to_le_bytes());
-    }
+    hasher.update(&seq.to_le_bytes());
     hasher.update(payload);
     hasher.finalize()
 }
@@ -224,13 +236,13 @@ pub(crate) fn replay(
 ) -> Result<Replayed, StoreError> {
     let bytes = std::fs::read(path).map_err(io("read"))?;
     let mut found = Replayed::default();
-    let (salt, mut at) = match bytes.strip_prefix(&MAGIC[..]) {
-        Some(rest) if rest.get(..8) == Some(&seq.to_le_bytes()[..]) => (Some(seq), FILE_HEADER as usize),
-        // A reused file whose new header never reached the disk: nothing in it was acknowledged.
-        Some(_) => (Some(seq), bytes.len()),
-        None => (None, 0),
+    let mut at = match bytes.strip_prefix(&MAGIC[..]) {
+        Some(rest) if rest.get(..8) == Some(&seq.to_le_bytes()[..]) => FILE_HEADER as usize,
+        // A reused file whose new header never reached the disk, or a new file whose header did not (it is made
+        // durable by the first append): nothing in it was acknowledged.
+        _ => bytes.len(),
     };
-    while let Some(ops) = record_at(&bytes, at, salt) {
+    while let Some(ops) = record_at(&bytes, at, seq) {
         let (ops, next) = ops?;
         found.records += 1;
         found.ops += ops.len() as u64;
@@ -244,12 +256,12 @@ pub(crate) fn replay(
 /// The record at `at`, if a whole one with a good checksum is there. A bad checksum or a short record is the
 /// end of the log; a record that passes its checksum but does not parse is corruption.
 #[allow(clippy::type_complexity)]
-fn record_at(bytes: &[u8], at: usize, salt: Option<u64>) -> Option<Result<(Vec<Op>, usize), StoreError>> {
+fn record_at(bytes: &[u8], at: usize, seq: u64) -> Option<Result<(Vec<Op>, usize), StoreError>> {
     let header = bytes.get(at..at + HEADER)?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     let payload = bytes.get(at + HEADER..at + HEADER + len)?;
-    if checksum(salt, payload) != crc {
+    if checksum(seq, payload) != crc {
         return None;
     }
     Some(parse(payload).map(|ops| (ops, at + HEADER + len)))
@@ -306,10 +318,8 @@ impl Wal {
         let mut header = MAGIC.to_vec();
         header.extend_from_slice(&seq.to_le_bytes());
         let file = if spare.exists() && !path.exists() {
-            // The new header is synced before the rename. Otherwise a crash after the rename reached the disk
-            // but before the header did would leave this name on the old content: an older header replays
-            // empty, but a file of the format before headers would replay its old records as this file's,
-            // putting back values that later changes replaced.
+            // The new header is synced before the rename, so that this name never holds the old header: a file
+            // under its new name is read with its new number, which none of the old records carry.
             let file = OpenOptions::new().write(true).open(&spare).map_err(io("open the spare"))?;
             file.write_all_at(&header, 0).and_then(|()| file.sync_data()).map_err(io("write the spare's header"))?;
             std::fs::rename(&spare, &path).map_err(io("reuse the spare"))?;
@@ -435,15 +445,6 @@ mod tests {
         (found, seen)
     }
 
-    /// One record of [`sample`] in the format before headers: the checksum of the payload alone.
-    fn old_format_record() -> Vec<u8> {
-        let mut bytes = Vec::new();
-        encode(sample().iter(), 0, &mut bytes).unwrap();
-        let crc = checksum(None, &bytes[HEADER..]);
-        bytes[4..HEADER].copy_from_slice(&crc.to_le_bytes());
-        bytes
-    }
-
     /// Log file `seq`, created under `dir`, with `records` appended, each one record of [`sample`].
     fn wal_with(dir: &Path, seq: u64, records: usize) -> (Wal, Vec<u8>) {
         let mut wal = Wal::create(dir, seq).unwrap();
@@ -498,21 +499,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let payload = [9u8, 0, 0, 0, 0, 0];
         let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
-        bytes.extend_from_slice(&checksum(Some(3), &payload).to_le_bytes());
+        bytes.extend_from_slice(&checksum(3, &payload).to_le_bytes());
         bytes.extend_from_slice(&payload);
         let path = dir.path().join("bad.wal");
         std::fs::write(&path, file_with(3, &bytes)).unwrap();
         assert!(matches!(replay(&path, 3, |_| Ok(())), Err(StoreError::Corrupt(_))));
     }
 
+    /// A new file whose header never reached the disk (a crash before its first append) holds nothing.
     #[test]
-    fn files_from_before_the_header_still_replay() {
+    fn a_file_without_its_header_replays_empty() {
         let dir = tempfile::tempdir().unwrap();
+        let (_, record) = wal_with(dir.path(), 9, 1);
         let path = dir.path().join(file_name(9));
-        std::fs::write(&path, old_format_record()).unwrap();
-        let (found, seen) = replayed(&path, 9);
-        assert_eq!(found, Replayed { records: 1, ops: 3, discarded: 0 });
-        assert!(same(&seen[0], &sample()));
+        std::fs::write(&path, [vec![0u8; FILE_HEADER as usize], record].concat()).unwrap();
+        assert_eq!(replayed(&path, 9).0.records, 0);
     }
 
     #[test]
@@ -549,12 +550,18 @@ mod tests {
         assert_eq!(replayed(&path, 4).0.records, 0);
     }
 
+    /// The spare says which number it last had, so that numbering after a clean stop (no log file left) goes
+    /// on past it: reused under the same number, its old records would pass their checksums again.
     #[test]
-    fn an_old_format_file_kept_as_the_spare_never_replays_as_the_new_file() {
+    fn the_spare_names_the_number_it_last_had() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(SPARE), old_format_record().repeat(3)).unwrap();
-        let _wal = Wal::create(dir.path(), 9).unwrap();
-        assert_eq!(replayed(&dir.path().join(file_name(9)), 9).0.records, 0);
+        assert_eq!(spare_seq(dir.path()).unwrap(), None);
+        drop(wal_with(dir.path(), 6, 2));
+        retire(dir.path(), 7).unwrap();
+        remove_retired(dir.path()).unwrap();
+        assert_eq!(spare_seq(dir.path()).unwrap(), Some(6));
+        std::fs::write(dir.path().join(SPARE), b"short").unwrap();
+        assert_eq!(spare_seq(dir.path()).unwrap(), None);
     }
 
     #[test]

@@ -1,75 +1,24 @@
-//! The webhook delivery pool: its configuration, its handle, and the messages between its actors.
+//! The webhook delivery pool's handle: it starts the dispatcher and the delivery actors and is what the rest
+//! of the engine holds.
 //!
 //! One dispatcher actor ([`super::dispatcher`]) decides what is sent when; a supervised delivery actor per
 //! Arbiter ([`super::worker`]) makes the attempts. The dispatcher learns of notifications from the store's feed
 //! and from its scans of the due index, and hands each to the delivery actor of its merchant's shard; the
 //! delivery actor reports back once the attempt's outcome is persisted, so no notification has two attempts
-//! at once. [`WebhookPool`] starts them all and is the handle the rest of the engine holds.
+//! at once. The messages between them are in [`super::messages`], the pool's settings in [`super::config`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::prelude::*;
 
+pub use super::config::{DeliveryConfig, DeliveryError};
 use super::dispatcher::Dispatcher;
-use super::schedule::RetrySchedule;
+use super::messages::{InFlightCount, Resend};
 use super::worker::Worker;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
-use crate::store::{Store, StoreError};
-
-/// Tuning of the pool; [`DeliveryConfig::default`] is the production setting.
-#[derive(Debug, Clone)]
-pub struct DeliveryConfig {
-    /// Contract 12's production rules: https only, no private or loopback addresses, checked at delivery.
-    pub production: bool,
-    pub schedule: RetrySchedule,
-    /// The whole attempt (connect, TLS, headers, body) must finish within this (spec 4.1: 10 s).
-    pub timeout: Duration,
-    /// Delivery actors; 0 means one per core.
-    pub workers: usize,
-    pub max_in_flight_per_worker: usize,
-    pub max_per_host: usize,
-    /// Bound for a host whose last attempt timed out or could not connect.
-    pub max_per_slow_host: usize,
-    /// Deliveries waiting for a busy host, per worker; beyond it they wait in the store for the next scan.
-    pub max_waiting_per_worker: usize,
-    pub scan_every: Duration,
-    /// Extra trust anchors (PEM), for receivers behind an internal CA (and the tests' self-signed one).
-    pub extra_roots_pem: Option<PathBuf>,
-}
-
-impl Default for DeliveryConfig {
-    fn default() -> Self {
-        DeliveryConfig {
-            production: false,
-            schedule: RetrySchedule::default(),
-            timeout: Duration::from_secs(10),
-            workers: 0,
-            max_in_flight_per_worker: 2_048,
-            max_per_host: 128,
-            max_per_slow_host: 2,
-            max_waiting_per_worker: 50_000,
-            scan_every: Duration::from_millis(500),
-            extra_roots_pem: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DeliveryError {
-    #[error("TLS setup: {0}")]
-    Tls(String),
-    #[error("no such notification")]
-    NotFound,
-    #[error("this notification is being delivered right now")]
-    InFlight,
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("the delivery pool stopped")]
-    Stopped,
-}
+use crate::store::Store;
 
 /// Handle on the running pool.
 pub struct WebhookPool {
@@ -103,14 +52,16 @@ impl WebhookPool {
         let mut addrs = Vec::with_capacity(workers);
         for _ in 0..workers {
             let arbiter = Arbiter::new();
-            let (store, config, tls, dispatcher) =
-                (store.clone(), config.clone(), tls.clone(), dispatcher_addr.clone());
-            let addr =
-                Supervisor::start_in_arbiter(&arbiter.handle(), move |_| Worker::new(store, config, tls, dispatcher));
-            addrs.push(addr);
+            let (outbox, accounts, config, tls) = (store.clone(), store.clone(), config.clone(), tls.clone());
+            let dispatcher = dispatcher_addr.clone().recipient();
+            let addr = Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+                Worker::new(outbox, accounts, config, tls, dispatcher)
+            });
+            addrs.push(addr.recipient());
             arbiters.push(arbiter);
         }
-        let dispatcher = Dispatcher::new(store.clone(), config, addrs, store.outbox_feed());
+        let feed = store.outbox_feed();
+        let dispatcher = Dispatcher::new(store, config, addrs, feed);
         let dispatcher = dispatcher_ctx.run(dispatcher);
         Ok(WebhookPool { dispatcher, arbiters })
     }
@@ -150,29 +101,3 @@ fn tls_config(extra: Option<&PathBuf>) -> Result<rustls::ClientConfig, DeliveryE
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
-
-// ----- messages -----
-
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(super) struct Fresh(pub(super) Notification);
-
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(super) struct Deliver(pub(super) Notification);
-
-/// The attempt on `0` is persisted (or given up); the dispatcher may schedule it again.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(super) struct Settled(pub(super) String);
-
-#[derive(Message)]
-#[rtype(result = "Result<Notification, DeliveryError>")]
-pub(super) struct Resend {
-    pub(super) merchant: MerchantId,
-    pub(super) id: String,
-}
-
-#[derive(Message)]
-#[rtype(result = "usize")]
-pub(super) struct InFlightCount;

@@ -13,21 +13,21 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::delivery::{Deliver, DeliveryConfig, DeliveryError, Fresh, InFlightCount, Resend, Settled};
+use super::config::{DeliveryConfig, DeliveryError};
+use super::messages::{Deliver, Fresh, InFlightCount, Resend, Settled};
 use super::schedule::resend;
-use super::worker::Worker;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
-use crate::store::Store;
+use crate::store::Outbox;
 
 /// Fresh notifications the workers had no room for wait here (up to this many) instead of waiting for the
 /// next scan; beyond it they stay in the store's due index, which the scan reads.
 const MAX_DISPATCH_BACKLOG: usize = 65_536;
 
 pub(super) struct Dispatcher {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Outbox>,
     config: Arc<DeliveryConfig>,
-    workers: Vec<Addr<Worker>>,
+    workers: Vec<Recipient<Deliver>>,
     in_flight: HashSet<String>,
     feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
     /// Fresh notifications waiting for room, oldest first, and their ids (so a scan does not take them too).
@@ -39,9 +39,9 @@ pub(super) struct Dispatcher {
 
 impl Dispatcher {
     pub(super) fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn Outbox>,
         config: Arc<DeliveryConfig>,
-        workers: Vec<Addr<Worker>>,
+        workers: Vec<Recipient<Deliver>>,
         feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
     ) -> Dispatcher {
         Dispatcher {

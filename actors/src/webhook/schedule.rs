@@ -15,7 +15,7 @@ pub const MAX_LOGGED_ATTEMPTS: usize = 30;
 /// Longest error text kept per attempt.
 pub const MAX_ERROR_LEN: usize = 200;
 
-/// Contract 12's default: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h.
+/// The default schedule (docs/api.md § Webhook delivery): 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h.
 pub const DEFAULT_WAITS_MS: [u64; 9] =
     [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000];
 
@@ -60,7 +60,7 @@ pub struct AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    /// Only HTTP 200 acknowledges (spec 4.1): 204, redirects and every error are failures.
+    /// Only HTTP 200 acknowledges (docs/api.md § Webhook delivery): 204, redirects and every error are failures.
     pub fn acknowledged(&self) -> bool {
         self.http_status == Some(200)
     }

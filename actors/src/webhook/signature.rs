@@ -1,5 +1,5 @@
-//! Webhook signatures (spec 5.2): `X-Service-Signature: sha256=<hex HMAC-SHA256(secret key, timestamp + "." +
-//! raw body)>` with `X-Service-Timestamp` the Unix time in seconds.
+//! Webhook signatures (docs/api.md § Webhook signature): `X-Service-Signature: sha256=<hex HMAC-SHA256(secret key,
+//! timestamp + "." + raw body)>` with `X-Service-Timestamp` the Unix time in seconds.
 //!
 //! [`verify`] is the function merchants can copy or call: it checks the signature over the raw bytes (never
 //! a re-serialised body, whose bytes would differ) in constant time, then the timestamp's freshness.
@@ -10,7 +10,7 @@ use subtle::ConstantTimeEq;
 
 pub const SIGNATURE_HEADER: &str = "X-Service-Signature";
 pub const TIMESTAMP_HEADER: &str = "X-Service-Timestamp";
-/// Recommended anti-replay window (spec 5.2 rule 4), in either direction.
+/// Recommended anti-replay window for receivers (docs/api.md § Webhook signature), in either direction.
 pub const TOLERANCE_S: u64 = 300;
 
 /// The `X-Service-Signature` value for `body` sent at `timestamp_s`.
@@ -25,7 +25,7 @@ pub fn sign(secret_key: &str, timestamp_s: u64, body: &[u8]) -> String {
 }
 
 /// Why a delivery does not verify; the receiver answers 401 for a bad signature and 400 for a stale or
-/// malformed timestamp (spec section 7).
+/// malformed timestamp (docs/api.md § Webhook signature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum VerifyError {
     #[error("the signature does not match")]

@@ -1,4 +1,4 @@
-//! The merchant's webhook URL, checked by contract 12: `http://` or `https://` in the sandbox; in production
+//! The merchant's webhook URL (docs/api.md § Webhook delivery): `http://` or `https://` in the sandbox; in production
 //! `https://` only, and never a host that is or resolves to a loopback, private, link-local or unspecified
 //! address. The same check runs when the URL is set and again before each delivery (a name can be made to
 //! resolve elsewhere later).
@@ -35,7 +35,7 @@ impl WebhookUrl {
         &self.0
     }
 
-    /// Parses and checks `text`; `production` applies contract 12's production rules, which resolve the host
+    /// Parses and checks `text`; `production` applies the production rules above, which resolve the host
     /// (blocking DNS): call it where blocking is acceptable, or on a blocking thread.
     pub fn parse(text: &str, production: bool) -> Result<WebhookUrl, UrlError> {
         if text.len() > MAX_URL_LEN {

@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use awc::http::Uri;
 
-use super::delivery::{Deliver, DeliveryConfig, Settled};
-use super::dispatcher::Dispatcher;
+use super::config::DeliveryConfig;
+use super::messages::{Deliver, Settled};
 use super::schedule::{after_attempt, jitter_unit, AttemptOutcome};
 use super::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::url::forbidden;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
-use crate::store::Store;
+use crate::store::{Accounts, Outbox};
 
 #[derive(Default)]
 struct Host {
@@ -37,10 +37,11 @@ struct Host {
 }
 
 pub(super) struct Worker {
-    store: Arc<dyn Store>,
+    outbox: Arc<dyn Outbox>,
+    accounts: Arc<dyn Accounts>,
     config: Arc<DeliveryConfig>,
     tls: Arc<rustls::ClientConfig>,
-    dispatcher: Addr<Dispatcher>,
+    dispatcher: Recipient<Settled>,
     client: Option<awc::Client>,
     in_flight: usize,
     waiting: usize,
@@ -74,13 +75,15 @@ struct Target {
 
 impl Worker {
     pub(super) fn new(
-        store: Arc<dyn Store>,
+        outbox: Arc<dyn Outbox>,
+        accounts: Arc<dyn Accounts>,
         config: Arc<DeliveryConfig>,
         tls: Arc<rustls::ClientConfig>,
-        dispatcher: Addr<Dispatcher>,
+        dispatcher: Recipient<Settled>,
     ) -> Worker {
         Worker {
-            store,
+            outbox,
+            accounts,
             config,
             tls,
             dispatcher,
@@ -112,7 +115,7 @@ impl Worker {
 
     fn target(&mut self, n: &Notification) -> Result<Target, String> {
         // The number is taken before the read, so a change applied meanwhile empties the cache next time.
-        let generation = self.store.merchants_generation();
+        let generation = self.accounts.merchants_generation();
         if generation != self.targets_generation || self.targets.len() >= MAX_CACHED_TARGETS {
             self.targets.clear();
             self.targets_generation = generation;
@@ -127,7 +130,7 @@ impl Worker {
 
     fn read_target(&self, n: &Notification) -> Result<Target, String> {
         let merchant = self
-            .store
+            .accounts
             .merchant(&n.merchant)
             .map_err(|e| format!("merchant lookup failed: {e}"))?
             .ok_or_else(|| "merchant not found".to_owned())?;
@@ -142,8 +145,8 @@ impl Worker {
     ///
     /// Not with `ctx.spawn`: an actix context polls every future spawned on it each time the actor wakes, and
     /// hanging receivers keep up to `max_in_flight_per_worker` attempts open for the whole timeout, so every
-    /// message and every completed attempt paid for polling all of them (a fifth of the CPU with 10 % of
-    /// receivers hanging, README "Performance"). A task is polled only when its own I/O or timer wakes it.
+    /// message and every completed attempt paid for polling all of them, a large share of the CPU once some
+    /// receivers hang (docs/perf/history.md). A task is polled only when its own I/O or timer wakes it.
     fn start(&mut self, n: Notification, target: Target, ctx: &mut Context<Self>) {
         self.in_flight += 1;
         self.flying.insert(n.id.clone());
@@ -163,7 +166,7 @@ impl Worker {
     /// When the outcome cannot be persisted, the stored copy is still due, and handing it back at once would
     /// have the dispatcher send it again within milliseconds, for as long as the disk fails. It is held back
     /// instead until the wait the schedule gave this attempt (at least a second), as if the save had worked.
-    fn settle(&mut self, n: Notification, outcome: AttemptOutcome, ctx: &mut Context<Self>) {
+    fn record_attempt(&mut self, n: Notification, outcome: AttemptOutcome, ctx: &mut Context<Self>) {
         let after = after_attempt(&n, &outcome, &self.config.schedule, jitter_unit());
         let hold = after
             .next_attempt_at
@@ -173,7 +176,7 @@ impl Worker {
             .clamp(MIN_UNSAVED_HOLD, MAX_UNSAVED_HOLD);
         let id = n.id.clone();
         let dispatcher = self.dispatcher.clone();
-        let saved = self.store.save_notification(&n, &after);
+        let saved = self.outbox.save_notification(&n, &after);
         ctx.spawn(
             async move {
                 let failure = match saved {
@@ -225,7 +228,7 @@ impl Worker {
             error: Some(error),
             latency_ms: 0,
         };
-        self.settle(n, outcome, ctx);
+        self.record_attempt(n, outcome, ctx);
     }
 }
 
@@ -283,7 +286,7 @@ impl Handler<Attempted> for Worker {
             h.in_flight = h.in_flight.saturating_sub(1);
             h.slow = slow;
         }
-        self.settle(n, outcome, ctx);
+        self.record_attempt(n, outcome, ctx);
         self.pump(&host, ctx);
     }
 }
@@ -297,21 +300,11 @@ impl Handler<Deliver> for Worker {
         // is also the `before` of the save, so the due index stays exact.
         let id = msg.0.id;
         let merchant = &msg.0.merchant;
-        // Every copy handed over carries its body; should one not, read it whole.
-        let read = if msg.0.body.is_empty() {
-            self.store.notification(merchant, &id)
-        } else {
-            self.store.notification_state(merchant, &id)
-        };
-        let n = match read {
-            Ok(Some(mut current))
+        let n = match self.outbox.notification(merchant, &id) {
+            Ok(Some(current))
                 if current.state == DeliveryState::Pending
                     && current.next_attempt_at.is_some_and(|at| at <= Timestamp::now()) =>
             {
-                // Bodies never change once written; only the state is read again.
-                if current.body.is_empty() {
-                    current.body = msg.0.body;
-                }
                 current
             }
             Ok(_) => return self.dispatcher.do_send(Settled(id)),

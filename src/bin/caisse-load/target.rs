@@ -2,11 +2,11 @@
 //! (`--prepare`), the merchants file that carries their keys to the run, and the server's memory.
 //!
 //! A running `caisse serve` holds its store's lock, so merchants cannot be added behind its back, and
-//! `caisse merchant create` hashes a password per merchant (argon2, about a tenth of a second each), which
-//! makes 10,000 merchants a quarter of an hour. `--prepare` therefore writes them straight into a new data
-//! directory with the library, one shared password hash, before the server starts on it, and writes one line
-//! per merchant to the merchants file in the shape `caisse merchant create --json` prints (contract 14), so a
-//! file made with that command serves as well. The line number is the merchant's index: its webhook URL must
+//! `caisse merchant create` hashes a password per merchant (argon2, deliberately slow), which makes ten
+//! thousand merchants take many minutes (docs/perf/history.md). `--prepare` therefore writes them straight
+//! into a new data directory with the library, one shared password hash, before the server starts on it, and
+//! writes one line per merchant to the merchants file in the shape `caisse merchant create --json` prints, so
+//! a file made with that command serves as well. The line number is the merchant's index: its webhook URL must
 //! be `http://127.0.0.1:<port>/hook/<line number from 0>`, which is how the receiver finds the key to verify
 //! a delivery with.
 //!
@@ -22,7 +22,7 @@ use caisse::merchants;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{SledStore, Store, Ticket};
+use caisse_engine::store::{Accounts, SledStore, Ticket};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -86,16 +86,16 @@ pub async fn prepare(dir: &Path, file: &Path, count: usize, first_port: u16, por
         writeln!(lines, "{line}").map_err(|e| format!("{}: {e}", file.display()))?;
         tickets.push(store.put_merchant(merchant, None).map_err(|e| format!("merchant {i}: {e}"))?);
         if tickets.len() == TICKETS_IN_FLIGHT_MAX {
-            settle(&mut tickets).await?;
+            await_tickets(&mut tickets).await?;
         }
     }
-    settle(&mut tickets).await?;
+    await_tickets(&mut tickets).await?;
     lines.flush().map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(())
 }
 
 /// Waits until every queued merchant is durable.
-pub async fn settle(tickets: &mut Vec<Ticket>) -> Result<(), String> {
+pub async fn await_tickets(tickets: &mut Vec<Ticket>) -> Result<(), String> {
     for ticket in tickets.drain(..) {
         match ticket.await {
             Ok(Ok(())) => {}

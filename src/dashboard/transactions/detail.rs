@@ -28,13 +28,13 @@ pub async fn detail(
     if reference.is_empty() || reference.len() > 255 {
         return Err(not_found());
     }
-    let store = state.engine.store();
+    let store = &state.engine;
     let located = store.locate(&user.merchant.id, &reference)?.ok_or_else(not_found)?;
     let (owner, created_at, summary) = match &located.record {
         Record::Payment(p) => (p.reference.as_str().to_owned(), p.created_at, payment_summary(p)),
         Record::Payout(o) => (o.id.clone(), o.created_at, payout_summary(o)),
     };
-    let (events, truncated) = history(store.as_ref(), &user.merchant.id, &owner, created_at)?;
+    let (events, truncated) = history(store, &user.merchant.id, &owner, created_at)?;
     let deliveries = store
         .notifications(&user.merchant.id, None, DELIVERIES_MAX, &mut |n: &Notification| n.reference == owner)?
         .data;

@@ -4,7 +4,7 @@
 use caisse_engine::core::JournalEvent;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{Store, StoreError};
+use caisse_engine::{Engine, EngineError};
 
 /// Journal events read after a record's creation to find its history.
 pub const HISTORY_SCAN: usize = 5_000;
@@ -17,14 +17,14 @@ const HISTORY_CHUNK: usize = 500;
 /// The journal events of `reference`, from its creation on, bounded (see the module documentation); the
 /// flag says the scan stopped at its bound before the journal's end.
 pub fn history(
-    store: &dyn Store,
+    store: &Engine,
     merchant: &MerchantId,
     reference: &str,
     created_at: Timestamp,
-) -> Result<(Vec<JournalEvent>, bool), StoreError> {
+) -> Result<(Vec<JournalEvent>, bool), EngineError> {
     let since = Timestamp::from_unix_ms(created_at.unix_ms().saturating_sub(CLOCK_SLACK_MS));
     // At or after `since`, or past the journal's end: true from some position on.
-    let later = |seq: u64| -> Result<bool, StoreError> {
+    let later = |seq: u64| -> Result<bool, EngineError> {
         Ok(store.journal(merchant, seq, 1)?.first().is_none_or(|e| e.seq != seq || e.at >= since))
     };
     let mut high = 1u64;

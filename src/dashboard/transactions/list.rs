@@ -102,15 +102,14 @@ fn with_filters(raw: &BTreeMap<String, String>, extra: &[(&str, &str)]) -> Strin
 pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) -> Result<HttpResponse, DashError> {
     let (f, errors) = filters(&state, &req);
     let (rows, next) = if errors.is_empty() {
-        let page =
-            state.engine.store().transactions(&user.merchant.id, f.cursor.as_deref(), PAGE_SIZE + 1, &mut |tx| {
-                f.kind.is_none_or(|k| tx.kind == k)
-                    && f.statut.as_deref().is_none_or(|s| tx.statut == s)
-                    && f.devise.is_none_or(|d| tx.devise == d)
-                    && f.fournisseur.as_deref().is_none_or(|p| tx.fournisseur.as_str() == p)
-                    && f.from.is_none_or(|from| tx.created_at >= from)
-                    && f.to.is_none_or(|to| tx.created_at <= to)
-            })?;
+        let page = state.engine.transactions(&user.merchant.id, f.cursor.as_deref(), PAGE_SIZE + 1, &mut |tx| {
+            f.kind.is_none_or(|k| tx.kind == k)
+                && f.statut.as_deref().is_none_or(|s| tx.statut == s)
+                && f.devise.is_none_or(|d| tx.devise == d)
+                && f.fournisseur.as_deref().is_none_or(|p| tx.fournisseur.as_str() == p)
+                && f.from.is_none_or(|from| tx.created_at >= from)
+                && f.to.is_none_or(|to| tx.created_at <= to)
+        })?;
         paged(page, PAGE_SIZE, |tx: &Transaction| tx.transaction_id.clone())
     } else {
         (Vec::new(), None)

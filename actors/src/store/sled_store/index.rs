@@ -8,7 +8,7 @@ use crate::core::Record;
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::records::{Payout, Transaction, TransactionType};
 use crate::domain::time::Timestamp;
-use crate::store::{Page, Pending, Store, StoreError};
+use crate::store::{AwaitingProvider, Page, Records, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
@@ -66,7 +66,7 @@ impl SledStore {
         Ok(Page { data, has_more, next_cursor })
     }
 
-    /// [`Store::transactions`]: the transaction index, each entry shown as its transaction.
+    /// [`Records::transactions`](crate::store::Records::transactions): the transaction index, each entry shown as its transaction.
     pub(super) fn transactions_page(
         &self,
         merchant: &MerchantId,
@@ -86,7 +86,7 @@ impl SledStore {
         })
     }
 
-    /// [`Store::payouts`].
+    /// [`Records::payouts`](crate::store::Records::payouts).
     pub(super) fn payouts_page(
         &self,
         merchant: &MerchantId,
@@ -107,14 +107,15 @@ impl SledStore {
         Ok(Page { next_cursor: page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1)), ..page })
     }
 
-    /// [`Store::pending`]: a range of the `pending` tree, whose keys say everything a [`Pending`] holds.
+    /// [`Records::awaiting_provider`](crate::store::Records::awaiting_provider): a range of the `pending`
+    /// tree, whose keys say everything an [`AwaitingProvider`] holds.
     pub(super) fn scan_pending(
         &self,
         kind: TransactionType,
         created_before: Timestamp,
-        after: Option<&Pending>,
+        after: Option<&AwaitingProvider>,
         limit: usize,
-    ) -> Result<Vec<Pending>, StoreError> {
+    ) -> Result<Vec<AwaitingProvider>, StoreError> {
         // Just past `after`'s own key: the smallest key greater than it.
         let start = match after {
             Some(p) => {
@@ -138,7 +139,7 @@ impl SledStore {
             let id = key.get(9..9 + MERCHANT_ID_LEN).ok_or_else(corrupt)?;
             let owner = key.get(9 + MERCHANT_ID_LEN..).ok_or_else(corrupt)?;
             let merchant = MerchantId::parse(std::str::from_utf8(id).map_err(|_| corrupt())?).map_err(|_| corrupt())?;
-            found.push(Pending {
+            found.push(AwaitingProvider {
                 merchant,
                 kind,
                 owner: String::from_utf8(owner.to_vec()).map_err(|_| corrupt())?,

@@ -10,6 +10,7 @@ mod index;
 mod open;
 mod outbox;
 mod recovery;
+mod stamp;
 mod write;
 
 use std::ops::Bound;
@@ -23,7 +24,8 @@ use super::layout::*;
 use super::overlay::{Merged, Overlay};
 use super::writer::Writer;
 use super::{
-    AuditReport, Change, IdempotencyRecord, Located, Page, Pending, Recovered, Store, StoreError, Ticket, WriteGuard,
+    Accounts, Audit, AuditReport, AwaitingProvider, Change, Commits, FailureLatch, IdempotencyRecord, Located, Outbox,
+    Page, Records, Recovered, StoreError, Ticket,
 };
 use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
@@ -32,6 +34,7 @@ use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 
 pub use open::DEFAULT_CACHE_BYTES;
+pub use stamp::STAMP_FILE;
 
 /// Scanning a filtered list stops after this many index entries, so one request's work is bounded.
 const MAX_SCAN: usize = 5_000;
@@ -83,79 +86,18 @@ impl SledStore {
     }
 }
 
-impl Store for SledStore {
-    fn commit(&self, change: Change, guard: &WriteGuard) -> Result<Ticket, StoreError> {
+impl Commits for SledStore {
+    fn commit(&self, change: Change, guard: &FailureLatch) -> Result<Ticket, StoreError> {
         let (ops, notify) = Self::change_ops(&change)?;
         self.writer.submit(ops, Some(guard), notify)
-    }
-
-    fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError> {
-        self.submit_merchant(merchant, previous_key)
-    }
-
-    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError> {
-        self.submit_notification(before, after)
-    }
-
-    fn notifications(
-        &self,
-        merchant: &MerchantId,
-        cursor: Option<&str>,
-        limit: usize,
-        keep: &mut dyn FnMut(&Notification) -> bool,
-    ) -> Result<Page<Notification>, StoreError> {
-        self.notifications_page(merchant, cursor, limit, keep)
-    }
-
-    fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>> {
-        self.feed.lock().ok().and_then(|mut feed| feed.take())
-    }
-
-    fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {
-        self.get(MERCHANTS, id.as_bytes())
-    }
-
-    fn merchants_generation(&self) -> u64 {
-        self.writer.generation(MERCHANTS)
-    }
-
-    fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError> {
-        // Looked up by hash, so the lookup's timing says nothing about the key; the caller then compares the
-        // whole key in constant time.
-        let Some(id) = self.raw(MERCHANT_KEYS, &key_hash(secret_key))? else {
-            return Ok(None);
-        };
-        self.get(MERCHANTS, &id)
-    }
-
-    fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError> {
-        let key = email.to_lowercase();
-        let Some(id) = self.raw(MERCHANT_EMAILS, key.as_bytes())? else {
-            return Ok(None);
-        };
-        self.get(MERCHANTS, &id)
-    }
-
-    fn merchant_count(&self) -> Result<u64, StoreError> {
-        // sled's count, corrected by what the overlay adds or removes. While the applier is inserting a new
-        // merchant, the count may miss it for that moment (sled's length was read before the insert, the key
-        // is found after it). The service counts merchants only at start, to decide on the demo merchant.
-        let merchants = &self.trees[MERCHANTS];
-        let mut count = merchants.len() as u64;
-        for (key, entry) in self.overlay.range(MERCHANTS, Bound::Unbounded, Bound::Unbounded)? {
-            match (entry.is_some(), merchants.contains_key(&key).map_err(io("merchants"))?) {
-                (true, false) => count += 1,
-                (false, true) => count = count.saturating_sub(1),
-                _ => {}
-            }
-        }
-        Ok(count)
     }
 
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
         self.recover_from_snapshot(id)
     }
+}
 
+impl Records for SledStore {
     fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, StoreError> {
         self.get(PAYMENTS, &mkey(merchant, reference.as_bytes()))
     }
@@ -223,26 +165,42 @@ impl Store for SledStore {
         self.payouts_page(merchant, cursor, limit, keep)
     }
 
-    fn pending(
+    fn awaiting_provider(
         &self,
         kind: TransactionType,
         created_before: Timestamp,
-        after: Option<&Pending>,
+        after: Option<&AwaitingProvider>,
         limit: usize,
-    ) -> Result<Vec<Pending>, StoreError> {
+    ) -> Result<Vec<AwaitingProvider>, StoreError> {
         self.scan_pending(kind, created_before, after, limit)
     }
 
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {
         self.journal_after::<JournalEvent>(merchant, from_seq.saturating_sub(1)).take(limit).collect()
     }
+}
+
+impl Outbox for SledStore {
+    fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>> {
+        self.feed.lock().ok().and_then(|mut feed| feed.take())
+    }
+
+    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError> {
+        self.submit_notification(before, after)
+    }
+
+    fn notifications(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Notification) -> bool,
+    ) -> Result<Page<Notification>, StoreError> {
+        self.notifications_page(merchant, cursor, limit, keep)
+    }
 
     fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
         self.load_notification(merchant, id.as_bytes())
-    }
-
-    fn notification_state(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
-        self.stored_notification(merchant, id.as_bytes())
     }
 
     fn due_notifications_skipping(
@@ -253,7 +211,56 @@ impl Store for SledStore {
     ) -> Result<Vec<Notification>, StoreError> {
         self.scan_due(now, limit, skip)
     }
+}
 
+impl Accounts for SledStore {
+    fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError> {
+        self.submit_merchant(merchant, previous_key)
+    }
+
+    fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {
+        self.get(MERCHANTS, id.as_bytes())
+    }
+
+    fn merchants_generation(&self) -> u64 {
+        self.writer.generation(MERCHANTS)
+    }
+
+    fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError> {
+        // Looked up by hash, so the lookup's timing says nothing about the key; the caller then compares the
+        // whole key in constant time.
+        let Some(id) = self.raw(MERCHANT_KEYS, &key_hash(secret_key))? else {
+            return Ok(None);
+        };
+        self.get(MERCHANTS, &id)
+    }
+
+    fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError> {
+        let key = email.to_lowercase();
+        let Some(id) = self.raw(MERCHANT_EMAILS, key.as_bytes())? else {
+            return Ok(None);
+        };
+        self.get(MERCHANTS, &id)
+    }
+
+    fn merchant_count(&self) -> Result<u64, StoreError> {
+        // sled's count, corrected by what the overlay adds or removes. While the applier is inserting a new
+        // merchant, the count may miss it for that moment (sled's length was read before the insert, the key
+        // is found after it). The service counts merchants only at start, to decide on the demo merchant.
+        let merchants = &self.trees[MERCHANTS];
+        let mut count = merchants.len() as u64;
+        for (key, entry) in self.overlay.range(MERCHANTS, Bound::Unbounded, Bound::Unbounded)? {
+            match (entry.is_some(), merchants.contains_key(&key).map_err(io("merchants"))?) {
+                (true, false) => count += 1,
+                (false, true) => count = count.saturating_sub(1),
+                _ => {}
+            }
+        }
+        Ok(count)
+    }
+}
+
+impl Audit for SledStore {
     fn audit(&self) -> Result<AuditReport, StoreError> {
         self.audit_journal()
     }

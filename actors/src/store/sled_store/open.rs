@@ -17,9 +17,9 @@ const FEED_CAPACITY: usize = 64 * 1024;
 /// sled's page cache unless the operator sets `store_cache_mib`. sled's own default (1 GiB) would let a
 /// long-running server grow far past the memory budget of a small machine, and sled's real use is above this
 /// figure (it counts on-disk bytes, its in-memory nodes are larger); the hot data (recent payments, due
-/// notifications) fits in much less, and a miss is a read from the OS page cache. 16 rather than 64 MiB:
-/// 53 MiB less RSS at 150,000 payments, 283 MiB instead of 356 after a million, for 7 % fewer engine
-/// events/s over 100 or more merchants and no change to the API's latency (README "Performance").
+/// notifications) fits in much less, and a miss is a read from the OS page cache. 16 rather than 64 MiB keeps
+/// the server's memory well within a small machine's budget after a million payments, for slightly fewer
+/// engine events/s over many merchants and no change to the API's latency (docs/perf/history.md).
 pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// How long an open waits for a lock that is being released. sled 0.34 closes its files from its own IO
@@ -50,7 +50,7 @@ fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreErr
 
 impl SledStore {
     /// Opens (or creates) the store under `dir` with the default cache and starts its writer. Does not
-    /// audit: call [`Store::audit`](crate::store::Store::audit).
+    /// audit: call [`Audit::audit`](crate::store::Audit::audit).
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
         SledStore::open_with_cache(dir, DEFAULT_CACHE_BYTES)
     }
@@ -58,6 +58,7 @@ impl SledStore {
     /// [`SledStore::open`] with sled's page cache set to `cache_bytes`.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
+        super::stamp::check_or_stamp(dir)?;
         let started = std::time::Instant::now();
         let db = open_when_unlocked(dir, cache_bytes)?;
         // After a crash this is most of a restart (sled replays everything written since its previous open),

@@ -18,9 +18,10 @@ use crate::store::layout::*;
 
 /// What replaying a journal event reads of it: its place, its time and the money it moved. Decoding only this
 /// skips the trigger, reference and status unread. The fields are the first four of
-/// [`JournalEvent`](crate::core::JournalEvent), in its order, so both read the same bytes ([`decode_prefix`];
-/// JSON from earlier versions skips the others by name). The audit checks what moves money (sequence,
-/// balance, signs); sled's checksums guard the rest.
+/// [`JournalEvent`](crate::core::JournalEvent), in its order, so both read the same bytes ([`decode_prefix`]):
+/// the event's field order is part of the storage format, and `a_ledger_line_reads_what_a_journal_event_wrote`
+/// fails if the two drift. The audit checks what moves money (sequence, balance, signs); sled's checksums guard
+/// the rest.
 #[derive(Deserialize)]
 pub(super) struct LedgerLine {
     seq: u64,
@@ -89,7 +90,7 @@ impl SledStore {
         }
     }
 
-    /// [`Store::recover_merchant`](crate::store::Store::recover_merchant): the latest snapshot, then the journal
+    /// [`Commits::recover_merchant`](crate::store::Commits::recover_merchant): the latest snapshot, then the journal
     /// after it.
     pub(super) fn recover_from_snapshot(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
         let snapshot: Snapshot = self.get(SNAPSHOTS, id.as_bytes())?.unwrap_or_default();
@@ -97,13 +98,13 @@ impl SledStore {
         Self::replay(id, start, self.journal_after(id, snapshot.seq))
     }
 
-    /// [`Store::audit`](crate::store::Store::audit): the whole journal replayed merchant by merchant, each
+    /// [`Audit::audit`](crate::store::Audit::audit): the whole journal replayed merchant by merchant, each
     /// snapshot compared on the way.
     ///
     /// The journal is split in two at a merchant id and each half audited on its own thread: decoding and
-    /// replaying every event is most of a start (3.8 s of 4.1 s for 1,000,000 events on one thread in session
-    /// 9, docs/perf/history.md), nothing else runs yet, and merchants are independent. Any 30-byte id splits
-    /// the journal between two merchants, since a merchant's keys are its id followed by a sequence number.
+    /// replaying every event is most of a start (docs/perf/history.md), nothing else runs yet, and merchants
+    /// are independent. Any 30-byte id splits the journal between two merchants, since a merchant's keys are
+    /// its id followed by a sequence number.
     pub(super) fn audit_journal(&self) -> Result<AuditReport, StoreError> {
         let started = Instant::now();
         let mut report = match self.audit_split()? {
@@ -216,12 +217,16 @@ mod tests {
     use crate::core::JournalEvent;
     use crate::domain::ledger::Account;
     use crate::domain::status::Trigger;
+    use crate::store::op::Op;
     use crate::store::overlay::{Entry as Stored, TreeMap};
-    use crate::store::writer::Op;
-    use crate::store::Store;
+    use crate::store::{Audit, Commits, Records};
 
-    /// Event `seq` of a merchant whose every event credits 100 XOF.
+    /// Event `seq` of a merchant whose every event credits 100 XOF, as the writer stores it (a run of one).
     fn credit(seq: u64) -> Vec<u8> {
+        journal_run([credit_event(seq).as_slice()]).unwrap()
+    }
+
+    fn credit_event(seq: u64) -> Vec<u8> {
         encode(&JournalEvent {
             seq,
             at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
@@ -287,10 +292,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
-        let keys: TreeMap = [(1, credit(1)), (2, vec![BINARY_V1, 0xff])]
-            .into_iter()
-            .map(|(s, v)| (journal_key(&m, s), Some(v)))
-            .collect();
+        let damaged = journal_run([[BINARY_V1, 0xff].as_slice()]).unwrap();
+        let keys: TreeMap =
+            [(1, credit(1)), (2, damaged)].into_iter().map(|(s, v)| (journal_key(&m, s), Some(v))).collect();
         put(&store, journal_runs(&keys).unwrap());
         assert_eq!(store.trees[JOURNAL].len(), 1);
         assert_eq!(seqs_taking(&store, &m, 1, 1), [1]);
@@ -357,12 +361,5 @@ mod tests {
         let (line, rest): (LedgerLine, _) = decode_prefix("journal", &bytes).unwrap();
         assert!(!rest.is_empty(), "the trigger, reference and status follow the ledger");
         assert_eq!((line.seq, line.at, line.devise, line.entries), (event.seq, event.at, event.devise, event.entries));
-        // Stores written before the binary format hold JSON, with the fields in their old order.
-        let json = serde_json::json!({
-            "seq": 7, "at": "2026-11-22T01:23:44.123Z", "trigger": "provider_confirmed", "reference": "pay_1",
-            "statut": "succes", "devise": "XOF", "entries": [{"account": "disponible", "devise": "XOF", "amount_minor": 100}],
-        });
-        let (line, _): (LedgerLine, _) = decode_prefix("journal", json.to_string().as_bytes()).unwrap();
-        assert_eq!((line.seq, line.at, line.entries.len()), (7, event.at, 1));
     }
 }

@@ -4,7 +4,7 @@
 use super::SledStore;
 use crate::core::Record;
 use crate::domain::records::{DeliveryState, Merchant, Notification, TransactionType};
-use crate::store::writer::Op;
+use crate::store::op::Op;
 use crate::store::{Change, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
@@ -15,7 +15,8 @@ impl SledStore {
         let m = &change.merchant;
         let mut ops = Vec::with_capacity(8 + 3 * change.outbox.len());
         let mut created = Vec::with_capacity(change.outbox.len());
-        ops.push(Op::Insert(JOURNAL, journal_key(m, change.journal.seq), encode(&change.journal)?));
+        let event = encode(&change.journal)?;
+        ops.push(Op::Insert(JOURNAL, journal_key(m, change.journal.seq), journal_run([event.as_slice()])?));
         match &change.record {
             Record::Payment(p) => ops.push(Op::Insert(PAYMENTS, mkey(m, p.reference.as_str().as_bytes()), encode(p)?)),
             Record::Payout(o) => ops.push(Op::Insert(PAYOUTS, mkey(m, o.id.as_bytes()), encode(o)?)),
@@ -49,7 +50,7 @@ impl SledStore {
             };
             // The body is kept inline: most notifications are delivered before their overlay layer reaches
             // sled, so the record is written there once, body and final state together (see `layout`).
-            ops.push(Op::Insert(OUTBOX_BY_MERCHANT, mkey(m, item.id.as_bytes()), encode(&notification)?));
+            ops.push(Op::Insert(NOTIFICATIONS, mkey(m, item.id.as_bytes()), encode(&notification)?));
             ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), m.as_bytes().to_vec()));
             created.push(notification);
         }
@@ -63,7 +64,7 @@ impl SledStore {
         Ok((ops, created))
     }
 
-    /// [`Store::put_merchant`](crate::store::Store::put_merchant): the merchant and its two lookup keys,
+    /// [`Accounts::put_merchant`](crate::store::Accounts::put_merchant): the merchant and its two lookup keys,
     /// dropping the key it replaces.
     pub(super) fn submit_merchant(
         &self,
@@ -87,18 +88,15 @@ impl SledStore {
         self.writer.submit(ops, None, Vec::new())
     }
 
-    /// [`Store::save_notification`](crate::store::Store::save_notification): the delivery state, and its entry
+    /// [`Outbox::save_notification`](crate::store::Outbox::save_notification): the delivery state, and its entry
     /// in the due index moved.
     pub(super) fn submit_notification(
         &self,
         before: &Notification,
         after: &Notification,
     ) -> Result<Ticket, StoreError> {
-        // A notification stored while bodies lived apart has its body in `outbox_body`; its copy here may come
-        // without one, and reading it back still finds the body there. One stored in `outbox` by an earlier
-        // version moves to the current layout here, which reads prefer (see `layout`).
         let key = mkey(&after.merchant, after.id.as_bytes());
-        let mut ops = vec![Op::Insert(OUTBOX_BY_MERCHANT, key, encode(after)?)];
+        let mut ops = vec![Op::Insert(NOTIFICATIONS, key, encode(after)?)];
         if let Some(at) = before.next_attempt_at {
             ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
         }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::checkpoint::Checkpoint;
-use crate::store::overlay::{Layer, Overlay, Step};
+use crate::store::overlay::{ApplyStep, Layer, Overlay};
 use crate::store::StoreError;
 
 /// What the writer hands the applier.
@@ -29,7 +29,7 @@ pub(super) type Failure = Arc<Mutex<Option<StoreError>>>;
 
 pub(super) struct Applier {
     pub(super) trees: Vec<sled::Tree>,
-    pub(super) order: Vec<Step>,
+    pub(super) order: Vec<ApplyStep>,
     pub(super) overlay: Arc<Overlay>,
     pub(super) failure: Failure,
     pub(super) healthy: Arc<AtomicBool>,
@@ -107,11 +107,11 @@ impl Applier {
 }
 
 /// The applier's work is never what an answer waits for: it has until the writer is [`super::APPLIER_QUEUE`]
-/// layers ahead. At the default priority its bursts (a second's layer of some 25 k inserts at 1,000 payments/s,
-/// on two threads) took the cores from the HTTP workers and the merchant actors: in one run at 1,200
-/// payments/s the API's p99 went from 52 to 149 ms, and provider notices came late enough that 2,000
-/// payments skipped `payment.processing`. At nice 10 it runs on what they leave; if that is not enough, the
-/// writer's wait on the full queue slows the writes themselves. Threads it starts inherit the value.
+/// layers ahead. At the default priority its bursts (a whole layer's inserts, on two threads) took the cores
+/// from the HTTP workers and the merchant actors: under load the API's p99 grew several-fold, and provider
+/// notices came so late that many payments skipped `payment.processing` (docs/perf/history.md). At nice 10 it
+/// runs on what they leave; if that is not enough, the writer's wait on the full queue slows the writes
+/// themselves. Threads it starts inherit the value.
 fn lower_priority() {
     // SAFETY: `setpriority` takes plain integers and touches no memory of ours. On Linux, `PRIO_PROCESS`
     // with `who = 0` names the calling thread, not the whole process.

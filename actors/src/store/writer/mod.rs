@@ -18,7 +18,7 @@
 //!
 //! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its
 //! actor in decision order) land in order. When a batch fails, every job in it fails, and the guards of those
-//! jobs are set so that later jobs from the same actors fail too (see [`super::WriteGuard`]). A failure the
+//! jobs are set so that later jobs from the same actors fail too (see [`super::FailureLatch`]). A failure the
 //! writer can undo (the log append was cut back) leaves the store unhealthy until an append succeeds again; it
 //! probes once a second while idle, so health comes back when the disk does. A failure it cannot undo, or sled
 //! refusing a layer, stops all writing until a restart, which replays the log.
@@ -44,9 +44,10 @@ use tokio::sync::{mpsc, oneshot};
 use self::applier::{Applier, Failure, Task};
 use self::checkpoint::Checkpoint;
 use self::thread::WriterThread;
-use super::overlay::{Entry, Overlay, Step};
+use super::op::Op;
+use super::overlay::{ApplyStep, Overlay};
 use super::wal::{self, Wal};
-use super::{StoreError, Ticket, WriteGuard};
+use super::{FailureLatch, StoreError, Ticket};
 use crate::domain::records::Notification;
 
 /// Jobs one batch takes at most; bounds the log record's size and the latency of the first job in it.
@@ -54,37 +55,22 @@ pub(crate) const MAX_BATCH_JOBS: usize = 2048;
 /// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
 pub(crate) const QUEUE_CAPACITY: usize = 32 * 1024;
 /// The open overlay layer is closed once it holds this many operations, which bounds the overlay's memory:
-/// with [`APPLIER_QUEUE`] closed layers waiting and one being applied, at most four layers (some 10 MB each
-/// at the sizes a payment writes, when full) are held at once, and a writer that gets further ahead of sled
-/// waits. At 1,000 payments/s a layer closes by age (250 ms, some 8 k operations) before it is full; with
-/// 32 k, a run on a slow disk had the applier fall behind and the server peak at 339 MiB against 223.
+/// with [`APPLIER_QUEUE`] closed layers waiting and one being applied, at most four layers are held at once,
+/// and a writer that gets further ahead of sled waits. Under a steady load a layer closes by age
+/// ([`LAYER_AGE`]) before it is full; twice this bound let the applier fall behind on a slow disk and the
+/// server's memory peak far higher (docs/perf/history.md).
 pub(crate) const LAYER_OPS: usize = 16 * 1024;
 /// The open layer is closed after this long even if it is not full, so that sled receives a steady stream
 /// rather than bursts (see `applier`). It is also about how long a short-lived key may live and never reach
 /// sled: most do, since a webhook is delivered within milliseconds and the sandbox's notices come within
-/// 200 ms; at 1,000 payments/s, 250 ms layers left sled's file no larger than 1 s layers did.
+/// 200 ms; under load, longer layers left sled's file no smaller (docs/perf/history.md).
 pub(crate) const LAYER_AGE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Closed layers waiting for the applier before the writer waits for it.
 const APPLIER_QUEUE: usize = 2;
 
-pub(crate) enum Op {
-    Insert(usize, Vec<u8>, Vec<u8>),
-    Remove(usize, Vec<u8>),
-}
-
-impl Op {
-    /// The operation as the overlay records it: tree, key, and the value or `None` for a removal.
-    fn into_entry(self) -> (usize, Vec<u8>, Entry) {
-        match self {
-            Op::Insert(tree, key, value) => (tree, key, Some(value)),
-            Op::Remove(tree, key) => (tree, key, None),
-        }
-    }
-}
-
 struct Job {
     ops: Vec<Op>,
-    guard: Option<WriteGuard>,
+    guard: Option<FailureLatch>,
     /// Notifications this job creates, handed to the webhook dispatcher once they are durable.
     notify: Vec<Notification>,
     done: oneshot::Sender<Result<(), StoreError>>,
@@ -112,12 +98,15 @@ impl Drop for Writer {
 
 /// Replays the log files left by the last run into sled, makes sled durable, and deletes them. Returns the
 /// sequence number the next log file takes. Must run before anything reads the trees.
-pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[Step], dir: &Path) -> Result<u64, StoreError> {
+pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[ApplyStep], dir: &Path) -> Result<u64, StoreError> {
     let wal_dir = wal::wal_dir(dir);
     // Retired files a crash left behind are already in sled; they are deleted (or one kept as the spare).
     wal::remove_retired(&wal_dir)?;
     let files = wal::list(&wal_dir)?;
-    let Some(&(last, _)) = files.last() else { return Ok(0) };
+    // A clean stop leaves no log file but the spare, whose old records carry its old number in their
+    // checksums: numbering goes on after it, so that reusing it can never make those records look new.
+    let after_spare = wal::spare_seq(&wal_dir)?.map_or(0, |seq| seq + 1);
+    let Some(&(last, _)) = files.last() else { return Ok(after_spare) };
     let started = Instant::now();
     let (mut records, mut ops) = (0, 0);
     // Replayed through an overlay of its own, applied a layer at a time: every operation is absolute, so
@@ -158,7 +147,7 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[Step], dir: 
         elapsed_ms = started.elapsed().as_millis() as u64,
         "replayed the write-ahead log"
     );
-    Ok(last + 1)
+    Ok((last + 1).max(after_spare))
 }
 
 impl Writer {
@@ -166,7 +155,7 @@ impl Writer {
     pub(crate) fn spawn(
         db: sled::Db,
         trees: Vec<sled::Tree>,
-        order: Vec<Step>,
+        order: Vec<ApplyStep>,
         overlay: Arc<Overlay>,
         dir: &Path,
         next_seq: u64,
@@ -226,7 +215,7 @@ impl Writer {
     pub(crate) fn submit(
         &self,
         ops: Vec<Op>,
-        guard: Option<&WriteGuard>,
+        guard: Option<&FailureLatch>,
         notify: Vec<Notification>,
     ) -> Result<Ticket, StoreError> {
         if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
@@ -266,7 +255,7 @@ mod tests {
         let writer = Writer::spawn(
             db,
             trees.clone(),
-            vec![Step::plain(0), Step::plain(1)],
+            vec![ApplyStep::plain(0), ApplyStep::plain(1)],
             overlay.clone(),
             dir.path(),
             0,
@@ -312,6 +301,22 @@ mod tests {
         assert!(leftover.is_empty(), "log files left after a clean stop: {leftover:?}");
     }
 
+    /// A clean stop leaves no log file, only the spare with its old records; the next run must not number a
+    /// file as the spare was numbered, or a crash could replay those records as new ones.
+    #[test]
+    fn numbering_after_a_clean_stop_goes_on_past_the_spare() {
+        let f = start();
+        commit(&f.writer, vec![Op::Insert(0, b"a".to_vec(), b"1".to_vec())]);
+        let Fixture { _dir: dir, trees: _, overlay: _, writer } = f;
+        drop(writer);
+        let wal_dir = wal::wal_dir(dir.path());
+        let spare = wal::spare_seq(&wal_dir).unwrap().expect("the covered file is kept as the spare");
+        let other = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(other.path()).open().unwrap();
+        let next = recover(&db, &[], &[], dir.path()).unwrap();
+        assert!(next > spare, "the next log file is numbered {next}, the spare was {spare}");
+    }
+
     #[test]
     fn recovery_replays_the_log_in_layers_and_the_last_operation_on_a_key_wins() {
         let dir = tempfile::tempdir().unwrap();
@@ -331,7 +336,7 @@ mod tests {
             wal.append(&bytes).map_err(|_| "append").unwrap();
         }
         drop(wal);
-        assert_eq!(recover(&db, &trees, &[Step::plain(0), Step::plain(1)], dir.path()).unwrap(), 1);
+        assert_eq!(recover(&db, &trees, &[ApplyStep::plain(0), ApplyStep::plain(1)], dir.path()).unwrap(), 1);
         assert_eq!(trees[0].len(), LAYER_OPS + 10 - 1);
         assert_eq!(trees[0].get(key(3)).unwrap(), None);
         assert_eq!(trees[0].get(key(4)).unwrap().as_deref(), Some(&b"second"[..]));

@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 
 use super::applier::{Failure, Task};
 use super::checkpoint::Checkpoint;
-use super::{Job, Op, LAYER_AGE, LAYER_OPS, MAX_BATCH_JOBS};
+use super::{Job, LAYER_AGE, LAYER_OPS, MAX_BATCH_JOBS};
 use crate::domain::records::Notification;
+use crate::store::op::Op;
 use crate::store::overlay::Overlay;
 use crate::store::wal::{self, Wal};
 use crate::store::StoreError;

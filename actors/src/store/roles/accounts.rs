@@ -1,0 +1,21 @@
+//! The accounts role: merchant accounts and their lookups.
+
+use crate::domain::ids::MerchantId;
+use crate::domain::records::Merchant;
+use crate::store::{StoreError, Ticket};
+
+/// Merchant accounts, written rarely (creation, key rotation) and read on every request.
+pub trait Accounts: Send + Sync {
+    /// Creates or updates a merchant account, durably once the ticket completes. `previous_key` is the secret
+    /// key being replaced, whose lookup entry goes in the same write.
+    fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError>;
+    fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError>;
+    /// A number that changes after any merchant record changes, once the change is visible to reads: a
+    /// cache of merchants read after seeing a number is current as long as the number stays the same.
+    fn merchants_generation(&self) -> u64;
+    /// The merchant holding this secret key. The caller still compares the whole key in constant time.
+    fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError>;
+    /// The merchant with this e-mail, compared without case.
+    fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError>;
+    fn merchant_count(&self) -> Result<u64, StoreError>;
+}

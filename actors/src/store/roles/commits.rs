@@ -1,0 +1,15 @@
+//! The write role: how a merchant actor makes its decisions durable, and how it is rebuilt.
+
+use crate::domain::ids::MerchantId;
+use crate::store::{Change, FailureLatch, Recovered, StoreError, Ticket};
+
+/// Writes of the merchant actors, and their recovery.
+pub trait Commits: Send + Sync {
+    /// Queues a change for the next group commit. Fails at once, changing nothing, when the queue is full or
+    /// `guard` was set by an earlier failure. The ticket completes once the change is durable (Ok) or known
+    /// not to be (Err); a backend that completes it earlier breaks the promise behind every 2xx answer.
+    fn commit(&self, change: Change, guard: &FailureLatch) -> Result<Ticket, StoreError>;
+
+    /// A merchant's balances and journal position: its latest snapshot plus the journal after it.
+    fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError>;
+}

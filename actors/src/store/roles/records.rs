@@ -1,0 +1,50 @@
+//! The read role: records, references, idempotency records, paged lists and the journal.
+
+use crate::core::JournalEvent;
+use crate::domain::ids::MerchantId;
+use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
+use crate::domain::text::IdempotencyKey;
+use crate::domain::time::Timestamp;
+use crate::store::{AwaitingProvider, IdempotencyRecord, Located, Page, StoreError};
+
+/// Reads of durable records. A read that spans several kinds of data may find one change partly visible for
+/// a moment, but never an index entry that leads to nothing.
+pub trait Records: Send + Sync {
+    fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, StoreError>;
+    fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, StoreError>;
+    /// A payment reference, refund reference or payout id of this merchant.
+    fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, StoreError>;
+    /// The merchant and reference behind a transaction id, for provider notices that carry only our id.
+    fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, StoreError>;
+    fn idempotency(&self, merchant: &MerchantId, key: &IdempotencyKey)
+        -> Result<Option<IdempotencyRecord>, StoreError>;
+    /// This merchant's transactions, newest first, from after `cursor` (a transaction id), at most `limit`
+    /// of those `keep` says yes to.
+    fn transactions(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Transaction) -> bool,
+    ) -> Result<Page<Transaction>, StoreError>;
+    /// This merchant's payouts, newest first, from after `cursor` (a payout id).
+    fn payouts(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Payout) -> bool,
+    ) -> Result<Page<Payout>, StoreError>;
+    /// What of `kind` still waits for a provider and was created before `created_before`, oldest first,
+    /// starting after `after` (an item an earlier call returned) when given, so a caller can walk the whole
+    /// list a page at a time.
+    fn awaiting_provider(
+        &self,
+        kind: TransactionType,
+        created_before: Timestamp,
+        after: Option<&AwaitingProvider>,
+        limit: usize,
+    ) -> Result<Vec<AwaitingProvider>, StoreError>;
+    /// This merchant's journal from position `from_seq`, in order, at most `limit` events.
+    fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
+}

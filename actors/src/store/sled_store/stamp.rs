@@ -1,0 +1,113 @@
+//! The data directory's format stamp: a file `FORMAT` at its root holding `caisse-store N`, where N is
+//! [`FORMAT_VERSION`]. The store's bytes are positional (see `layout`), so a build must never read a directory
+//! laid out by another: the stamp is checked before sled opens anything, and a directory of another version,
+//! or sled data without a stamp, is refused with a message that says what was found and what to do.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use crate::store::layout::FORMAT_VERSION;
+use crate::store::StoreError;
+
+/// The stamp's file name, at the root of the data directory.
+pub const STAMP_FILE: &str = "FORMAT";
+const STAMP_PREFIX: &str = "caisse-store ";
+
+/// Files sled creates in a directory it has opened: their presence without a stamp means data written by a
+/// build from before the stamp.
+const SLED_FILES: [&str; 2] = ["conf", "db"];
+
+/// Checks the stamp of `dir`, or stamps a directory that holds no store yet. Must run before sled opens it.
+pub(super) fn check_or_stamp(dir: &Path) -> Result<(), StoreError> {
+    let path = dir.join(STAMP_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => check(dir, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if SLED_FILES.iter().any(|name| dir.join(name).exists()) {
+                return Err(StoreError::Format(format!(
+                    "{} holds a store written before data directories carried a format version (no {STAMP_FILE} \
+                     file); this build reads format {FORMAT_VERSION} only. Start with an empty data directory \
+                     (move this one aside), since no earlier format can be converted.",
+                    dir.display()
+                )));
+            }
+            write(dir)
+        }
+        Err(e) => Err(StoreError::Io(format!("read {}: {e}", path.display()))),
+    }
+}
+
+fn check(dir: &Path, text: &str) -> Result<(), StoreError> {
+    let found = text.trim().strip_prefix(STAMP_PREFIX).and_then(|n| n.parse::<u32>().ok());
+    match found {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(other) => Err(StoreError::Format(format!(
+            "{} holds store format {other}; this build reads format {FORMAT_VERSION} only. Run the build that \
+             wrote it, or start with an empty data directory (move this one aside).",
+            dir.display()
+        ))),
+        None => Err(StoreError::Format(format!(
+            "{}/{STAMP_FILE} does not name a store format (it says {:?}); expected \"{STAMP_PREFIX}{FORMAT_VERSION}\"",
+            dir.display(),
+            text.chars().take(40).collect::<String>()
+        ))),
+    }
+}
+
+/// Writes the stamp so that a crash leaves either no stamp or a whole one: a temporary file, synced, renamed
+/// into place, then the directory synced so that the name survives a power cut.
+fn write(dir: &Path) -> Result<(), StoreError> {
+    let io = |what: &str, e: std::io::Error| StoreError::Io(format!("{what} {}: {e}", dir.display()));
+    let temporary = dir.join(format!("{STAMP_FILE}.tmp"));
+    let mut file = File::create(&temporary).map_err(|e| io("create stamp in", e))?;
+    file.write_all(format!("{STAMP_PREFIX}{FORMAT_VERSION}\n").as_bytes()).map_err(|e| io("write stamp in", e))?;
+    file.sync_all().map_err(|e| io("sync stamp in", e))?;
+    std::fs::rename(&temporary, dir.join(STAMP_FILE)).map_err(|e| io("rename stamp in", e))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("sync", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SledStore;
+
+    fn refusal(dir: &Path) -> String {
+        match SledStore::open(dir) {
+            Err(StoreError::Format(message)) => message,
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("opened a directory of another format"),
+        }
+    }
+
+    #[test]
+    fn a_new_directory_is_stamped_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(SledStore::open(dir.path()).unwrap());
+        let stamp = std::fs::read_to_string(dir.path().join(STAMP_FILE)).unwrap();
+        assert_eq!(stamp, format!("caisse-store {FORMAT_VERSION}\n"));
+        drop(SledStore::open(dir.path()).unwrap());
+    }
+
+    /// What the build before format versions left: sled's files and no stamp.
+    #[test]
+    fn sled_data_without_a_stamp_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(sled::Config::new().path(dir.path()).open().unwrap());
+        let message = refusal(dir.path());
+        assert!(message.contains("before data directories carried a format version"), "{message}");
+        assert!(message.contains("Start with an empty data directory"), "{message}");
+        assert!(!dir.path().join(STAMP_FILE).exists(), "a refused directory is left as it was");
+    }
+
+    #[test]
+    fn another_version_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(STAMP_FILE), "caisse-store 0\n").unwrap();
+        let message = refusal(dir.path());
+        assert!(message.contains("holds store format 0"), "{message}");
+        assert!(message.contains(&format!("reads format {FORMAT_VERSION} only")), "{message}");
+        std::fs::write(dir.path().join(STAMP_FILE), "something else").unwrap();
+        assert!(refusal(dir.path()).contains("does not name a store format"));
+    }
+}

@@ -1,0 +1,95 @@
+//! A provider's answer: authenticated, located, confirmed with a status query, then applied through the
+//! merchant's actor. Duplicates and stale answers change nothing.
+
+use actix_web::http::header::HeaderMap;
+use caisse_engine::core::Record;
+use caisse_engine::domain::ids::MerchantId;
+use caisse_engine::domain::records::TransactionType;
+use caisse_engine::store::Located;
+use caisse_engine::{Command, Engine, EngineError, Executed, PaymentNotice, PayoutOutcome, RefundOutcome};
+
+use super::Flow;
+use crate::providers::{ProviderError, ProviderStatus};
+
+/// Why a provider's notice was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum NoticeError {
+    #[error("no provider `{0}`")]
+    UnknownProvider(String),
+    #[error("`{0}` is not active")]
+    InactiveProvider(String),
+    #[error("notice refused: {0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    Malformed(String),
+    #[error("no such transaction")]
+    UnknownTransaction,
+    #[error("the provider could not confirm the notice: {0}")]
+    Unconfirmed(String),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl Flow {
+    /// Handles one notice sent to `/v1/fournisseurs/{code}/notifications`.
+    pub async fn provider_notice(&self, code: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), NoticeError> {
+        let provider = self.providers.get(code).ok_or_else(|| NoticeError::UnknownProvider(code.to_owned()))?;
+        let adapter = provider.adapter.clone().ok_or_else(|| NoticeError::InactiveProvider(code.to_owned()))?;
+        let notice = adapter.parse_notice(headers, body).map_err(|e| match e {
+            ProviderError::Unauthenticated(why) => NoticeError::Unauthenticated(why),
+            other => NoticeError::Malformed(other.to_string()),
+        })?;
+        let (merchant, located) =
+            self.engine.owner_of_transaction(&notice.transaction_id)?.ok_or(NoticeError::UnknownTransaction)?;
+        // A notice says only that something changed: what changed is asked of the provider.
+        let confirmed = adapter.status(notice.subject, &notice.transaction_id).await.map_err(|e| {
+            tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
+            NoticeError::Unconfirmed(e.to_string())
+        })?;
+        apply_provider_status(&self.engine, &merchant, &located, &confirmed, false).await?;
+        Ok(())
+    }
+}
+
+/// Applies a confirmed provider status to the record it is about. `expire` is set by the TTL sweep: a
+/// payment with no final answer then expires. Returns `None` when the status asks for nothing.
+pub async fn apply_provider_status(
+    engine: &Engine,
+    merchant: &MerchantId,
+    located: &Located,
+    status: &ProviderStatus,
+    expire: bool,
+) -> Result<Option<Executed>, EngineError> {
+    let command = match (&located.record, located.kind) {
+        (Record::Payment(p), TransactionType::Paiement) => {
+            let notice = match status {
+                ProviderStatus::Succeeded => Some(PaymentNotice::Confirmed),
+                ProviderStatus::Failed { code } => Some(PaymentNotice::Declined { failure_code: code.clone() }),
+                _ if expire => Some(PaymentNotice::Expired),
+                ProviderStatus::Processing => Some(PaymentNotice::Processing),
+                ProviderStatus::Pending => None,
+            };
+            notice.map(|notice| Command::PaymentNotice { reference: p.reference.clone(), notice })
+        }
+        (Record::Payment(p), _) => {
+            let outcome = match status {
+                ProviderStatus::Succeeded => Some(RefundOutcome::Completed),
+                ProviderStatus::Failed { .. } => Some(RefundOutcome::Refused),
+                _ => None,
+            };
+            outcome.map(|outcome| Command::RefundNotice { reference: p.reference.clone(), outcome })
+        }
+        (Record::Payout(o), _) => {
+            let outcome = match status {
+                ProviderStatus::Succeeded => Some(PayoutOutcome::Sent),
+                ProviderStatus::Failed { code } => Some(PayoutOutcome::Refused { motif: code.clone() }),
+                _ => None,
+            };
+            outcome.map(|outcome| Command::PayoutNotice { id: o.id.clone(), outcome })
+        }
+    };
+    match command {
+        Some(command) => engine.execute(merchant, command, None).await.map(Some),
+        None => Ok(None),
+    }
+}
