@@ -1,0 +1,447 @@
+//! The store conformance suite: what every storage backend must do, driven through the role traits only
+//! (`Commits`, `Records`, `Outbox`, `Accounts`, `Audit`), never through a backend's own methods.
+//!
+//! Each check is a function of a [`Backend`]: how to open a store in a fresh place and how to open it again
+//! after a clean stop. The `conformance!` macro turns every check into a test for one backend; a new backend
+//! adds one line at the bottom and passes the same checks. Changes are built the way the merchant actor
+//! builds them, from the pure core's decisions, so what is stored is what the engine really writes.
+//!
+//! Crash-and-reopen (kill -9 in the middle of group commits) needs a backend in a child process; the sled
+//! backend's is `actors/tests/crash.rs`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use caisse_engine::core::{decide, Decided, PaymentNotice, PayoutOutcome};
+use caisse_engine::domain::ids::{new_id, MerchantId};
+use caisse_engine::domain::ledger::Balances;
+use caisse_engine::domain::money::{Amount, Currency, FeeRule};
+use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::records::{DeliveryState, Merchant, ProviderCode, TransactionType};
+use caisse_engine::domain::status::{EventKind, PaymentStatus};
+use caisse_engine::domain::text::{IdempotencyKey, Metadata, Reference};
+use caisse_engine::domain::time::Timestamp;
+use caisse_engine::store::{Change, FailureLatch, IdempotencyRecord, SledStore, Snapshot, Store, StoreError, Ticket};
+use caisse_engine::{Command, NewPayment, NewPayout, Record};
+
+/// A storage backend under test.
+trait Backend {
+    /// Opens (creating if needed) the store kept under `dir`.
+    fn open(&self, dir: &Path) -> Arc<dyn Store>;
+}
+
+struct Sled;
+
+impl Backend for Sled {
+    fn open(&self, dir: &Path) -> Arc<dyn Store> {
+        Arc::new(SledStore::open(dir).expect("open the sled store"))
+    }
+}
+
+fn wait(ticket: Ticket) {
+    ticket.blocking_recv().expect("the store answered").expect("the change is durable");
+}
+
+fn xof() -> Currency {
+    Currency::parse("XOF").unwrap()
+}
+
+fn new_payment(montant: i64, reference: &str) -> NewPayment {
+    NewPayment {
+        reference: Some(Reference::parse(reference).unwrap()),
+        montant: Amount::positive(montant).unwrap(),
+        devise: xof(),
+        fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+        fee: FeeRule::new(150, Amount::ZERO).unwrap(),
+        client_telephone: Phone::parse("+22997000055").unwrap(),
+        client_email: None,
+        client_nom: None,
+        description: None,
+        metadata: Metadata::empty(),
+    }
+}
+
+fn new_payout(montant: i64) -> NewPayout {
+    NewPayout {
+        montant: Amount::positive(montant).unwrap(),
+        devise: xof(),
+        fournisseur: ProviderCode::parse("wave").unwrap(),
+        fee: FeeRule::new(100, Amount::ZERO).unwrap(),
+        beneficiaire_telephone: Phone::parse("+22997000099").unwrap(),
+        beneficiaire_nom: None,
+        description: None,
+        metadata: Metadata::empty(),
+    }
+}
+
+/// One merchant as its actor would drive the store: its balances, journal position and records in memory,
+/// each command decided by the pure core and committed as the actor commits it.
+struct Shop {
+    id: MerchantId,
+    balances: Balances,
+    seq: u64,
+    records: HashMap<String, Record>,
+    latch: FailureLatch,
+}
+
+impl Shop {
+    fn new() -> Shop {
+        Shop {
+            id: MerchantId::new(),
+            balances: Balances::default(),
+            seq: 0,
+            records: HashMap::new(),
+            latch: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The change `command` makes, not yet committed; a snapshot every second event, as a short
+    /// `snapshot_every` would.
+    fn change(&self, command: &Command, idempotency: Option<&str>) -> (Change, Balances) {
+        let key = match command {
+            Command::InitiatePayment(_) | Command::CreatePayout(_) => None,
+            Command::PaymentNotice { reference, .. }
+            | Command::RequestRefund { reference, .. }
+            | Command::RefundNotice { reference, .. } => Some(reference.as_str().to_owned()),
+            Command::PayoutNotice { id, .. } => Some(id.clone()),
+        };
+        let current = key.and_then(|k| self.records.get(&k));
+        let seq = self.seq + 1;
+        let decided = decide(&self.balances, seq, current, command, Timestamp::now(), &mut new_id).expect("accepted");
+        let Decided::Changed(decision) = decided else { panic!("{command:?} changed nothing") };
+        let idempotency = idempotency.map(|key| {
+            let body = match &decision.record {
+                Record::Payment(p) => serde_json::to_string(p),
+                Record::Payout(o) => serde_json::to_string(o),
+            };
+            let record = IdempotencyRecord {
+                fingerprint: format!("fingerprint of {key}"),
+                status: 201,
+                body: body.unwrap(),
+                created_at: Timestamp::now(),
+            };
+            (IdempotencyKey::parse(key).unwrap(), record)
+        });
+        let change = Change {
+            merchant: self.id.clone(),
+            journal: decision.journal,
+            record: decision.record,
+            created: decision.created,
+            outbox: decision.outbox,
+            idempotency,
+            snapshot: seq.is_multiple_of(2).then(|| Snapshot { seq, balances: decision.balances.clone() }),
+        };
+        (change, decision.balances)
+    }
+
+    /// Decides, commits, waits until durable and remembers the result, as the actor does.
+    fn run(&mut self, store: &dyn Store, command: Command, idempotency: Option<&str>) -> Record {
+        let (change, balances) = self.change(&command, idempotency);
+        let record = change.record.clone();
+        wait(store.commit(change, &self.latch).expect("queued"));
+        self.seq += 1;
+        self.balances = balances;
+        self.records.insert(record.key().to_owned(), record.clone());
+        record
+    }
+
+    fn pay(&mut self, store: &dyn Store, montant: i64, reference: &str) -> Record {
+        self.run(store, Command::InitiatePayment(new_payment(montant, reference)), None)
+    }
+
+    fn confirm(&mut self, store: &dyn Store, reference: &str) -> Record {
+        let reference = Reference::parse(reference).unwrap();
+        self.run(store, Command::PaymentNotice { reference, notice: PaymentNotice::Confirmed }, None)
+    }
+}
+
+fn account(id: &MerchantId, n: u32) -> Merchant {
+    Merchant {
+        id: id.clone(),
+        name: format!("Boutique {n}"),
+        email: format!("Boutique{n}@Example.com"),
+        password_hash: String::new(),
+        secret_key: format!("sk_test_conformance{n}"),
+        webhook_url: Some(format!("https://shop{n}.example.com/hook")),
+        created_at: Timestamp::now(),
+    }
+}
+
+/// A committed change is visible through every view of it: the record, its reference, its transaction id,
+/// the transaction list, the journal, the list of work awaiting a provider, and the merchant's recovery.
+fn a_change_reads_back_through_every_view(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = backend.open(dir.path());
+    let mut shop = Shop::new();
+    let Record::Payment(payment) = shop.pay(&*store, 5_000, "order-1") else { unreachable!() };
+
+    assert_eq!(store.payment(&shop.id, "order-1").unwrap(), Some(payment.clone()));
+    let located = store.locate(&shop.id, "order-1").unwrap().expect("found by its reference");
+    assert_eq!((located.kind, located.record), (TransactionType::Paiement, Record::Payment(payment.clone())));
+    let (owner, by_tx) = store.owner_of_transaction(&payment.transaction_id).unwrap().expect("found by its tx id");
+    assert_eq!((owner, by_tx.reference.as_str()), (shop.id.clone(), "order-1"));
+    assert_eq!(store.payment(&MerchantId::new(), "order-1").unwrap(), None, "another merchant sees nothing");
+
+    let listed = store.transactions(&shop.id, None, 10, &mut |_| true).unwrap();
+    assert_eq!(listed.data.iter().map(|t| t.reference.as_str()).collect::<Vec<_>>(), ["order-1"]);
+    let journal = store.journal(&shop.id, 1, 10).unwrap();
+    assert_eq!(journal.iter().map(|e| (e.seq, e.reference.as_str())).collect::<Vec<_>>(), [(1, "order-1")]);
+
+    let later = Timestamp::from_unix_ms(Timestamp::now().unix_ms() + 1_000);
+    let waiting = store.awaiting_provider(TransactionType::Paiement, later, None, 10).unwrap();
+    assert_eq!(waiting.iter().map(|w| w.owner.as_str()).collect::<Vec<_>>(), ["order-1"]);
+    shop.confirm(&*store, "order-1");
+    assert!(store.awaiting_provider(TransactionType::Paiement, later, None, 10).unwrap().is_empty());
+
+    let recovered = store.recover_merchant(&shop.id).unwrap();
+    assert_eq!((recovered.seq, &recovered.balances), (2, &shop.balances));
+    assert_eq!(store.payment(&shop.id, "order-1").unwrap().unwrap().statut, PaymentStatus::Succes);
+}
+
+/// Lists are newest first, complete and without repeats when walked a page at a time with their cursors,
+/// and a filter keeps only what it accepts.
+fn lists_page_newest_first_with_cursors(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = backend.open(dir.path());
+    let mut shop = Shop::new();
+    let mut made = Vec::new();
+    for n in 0..7 {
+        let reference = format!("order-{n}");
+        shop.pay(&*store, 10_000 + n, &reference);
+        made.push(reference);
+        // Distinct creation milliseconds, so "newest first" has one answer.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    shop.confirm(&*store, "order-0");
+    for _ in 0..3 {
+        shop.run(&*store, Command::CreatePayout(new_payout(1_000)), None);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+
+    let mut walked = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..20 {
+        let page = store.transactions(&shop.id, cursor.as_deref(), 3, &mut |t| t.kind == TransactionType::Paiement);
+        let page = page.unwrap();
+        assert!(page.data.len() <= 3);
+        walked.extend(page.data.iter().map(|t| t.reference.clone()));
+        match page.next_cursor {
+            Some(next) if page.has_more => cursor = Some(next),
+            _ => break,
+        }
+    }
+    made.reverse();
+    assert_eq!(walked, made, "every payment once, newest first");
+
+    let payouts = store.payouts(&shop.id, None, 2, &mut |_| true).unwrap();
+    assert_eq!(payouts.data.len(), 2);
+    assert!(payouts.has_more && payouts.next_cursor.is_some());
+    let rest = store.payouts(&shop.id, payouts.next_cursor.as_deref(), 2, &mut |_| true).unwrap();
+    assert_eq!((rest.data.len(), rest.has_more), (1, false));
+    let ids: BTreeSet<_> = payouts.data.iter().chain(&rest.data).map(|o| o.id.clone()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(payouts.data[0].created_at >= payouts.data[1].created_at);
+}
+
+/// An idempotency record is written with its change and answers for its merchant only.
+fn idempotency_records_belong_to_their_merchant(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = backend.open(dir.path());
+    let mut shop = Shop::new();
+    let record = shop.run(&*store, Command::InitiatePayment(new_payment(2_000, "idem-1")), Some("key-1"));
+    let key = IdempotencyKey::parse("key-1").unwrap();
+    let stored = store.idempotency(&shop.id, &key).unwrap().expect("stored with the change");
+    assert_eq!(stored.fingerprint, "fingerprint of key-1");
+    let Record::Payment(payment) = record else { unreachable!() };
+    assert_eq!(stored.body, serde_json::to_string(&payment).unwrap());
+    assert!(stored.is_live(Timestamp::now()));
+    assert_eq!(store.idempotency(&MerchantId::new(), &key).unwrap(), None);
+    assert_eq!(store.idempotency(&shop.id, &IdempotencyKey::parse("key-2").unwrap()).unwrap(), None);
+}
+
+/// A change's notifications are fed to the dispatcher once durable, come due, are listed for their merchant,
+/// and leave the due list once an attempt settles them; a due entry left by a stale save is never offered.
+fn notifications_are_fed_come_due_and_settle(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = backend.open(dir.path());
+    let mut feed = store.outbox_feed().expect("the first caller takes the feed");
+    assert!(store.outbox_feed().is_none(), "and only the first");
+    let mut shop = Shop::new();
+    shop.pay(&*store, 3_000, "hook-1");
+    shop.confirm(&*store, "hook-1");
+
+    let fed: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok()).collect();
+    assert_eq!(
+        fed.iter().map(|n| n.event).collect::<Vec<_>>(),
+        [EventKind::PaymentInitiated, EventKind::PaymentSucceeded]
+    );
+    let n = &fed[1];
+    assert_eq!(
+        (n.merchant.clone(), n.reference.as_str(), n.state),
+        (shop.id.clone(), "hook-1", DeliveryState::Pending)
+    );
+    assert!(n.body.contains("\"payment.succeeded\""), "{}", n.body);
+
+    let due = store.due_notifications(Timestamp::now(), 10).unwrap();
+    assert_eq!(due, fed, "oldest first");
+    let skipped = store.due_notifications_skipping(Timestamp::now(), 10, &mut |id| fed.iter().any(|f| f.id == id));
+    assert!(skipped.unwrap().is_empty(), "those being delivered are passed over");
+    assert_eq!(store.notification(&shop.id, &n.id).unwrap().as_ref(), Some(n));
+    assert_eq!(store.notification(&MerchantId::new(), &n.id).unwrap(), None);
+
+    // Settle the first; the second stays due.
+    let (first, n) = (&fed[0], &fed[1]);
+    let mut settled = first.clone();
+    settled.state = DeliveryState::Delivered;
+    settled.next_attempt_at = None;
+    wait(store.save_notification(first, &settled).unwrap());
+    let mut delivered = n.clone();
+    delivered.state = DeliveryState::Delivered;
+    delivered.next_attempt_at = None;
+    delivered.total_attempts = 1;
+    wait(store.save_notification(n, &delivered).unwrap());
+    assert!(store.due_notifications(Timestamp::now(), 10).unwrap().is_empty());
+    let listed = store.notifications(&shop.id, None, 10, &mut |_| true).unwrap();
+    assert_eq!(listed.data, [delivered.clone(), settled], "newest first");
+    assert!(store
+        .notifications(&shop.id, None, 10, &mut |n| n.state == DeliveryState::Failed)
+        .unwrap()
+        .data
+        .is_empty());
+
+    // A save made from a stale read names another due time: the entry it leaves behind is never offered.
+    let mut stale = delivered.clone();
+    stale.state = DeliveryState::Pending;
+    stale.next_attempt_at = Some(Timestamp::from_unix_ms(1));
+    let mut again = delivered.clone();
+    again.next_attempt_at = None;
+    wait(store.save_notification(&stale, &again).unwrap());
+    assert!(store.due_notifications(Timestamp::now(), 10).unwrap().is_empty());
+}
+
+/// Accounts are found by id, by secret key and by e-mail whatever its case; a rolled key stops working in
+/// the same write; a second account cannot take an e-mail; every change moves the generation.
+fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = backend.open(dir.path());
+    assert_eq!(store.merchant_count().unwrap(), 0);
+    let id = MerchantId::new();
+    let first = account(&id, 1);
+    let before = store.merchants_generation();
+    wait(store.put_merchant(first.clone(), None).unwrap());
+    assert_ne!(store.merchants_generation(), before);
+    assert_eq!(store.merchant(&id).unwrap(), Some(first.clone()));
+    assert_eq!(store.merchant_by_key("sk_test_conformance1").unwrap(), Some(first.clone()));
+    assert_eq!(store.merchant_by_email("boutique1@example.COM").unwrap(), Some(first.clone()));
+    assert_eq!(store.merchant_count().unwrap(), 1);
+
+    let mut rolled = first.clone();
+    rolled.secret_key = "sk_test_rolled".into();
+    wait(store.put_merchant(rolled.clone(), Some(first.secret_key.clone())).unwrap());
+    assert_eq!(store.merchant_by_key("sk_test_conformance1").unwrap(), None, "the old key stops working");
+    assert_eq!(store.merchant_by_key("sk_test_rolled").unwrap(), Some(rolled));
+
+    let mut thief = account(&MerchantId::new(), 2);
+    thief.email = first.email.to_uppercase();
+    let refused = store.put_merchant(thief, None).map(|ticket| ticket.blocking_recv());
+    assert!(matches!(refused, Err(StoreError::Conflict(_)) | Ok(Ok(Err(StoreError::Conflict(_))))), "{refused:?}");
+    assert_eq!(store.merchant_count().unwrap(), 1);
+}
+
+/// Once a write of an actor failed (its latch is set), every later write carrying the latch is refused at
+/// once and changes nothing.
+fn a_tripped_latch_refuses_the_write(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = backend.open(dir.path());
+    let mut shop = Shop::new();
+    shop.pay(&*store, 1_000, "latch-1");
+    shop.latch.store(true, std::sync::atomic::Ordering::Release);
+    let (change, _) = shop.change(&Command::InitiatePayment(new_payment(1_000, "latch-2")), None);
+    let refused = store.commit(change, &shop.latch).map(|ticket| ticket.blocking_recv());
+    assert!(matches!(refused, Err(StoreError::Aborted) | Ok(Ok(Err(StoreError::Aborted)))), "{refused:?}");
+    assert_eq!(store.payment(&shop.id, "latch-2").unwrap(), None);
+    assert_eq!(store.recover_merchant(&shop.id).unwrap().seq, 1);
+    assert!(store.healthy());
+}
+
+/// Everything survives a stop and a new open: records, lists, accounts, notifications, and a recovery and an
+/// audit that agree with the balances the changes produced.
+fn everything_survives_a_reopen_and_the_audit_agrees(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = (Shop::new(), Shop::new());
+    let a_account = account(&a.id, 1);
+    {
+        let store = backend.open(dir.path());
+        wait(store.put_merchant(a_account.clone(), None).unwrap());
+        for n in 0..5 {
+            a.pay(&*store, 1_000 * (n + 1), &format!("a-{n}"));
+            a.confirm(&*store, &format!("a-{n}"));
+        }
+        b.pay(&*store, 7_000, "b-0");
+        b.confirm(&*store, "b-0");
+        let payout = b.run(&*store, Command::CreatePayout(new_payout(2_000)), None);
+        let outcome = PayoutOutcome::Sent;
+        b.run(&*store, Command::PayoutNotice { id: payout.key().to_owned(), outcome }, None);
+    }
+    let store = backend.open(dir.path());
+    for shop in [&a, &b] {
+        let recovered = store.recover_merchant(&shop.id).unwrap();
+        assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
+        assert_eq!(store.journal(&shop.id, 1, 100).unwrap().len() as u64, shop.seq);
+    }
+    assert_eq!(store.merchant(&a.id).unwrap(), Some(a_account));
+    assert_eq!(store.transactions(&a.id, None, 100, &mut |_| true).unwrap().data.len(), 5);
+    assert_eq!(store.payouts(&b.id, None, 100, &mut |_| true).unwrap().data.len(), 1);
+    // Each payment notified its initiation and its success.
+    assert_eq!(store.notifications(&a.id, None, 100, &mut |_| true).unwrap().data.len(), 10);
+    let report = store.audit().unwrap();
+    assert_eq!((report.merchants, report.events), (2, a.seq + b.seq));
+}
+
+/// Every check above as a test of one backend.
+macro_rules! conformance {
+    ($module:ident, $backend:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn a_change_reads_back_through_every_view() {
+                super::a_change_reads_back_through_every_view(&$backend);
+            }
+
+            #[test]
+            fn lists_page_newest_first_with_cursors() {
+                super::lists_page_newest_first_with_cursors(&$backend);
+            }
+
+            #[test]
+            fn idempotency_records_belong_to_their_merchant() {
+                super::idempotency_records_belong_to_their_merchant(&$backend);
+            }
+
+            #[test]
+            fn notifications_are_fed_come_due_and_settle() {
+                super::notifications_are_fed_come_due_and_settle(&$backend);
+            }
+
+            #[test]
+            fn accounts_are_found_by_key_and_email() {
+                super::accounts_are_found_by_key_and_email(&$backend);
+            }
+
+            #[test]
+            fn a_tripped_latch_refuses_the_write() {
+                super::a_tripped_latch_refuses_the_write(&$backend);
+            }
+
+            #[test]
+            fn everything_survives_a_reopen_and_the_audit_agrees() {
+                super::everything_survives_a_reopen_and_the_audit_agrees(&$backend);
+            }
+        }
+    };
+}
+
+conformance!(sled, Sled);
