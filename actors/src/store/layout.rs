@@ -615,6 +615,32 @@ mod tests {
         assert!(matches!(journal_spans(&key, &event(2)), Err(StoreError::Corrupt(m)) if m.contains("not a run")));
     }
 
+    /// A tree's number is its place in `TREE_NAMES`, and the write-ahead log stores that number: reordering the
+    /// trees changes the format (raise `FORMAT_VERSION` with it), which this fails to remind.
+    #[test]
+    fn tree_numbers_are_pinned() {
+        assert_eq!(
+            TREE_NAMES,
+            [
+                "merchants",
+                "merchant_keys",
+                "merchant_emails",
+                "journal",
+                "snapshots",
+                "payments",
+                "payouts",
+                "refs",
+                "tx_index",
+                "tx_owner",
+                "idempotency",
+                "outbox_due",
+                "pending",
+                "notifications",
+            ]
+        );
+        assert_eq!(FORMAT_VERSION, 1);
+    }
+
     #[test]
     fn the_apply_order_names_every_tree_once() {
         let mut order: Vec<usize> = APPLY_ORDER.iter().map(|step| step.tree).collect();

@@ -299,6 +299,25 @@ fn take_bytes(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((value, &bytes[4 + len..]))
 }
 
+/// A spare whose new header is on disk: the only thing [`HeaderSynced::rename`] takes, so the spare can never be
+/// renamed before its header is durable. Renamed first, a crash could leave the new name on the old header and
+/// old records; with the header first, a file under its new name is read with its new number, which none of
+/// the old records carry.
+struct HeaderSynced(File);
+
+impl HeaderSynced {
+    fn write(spare: &Path, header: &[u8]) -> Result<HeaderSynced, StoreError> {
+        let file = OpenOptions::new().write(true).open(spare).map_err(io("open the spare"))?;
+        file.write_all_at(header, 0).and_then(|()| file.sync_data()).map_err(io("write the spare's header"))?;
+        Ok(HeaderSynced(file))
+    }
+
+    fn rename(self, spare: &Path, path: &Path) -> Result<File, StoreError> {
+        std::fs::rename(spare, path).map_err(io("reuse the spare"))?;
+        Ok(self.0)
+    }
+}
+
 /// The log file being appended to.
 pub(crate) struct Wal {
     dir: PathBuf,
@@ -318,12 +337,7 @@ impl Wal {
         let mut header = MAGIC.to_vec();
         header.extend_from_slice(&seq.to_le_bytes());
         let file = if spare.exists() && !path.exists() {
-            // The new header is synced before the rename, so that this name never holds the old header: a file
-            // under its new name is read with its new number, which none of the old records carry.
-            let file = OpenOptions::new().write(true).open(&spare).map_err(io("open the spare"))?;
-            file.write_all_at(&header, 0).and_then(|()| file.sync_data()).map_err(io("write the spare's header"))?;
-            std::fs::rename(&spare, &path).map_err(io("reuse the spare"))?;
-            file
+            HeaderSynced::write(&spare, &header)?.rename(&spare, &path)?
         } else {
             let file = OpenOptions::new().create_new(true).write(true).open(&path).map_err(io("create"))?;
             // A new file holds nothing else: the header is made durable by the first append's `sync_data`,
@@ -599,6 +613,35 @@ mod tests {
         assert_eq!(list(dir.path()).unwrap().len(), 1);
         let spare = std::fs::metadata(dir.path().join(SPARE)).unwrap().len();
         assert_eq!(spare, RETIRE_STEP * 2 + 10, "the largest is kept");
+    }
+
+    /// Truncation only ever meets files already renamed out of the replay: a log file still named `.wal` is
+    /// left whole, since a replay of a shortened file would end at the cut and put back older values.
+    #[test]
+    fn removing_retired_files_never_shortens_a_file_a_replay_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        for seq in [1, 2] {
+            drop(wal_with(dir.path(), seq, 3));
+        }
+        let sizes = |d: &Path| list(d).unwrap().into_iter().map(|(_, p)| std::fs::metadata(p).unwrap().len()).collect();
+        let before: Vec<u64> = sizes(dir.path());
+        remove_retired(dir.path()).unwrap();
+        assert_eq!(sizes(dir.path()), before);
+        retire(dir.path(), 2).unwrap();
+        remove_retired(dir.path()).unwrap();
+        assert_eq!(sizes(dir.path()), before[1..].to_vec(), "only the retired file went");
+        assert_eq!(replayed(&dir.path().join(file_name(2)), 2).0.records, 3);
+    }
+
+    /// A record's bytes are the log's format: this fails when they change, which changes the store's format
+    /// (raise `layout::FORMAT_VERSION` with it).
+    #[test]
+    fn a_records_bytes_are_pinned() {
+        let mut bytes = Vec::new();
+        encode(sample().iter(), 5, &mut bytes).unwrap();
+        let hex = bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(hex, "260000004c1b77b80103030000006b65790500000076616c7565020e04000000676f6e6501000000000000000000");
+        assert_eq!(&MAGIC, b"CWAL\x02\0\0\0");
     }
 
     #[test]

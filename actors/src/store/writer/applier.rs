@@ -20,7 +20,31 @@ pub(super) enum Task {
     /// A closed layer to apply to sled.
     Apply(Arc<Layer>),
     /// Checkpoint the log files numbered below this one.
-    Checkpoint(u64),
+    Checkpoint(Covered),
+}
+
+/// A checkpoint request: the log files numbered below `before`. Built only by [`request_checkpoint`], which
+/// queues it behind the layer holding those files' last changes, so a checkpoint can never start before sled
+/// holds everything it covers.
+pub(super) struct Covered {
+    before: u64,
+}
+
+/// Queues a checkpoint of the log files numbered below `before` (the file the writer just rotated to), behind
+/// `last_layer`: the open layer, closed now because it holds the last changes of those files (`None` when it
+/// held nothing). The applier takes tasks in order and applies a layer before taking the next task, so when it
+/// passes the request on, sled holds every change of the covered files. Answers false if the applier is gone.
+pub(super) fn request_checkpoint(
+    to_applier: &std_mpsc::SyncSender<Task>,
+    last_layer: Option<Arc<Layer>>,
+    before: u64,
+) -> bool {
+    if let Some(layer) = last_layer {
+        if to_applier.send(Task::Apply(layer)).is_err() {
+            return false;
+        }
+    }
+    to_applier.send(Task::Checkpoint(Covered { before })).is_ok()
 }
 
 /// Set by the applier when sled refused a layer; the writer then refuses every write until a restart replays
@@ -63,7 +87,7 @@ impl Applier {
             let failed = self.failure.lock().map_or(true, |f| f.is_some());
             match task {
                 Task::Apply(layer) if !failed => self.apply(&layer),
-                Task::Checkpoint(before) if !failed => {
+                Task::Checkpoint(Covered { before }) if !failed => {
                     if to_checkpointer.try_send(before).is_err() {
                         self.checkpoint_busy.store(false, Ordering::Release);
                     }
@@ -127,3 +151,27 @@ const APPLY_SPREAD: Duration = Duration::from_millis(200);
 
 /// The applier's nice value.
 const APPLIER_NICE: libc::c_int = 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint request travels behind the layer holding the last changes of the files it covers, on the
+    /// channel the applier takes in order.
+    #[test]
+    fn a_checkpoint_request_follows_the_layer_it_covers() {
+        let overlay = Overlay::new(1);
+        overlay.record([(0, b"k".to_vec(), Some(b"v".to_vec()))]).unwrap();
+        let layer = overlay.freeze().unwrap();
+        let (to_applier, tasks) = std_mpsc::sync_channel(4);
+        assert!(request_checkpoint(&to_applier, Some(layer.clone()), 7));
+        assert!(matches!(tasks.try_recv(), Ok(Task::Apply(l)) if Arc::ptr_eq(&l, &layer)));
+        assert!(matches!(tasks.try_recv(), Ok(Task::Checkpoint(Covered { before: 7 }))));
+        assert!(tasks.try_recv().is_err());
+        // Nothing to close: the request goes alone, behind the layers already queued.
+        assert!(request_checkpoint(&to_applier, None, 8));
+        assert!(matches!(tasks.try_recv(), Ok(Task::Checkpoint(Covered { before: 8 }))));
+        drop(tasks);
+        assert!(!request_checkpoint(&to_applier, None, 9), "no applier, no checkpoint");
+    }
+}

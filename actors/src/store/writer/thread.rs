@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::applier::{Failure, Task};
+use super::applier::{request_checkpoint, Failure, Task};
 use super::checkpoint::Checkpoint;
 use super::{Job, LAYER_AGE, LAYER_OPS, MAX_BATCH_JOBS};
 use crate::domain::records::Notification;
@@ -144,18 +144,28 @@ impl WriterThread {
     }
 
     fn close_layer(&mut self) {
-        if self.broken.is_some() || self.overlay.open_recorded() == 0 {
-            return;
-        }
+        let Some(layer) = self.freeze_open_layer() else { return };
         let Some(to_applier) = &self.to_applier else { return };
+        if to_applier.send(Task::Apply(layer)).is_err() {
+            self.fail("the applier thread is gone");
+        }
+    }
+
+    /// Closes the open layer if it holds anything; `None` when there is nothing to hand over or the writer is
+    /// broken (then it has failed already).
+    fn freeze_open_layer(&mut self) -> Option<std::sync::Arc<crate::store::overlay::Layer>> {
+        if self.broken.is_some() || self.overlay.open_recorded() == 0 || self.to_applier.is_none() {
+            return None;
+        }
         match self.overlay.freeze() {
             Ok(layer) => {
                 self.layer_opened_at = Instant::now();
-                if to_applier.send(Task::Apply(layer)).is_err() {
-                    self.fail("the applier thread is gone");
-                }
+                Some(layer)
             }
-            Err(err) => self.fail(&err.to_string()),
+            Err(err) => {
+                self.fail(&err.to_string());
+                None
+            }
         }
     }
 
@@ -178,17 +188,18 @@ impl WriterThread {
             Ok(next) => {
                 self.wal = next;
                 self.rotated_at = Instant::now();
-                // Every change of the older files is in the open layer or an earlier one: close it, so the
-                // applier has them all in sled before it passes the checkpoint on. If the layer could not be
-                // handed over, no checkpoint: it would retire log files whose changes sled does not hold.
-                self.close_layer();
+                // Every change of the older files is in the open layer or an earlier one: the open layer goes to
+                // the applier ahead of the checkpoint (see `request_checkpoint`). If it could not be closed, no
+                // checkpoint: it would retire log files whose changes sled does not hold.
+                let last_layer = self.freeze_open_layer();
                 if self.broken.is_some() {
                     return;
                 }
                 let Some(to_applier) = &self.to_applier else { return };
                 self.checkpoint_busy.store(true, Ordering::Release);
-                if to_applier.send(Task::Checkpoint(self.wal.seq())).is_err() {
+                if !request_checkpoint(to_applier, last_layer, self.wal.seq()) {
                     self.checkpoint_busy.store(false, Ordering::Release);
+                    self.fail("the applier thread is gone");
                 }
             }
             // Appending to the current file goes on; the next batch tries again.
