@@ -14,7 +14,7 @@ use caisse_engine::domain::records::ProviderCode;
 use caisse_engine::domain::time::parse_duration_ms;
 use serde::Deserialize;
 
-use crate::providers::chaos::Chaos;
+use crate::sandbox_modes::Chaos;
 
 /// The compiled-in defaults: the commented file at the repository's root.
 pub const DEFAULTS: &str = include_str!("../caisse.default.toml");

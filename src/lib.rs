@@ -11,6 +11,7 @@
 //!   answer confirmed and applied, the TTL sweep, the reconciliation and the resubmission after a restart.
 //! - [`providers`]: the provider adapter trait, the catalogue, the sandbox simulator.
 //! - [`merchants`]: merchant accounts (keys, password hashes, webhook URLs).
+//! - [`sandbox_modes`]: the sandbox's chaos modes as a setting, below both the configuration and the simulator.
 //!
 //! The engine itself (merchant actors, ledger, store) is the `caisse-engine` crate in `actors/`. A payment
 //! comes in at `POST /v1/paiement/initier` ([`http`]), becomes an engine command, is made durable by the
@@ -24,3 +25,4 @@ pub mod flow;
 pub mod http;
 pub mod merchants;
 pub mod providers;
+pub mod sandbox_modes;
