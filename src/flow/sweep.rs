@@ -142,7 +142,8 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
 /// lost with the process (the sandbox simulator keeps its state in memory). Providers deduplicate by our
 /// transaction id, so asking twice is harmless.
 async fn resubmit_pending(flow: &Flow) {
-    let now = Timestamp::now();
+    // Everything waiting now, what was created in this very millisecond included: asking twice is harmless.
+    let now = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1));
     for kind in [TransactionType::Paiement, TransactionType::Remboursement, TransactionType::Retrait] {
         let items = match flow.engine.awaiting_provider(kind, now, None, 100_000) {
             Ok(items) => items,
@@ -277,6 +278,8 @@ mod tests {
     async fn the_sweep_asks_a_slow_provider_several_payments_at_a_time_and_expires_every_one() {
         let dir = tempfile::tempdir().unwrap();
         let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
+        // A TTL of 0 has passed once the clock has moved on from the last payment's millisecond.
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
         let waiting = flow.engine.awaiting_provider(TransactionType::Paiement, Timestamp::now(), None, 1_000).unwrap();
         assert_eq!(waiting.len(), PAYMENTS);
         sweep(&flow, 0).await;
