@@ -16,7 +16,7 @@ use caisse::providers::chaos::{Chaos, Mode, METADATA_KEY};
 use caisse_engine::domain::time::Timestamp;
 use serde_json::{json, Value};
 
-use crate::helpers::{data, payment_body, payout_body, spawn_app_with, text, TestApp, DEADLINE};
+use crate::support::{data, payment_body, payout_body, spawn_app_with, text, TestApp, DEADLINE};
 
 /// Notices of one run of [`run_stories`] without chaos: 01, 04 and other endings send "processing" and a final
 /// notice (2 each), 02 only "processing" (1), 03 "processing" and its final notice three times (4), the refund

@@ -25,7 +25,9 @@ pub mod receiver;
 pub mod wait;
 
 pub use api::{payment_body, payout_body, Api, Req, Resp};
-pub use app::{describe, spawn_app, spawn_app_with, spawn_production_app, test_settings, TestApp};
+pub use app::{
+    describe, spawn_app, spawn_app_with, spawn_production_app, test_settings, TestApp, PAYMENT_TTL_MS, SANDBOX_DELAY_MS,
+};
 pub use checks::{assert_error, assert_list_shape, data, field_values, int, reference_of, text};
 pub use receiver::{always, script, Hit, Receiver, Reply, Script};
 pub use wait::{eventually, free_port, sleep_ms, unix_s, until, DEADLINE};
