@@ -116,6 +116,13 @@ pub fn payout_body(montant: i64, ending: &str) -> Value {
     })
 }
 
+/// The JSON of an answer that must be `201 Created`.
+#[track_caller]
+fn created(resp: Resp) -> Value {
+    resp.expect(201);
+    resp.json
+}
+
 impl Api {
     /// The API at `address` (`http://host:port`), called with `key`.
     pub fn new(address: &str, key: &str) -> Api {
@@ -183,9 +190,7 @@ impl Api {
 
     /// Initiates a payment; expects 201 and returns the payment.
     pub async fn initiate(&self, body: &Value) -> Value {
-        let resp = self.post_payment(body).await;
-        resp.expect(201);
-        resp.json
+        created(self.post_payment(body).await)
     }
 
     /// A payment of `montant` XOF through mtn_momo from a phone with the given last two digits.
@@ -216,9 +221,7 @@ impl Api {
 
     /// Requests a payout; expects 201 and returns it.
     pub async fn payout(&self, body: &Value) -> Value {
-        let resp = self.post_payout(body).await;
-        resp.expect(201);
-        resp.json
+        created(self.post_payout(body).await)
     }
 
     /// Polls `GET path` (each answer a 200) until `done` holds on its JSON, for at most [`DEADLINE`].
