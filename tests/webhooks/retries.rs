@@ -84,13 +84,13 @@ async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_o
     let chosen = &quiet_log[2];
     // The dispatcher hears that the last attempt is settled just after it is durable; until then a resend
     // is refused as in flight, so the dashboard's button would say "try again".
-    let started = std::time::Instant::now();
-    let resent = loop {
+    let resent = eventually("the resend accepted", DEADLINE, || async {
         match app.state.webhooks.resend(&chosen.merchant, &chosen.id).await {
-            Err(DeliveryError::InFlight) if started.elapsed() < DEADLINE => sleep_ms(25).await,
-            other => break other.expect("resend"),
+            Err(DeliveryError::InFlight) => Err("in flight".to_owned()),
+            other => Ok(other.expect("resend")),
         }
-    };
+    })
+    .await;
     assert_eq!((resent.state, resent.chain_attempts), (DeliveryState::Pending, 0));
     let done = eventually("the resent notification is delivered", DEADLINE, || {
         let n = app.notification_by_id(&chosen.merchant, &chosen.id);
