@@ -2,7 +2,8 @@
 //! hostile, browser): one real server per test, one client of the merchant API, one webhook receiver, and
 //! bounded waiting. Each test binary includes it with `#[path = "../support/mod.rs"] mod support;`, and
 //! builds what only it needs (the dashboard's cookie-keeping agent, the webhook checks, the browser's
-//! WebDriver session) on top of it.
+//! WebDriver session) on top of it. The faults and crash suites, which run the real binary with clients of
+//! their own on purpose (one that never panics, one that survives kills), take its waiting helpers too.
 //!
 //! - [`app`]: [`spawn_app`] / [`spawn_app_with`] start a server in-process on a random loopback port with a
 //!   fresh temporary data directory and short sandbox delays; [`TestApp`] creates merchants and reads what the
