@@ -143,7 +143,7 @@ async fn every_story_ends_as_its_ending_promises(app: &TestApp, stories: &Storie
 async fn every_movement_is_counted_once(app: &TestApp) {
     // Credited once each: 9 850 + 19 700 + 39 400, minus the 1 000 refund and the processed 2 000 payout.
     assert_eq!(app.balance("XOF").await, (65_950, 0, 65_950));
-    app.state.engine.store().audit().expect("every balance equals the sum of its ledger entries");
+    app.audit();
 
     let all = data(&app.get_ok("/v1/transactions?limit=100").await);
     let mut kinds: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -285,7 +285,7 @@ async fn lost_notices_are_settled_by_status_queries() {
 
     // 39 400 credited once, minus the 1 000 refund and the processed 2 000 payout; the rejected one released.
     assert_eq!(app.balance("XOF").await, (36_400, 0, 36_400));
-    app.state.engine.store().audit().expect("every balance equals the sum of its ledger entries");
+    app.audit();
     let ev = events(&app);
     assert_eq!(count(&ev, &paid, "payment.succeeded"), 1, "{ev:?}");
     assert_eq!(count(&ev, &paid, "payment.refunded"), 1, "{ev:?}");

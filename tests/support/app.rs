@@ -111,6 +111,11 @@ impl TestApp {
             .expect("merchant created")
     }
 
+    /// Runs the store's ledger audit: every balance equals the sum of its ledger entries.
+    pub fn audit(&self) {
+        self.state.engine.store().audit().expect("every balance equals the sum of its ledger entries");
+    }
+
     /// A merchant as stored now.
     pub fn stored_merchant(&self, id: &MerchantId) -> Merchant {
         self.state.engine.store().merchant(id).expect("store").expect("merchant exists")
