@@ -10,13 +10,12 @@
 //! No fixed sleeps: every wait polls with a deadline.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use caisse::providers::chaos::{Chaos, Mode, METADATA_KEY};
 use caisse_engine::domain::time::Timestamp;
 use serde_json::{json, Value};
 
-use crate::helpers::{data, payment_body, payout_body, spawn_app_with, text, TestApp, DEADLINE};
+use crate::support::{data, eventually, payment_body, payout_body, spawn_app_with, text, TestApp, DEADLINE};
 
 /// Notices of one run of [`run_stories`] without chaos: 01, 04 and other endings send "processing" and a final
 /// notice (2 each), 02 only "processing" (1), 03 "processing" and its final notice three times (4), the refund
@@ -45,11 +44,13 @@ fn with_chaos_metadata(mut body: Value, chaos: Option<&str>) -> Value {
 /// Waits until the simulator has finished every story: no notice is in flight or still to come.
 async fn wait_simulator_idle(app: &TestApp) {
     let simulator = app.state.providers.simulator.clone().expect("the sandbox runs the simulator");
-    let started = Instant::now();
-    while simulator.stories_in_flight() > 0 {
-        assert!(started.elapsed() < DEADLINE, "simulator still telling {} stories", simulator.stories_in_flight());
-        actix_web::rt::time::sleep(Duration::from_millis(25)).await;
-    }
+    eventually("the simulator told every story", DEADLINE, || {
+        std::future::ready(match simulator.stories_in_flight() {
+            0 => Ok(()),
+            n => Err(format!("simulator still telling {n} stories")),
+        })
+    })
+    .await
 }
 
 fn notices_delivered(app: &TestApp) -> u64 {
@@ -81,6 +82,15 @@ fn count(events: &BTreeMap<(String, String), usize>, reference: &str, event: &st
 
 /// Runs every story under the app's chaos (or the one `metadata` chooses) and checks every outcome.
 async fn run_stories(app: &TestApp, metadata: Option<&str>) -> Stories {
+    let stories = tell_every_story(app, metadata).await;
+    every_story_ends_as_its_ending_promises(app, &stories).await;
+    every_movement_is_counted_once(app).await;
+    one_webhook_per_status_change(app, &stories);
+    stories
+}
+
+/// Payments with every magic ending, a refund of the succeeded one, a rejected and a processed payout.
+async fn tell_every_story(app: &TestApp, metadata: Option<&str>) -> Stories {
     // Distinct amounts, so a double credit of any one payment shows in the balance.
     let cases: [(&str, i64); 5] = [("01", 5_000), ("02", 7_000), ("03", 10_000), ("04", 20_000), ("99", 40_000)];
     let mut payments = BTreeMap::new();
@@ -100,13 +110,12 @@ async fn run_stories(app: &TestApp, metadata: Option<&str>) -> Stories {
         resp.expect(201);
         payouts.push(text(&resp.json["id"]).to_owned());
     }
-    let stories = Stories {
-        payments,
-        refund_of: paid,
-        payout_rejected: payouts[0].clone(),
-        payout_processed: payouts[1].clone(),
-    };
+    Stories { payments, refund_of: paid, payout_rejected: payouts[0].clone(), payout_processed: payouts[1].clone() }
+}
 
+/// Each story reaches the final status its ending promises; once the simulator has told everything (late
+/// notices included, each acknowledged at its first attempt), nothing moved.
+async fn every_story_ends_as_its_ending_promises(app: &TestApp, stories: &Stories) {
     let declined = app.wait_payment(&stories.payments["01"], "echec").await;
     assert_eq!(declined["failure_code"], "insufficient_funds", "a contradicting success never wins");
     let expired = app.wait_payment(&stories.payments["02"], "expire").await;
@@ -128,10 +137,13 @@ async fn run_stories(app: &TestApp, metadata: Option<&str>) -> Stories {
         assert_eq!(p["statut"], statut, "payment {ending}: {p}");
         assert_eq!(p["paid_at"].is_string(), ["03", "04", "99"].contains(&ending), "payment {ending}: {p}");
     }
+}
 
+/// The balance, the ledger audit and the transaction list count each movement once.
+async fn every_movement_is_counted_once(app: &TestApp) {
     // Credited once each: 9 850 + 19 700 + 39 400, minus the 1 000 refund and the processed 2 000 payout.
     assert_eq!(app.balance("XOF").await, (65_950, 0, 65_950));
-    app.state.engine.audit().expect("every balance equals the sum of its ledger entries");
+    app.audit();
 
     let all = data(&app.get_ok("/v1/transactions?limit=100").await);
     let mut kinds: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -144,9 +156,11 @@ async fn run_stories(app: &TestApp, metadata: Option<&str>) -> Stories {
     assert_eq!(kinds["paiement"], ["echec", "expire", "rembourse", "succes", "succes"], "{kinds:?}");
     assert_eq!(kinds["remboursement"], ["succes"], "{kinds:?}");
     assert_eq!(kinds["retrait"], ["rejete", "traite"], "{kinds:?}");
+}
 
-    // One webhook per status change, whatever the notices did. `payment.processing` may be skipped (a
-    // final answer that arrives first), never repeated.
+/// One webhook per status change, whatever the notices did. `payment.processing` may be skipped (a final
+/// answer that arrives first), never repeated.
+fn one_webhook_per_status_change(app: &TestApp, stories: &Stories) {
     let ev = events(app);
     let expected: [(&str, [usize; 4]); 5] = [
         // ending: initiated, succeeded, failed, refunded
@@ -167,7 +181,6 @@ async fn run_stories(app: &TestApp, metadata: Option<&str>) -> Stories {
     assert_eq!(count(&ev, &stories.payout_rejected, "payout.processed"), 0, "{ev:?}");
     assert_eq!(count(&ev, &stories.payout_processed, "payout.processed"), 1, "{ev:?}");
     assert_eq!(count(&ev, &stories.payout_processed, "payout.rejected"), 0, "{ev:?}");
-    stories
 }
 
 async fn spawn_with_chaos(chaos: Chaos) -> TestApp {
@@ -272,7 +285,7 @@ async fn lost_notices_are_settled_by_status_queries() {
 
     // 39 400 credited once, minus the 1 000 refund and the processed 2 000 payout; the rejected one released.
     assert_eq!(app.balance("XOF").await, (36_400, 0, 36_400));
-    app.state.engine.audit().expect("every balance equals the sum of its ledger entries");
+    app.audit();
     let ev = events(&app);
     assert_eq!(count(&ev, &paid, "payment.succeeded"), 1, "{ev:?}");
     assert_eq!(count(&ev, &paid, "payment.refunded"), 1, "{ev:?}");

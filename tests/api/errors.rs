@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use actix_web::http::Method;
 use serde_json::json;
 
-use crate::helpers::{assert_error, payment_body, payout_body, spawn_app, spawn_app_with, TestApp};
+use crate::support::{assert_error, payment_body, payout_body, spawn_app, spawn_app_with, TestApp};
 
 /// Every merchant endpoint (all but ping), with a body where it takes one.
-fn merchant_requests(app: &TestApp) -> Vec<crate::helpers::Req> {
+fn merchant_requests(app: &TestApp) -> Vec<crate::support::Req> {
     vec![
         app.post("/v1/paiement/initier").json(&payment_body(1000, "02")),
         app.get("/v1/paiement/pay_01ARZ3NDEKTSV4RRFFQ69G5FAV"),
@@ -158,7 +158,7 @@ async fn unparsable_bodies_are_invalid_json() {
 #[actix_web::test]
 async fn too_many_requests_are_429_with_retry_after() {
     let app = spawn_app_with(|s| s.rate_limit_per_s = 1).await; // burst of 2
-    let other = app.new_merchant("Other Shop").await;
+    let other = app.create_merchant("Other Shop", None).await.merchant.secret_key;
     let mut limited = None;
     for _ in 0..5 {
         let resp = app.send(app.get("/v1/soldes")).await;

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::helpers::{assert_error, data, payment_body, payout_body, spawn_app, text};
+use crate::support::{assert_error, data, payment_body, payout_body, spawn_app, text};
 
 #[actix_web::test]
 async fn a_replay_returns_the_first_answer_with_the_replay_header() {
@@ -92,7 +92,7 @@ async fn without_a_key_requests_are_not_deduplicated() {
 #[actix_web::test]
 async fn keys_are_per_merchant() {
     let app = spawn_app().await;
-    let other = app.new_merchant("Second Shop").await;
+    let other = app.create_merchant("Second Shop", None).await.merchant.secret_key;
     let body = payment_body(1000, "02");
     let mine = app.send(app.post("/v1/paiement/initier").idem("shared-key").json(&body)).await;
     mine.expect(201);

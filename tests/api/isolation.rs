@@ -2,14 +2,14 @@
 
 use serde_json::json;
 
-use crate::helpers::{assert_error, data, payment_body, payout_body, spawn_app, text};
+use crate::support::{assert_error, data, payment_body, payout_body, spawn_app, text};
 
 #[actix_web::test]
 async fn another_merchants_records_are_not_found() {
     let app = spawn_app().await;
-    let other = app.new_merchant("Other Shop").await;
+    let other = app.create_merchant("Other Shop", None).await.merchant.secret_key;
     // The other merchant's succeeded payment, its refund and payout.
-    let theirs = app.fund_as(&other, 50000).await;
+    let theirs = app.with_key(&other).fund(50000).await;
     let their_ref = text(&theirs["reference"]).to_owned();
     let resp = app
         .send(app.post(&format!("/v1/paiement/{their_ref}/rembourser")).auth(&other).json(&json!({"montant": 1000})))
@@ -19,9 +19,9 @@ async fn another_merchants_records_are_not_found() {
     let resp = app.send(app.post("/v1/retraits").auth(&other).json(&payout_body(1000, "99"))).await;
     resp.expect(201);
     let their_payout = text(&resp.json["id"]).to_owned();
-    app.wait_payout_as(&other, &their_payout, "traite").await;
-    app.wait_payment_as(&other, &their_ref, "rembourse").await;
-    let their_balance = app.balance_as(&other, "XOF").await;
+    app.with_key(&other).wait_payout(&their_payout, "traite").await;
+    app.with_key(&other).wait_payment(&their_ref, "rembourse").await;
+    let their_balance = app.with_key(&other).balance("XOF").await;
 
     // The demo merchant cannot see or touch any of it.
     let not_found = [
@@ -45,21 +45,21 @@ async fn another_merchants_records_are_not_found() {
     assert_eq!(page["data"], json!([]));
 
     // Nothing of theirs changed.
-    assert_eq!(app.balance_as(&other, "XOF").await, their_balance);
-    assert_eq!(data(&app.get_ok_as(&other, "/v1/transactions").await).len(), 3);
+    assert_eq!(app.with_key(&other).balance("XOF").await, their_balance);
+    assert_eq!(data(&app.with_key(&other).get_ok("/v1/transactions").await).len(), 3);
 }
 
 #[actix_web::test]
 async fn merchant_references_are_unique_per_merchant_only() {
     let app = spawn_app().await;
-    let other = app.new_merchant("Other Shop").await;
+    let other = app.create_merchant("Other Shop", None).await.merchant.secret_key;
     let mut body = payment_body(1000, "02");
     body["reference"] = json!("commande-1");
     let mine = app.initiate(&body).await;
     body["montant"] = json!(2000);
-    let theirs = app.initiate_as(&other, &body).await;
+    let theirs = app.with_key(&other).initiate(&body).await;
     assert_eq!(mine["reference"], theirs["reference"]);
     assert_ne!(mine["transaction_id"], theirs["transaction_id"]);
     assert_eq!(app.get_ok("/v1/paiement/commande-1").await["montant"], 1000);
-    assert_eq!(app.get_ok_as(&other, "/v1/paiement/commande-1").await["montant"], 2000);
+    assert_eq!(app.with_key(&other).get_ok("/v1/paiement/commande-1").await["montant"], 2000);
 }

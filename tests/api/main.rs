@@ -1,13 +1,15 @@
 //! Integration tests of the merchant REST API, through real HTTP against a real server.
 //!
-//! One test binary; each module covers one resource or one rule of docs/api.md. Every test starts its own
-//! server ([`helpers::spawn_app`]) on a random loopback port with a fresh data directory, so tests run in
+//! One test binary; each module covers one resource or one rule of the contract. Every test starts its own
+//! server ([`support::spawn_app`], the harness the suites share) on a random loopback port with a fresh data directory, so tests run in
 //! parallel and leave nothing behind. Sandbox outcomes are awaited by polling with a deadline, never by
 //! fixed sleeps.
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod chaos;
 mod errors;
-mod helpers;
 mod idempotency;
 mod isolation;
 mod lifecycle;

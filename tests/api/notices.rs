@@ -7,13 +7,13 @@ use std::time::Duration;
 use caisse::providers::sandbox::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use serde_json::{json, Value};
 
-use crate::helpers::{assert_error, spawn_app_with, text, TestApp};
+use crate::support::{assert_error, spawn_app_with, text, TestApp};
 
 fn now_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs()
 }
 
-async fn notify(app: &TestApp, provider: &str, body: &Value, secret: &str, timestamp: u64) -> crate::helpers::Resp {
+async fn notify(app: &TestApp, provider: &str, body: &Value, secret: &str, timestamp: u64) -> crate::support::Resp {
     let bytes = serde_json::to_vec(body).expect("json");
     let signature = sign(secret, timestamp, &bytes);
     app.send(

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{assert_error, int, payment_body, spawn_app, text};
+use crate::support::{assert_error, int, payment_body, spawn_app, text, TestApp};
 
 const PAYMENT_FIELDS: [&str; 18] = [
     "client_email",
@@ -233,19 +233,7 @@ async fn currency_and_provider_must_be_known_and_go_together() {
 #[actix_web::test]
 async fn refund_rules() {
     let app = spawn_app().await;
-    // Not yet succes (the 02 phone never answers): invalid_state.
-    let pending = app.pay(1000, "02").await;
-    let pending_ref = text(&pending["reference"]);
-    let resp = app.send(app.post(&format!("/v1/paiement/{pending_ref}/rembourser"))).await;
-    assert_error(&resp, 409, "invalid_state", None);
-
-    // A declined payment cannot be refunded either.
-    let declined = app.pay(1000, "01").await;
-    let declined_ref = text(&declined["reference"]);
-    app.wait_payment(declined_ref, "echec").await;
-    let resp = app.send(app.post(&format!("/v1/paiement/{declined_ref}/rembourser"))).await;
-    assert_error(&resp, 409, "invalid_state", None);
-
+    only_a_succeeded_payment_can_be_refunded(&app).await;
     // A lone payment cannot be refunded in full: fees are not returned, so disponible is short.
     let paid = app.fund(10000).await;
     let reference = text(&paid["reference"]).to_owned();
@@ -253,48 +241,8 @@ async fn refund_rules() {
     assert_eq!(app.balance("XOF").await, (9850, 0, 9850));
     let resp = app.send(app.post(&refund_path)).await;
     assert_error(&resp, 409, "insufficient_balance", None);
-
-    // Above the payment's montant: 400 on montant. Bad bodies name their field.
-    let resp = app.send(app.post(&refund_path).json(&json!({"montant": 10001}))).await;
-    assert_error(&resp, 400, "invalid_request", Some("montant"));
-    for (body, field) in [
-        (json!({"montant": 0}), "montant"),
-        (json!({"montant": -1}), "montant"),
-        (json!({"montant": 10.5}), "montant"),
-        (json!({"montant": "100"}), "montant"),
-        (json!({"motif": 3}), "motif"),
-        (json!({"raison": "x"}), "raison"),
-    ] {
-        let resp = app.send(app.post(&refund_path).json(&body)).await;
-        assert_error(&resp, 400, "invalid_request", Some(field));
-    }
-    let resp = app.send(app.post(&refund_path).raw(Some("text/plain"), "montant=100")).await;
-    assert_error(&resp, 415, "unsupported_media_type", None);
-    let resp = app.send(app.post(&refund_path).raw(Some("application/json"), "{\"montant\": ")).await;
-    assert_error(&resp, 400, "invalid_json", None);
-    assert_eq!(app.balance("XOF").await, (9850, 0, 9850), "refused refunds reserve nothing");
-
-    // With other funds, the full refund (no body) is accepted and reserved at once.
-    app.fund(1000).await;
-    assert_eq!(app.balance("XOF").await, (9850 + 985, 0, 10835));
-    let resp = app.send(app.post(&refund_path)).await;
-    resp.expect(200);
-    let p = &resp.json;
-    assert_eq!(p["reference"], reference.as_str());
-    assert_eq!(p["statut"], "succes");
-    let r = &p["remboursement"];
-    let mut keys: Vec<&str> = r.as_object().expect("refund object").keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    assert_eq!(keys, ["completed_at", "created_at", "montant", "motif", "reference", "statut"], "{r}");
-    assert!(text(&r["reference"]).starts_with("rmb_"));
-    assert_eq!(r["montant"], 10000, "defaults to the whole payment");
-    assert_eq!(r["motif"], Value::Null);
-    assert_eq!(r["statut"], "en_cours");
-    assert_eq!(r["completed_at"], Value::Null);
-    // Reserved at once: out of disponible, in en_attente until the provider confirms (then consumed).
-    let (disponible, en_attente, _) = app.balance("XOF").await;
-    assert_eq!(disponible, 835);
-    assert!(en_attente == 10000 || en_attente == 0, "{en_attente}");
+    refused_refunds_name_their_field_and_reserve_nothing(&app, &refund_path).await;
+    a_full_refund_with_other_funds_is_reserved_at_once(&app, &reference, &refund_path).await;
 
     // One refund per payment: a second one is invalid_state, before and after completion.
     let resp = app.send(app.post(&refund_path).json(&json!({"montant": 10}))).await;
@@ -305,6 +253,67 @@ async fn refund_rules() {
     assert_eq!(app.balance("XOF").await, (835, 0, 835));
     let resp = app.send(app.post(&refund_path).json(&json!({"montant": 10}))).await;
     assert_error(&resp, 409, "invalid_state", None);
+}
+
+/// A payment not yet `succes` (the 02 phone never answers) or declined cannot be refunded: invalid_state.
+async fn only_a_succeeded_payment_can_be_refunded(app: &TestApp) {
+    let pending = app.pay(1000, "02").await;
+    let pending_ref = text(&pending["reference"]);
+    let resp = app.send(app.post(&format!("/v1/paiement/{pending_ref}/rembourser"))).await;
+    assert_error(&resp, 409, "invalid_state", None);
+
+    let declined = app.pay(1000, "01").await;
+    let declined_ref = text(&declined["reference"]);
+    app.wait_payment(declined_ref, "echec").await;
+    let resp = app.send(app.post(&format!("/v1/paiement/{declined_ref}/rembourser"))).await;
+    assert_error(&resp, 409, "invalid_state", None);
+}
+
+/// Above the payment's montant: 400 on montant. Bad bodies name their field; other media types and broken
+/// JSON are refused. None of them reserves anything of the 9850 available.
+async fn refused_refunds_name_their_field_and_reserve_nothing(app: &TestApp, refund_path: &str) {
+    let resp = app.send(app.post(refund_path).json(&json!({"montant": 10001}))).await;
+    assert_error(&resp, 400, "invalid_request", Some("montant"));
+    for (body, field) in [
+        (json!({"montant": 0}), "montant"),
+        (json!({"montant": -1}), "montant"),
+        (json!({"montant": 10.5}), "montant"),
+        (json!({"montant": "100"}), "montant"),
+        (json!({"motif": 3}), "motif"),
+        (json!({"raison": "x"}), "raison"),
+    ] {
+        let resp = app.send(app.post(refund_path).json(&body)).await;
+        assert_error(&resp, 400, "invalid_request", Some(field));
+    }
+    let resp = app.send(app.post(refund_path).raw(Some("text/plain"), "montant=100")).await;
+    assert_error(&resp, 415, "unsupported_media_type", None);
+    let resp = app.send(app.post(refund_path).raw(Some("application/json"), "{\"montant\": ")).await;
+    assert_error(&resp, 400, "invalid_json", None);
+    assert_eq!(app.balance("XOF").await, (9850, 0, 9850), "refused refunds reserve nothing");
+}
+
+/// With other funds, the full refund (no body) is accepted and reserved at once: out of disponible, in
+/// en_attente until the provider confirms (then consumed).
+async fn a_full_refund_with_other_funds_is_reserved_at_once(app: &TestApp, reference: &str, refund_path: &str) {
+    app.fund(1000).await;
+    assert_eq!(app.balance("XOF").await, (9850 + 985, 0, 10835));
+    let resp = app.send(app.post(refund_path)).await;
+    resp.expect(200);
+    let p = &resp.json;
+    assert_eq!(p["reference"], reference);
+    assert_eq!(p["statut"], "succes");
+    let r = &p["remboursement"];
+    let mut keys: Vec<&str> = r.as_object().expect("refund object").keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["completed_at", "created_at", "montant", "motif", "reference", "statut"], "{r}");
+    assert!(text(&r["reference"]).starts_with("rmb_"));
+    assert_eq!(r["montant"], 10000, "defaults to the whole payment");
+    assert_eq!(r["motif"], Value::Null);
+    assert_eq!(r["statut"], "en_cours");
+    assert_eq!(r["completed_at"], Value::Null);
+    let (disponible, en_attente, _) = app.balance("XOF").await;
+    assert_eq!(disponible, 835);
+    assert!(en_attente == 10000 || en_attente == 0, "{en_attente}");
 }
 
 #[actix_web::test]

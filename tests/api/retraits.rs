@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{assert_error, assert_list_shape, data, field_values, int, payout_body, spawn_app, text};
+use crate::support::{assert_error, assert_list_shape, data, field_values, int, payout_body, spawn_app, text};
 
 const PAYOUT_FIELDS: [&str; 16] = [
     "beneficiaire_nom",
@@ -211,7 +211,7 @@ async fn list_paging_and_filters() {
     assert_eq!(ids_of_paged(&app, "statut=traite", 1).await, [ids[2].clone(), ids[0].clone()]);
 }
 
-async fn ids_of_paged(app: &crate::helpers::TestApp, query: &str, limit: usize) -> Vec<String> {
+async fn ids_of_paged(app: &crate::support::TestApp, query: &str, limit: usize) -> Vec<String> {
     field_values(&app.list_all(&format!("/v1/retraits?{query}"), limit).await, "id")
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{data, payout_body, spawn_app, text, PAYMENT_TTL_MS};
+use crate::support::{data, payout_body, spawn_app, text, PAYMENT_TTL_MS};
 
 #[actix_web::test]
 async fn ending_01_is_declined_for_insufficient_funds() {

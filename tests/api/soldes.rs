@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::helpers::{int, payout_body, spawn_app, spawn_app_with, text};
+use crate::support::{int, payout_body, spawn_app, spawn_app_with, text};
 
 #[actix_web::test]
 async fn no_row_before_any_money() {

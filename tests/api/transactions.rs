@@ -1,11 +1,11 @@
-//! `GET /v1/transactions` and `GET /v1/transactions/{reference}` (docs/api.md § Transactions, Lists): the
-//! transaction object, paging, and every filter.
+//! `GET /v1/transactions` and `GET /v1/transactions/{reference}` (docs/api.md § Transactions, § Lists): the transaction object,
+//! paging, and every filter.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{assert_error, assert_list_shape, data, field_values, payout_body, spawn_app, text, TestApp};
+use crate::support::{assert_error, assert_list_shape, data, field_values, payout_body, spawn_app, text, TestApp};
 
 const TRANSACTION_FIELDS: [&str; 13] = [
     "created_at",
@@ -170,43 +170,59 @@ async fn every_filter() {
     let (rmb, ret) = (f.refund.as_str(), f.payout.as_str());
     let all = vec![a, b, c, rmb, ret];
     assert_eq!(refs(&app, "").await, all);
+    type_status_currency_and_provider_filter(&app, &all).await;
+    creation_dates_filter(&app, &f, &all).await;
+    filtered_pages_say_when_they_hold_every_match(&app, &all).await;
+    each_type_has_the_contracts_fields_and_values(&app, &all).await;
+}
 
-    assert_eq!(refs(&app, "type=paiement").await, [a, b, c]);
-    assert_eq!(refs(&app, "type=remboursement").await, [rmb]);
-    assert_eq!(refs(&app, "type=retrait").await, [ret]);
+/// `type`, `statut`, `devise` and `fournisseur`, alone and together. `all` is the fixture's references,
+/// oldest first: payments a, b, c, the refund, the payout.
+async fn type_status_currency_and_provider_filter(app: &TestApp, all: &[&str]) {
+    let &[a, b, c, rmb, ret] = all else { panic!("five transactions: {all:?}") };
+    assert_eq!(refs(app, "type=paiement").await, [a, b, c]);
+    assert_eq!(refs(app, "type=remboursement").await, [rmb]);
+    assert_eq!(refs(app, "type=retrait").await, [ret]);
 
-    assert_eq!(refs(&app, "statut=rembourse").await, [a]);
-    assert_eq!(refs(&app, "statut=echec").await, [b]);
-    assert_eq!(refs(&app, "statut=succes").await, [c, rmb]);
-    assert_eq!(refs(&app, "statut=traite").await, [ret]);
-    assert!(refs(&app, "statut=en_cours").await.is_empty());
-    assert!(refs(&app, "statut=rejete").await.is_empty());
-    assert_eq!(refs(&app, "type=remboursement&statut=succes").await, [rmb]);
+    assert_eq!(refs(app, "statut=rembourse").await, [a]);
+    assert_eq!(refs(app, "statut=echec").await, [b]);
+    assert_eq!(refs(app, "statut=succes").await, [c, rmb]);
+    assert_eq!(refs(app, "statut=traite").await, [ret]);
+    assert!(refs(app, "statut=en_cours").await.is_empty());
+    assert!(refs(app, "statut=rejete").await.is_empty());
+    assert_eq!(refs(app, "type=remboursement&statut=succes").await, [rmb]);
 
-    assert_eq!(refs(&app, "devise=XAF").await, [c]);
-    assert_eq!(refs(&app, "devise=XOF").await, [a, b, rmb, ret]);
-    assert!(refs(&app, "devise=EUR").await.is_empty());
+    assert_eq!(refs(app, "devise=XAF").await, [c]);
+    assert_eq!(refs(app, "devise=XOF").await, [a, b, rmb, ret]);
+    assert!(refs(app, "devise=EUR").await.is_empty());
 
-    assert_eq!(refs(&app, "fournisseur=wave").await, [b]);
-    assert_eq!(refs(&app, "fournisseur=mtn_momo").await, [a, c, rmb, ret]);
-    assert!(refs(&app, "fournisseur=orange_money").await.is_empty());
+    assert_eq!(refs(app, "fournisseur=wave").await, [b]);
+    assert_eq!(refs(app, "fournisseur=mtn_momo").await, [a, c, rmb, ret]);
+    assert!(refs(app, "fournisseur=orange_money").await.is_empty());
+}
 
+/// `created_from` and `created_to`, inclusive, alone, together and with other filters.
+async fn creation_dates_filter(app: &TestApp, f: &Fixture, all: &[&str]) {
+    let &[a, b, c, rmb, ret] = all else { panic!("five transactions: {all:?}") };
     let b_at = text(&f.b["created_at"]);
     let c_at = text(&f.c["created_at"]);
-    assert_eq!(refs(&app, &format!("created_from={c_at}")).await, [c, rmb, ret]);
-    assert_eq!(refs(&app, &format!("created_to={b_at}")).await, [a, b]);
-    assert_eq!(refs(&app, &format!("created_from={b_at}&created_to={c_at}")).await, [b, c]);
-    assert_eq!(refs(&app, &format!("created_from={b_at}&type=paiement&devise=XOF")).await, [b]);
-    assert!(refs(&app, "created_to=2000-01-01T00:00:00Z").await.is_empty());
-    assert_eq!(refs(&app, "created_from=2000-01-01T00:00:00.000Z").await, all);
+    assert_eq!(refs(app, &format!("created_from={c_at}")).await, [c, rmb, ret]);
+    assert_eq!(refs(app, &format!("created_to={b_at}")).await, [a, b]);
+    assert_eq!(refs(app, &format!("created_from={b_at}&created_to={c_at}")).await, [b, c]);
+    assert_eq!(refs(app, &format!("created_from={b_at}&type=paiement&devise=XOF")).await, [b]);
+    assert!(refs(app, "created_to=2000-01-01T00:00:00Z").await.is_empty());
+    assert_eq!(refs(app, "created_from=2000-01-01T00:00:00.000Z").await, all);
+}
 
-    // A filtered page that holds every match says so, even though older non-matching items follow.
+/// A filtered page that holds every match says so, even though older non-matching items follow; one is
+/// full when more matches exist; filters and paging go together.
+async fn filtered_pages_say_when_they_hold_every_match(app: &TestApp, all: &[&str]) {
+    let &[a, _, c, rmb, ret] = all else { panic!("five transactions: {all:?}") };
     for (query, n) in [("type=retrait&limit=1", 1), ("type=paiement&limit=3", 3), ("statut=succes&limit=2", 2)] {
         let page = app.get_ok(&format!("/v1/transactions?{query}")).await;
         assert_eq!(data(&page).len(), n, "{query}: {page}");
         assert_eq!((page["has_more"].clone(), page["next_cursor"].clone()), (json!(false), Value::Null), "{query}");
     }
-    // A filtered page is full when more matches exist.
     let page = app.get_ok("/v1/transactions?fournisseur=mtn_momo&limit=3").await;
     assert_eq!(field_values(&data(&page), "reference"), [ret, rmb, c]);
     assert_eq!(page["has_more"], true);
@@ -219,8 +235,12 @@ async fn every_filter() {
     // Filters and paging together: one item per page, all of them.
     let walked = app.list_all("/v1/transactions?fournisseur=mtn_momo", 1).await;
     assert_eq!(walked.len(), 4);
+}
 
-    // Each transaction type has the documented fields and values.
+/// Each transaction type has the contract's fields and values; GET by payment reference, refund reference
+/// and payout id gives the same objects as the list.
+async fn each_type_has_the_contracts_fields_and_values(app: &TestApp, all: &[&str]) {
+    let &[a, b, _, rmb, ret] = all else { panic!("five transactions: {all:?}") };
     let items = app.list_all("/v1/transactions", 100).await;
     for tx in &items {
         assert_transaction_shape(tx);
@@ -246,8 +266,7 @@ async fn every_filter() {
     assert_eq!(tx_o["frais"], 30);
     assert_eq!(tx_o["montant_net"], 1970);
 
-    // GET by payment reference, refund reference and payout id gives the same objects.
-    for r in [a, b, c, rmb, ret] {
+    for r in all {
         assert_eq!(app.get_ok(&format!("/v1/transactions/{r}")).await, by_ref(r), "{r}");
     }
 }

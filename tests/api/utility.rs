@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::helpers::{assert_error, int, spawn_app, text};
+use crate::support::{assert_error, int, spawn_app, text};
 
 #[actix_web::test]
 async fn ping_needs_no_key() {

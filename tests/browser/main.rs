@@ -10,11 +10,10 @@
 //! Without `/usr/bin/chromedriver` the test fails and says how to install it: a browser test that passes
 //! without a browser would prove nothing. `.ci/run` installs both packages.
 
-#[allow(dead_code)]
-#[path = "../dashboard/helpers.rs"]
-mod helpers;
+#[path = "../support/mod.rs"]
+mod support;
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,7 +22,7 @@ use caisse_engine::domain::records::DeliveryState;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
-use helpers::{eventually, spawn_app, xof_payment, Receiver, TestApp};
+use support::{always, free_port, payout_body, reference_of, spawn_app, text, until, Receiver, TestApp, DEADLINE};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -51,7 +50,7 @@ impl Driver {
              (apt-get install -y chromium chromium-driver; .ci/run installs them)"
         );
         assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} is missing: apt-get install -y chromium");
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let port = free_port();
         let child = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -196,19 +195,14 @@ impl Browser {
             if self.source().await.contains(text) {
                 return;
             }
-            assert!(started.elapsed() < helpers::DEADLINE, "{path} never showed `{text}`");
+            assert!(started.elapsed() < DEADLINE, "{path} never showed `{text}`");
             actix_web::rt::time::sleep(Duration::from_millis(200)).await;
         }
     }
 }
 
 fn notification_state(app: &TestApp, reference: &str, event: &str) -> Option<(String, DeliveryState)> {
-    let page = app
-        .state
-        .engine
-        .notifications(&app.demo.merchant.id, None, 100, &mut |n| n.reference == reference && n.event.as_str() == event)
-        .expect("store");
-    page.data.into_iter().next().map(|n| (n.id, n.state))
+    app.notification(&app.demo.merchant.id, reference, event).map(|n| (n.id, n.state))
 }
 
 #[actix_web::test]
@@ -216,11 +210,37 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
     let driver = Driver::start();
     let profile = tempfile::TempDir::new().expect("profile dir");
     let app = spawn_app().await;
-    let receiver = Receiver::start(200).await;
+    let receiver = Receiver::start(always(200));
     let browser = Browser::open(&driver, &app.address, profile.path()).await;
     let old_key = app.demo.merchant.secret_key.clone();
 
-    // Log in.
+    log_in(&browser, &app).await;
+    let reference = a_sandbox_payment_appears_and_succeeds(&browser, &app).await;
+    set_the_webhook_url(&browser, &app, &receiver).await;
+    let new_key = roll_the_key(&browser, &app, &old_key).await;
+    resend_a_failed_delivery(&browser, &app, &receiver, &new_key).await;
+
+    // A payout, for the payouts page.
+    let payout = app.with_key(&new_key).payout(&payout_body(1000, "99")).await;
+    browser.click("nav a[href='/payouts']").await;
+    browser.until_shown("/payouts", text(&payout["id"])).await;
+    browser.shot("11-payouts").await;
+
+    the_same_pages_on_a_phone(&browser, &reference).await;
+
+    // Log out: the session is gone.
+    browser.click("form.logout button").await;
+    browser.text("#email").await;
+    assert_eq!(browser.path().await, "/login");
+    browser.goto("/").await;
+    assert_eq!(browser.path().await, "/login");
+    browser.client.close().await.expect("session closed");
+    drop(driver);
+}
+
+/// The dashboard asks for a login first; a wrong password is refused with a message, the right one opens
+/// the overview.
+async fn log_in(browser: &Browser, app: &TestApp) {
     browser.goto("/").await;
     assert_eq!(browser.path().await, "/login", "the dashboard asks for a login first");
     browser.shot("01-login").await;
@@ -234,9 +254,12 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
     browser.click("button[type=submit]").await;
     browser.shows_exactly("h1", "Vue d'ensemble").await;
     assert_eq!(browser.path().await, "/");
+}
 
-    // A sandbox payment made through the API appears, and succeeds.
-    let reference = app.pay(&old_key, xof_payment(5000, "99")).await;
+/// A sandbox payment made through the API appears, succeeds, opens on its detail and counts in the
+/// overview's balance. Returns its reference.
+async fn a_sandbox_payment_appears_and_succeeds(browser: &Browser, app: &TestApp) -> String {
+    let reference = reference_of(&app.pay(5000, "99").await);
     browser.until_shown("/transactions", &reference).await;
     browser.until_shown("/transactions", "badge ok\">succes").await;
     browser.shows("#transactions", "5 000 XOF").await;
@@ -248,45 +271,54 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
     browser.goto("/").await;
     browser.shows("main", "4 925 XOF").await;
     browser.shot("04-overview").await;
+    reference
+}
 
-    // The Webhook URL: a refused value shows why, then the receiver's URL is saved and gets the next webhook.
+/// The Webhook URL: a refused value shows why, then the receiver's URL is saved and gets the next webhook.
+async fn set_the_webhook_url(browser: &Browser, app: &TestApp, receiver: &Receiver) {
     browser.click("nav a[href='/keys']").await;
     browser.shows_exactly("h1", "API keys").await;
     browser.fill("#webhook_url", "ftp://example.com/hook").await;
     browser.click("#save-webhook").await;
     browser.shows("#webhook_url_error", "https://").await;
     browser.shot("05-keys-webhook-refused").await;
-    browser.fill("#webhook_url", &receiver.url).await;
+    browser.fill("#webhook_url", &receiver.url()).await;
     browser.click("#save-webhook").await;
     browser.shows("p.alert.ok", "Webhook URL enregistrée.").await;
     browser.shot("06-keys-webhook-saved").await;
-    let next = app.pay(&old_key, xof_payment(1500, "99")).await;
+    let next = reference_of(&app.pay(1500, "99").await);
     let hit = receiver.wait_for(&next, "payment.succeeded").await;
-    assert!(hit.signed_with(&old_key));
+    assert!(hit.signed_with(&app.key));
+}
 
-    // Roll the key, through the confirmation; the old key is refused by the API from then on.
+/// Rolls the key, through the confirmation; the old key is refused by the API from then on. Returns the new
+/// key, as the page reveals it.
+async fn roll_the_key(browser: &Browser, app: &TestApp, old_key: &str) -> String {
     browser.click("#roll").await;
     browser.shows("main", "l'ancienne cesse de fonctionner immédiatement").await;
     browser.shot("07-roll-confirmation").await;
     browser.click("#confirm-roll").await;
     browser.shows("p.alert.ok", "Nouvelle clé secrète active").await;
-    assert!(!browser.source().await.contains(&old_key));
+    assert!(!browser.source().await.contains(old_key));
     browser.click("#reveal").await;
     let new_key = browser.text("#key-value").await;
     browser.shot("08-keys-rolled-revealed").await;
     assert_ne!(new_key, old_key);
-    assert_eq!(new_key, app.merchant().secret_key);
-    assert_eq!(app.api(&old_key, "GET", "/v1/soldes", None).await.0, 401);
-    assert_eq!(app.api(&new_key, "GET", "/v1/soldes", None).await.0, 200);
+    assert_eq!(new_key, app.demo_merchant().secret_key);
+    app.send(app.get("/v1/soldes").auth(old_key)).await.expect(401);
+    app.send(app.get("/v1/soldes").auth(&new_key)).await.expect(200);
+    new_key
+}
 
-    // A delivery that fails (the receiver answers 500 to both attempts), then is resent from the page.
+/// A delivery that fails (the receiver answers 500 to both attempts), then is resent from the page.
+async fn resend_a_failed_delivery(browser: &Browser, app: &TestApp, receiver: &Receiver, key: &str) {
     receiver.answer(500);
-    let failing = app.pay(&new_key, xof_payment(2000, "99")).await;
-    eventually("the delivery failed", || async {
-        notification_state(&app, &failing, "payment.succeeded").is_some_and(|(_, s)| s == DeliveryState::Failed)
+    let failing = reference_of(&app.with_key(key).pay(2000, "99").await);
+    until("the delivery failed", || async {
+        notification_state(app, &failing, "payment.succeeded").is_some_and(|(_, s)| s == DeliveryState::Failed)
     })
     .await;
-    let (id, _) = notification_state(&app, &failing, "payment.succeeded").expect("notification");
+    let (id, _) = notification_state(app, &failing, "payment.succeeded").expect("notification");
     browser.click("nav a[href='/webhooks']").await;
     let card = format!("#failed article[id='{id}']");
     browser.shows(&card, "500").await;
@@ -294,35 +326,18 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
     receiver.answer(200);
     browser.click(&format!("{card} button[type=submit]")).await;
     browser.shows("p.alert.ok", "Notification renvoyée").await;
-    let hit = receiver.wait_for(&failing, "payment.succeeded").await;
-    eventually("the resent delivery succeeded", || async {
-        notification_state(&app, &failing, "payment.succeeded").is_some_and(|(_, s)| s == DeliveryState::Delivered)
+    receiver.wait_for(&failing, "payment.succeeded").await;
+    until("the resent delivery succeeded", || async {
+        notification_state(app, &failing, "payment.succeeded").is_some_and(|(_, s)| s == DeliveryState::Delivered)
     })
     .await;
-    assert!(receiver
-        .hits()
-        .iter()
-        .any(|h| h.json()["data"]["reference"] == failing.as_str() && h.signed_with(&new_key)));
-    drop(hit);
+    assert!(receiver.hits().iter().any(|h| h.reference() == failing && h.signed_with(key)));
     browser.until_shown("/webhooks", &format!("id=\"{id}\" data-state=\"delivered\"")).await;
     browser.shot("10-webhooks-resent").await;
+}
 
-    // A payout, for the payouts page.
-    let (status, payout) = app
-        .api(
-            &new_key,
-            "POST",
-            "/v1/retraits",
-            Some(json!({"montant": 1000, "devise": "XOF", "fournisseur": "mtn_momo",
-            "beneficiaire_telephone": "+22996000099"})),
-        )
-        .await;
-    assert_eq!(status, 201, "{payout}");
-    browser.click("nav a[href='/payouts']").await;
-    browser.until_shown("/payouts", payout["id"].as_str().expect("payout id")).await;
-    browser.shot("11-payouts").await;
-
-    // The same pages on a phone.
+/// The pages visited, at phone size, for the screenshots.
+async fn the_same_pages_on_a_phone(browser: &Browser, reference: &str) {
     browser.client.set_window_size(PHONE.0, PHONE.1).await.expect("phone size");
     for (path, name) in [
         ("/", "phone-01-overview"),
@@ -336,13 +351,4 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
         browser.shot(name).await;
     }
     browser.client.set_window_size(LAPTOP.0, LAPTOP.1).await.expect("laptop size");
-
-    // Log out: the session is gone.
-    browser.click("form.logout button").await;
-    browser.text("#email").await;
-    assert_eq!(browser.path().await, "/login");
-    browser.goto("/").await;
-    assert_eq!(browser.path().await, "/login");
-    browser.client.close().await.expect("session closed");
-    drop(driver);
 }

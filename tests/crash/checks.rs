@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::load::{Merchant, Run};
-use crate::server::{sleep_ms, Target};
+use crate::server::Target;
+use crate::support::sleep_ms;
 
 /// How long the checks wait for a quiet moment, or for everything to settle.
 const DEADLINE: Duration = Duration::from_secs(60);

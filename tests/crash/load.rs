@@ -21,7 +21,8 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::receiver::Receiver;
-use crate::server::{sleep_ms, Answer, Target};
+use crate::server::{Answer, Target};
+use crate::support::sleep_ms;
 
 /// Providers that take XOF for payments, refunds and payouts.
 const PROVIDERS: [&str; 4] = ["mtn_momo", "orange_money", "moov_money", "wave"];

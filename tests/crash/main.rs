@@ -36,6 +36,9 @@
 //! SIGKILL keeps the operating system's page cache, so this proves that answers come after the write reached
 //! the operating system, not that it reached the disk.
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod checks;
 mod load;
 mod receiver;
@@ -45,15 +48,18 @@ mod store;
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
+use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::checks::Snapshot;
 use crate::load::{Merchant, Outcome, Run};
 use crate::receiver::Receiver;
-use crate::server::{create_merchant, free_port, sleep_ms, Server, Target};
+use crate::server::{create_merchant, Server, Target};
+use crate::support::{free_port, sleep_ms};
 
 const DEFAULT_CYCLES: u32 = 3;
 const MERCHANTS: usize = 3;
@@ -97,6 +103,21 @@ async fn check_all(run: &Run, since_cycle: u32, webhooks_read: &mut [usize], see
     assert!(wrong.is_empty(), "seed {seed}, {when}: {} failures:\n{}", wrong.len(), wrong.join("\n"));
 }
 
+/// Where the server runs: its working directory, its data directory and its port, the same at every start.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    work_dir: &'a Path,
+    data_dir: &'a Path,
+    port: u16,
+}
+
+/// The SIGKILLs sent, and how many of them hit a server while it was starting.
+#[derive(Default)]
+struct Kills {
+    all: u32,
+    while_starting: u32,
+}
+
 #[actix_web::test]
 async fn acknowledged_changes_survive_kill_9_under_http_load() {
     let started = Instant::now();
@@ -106,20 +127,11 @@ async fn acknowledged_changes_survive_kill_9_under_http_load() {
     let mut rng = StdRng::seed_from_u64(seed);
 
     let dir = tempfile::TempDir::new().expect("temp dir");
-    let (work_dir, data_dir) = (dir.path(), dir.path().join("data"));
-    let mut merchants = Vec::new();
-    for i in 0..MERCHANTS {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("receiver binds");
-        let url = format!("http://127.0.0.1:{}/webhooks", listener.local_addr().expect("receiver address").port());
-        let name = format!("m{i}");
-        let created = create_merchant(work_dir, &data_dir, &name, &url);
-        let receiver = Receiver::start(listener, created.secret_key.clone());
-        merchants.push(Merchant::new(name, created.id, created.secret_key, receiver));
-    }
-    let port = free_port();
+    let data_dir = dir.path().join("data");
+    let place = Place { work_dir: dir.path(), data_dir: &data_dir, port: free_port() };
     let run = Rc::new(Run {
-        target: Target::new(port),
-        merchants,
+        target: Target::new(place.port),
+        merchants: merchants_with_receivers(place),
         cycle: Default::default(),
         tally: Default::default(),
         violations: Default::default(),
@@ -129,25 +141,7 @@ async fn acknowledged_changes_survive_kill_9_under_http_load() {
         .collect();
 
     let mut webhooks_read = vec![0; MERCHANTS];
-    let (mut kills, mut early_kills) = (0, 0);
-    let mut server = Server::start(work_dir, &data_dir, port).await;
-    for cycle in 1..=cycles {
-        run.cycle.set(cycle);
-        run.target.open();
-        sleep_ms(rng.gen_range(200..1_500)).await;
-        run.target.close();
-        server.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}: {e}"));
-        kills += 1;
-        if rng.gen_ratio(1, 4) {
-            let early = Server::spawn(work_dir, &data_dir, port);
-            sleep_ms(rng.gen_range(0..400)).await;
-            early.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}, early kill: {e}"));
-            kills += 1;
-            early_kills += 1;
-        }
-        server = Server::start(work_dir, &data_dir, port).await;
-        check_all(&run, cycle, &mut webhooks_read, seed, &format!("after kill {cycle}")).await;
-    }
+    let (server, mut kills) = kill_cycles(&run, place, cycles, &mut rng, seed, &mut webhooks_read).await;
 
     // The last stretch: load without a kill, then nothing new until everything settled.
     run.cycle.set(cycles + 1);
@@ -159,10 +153,73 @@ async fn acknowledged_changes_survive_kill_9_under_http_load() {
     }
     let settled = checks::settle(&run).await;
     check_all(&run, 0, &mut webhooks_read, seed, "at the end").await;
+    every_implied_notification_is_acknowledged(&run, &settled, seed).await;
+    // Let the last attempts' outcomes be written (nothing arrives for a while), then kill and read the store.
+    let deliveries = deliveries_once_quiet(&run).await;
+    server.kill().unwrap_or_else(|e| panic!("seed {seed}, the last kill: {e}"));
+    kills.all += 1;
+    let stored = store::check_store(&data_dir, &run)
+        .await
+        .unwrap_or_else(|wrong| panic!("seed {seed}, the store: {} failures:\n{}", wrong.len(), wrong.join("\n")));
+    println!(
+        "crash test: seed {seed}, {cycles} cycles, {} kills ({} while starting), {:.1} s",
+        kills.all,
+        kills.while_starting,
+        started.elapsed().as_secs_f64()
+    );
+    report(&run, stored, deliveries);
+}
 
-    // Every notification the final states imply reaches its receiver, verified.
+/// The merchants, made with `caisse merchant create`, each with its verifying webhook receiver.
+fn merchants_with_receivers(place: Place) -> Vec<Merchant> {
+    let mut merchants = Vec::new();
+    for i in 0..MERCHANTS {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("receiver binds");
+        let url = format!("http://127.0.0.1:{}/webhooks", listener.local_addr().expect("receiver address").port());
+        let name = format!("m{i}");
+        let created = create_merchant(place.work_dir, place.data_dir, &name, &url);
+        let receiver = Receiver::start(listener, created.secret_key.clone());
+        merchants.push(Merchant::new(name, created.id, created.secret_key, receiver));
+    }
+    merchants
+}
+
+/// Each cycle: the load runs, the server is killed (in one cycle out of four a second server too, while it
+/// starts), started again, and everything is checked. Returns the server running after the last cycle.
+async fn kill_cycles(
+    run: &Run,
+    place: Place<'_>,
+    cycles: u32,
+    rng: &mut StdRng,
+    seed: u64,
+    webhooks_read: &mut [usize],
+) -> (Server, Kills) {
+    let mut kills = Kills::default();
+    let mut server = Server::start(place.work_dir, place.data_dir, place.port).await;
+    for cycle in 1..=cycles {
+        run.cycle.set(cycle);
+        run.target.open();
+        sleep_ms(rng.gen_range(200..1_500)).await;
+        run.target.close();
+        server.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}: {e}"));
+        kills.all += 1;
+        if rng.gen_ratio(1, 4) {
+            let early = Server::spawn(place.work_dir, place.data_dir, place.port);
+            sleep_ms(rng.gen_range(0..400)).await;
+            early.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}, early kill: {e}"));
+            kills.all += 1;
+            kills.while_starting += 1;
+        }
+        server = Server::start(place.work_dir, place.data_dir, place.port).await;
+        check_all(run, cycle, webhooks_read, seed, &format!("after kill {cycle}")).await;
+    }
+    (server, kills)
+}
+
+/// Every notification the final states imply reaches its receiver, verified, within [`DELIVERY_DEADLINE`].
+async fn every_implied_notification_is_acknowledged(run: &Run, settled: &[Snapshot], seed: u64) {
     let expected: Vec<BTreeSet<(String, String)>> =
-        run.merchants.iter().zip(&settled).map(|(m, snap)| checks::expected_notifications(m, snap)).collect();
+        run.merchants.iter().zip(settled).map(|(m, snap)| checks::expected_notifications(m, snap)).collect();
     let waiting = Instant::now();
     loop {
         let missing: Vec<String> = run
@@ -186,29 +243,26 @@ async fn acknowledged_changes_survive_kill_9_under_http_load() {
         );
         sleep_ms(100).await;
     }
-    // Let the last attempts' outcomes be written (nothing arrives for a while), then kill and read the store.
+}
+
+/// Waits until no verified delivery arrives for 1.5 s; returns how many arrived in all.
+async fn deliveries_once_quiet(run: &Run) -> usize {
     let mut deliveries = 0;
     loop {
         let now: usize = run.merchants.iter().map(|m| m.receiver.delivery_count()).sum();
         if now == deliveries {
-            break;
+            return deliveries;
         }
         deliveries = now;
         sleep_ms(1_500).await;
     }
-    server.kill().unwrap_or_else(|e| panic!("seed {seed}, the last kill: {e}"));
-    kills += 1;
-    let stored = store::check_store(&data_dir, &run)
-        .await
-        .unwrap_or_else(|wrong| panic!("seed {seed}, the store: {} failures:\n{}", wrong.len(), wrong.join("\n")));
+}
 
+/// What the run did, for the log.
+fn report(run: &Run, stored: usize, deliveries: usize) {
     let acknowledged: usize = run.merchants.iter().map(|m| store::acknowledged_notifications(m).len()).sum();
     let refused_on_purpose: usize =
         run.merchants.iter().map(|m| m.receiver.deliveries_from(0).iter().filter(|d| d.answered != 200).count()).sum();
-    println!(
-        "crash test: seed {seed}, {cycles} cycles, {kills} kills ({early_kills} while starting), {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
     println!(
         "  acknowledged: {} payments, {} refunds, {} payouts",
         run.count_of("payment acknowledged"),

@@ -55,7 +55,7 @@ async fn the_checks_catch_lost_doubled_refused_regressed_and_miscounted_changes(
     let receiver = Receiver::start(listener, "sk_test_unused".into());
     let merchant = Merchant::new("m".into(), "mch_unused".into(), "sk_test_unused".into(), receiver);
     // No server: nothing was answered since cycle u32::MAX, so the checks read nothing one by one.
-    let target = Target::new(crate::server::free_port());
+    let target = Target::new(crate::support::free_port());
     let check = |snap: Snapshot| {
         *merchant.book.borrow_mut() = book();
         let (target, merchant) = (&target, &merchant);

@@ -4,13 +4,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::support::sleep_ms;
 
 const BIN: &str = env!("CARGO_BIN_EXE_caisse");
 /// The sandbox provider's delay: short, so that payments, refunds and payouts complete between kills.
@@ -22,15 +24,6 @@ pub const PAYMENT_TTL: &str = "2s";
 const RETRY_SCHEDULE: &str = "300ms,300ms,500ms,500ms,1s,1s,1s,1s,1s";
 /// How long a start may take before the test gives up on it.
 const START_DEADLINE: Duration = Duration::from_secs(30);
-
-pub async fn sleep_ms(ms: u64) {
-    actix_web::rt::time::sleep(Duration::from_millis(ms)).await;
-}
-
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
 
 /// `caisse` with the test's settings, on `data_dir`.
 fn caisse(work_dir: &Path, data_dir: &Path) -> Command {

@@ -10,7 +10,7 @@ use caisse_engine::domain::records::DeliveryState;
 use caisse_engine::store::{Audit, Outbox, SledStore};
 
 use crate::load::{Merchant, Run};
-use crate::server::sleep_ms;
+use crate::support::sleep_ms;
 
 /// How long the store may take to open once the killed server is reaped.
 const OPEN_DEADLINE: Duration = Duration::from_secs(30);

@@ -1,6 +1,7 @@
 //! Login, logout, the session cookie's flags, CSRF on every form, and the throttling of failed logins.
 
-use crate::helpers::{spawn_app, spawn_production_app, Agent};
+use crate::agent::Agent;
+use crate::support::{spawn_app, spawn_production_app};
 
 #[actix_web::test]
 async fn every_page_and_form_requires_a_session() {
@@ -82,7 +83,7 @@ async fn a_wrong_password_or_unknown_email_is_refused_alike() {
     let unknown = agent.login("nobody@example.com", app.password()).await;
     unknown.expect(401).contains("E-mail ou mot de passe incorrect.");
     // Another merchant's password does not open the demo account.
-    let other = app.other_merchant("Autre").await;
+    let other = app.create_merchant("Autre", None).await;
     agent.login(app.email(), &other.password).await.expect(401);
     agent.get("/").await.expect_redirect("/login");
 }
@@ -110,7 +111,7 @@ async fn the_login_form_is_protected_against_csrf() {
 async fn every_form_refuses_a_missing_or_foreign_csrf_token() {
     let app = spawn_app().await;
     let mut agent = app.logged_in().await;
-    let before = app.merchant();
+    let before = app.demo_merchant();
     let mut other = app.logged_in().await;
     let foreign = other.get("/keys").await.csrf();
     let posts: [(&str, Vec<(&str, &str)>); 5] = [
@@ -130,7 +131,7 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token() {
         with_empty.push(("csrf", ""));
         agent.post(path, &with_empty).await.expect(403);
     }
-    let after = app.merchant();
+    let after = app.demo_merchant();
     assert_eq!(after.secret_key, before.secret_key, "no roll happened");
     assert_eq!(after.webhook_url, before.webhook_url, "no URL saved");
     agent.get("/").await.expect(200);

@@ -2,7 +2,7 @@
 //! working on the API at once, webhooks are signed with the new one), and the Webhook URL field validated as
 //! docs/api.md § Webhook delivery says, with the reason shown next to the field.
 
-use crate::helpers::{spawn_app, spawn_production_app, xof_payment, Receiver};
+use crate::support::{always, payment_body, reference_of, spawn_app, spawn_production_app, Receiver};
 
 #[actix_web::test]
 async fn the_key_is_masked_until_revealed() {
@@ -22,21 +22,21 @@ async fn the_key_is_masked_until_revealed() {
 async fn rolling_the_key_stops_the_old_one_and_signs_webhooks_with_the_new_one() {
     let app = spawn_app().await;
     let old = app.demo.merchant.secret_key.clone();
-    let receiver = Receiver::start(200).await;
+    let receiver = Receiver::start(always(200));
     let mut agent = app.logged_in().await;
     let keys = agent.get("/keys").await;
-    agent.post("/keys/webhook", &[("csrf", &keys.csrf()), ("webhook_url", &receiver.url)]).await;
-    assert_eq!(app.api(&old, "GET", "/v1/soldes", None).await.0, 200);
+    agent.post("/keys/webhook", &[("csrf", &keys.csrf()), ("webhook_url", &receiver.url())]).await;
+    app.send(app.get("/v1/soldes").auth(&old)).await.expect(200);
 
     // The roll asks first; without the confirmation nothing changes.
     let confirm = agent.get("/keys/roll").await;
     confirm.expect(200).contains("l'ancienne cesse de fonctionner immédiatement").contains("confirmer");
     let token = confirm.csrf();
     agent.post("/keys/roll", &[("csrf", &token)]).await.expect(400);
-    assert_eq!(app.merchant().secret_key, old);
+    assert_eq!(app.demo_merchant().secret_key, old);
 
     agent.post("/keys/roll", &[("csrf", &token), ("confirmer", "oui")]).await.expect_redirect("/keys?info=cle_changee");
-    let new = app.merchant().secret_key;
+    let new = app.demo_merchant().secret_key;
     assert_ne!(new, old);
     assert!(new.starts_with("sk_test_") && new.len() == old.len());
     let page = agent.get("/keys?info=cle_changee").await;
@@ -44,14 +44,14 @@ async fn rolling_the_key_stops_the_old_one_and_signs_webhooks_with_the_new_one()
     agent.post("/keys/reveal", &[("csrf", &page.csrf())]).await.contains(&new);
 
     // The API: the old key is unknown from now on, the new one works.
-    let (status, body) = app.api(&old, "GET", "/v1/soldes", None).await;
-    assert_eq!(status, 401, "{body}");
-    assert_eq!(body["error"]["code"], "unauthorized");
-    assert_eq!(app.api(&old, "POST", "/v1/paiement/initier", Some(xof_payment(1000, "99"))).await.0, 401);
-    assert_eq!(app.api(&new, "GET", "/v1/soldes", None).await.0, 200);
+    let resp = app.send(app.get("/v1/soldes").auth(&old)).await;
+    resp.expect(401);
+    assert_eq!(resp.json["error"]["code"], "unauthorized");
+    app.with_key(&old).post_payment(&payment_body(1000, "99")).await.expect(401);
+    app.send(app.get("/v1/soldes").auth(&new)).await.expect(200);
 
     // The next webhook is signed with the new key.
-    let reference = app.pay(&new, xof_payment(1000, "99")).await;
+    let reference = reference_of(&app.with_key(&new).pay(1000, "99").await);
     let hit = receiver.wait_for(&reference, "payment.succeeded").await;
     assert!(hit.signed_with(&new), "signed with the new key");
     assert!(!hit.signed_with(&old));
@@ -74,7 +74,7 @@ async fn the_webhook_url_is_validated_with_the_reason_next_to_the_field() {
     }
     let long = format!("https://example.com/{}", "a".repeat(2100));
     agent.post("/keys/webhook", &[("csrf", &token), ("webhook_url", &long)]).await.expect(400).contains("2048");
-    assert_eq!(app.merchant().webhook_url, None, "nothing refused was saved");
+    assert_eq!(app.demo_merchant().webhook_url, None, "nothing refused was saved");
 
     // The sandbox accepts http and loopback; an empty field removes the URL.
     let url = "http://127.0.0.1:9/hook";
@@ -82,10 +82,10 @@ async fn the_webhook_url_is_validated_with_the_reason_next_to_the_field() {
         .post("/keys/webhook", &[("csrf", &token), ("webhook_url", url)])
         .await
         .expect_redirect("/keys?info=webhook_enregistre");
-    assert_eq!(app.merchant().webhook_url.as_deref(), Some(url));
+    assert_eq!(app.demo_merchant().webhook_url.as_deref(), Some(url));
     agent.get("/keys?info=webhook_enregistre").await.contains("Webhook URL enregistrée.").contains(url);
     agent.post("/keys/webhook", &[("csrf", &token), ("webhook_url", "  ")]).await.expect(303);
-    assert_eq!(app.merchant().webhook_url, None);
+    assert_eq!(app.demo_merchant().webhook_url, None);
 }
 
 #[actix_web::test]
@@ -108,10 +108,10 @@ async fn production_refuses_http_loopback_and_private_webhook_urls() {
         let page = agent.post("/keys/webhook", &[("csrf", &token), ("webhook_url", url)]).await;
         page.expect(400).contains(reason).contains("webhook_url_error");
     }
-    assert_eq!(app.merchant().webhook_url, None);
+    assert_eq!(app.demo_merchant().webhook_url, None);
     // A public https address is accepted: an address literal from the documentation range, so the check
     // needs no DNS, and this server has no payment that could send anything there.
     let url = "https://192.0.2.10/hook";
     agent.post("/keys/webhook", &[("csrf", &token), ("webhook_url", url)]).await.expect(303);
-    assert_eq!(app.merchant().webhook_url.as_deref(), Some(url));
+    assert_eq!(app.demo_merchant().webhook_url.as_deref(), Some(url));
 }

@@ -5,10 +5,14 @@
 //! form, throttling), [`pages`] (overview, transactions with filters, pages and detail, payouts, amounts in
 //! major units), [`keys`] (the "API keys" section: reveal, roll, the Webhook URL and its validation) and
 //! [`webhooks`] (deliveries with their attempts, resend, and the saved URL receiving the next webhook).
-//! Every test starts its own server, so tests run in parallel and leave nothing behind.
+//! Every test starts its own server ([`support::spawn_app`]), so tests run in parallel and leave nothing
+//! behind; [`agent`] is the browser-like client of the pages.
 
+#[path = "../support/mod.rs"]
+mod support;
+
+mod agent;
 mod auth;
-mod helpers;
 mod keys;
 mod pages;
 mod webhooks;

@@ -3,7 +3,8 @@
 
 use serde_json::json;
 
-use crate::helpers::{eventually, spawn_app, xof_payment, Page, TestApp};
+use crate::agent::Page;
+use crate::support::{payout_body, reference_of, spawn_app, text, TestApp};
 
 /// Rows of a list page: each row has exactly one cell labelled `label`.
 fn rows(page: &Page, label: &str) -> usize {
@@ -18,35 +19,27 @@ fn next_link(page: &Page) -> Option<String> {
 }
 
 async fn payout(app: &TestApp, montant: i64, ending: &str, statut: &str) -> String {
-    let key = &app.demo.merchant.secret_key;
-    let body = json!({"montant": montant, "devise": "XOF", "fournisseur": "mtn_momo",
-        "beneficiaire_telephone": format!("+229960000{ending}")});
-    let (status, answer) = app.api(key, "POST", "/v1/retraits", Some(body)).await;
-    assert_eq!(status, 201, "payout: {answer}");
-    let id = answer["id"].as_str().expect("id").to_owned();
-    let path = format!("/v1/retraits/{id}");
-    eventually(&format!("{id} {statut}"), || async { app.api(key, "GET", &path, None).await.1["statut"] == statut })
-        .await;
+    let id = text(&app.payout(&payout_body(montant, ending)).await["id"]).to_owned();
+    app.wait_payout(&id, statut).await;
     id
 }
 
 #[actix_web::test]
 async fn overview_shows_balances_per_currency_in_major_units() {
     let app = spawn_app().await;
-    let key = app.demo.merchant.secret_key.clone();
     let mut agent = app.logged_in().await;
     agent.get("/").await.expect(200).contains("Aucun solde");
-    let reference = app.pay(&key, xof_payment(5000, "99")).await;
-    app.wait_payment(&key, &reference, "succes").await;
-    let eur = app
-        .pay(
-            &key,
-            json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099"}),
+    let reference = reference_of(&app.pay(5000, "99").await);
+    app.wait_payment(&reference, "succes").await;
+    let eur = reference_of(
+        &app.initiate(
+            &json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099"}),
         )
-        .await;
-    app.wait_payment(&key, &eur, "succes").await;
+        .await,
+    );
+    app.wait_payment(&eur, "succes").await;
     // mtn_momo keeps 1.5 %: 5 000 XOF paid, 4 925 XOF available.
-    let (_, soldes) = app.api(&key, "GET", "/v1/soldes", None).await;
+    let soldes = app.get_ok("/v1/soldes").await;
     let row = |devise: &str| soldes["data"].as_array().expect("rows").iter().find(|r| r["devise"] == devise).cloned();
     assert_eq!(row("XOF").expect("XOF")["disponible"], 4925);
     let eur_net = row("EUR").expect("EUR")["disponible"].as_i64().expect("EUR");
@@ -62,23 +55,22 @@ async fn overview_shows_balances_per_currency_in_major_units() {
 #[actix_web::test]
 async fn transactions_filter_page_and_open_with_history_and_deliveries() {
     let app = spawn_app().await;
-    let key = app.demo.merchant.secret_key.clone();
     let mut references = Vec::new();
     for i in 0..24 {
-        references.push((app.pay(&key, xof_payment(1000 + i, "99")).await, "succes"));
+        references.push((reference_of(&app.pay(1000 + i, "99").await), "succes"));
     }
     for _ in 0..3 {
-        references.push((app.pay(&key, xof_payment(700, "01")).await, "echec"));
+        references.push((reference_of(&app.pay(700, "01").await), "echec"));
     }
-    let eur = app
-        .pay(
-            &key,
-            json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099"}),
+    let eur = reference_of(
+        &app.initiate(
+            &json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099"}),
         )
-        .await;
+        .await,
+    );
     references.push((eur.clone(), "succes"));
     for (reference, statut) in &references {
-        app.wait_payment(&key, reference, statut).await;
+        app.wait_payment(reference, statut).await;
     }
     let mut agent = app.logged_in().await;
 
@@ -121,8 +113,8 @@ async fn transactions_filter_page_and_open_with_history_and_deliveries() {
     detail.contains("Historique").contains("Paiement initié").contains("Confirmé par le fournisseur");
     detail.contains("Livraisons webhook").contains("payment.succeeded");
     // Another merchant's transactions do not exist here.
-    let other = app.other_merchant("Voisin").await;
-    let theirs = app.pay(&other.merchant.secret_key, xof_payment(900, "99")).await;
+    let other = app.create_merchant("Voisin", None).await;
+    let theirs = reference_of(&app.with_key(&other.merchant.secret_key).pay(900, "99").await);
     agent.get(&format!("/transactions/{theirs}")).await.expect(404);
     agent.get("/transactions/no-such-ref").await.expect(404);
 }
@@ -130,9 +122,8 @@ async fn transactions_filter_page_and_open_with_history_and_deliveries() {
 #[actix_web::test]
 async fn payouts_are_listed_filtered_and_open_on_their_detail() {
     let app = spawn_app().await;
-    let key = app.demo.merchant.secret_key.clone();
-    let funded = app.pay(&key, xof_payment(10_000, "99")).await;
-    app.wait_payment(&key, &funded, "succes").await;
+    let funded = reference_of(&app.pay(10_000, "99").await);
+    app.wait_payment(&funded, "succes").await;
     let sent = payout(&app, 2000, "99", "traite").await;
     let rejected = payout(&app, 1000, "01", "rejete").await;
     let mut agent = app.logged_in().await;

@@ -1,44 +1,39 @@
 //! Webhook deliveries in the dashboard: a URL saved through the form is where the next webhook goes; the
 //! webhooks page lists every notification with its attempts, failed ones first; resend sends one again.
 
-use caisse_engine::domain::records::DeliveryState;
+use caisse_engine::domain::records::{DeliveryState, Notification};
 
-use crate::helpers::{eventually, spawn_app, xof_payment, Receiver, TestApp};
+use crate::agent::Agent;
+use crate::support::{always, reference_of, spawn_app, until, Receiver, TestApp};
 
-async fn save_url(app: &TestApp, agent: &mut crate::helpers::Agent, url: &str) {
+async fn save_url(app: &TestApp, agent: &mut Agent, url: &str) {
     let token = agent.get("/keys").await.csrf();
     agent.post("/keys/webhook", &[("csrf", &token), ("webhook_url", url)]).await.expect(303);
-    assert_eq!(app.merchant().webhook_url.as_deref(), Some(url));
+    assert_eq!(app.demo_merchant().webhook_url.as_deref(), Some(url));
 }
 
-/// The state of the demo merchant's notification about `reference` with `event`.
-fn notification(app: &TestApp, reference: &str, event: &str) -> Option<caisse_engine::domain::records::Notification> {
-    app.state
-        .engine
-        .notifications(&app.demo.merchant.id, None, 100, &mut |n| n.reference == reference && n.event.as_str() == event)
-        .expect("store")
-        .data
-        .into_iter()
-        .next()
+/// The demo merchant's notification about `reference` with `event`.
+fn notification(app: &TestApp, reference: &str, event: &str) -> Option<Notification> {
+    app.notification(&app.demo.merchant.id, reference, event)
 }
 
 #[actix_web::test]
 async fn a_saved_webhook_url_receives_the_next_delivery() {
     let app = spawn_app().await;
     let key = app.demo.merchant.secret_key.clone();
-    let first = Receiver::start(200).await;
-    let second = Receiver::start(200).await;
+    let first = Receiver::start(always(200));
+    let second = Receiver::start(always(200));
     let mut agent = app.logged_in().await;
-    save_url(&app, &mut agent, &first.url).await;
-    let reference = app.pay(&key, xof_payment(2500, "99")).await;
+    save_url(&app, &mut agent, &first.url()).await;
+    let reference = reference_of(&app.pay(2500, "99").await);
     let hit = first.wait_for(&reference, "payment.succeeded").await;
     assert!(hit.signed_with(&key));
     assert_eq!(hit.json()["data"]["montant"], 2500);
 
     // Change the URL: the next payment's webhooks go to the new receiver only.
-    save_url(&app, &mut agent, &second.url).await;
+    save_url(&app, &mut agent, &second.url()).await;
     let before = first.hits().len();
-    let reference = app.pay(&key, xof_payment(3000, "99")).await;
+    let reference = reference_of(&app.pay(3000, "99").await);
     second.wait_for(&reference, "payment.succeeded").await;
     assert_eq!(first.hits().len(), before, "nothing more went to the old URL");
 
@@ -46,7 +41,7 @@ async fn a_saved_webhook_url_receives_the_next_delivery() {
     let detail = agent.get(&format!("/transactions/{reference}")).await;
     detail.expect(200).contains("payment.succeeded").contains("livré");
     let page = agent.get("/webhooks").await;
-    page.expect(200).contains(&reference).contains("payment.succeeded").contains(&second.url);
+    page.expect(200).contains(&reference).contains("payment.succeeded").contains(&second.url());
     page.contains("Statut HTTP").contains("Latence").contains("Chaîne signée (début)");
     let n = notification(&app, &reference, "payment.succeeded").expect("notification");
     let attempt = n.attempts.last().expect("an attempt");
@@ -59,12 +54,12 @@ async fn a_saved_webhook_url_receives_the_next_delivery() {
 async fn failed_deliveries_come_first_and_can_be_resent() {
     let app = spawn_app().await;
     let key = app.demo.merchant.secret_key.clone();
-    let receiver = Receiver::start(500).await;
+    let receiver = Receiver::start(always(500));
     let mut agent = app.logged_in().await;
-    save_url(&app, &mut agent, &receiver.url).await;
-    let reference = app.pay(&key, xof_payment(4000, "99")).await;
+    save_url(&app, &mut agent, &receiver.url()).await;
+    let reference = reference_of(&app.pay(4000, "99").await);
     // Two attempts (the test schedule has one retry after 100 ms), both answered 500: the notification ends failed.
-    eventually("payment.succeeded failed", || async {
+    until("payment.succeeded failed", || async {
         notification(&app, &reference, "payment.succeeded").is_some_and(|n| n.state == DeliveryState::Failed)
     })
     .await;
@@ -84,7 +79,7 @@ async fn failed_deliveries_come_first_and_can_be_resent() {
     let token = page.csrf();
     let resend = format!("/webhooks/{}/resend", failed.id);
     agent.post(&resend, &[]).await.expect(403);
-    let other = app.other_merchant("Autre").await;
+    let other = app.create_merchant("Autre", None).await;
     let mut intruder = app.agent();
     intruder.login(&other.merchant.email, &other.password).await.expect(303);
     let their_token = intruder.get("/webhooks").await.csrf();
@@ -96,7 +91,7 @@ async fn failed_deliveries_come_first_and_can_be_resent() {
     receiver.answer(200);
     let before = receiver.hits().len();
     agent.post(&resend, &[("csrf", &token)]).await.expect_redirect("/webhooks?info=renvoye");
-    eventually("resent notification delivered", || async {
+    until("resent notification delivered", || async {
         notification(&app, &reference, "payment.succeeded").is_some_and(|n| n.state == DeliveryState::Delivered)
     })
     .await;

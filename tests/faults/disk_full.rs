@@ -1,7 +1,7 @@
 //! Disk full: the data directory on a 64 MiB tmpfs, filled to ENOSPC under a running server, then emptied.
 
+use crate::rig::{Api, Caisse, Findings};
 use crate::scenario::{self, Acknowledged};
-use crate::support::{Api, Caisse, Findings};
 use crate::volume::{self, Mount};
 
 #[actix_web::test]

@@ -25,7 +25,7 @@
 //! Each ends with a restart on the same directory, whose startup audit refuses any ledger disagreement. Every
 //! payment answered with a 2xx before, during or after the fault (idempotent replays included) and every
 //! payment a read showed must then be there, and the balance must be what the successful payments add up to.
-//! Expectations after the fault begins are collected ([`support::Findings`]) rather than asserted one by one,
+//! Expectations after the fault begins are collected ([`rig::Findings`]) rather than asserted one by one,
 //! so that a store that does not recover in place is still checked for durability, and one run reports
 //! everything that is wrong.
 //!
@@ -36,9 +36,12 @@
 //! the start on a read-only directory and the restart after it, not a fault under a running server (file
 //! permissions do not apply to files already open).
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod disk_full;
 mod read_only;
+mod rig;
 mod scenario;
-mod support;
 mod volume;
 mod webhooks;

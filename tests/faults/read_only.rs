@@ -6,8 +6,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::rig::{log_tail, Api, Caisse, Findings, Started, DEADLINE};
 use crate::scenario::{self, Acknowledged};
-use crate::support::{log_tail, Api, Caisse, Findings, Started, DEADLINE};
 use crate::volume::{self, Mount};
 
 #[actix_web::test]

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{sleep_ms, Api, Findings, DEADLINE};
+use crate::rig::{Api, Findings, DEADLINE};
+use crate::support::sleep_ms;
 
 /// Payments offered once the fault is in place before the test gives up waiting for a refusal. A store may
 /// have a little room left (a page, a preallocated file), but never this much.

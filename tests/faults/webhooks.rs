@@ -5,41 +5,14 @@
 //! disk is full it must not get more than that, or every storage fault turns into a flood of duplicate
 //! webhooks at every merchant with a delivery due.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
-
-use actix_web::{web, App, HttpResponse, HttpServer};
-
-use crate::support::{sleep_ms, Api, Caisse, DEADLINE};
+use crate::rig::{Api, Caisse, DEADLINE};
+use crate::support::{always, sleep_ms, Receiver};
 use crate::volume::{self, Mount};
 
 /// Every notification is retried each second while its receiver fails.
 const RETRY_EVERY_S: u64 = 1;
 /// How long the disk stays full while deliveries are counted.
 const FAULT_S: u64 = 5;
-
-/// A webhook receiver that answers 500 to everything and counts what it receives.
-fn failing_receiver() -> (String, Arc<AtomicUsize>) {
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = web::Data::from(hits.clone());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("receiver binds");
-    let port = listener.local_addr().expect("receiver address").port();
-    let server = HttpServer::new(move || {
-        App::new().app_data(counter.clone()).default_service(web::to(|hits: web::Data<AtomicUsize>| async move {
-            hits.fetch_add(1, Ordering::SeqCst);
-            HttpResponse::InternalServerError().finish()
-        }))
-    })
-    .workers(1)
-    .disable_signals()
-    .listen(listener)
-    .expect("receiver listens")
-    .run();
-    // The receiver lives as long as the test's actix System.
-    actix_web::rt::spawn(server);
-    (format!("http://127.0.0.1:{port}/hook"), hits)
-}
 
 #[actix_web::test]
 async fn a_full_disk_does_not_make_webhook_deliveries_repeat_in_a_loop() {
@@ -51,8 +24,9 @@ async fn a_full_disk_does_not_make_webhook_deliveries_repeat_in_a_loop() {
     let mount = Mount::tmpfs(&workdir.path().join("vol"), 64);
     let mut caisse = Caisse::new(workdir.path(), mount.point.join("data"));
     caisse.set("CAISSE_WEBHOOK_RETRY_SCHEDULE", &vec![format!("{RETRY_EVERY_S}s"); 20].join(","));
-    let (url, hits) = failing_receiver();
-    let key = caisse.create_merchant(Some(&url));
+    // A receiver that answers 500 to everything, so that every notification keeps being retried.
+    let receiver = Receiver::start(always(500));
+    let key = caisse.create_merchant(Some(&receiver.url()));
     let mut server = caisse.spawn();
     server.listening().await;
     let api = Api::new(&server, &key);
@@ -61,16 +35,12 @@ async fn a_full_disk_does_not_make_webhook_deliveries_repeat_in_a_loop() {
     assert_eq!(paid.status, 201, "{paid}");
     // payment.initiated, payment.processing and payment.succeeded, each refused once at least.
     let notifications = 3;
-    let begun = Instant::now();
-    while hits.load(Ordering::SeqCst) < notifications {
-        assert!(begun.elapsed() < DEADLINE, "the receiver got {} webhooks", hits.load(Ordering::SeqCst));
-        sleep_ms(50).await;
-    }
+    receiver.wait("each notification refused once", DEADLINE, |hits| hits.len() >= notifications).await;
 
     mount.fill();
-    let at_fill = hits.load(Ordering::SeqCst);
+    let at_fill = receiver.hits().len();
     sleep_ms(FAULT_S * 1_000).await;
-    let during = hits.load(Ordering::SeqCst) - at_fill;
+    let during = receiver.hits().len() - at_fill;
     mount.unfill();
     let stopped = server.stop().await;
     eprintln!("faults: {during} webhook deliveries in the {FAULT_S} s the disk was full; the server {stopped}");

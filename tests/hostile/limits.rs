@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use caisse::config::{Layer, Settings};
 use caisse::http::extract::BODY_TIMEOUT_MS;
 
-use crate::api::{assert_error, spawn_app, spawn_app_with};
+use crate::support::{assert_error, spawn_app, spawn_app_with};
 
 /// Sends `request` on a new connection and reads the answer until the server closes it or 20 s pass.
 /// Returns the answer's text and how long it took.
@@ -82,7 +82,7 @@ async fn the_rate_limit_comes_from_configuration_and_is_per_key() {
     let loaded = Settings::load(Some(&file), env, Layer::from_flags(None, None, None)).expect("settings");
     assert_eq!(loaded.rate_limit_per_s, 3, "CAISSE_RATE_LIMIT_PER_S reaches the settings");
     let app = spawn_app_with(|s| s.rate_limit_per_s = loaded.rate_limit_per_s).await;
-    let other = app.new_merchant("Other Shop").await;
+    let other = app.create_merchant("Other Shop", None).await.merchant.secret_key;
 
     let started = Instant::now();
     let mut served = 0;

@@ -15,12 +15,11 @@
 //! `bad_paging_parameters_name_their_field`), and the throttling of failed dashboard logins per address and
 //! per account (`tests/dashboard/auth.rs`, `failed_logins_are_throttled_per_address_and_per_account`).
 
-#[allow(dead_code)]
-#[path = "../api/helpers.rs"]
-mod api;
-#[allow(dead_code)]
-#[path = "../dashboard/helpers.rs"]
-mod dashboard;
+/// The dashboard suite's browser-like agent, for the pages.
+#[path = "../dashboard/agent.rs"]
+mod agent;
+#[path = "../support/mod.rs"]
+mod support;
 
 mod isolation;
 mod limits;

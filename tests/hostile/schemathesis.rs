@@ -22,7 +22,7 @@ use std::process::{Command, Output};
 
 use serde_json::json;
 
-use crate::api::{payment_body, payout_body, spawn_app, text};
+use crate::support::{payment_body, payout_body, spawn_app, text};
 
 /// The schemathesis release this test installs.
 const VERSION: &str = "4.32.5";

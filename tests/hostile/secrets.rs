@@ -18,7 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::dashboard::{eventually, Agent, Receiver};
+use crate::agent::Agent;
+use crate::support::{always, payment_body, reference_of, until, Api, Receiver};
 
 /// The sandbox simulator's notice secret for this run, so the test can look for it in the logs.
 const SANDBOX_SECRET: &str = "sandbox-notice-secret-Qm7vX2pL9wR4";
@@ -99,34 +100,19 @@ impl Server {
     }
 }
 
-/// An API call: (status, JSON body).
-async fn api(address: &str, authorization: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let client = awc::Client::builder().timeout(Duration::from_secs(10)).finish();
-    let url = format!("{address}{path}");
-    let request = match method {
-        "POST" => client.post(&url),
-        _ => client.get(&url),
-    }
-    .insert_header(("Authorization", authorization));
-    // Idempotency keys pass through the same code as the body; each call gets its own.
+/// Pays 5 000 XOF from a phone ending in `ending`, under an Idempotency-Key of its own: idempotency keys pass
+/// through the same code as the body.
+async fn pay(api: &Api, ending: &str) -> Value {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
-    let request =
-        if method == "POST" { request.insert_header(("Idempotency-Key", format!("k-{nanos}"))) } else { request };
-    let mut response = match body {
-        Some(body) => request.send_json(&body).await,
-        None => request.send().await,
-    }
-    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let bytes = response.body().limit(1 << 20).await.expect("body");
-    (response.status().as_u16(), serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let resp =
+        api.send(api.post("/v1/paiement/initier").idem(&format!("k-{nanos}")).json(&payment_body(5000, ending))).await;
+    resp.expect(201);
+    resp.json
 }
 
-fn bearer(key: &str) -> String {
-    format!("Bearer {key}")
-}
-
-fn payment(ending: &str) -> Value {
-    json!({"montant": 5000, "devise": "XOF", "fournisseur": "mtn_momo", "client_telephone": format!("+229970000{ending}")})
+/// The status of `GET /v1/soldes` sent with this `Authorization` header, whatever it holds.
+async fn soldes_with(api: &Api, authorization: &str) -> u16 {
+    api.send(api.get("/v1/soldes").no_auth().header("Authorization", authorization)).await.status
 }
 
 /// The cookie values the agent holds now.
@@ -140,47 +126,93 @@ fn key_in(page: &str) -> String {
     page[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
 }
 
+/// Every secret the test went through, to look for in the logs.
+#[derive(Default)]
+struct Seen {
+    /// Keys' near misses, CSRF tokens, and at the end every key, password and cookie.
+    secrets: BTreeSet<String>,
+    /// The values of the login and session cookies.
+    cookies: BTreeSet<String>,
+}
+
 #[actix_web::test]
 async fn no_log_line_carries_a_key_a_password_or_a_session_cookie() {
     let server = Server::start().await;
-    let (address, email) = (server.address.clone(), "demo@caisse.local");
     let (old_key, password) = (server.key.clone(), server.password.clone());
-    let mut secrets: BTreeSet<String> = BTreeSet::new();
-    let mut cookie_values = BTreeSet::new();
+    let api = Api::new(&server.address, &old_key);
+    let mut seen = Seen::default();
     let wrong_password = format!("not-{password}-at-all");
 
     // The dashboard: a failed login, a good one, the webhook URL, the key revealed.
-    let mut agent = Agent::new(&address);
-    agent.login(email, &wrong_password).await.expect(401);
-    cookies(&agent, &mut cookie_values);
-    agent.login(email, &password).await.expect(303);
-    cookies(&agent, &mut cookie_values);
-    assert!(agent.cookies.contains_key("caisse_session"), "logged in: {:?}", agent.cookies.keys());
-    let receiver = Receiver::start(500).await;
-    let keys = agent.get("/keys").await;
-    secrets.insert(keys.csrf());
-    agent.post("/keys/webhook", &[("csrf", &keys.csrf()), ("webhook_url", &receiver.url)]).await.expect(303);
-    let revealed = agent.post("/keys/reveal", &[("csrf", &keys.csrf())]).await;
-    assert_eq!(key_in(&revealed.expect(200).body), old_key);
-
+    let receiver = Receiver::start(always(500));
+    let mut agent = log_in_and_reveal_the_key(&server, &wrong_password, &receiver, &mut seen).await;
     // The API: the key, a near miss of it, the other environment's prefix, a malformed header.
-    let (status, paid) = api(&address, &bearer(&old_key), "POST", "/v1/paiement/initier", Some(payment("55"))).await;
-    assert_eq!(status, 201, "{paid}");
-    let reference = paid["reference"].as_str().expect("reference").to_owned();
-    let near_miss = format!("{}{}", &old_key[..old_key.len() - 1], if old_key.ends_with('A') { 'B' } else { 'A' });
-    let live = old_key.replacen("sk_test_", "sk_live_", 1);
-    for (authorization, expected) in [
-        (bearer(&old_key), 200),
-        (bearer(&near_miss), 401),
-        (bearer(&live), 401),
-        (format!("Bearer  {old_key}x"), 401),
-        (old_key.clone(), 401),
-    ] {
-        assert_eq!(api(&address, &authorization, "GET", "/v1/soldes", None).await.0, expected, "{authorization}");
-    }
-    secrets.extend([near_miss, live]);
+    let paid = pay(&api, "55").await;
+    call_with_the_key_and_near_misses(&api, &mut seen).await;
+    a_provider_notice_with_a_forged_signature(&server.address, &paid).await;
+    // Webhooks: the first attempts fail, the retries are accepted.
+    failed_deliveries_are_retried(&receiver, &reference_of(&paid), &old_key).await;
+    let (new_key, token) = roll_the_key_and_pay_with_the_new_one(&mut agent, &api, &receiver, &mut seen).await;
+    cookies(&agent, &mut seen.cookies);
+    agent.post("/logout", &[("csrf", &token)]).await.expect(303);
+    seen.secrets.insert(token);
 
-    // A provider notice with a forged signature.
+    let (stdout, stderr) = (server.stdout(), server.stderr());
+    drop(server);
+    for key in [&old_key, &new_key] {
+        seen.secrets.insert(key.clone());
+        // Without its prefix too: a log that cut `sk_test_` off would still hold the key.
+        seen.secrets.insert(key["sk_test_".len()..].to_owned());
+    }
+    seen.secrets.extend([password.clone(), wrong_password, SANDBOX_SECRET.to_owned()]);
+    seen.secrets.extend(seen.cookies.iter().cloned());
+    assert!(seen.cookies.len() >= 2, "the login and session cookies were seen: {:?}", seen.cookies);
+    no_log_line_holds_a_secret(&stderr, &seen.secrets);
+    stdout_holds_only_the_first_banner(&stdout, &seen.secrets, &old_key, &password, &new_key);
+}
+
+/// A failed and a good dashboard login, the webhook URL set to `receiver`, the key revealed (and checked to
+/// be the banner's). Returns the logged-in agent.
+async fn log_in_and_reveal_the_key(
+    server: &Server,
+    wrong_password: &str,
+    receiver: &Receiver,
+    seen: &mut Seen,
+) -> Agent {
+    let email = "demo@caisse.local";
+    let mut agent = Agent::new(&server.address);
+    agent.login(email, wrong_password).await.expect(401);
+    cookies(&agent, &mut seen.cookies);
+    agent.login(email, &server.password).await.expect(303);
+    cookies(&agent, &mut seen.cookies);
+    assert!(agent.cookies.contains_key("caisse_session"), "logged in: {:?}", agent.cookies.keys());
+    let keys = agent.get("/keys").await;
+    seen.secrets.insert(keys.csrf());
+    agent.post("/keys/webhook", &[("csrf", &keys.csrf()), ("webhook_url", &receiver.url())]).await.expect(303);
+    let revealed = agent.post("/keys/reveal", &[("csrf", &keys.csrf())]).await;
+    assert_eq!(key_in(&revealed.expect(200).body), server.key);
+    agent
+}
+
+/// The key works; a near miss of it, the other environment's prefix and malformed headers do not.
+async fn call_with_the_key_and_near_misses(api: &Api, seen: &mut Seen) {
+    let key = &api.key;
+    let near_miss = format!("{}{}", &key[..key.len() - 1], if key.ends_with('A') { 'B' } else { 'A' });
+    let live = key.replacen("sk_test_", "sk_live_", 1);
+    for (authorization, expected) in [
+        (format!("Bearer {key}"), 200),
+        (format!("Bearer {near_miss}"), 401),
+        (format!("Bearer {live}"), 401),
+        (format!("Bearer  {key}x"), 401),
+        (key.clone(), 401),
+    ] {
+        assert_eq!(soldes_with(api, &authorization).await, expected, "{authorization}");
+    }
+    seen.secrets.extend([near_miss, live]);
+}
+
+/// A provider notice about `paid` with a forged signature is refused.
+async fn a_provider_notice_with_a_forged_signature(address: &str, paid: &Value) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs().to_string();
     let client = awc::Client::default();
     let resp = client
@@ -191,53 +223,62 @@ async fn no_log_line_carries_a_key_a_password_or_a_session_cookie() {
         .await
         .expect("notice answered");
     assert_eq!(resp.status().as_u16(), 401);
+}
 
-    // Webhooks: the first attempts fail, the retries are accepted.
-    receiver.wait_for(&reference, "payment.initiated").await;
+/// The receiver refuses the first deliveries (500), then accepts: a retried delivery, all signed with `key`.
+async fn failed_deliveries_are_retried(receiver: &Receiver, reference: &str, key: &str) {
+    receiver.wait_for(reference, "payment.initiated").await;
     receiver.answer(200);
-    receiver.wait_for(&reference, "payment.succeeded").await;
-    eventually("a retried delivery", || async {
-        receiver.hits().iter().filter(|h| h.body.contains("payment.initiated")).count() >= 2
+    receiver.wait_for(reference, "payment.succeeded").await;
+    until("a retried delivery", || async {
+        receiver.hits().iter().filter(|h| h.text().contains("payment.initiated")).count() >= 2
     })
     .await;
-    assert!(receiver.hits().iter().all(|h| h.signed_with(&old_key)));
+    assert!(receiver.hits().iter().all(|h| h.signed_with(key)));
+}
 
-    // The key roll, then the new key at work (and the old one refused).
+/// The key roll through its confirmation, then the new key at work (and the old one refused). Returns the
+/// new key and the CSRF token of the last page.
+async fn roll_the_key_and_pay_with_the_new_one(
+    agent: &mut Agent,
+    api: &Api,
+    receiver: &Receiver,
+    seen: &mut Seen,
+) -> (String, String) {
     let confirm = agent.get("/keys/roll").await;
-    secrets.insert(confirm.csrf());
+    seen.secrets.insert(confirm.csrf());
     agent.post("/keys/roll", &[("csrf", &confirm.csrf()), ("confirmer", "oui")]).await.expect(303);
     let keys = agent.get("/keys").await;
     let new_key = key_in(&agent.post("/keys/reveal", &[("csrf", &keys.csrf())]).await.expect(200).body);
-    assert_ne!(new_key, old_key);
-    assert_eq!(api(&address, &bearer(&old_key), "GET", "/v1/soldes", None).await.0, 401);
-    let (status, paid) = api(&address, &bearer(&new_key), "POST", "/v1/paiement/initier", Some(payment("66"))).await;
-    assert_eq!(status, 201, "{paid}");
-    let hit = receiver.wait_for(paid["reference"].as_str().expect("reference"), "payment.succeeded").await;
+    assert_ne!(new_key, api.key);
+    assert_eq!(soldes_with(api, &format!("Bearer {}", api.key)).await, 401);
+    let paid = pay(&api.with_key(&new_key), "66").await;
+    let hit = receiver.wait_for(&reference_of(&paid), "payment.succeeded").await;
     assert!(hit.signed_with(&new_key));
-    cookies(&agent, &mut cookie_values);
-    agent.post("/logout", &[("csrf", &keys.csrf())]).await.expect(303);
-    secrets.insert(keys.csrf());
+    (new_key, keys.csrf())
+}
 
-    let (stdout, stderr) = (server.stdout(), server.stderr());
-    drop(server);
+/// The log was at trace level and logged requests and logins, and not one line holds a secret.
+fn no_log_line_holds_a_secret(stderr: &str, secrets: &BTreeSet<String>) {
     assert!(stderr.contains("TRACE"), "the log was not at trace level:\n{stderr}");
     assert!(stderr.contains("caisse::http"), "no request was logged:\n{stderr}");
     assert!(stderr.contains("caisse::dashboard"), "no dashboard login was logged:\n{stderr}");
-
-    for key in [&old_key, &new_key] {
-        secrets.insert(key.clone());
-        // Without its prefix too: a log that cut `sk_test_` off would still hold the key.
-        secrets.insert(key["sk_test_".len()..].to_owned());
-    }
-    secrets.extend([password.clone(), wrong_password, SANDBOX_SECRET.to_owned()]);
-    secrets.extend(cookie_values.iter().cloned());
-    assert!(cookie_values.len() >= 2, "the login and session cookies were seen: {cookie_values:?}");
-    for secret in &secrets {
+    for secret in secrets {
         let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(secret.as_str())).collect();
         assert!(lines.is_empty(), "a log line holds the secret `{secret}`:\n{}", lines.join("\n"));
     }
-    // Stdout: only the first start's banner, and there only the demo merchant's original key and password.
-    for secret in &secrets {
+}
+
+/// Stdout: only the first start's banner, and there only the demo merchant's original key and password; the
+/// rolled key never.
+fn stdout_holds_only_the_first_banner(
+    stdout: &str,
+    secrets: &BTreeSet<String>,
+    old_key: &str,
+    password: &str,
+    new_key: &str,
+) {
+    for secret in secrets {
         for line in stdout.lines().filter(|l| l.contains(secret.as_str())) {
             let the_key = *secret == old_key || *secret == old_key["sk_test_".len()..];
             let allowed =
@@ -245,7 +286,7 @@ async fn no_log_line_carries_a_key_a_password_or_a_session_cookie() {
             assert!(allowed, "stdout holds the secret `{secret}`: {line}");
         }
     }
-    assert!(!stdout.contains(&new_key), "the rolled key reached stdout");
+    assert!(!stdout.contains(new_key), "the rolled key reached stdout");
 }
 
 /// Where a client's secret meets the server's: the API key, the webhook and provider-notice signatures, the

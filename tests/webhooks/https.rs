@@ -3,6 +3,7 @@
 
 use caisse_engine::domain::records::DeliveryState;
 
+use crate::delivery::{assert_signed, self_signed};
 use crate::support::*;
 
 #[actix_web::test]
@@ -12,16 +13,16 @@ async fn an_https_receiver_with_a_trusted_self_signed_certificate_gets_its_webho
     let trusted = Receiver::start_tls(always(200), self_signed(&trusted_pem));
     // Same names, another key: only the first certificate is trusted.
     let stranger = Receiver::start_tls(always(200), self_signed(&certs.path().join("stranger.pem")));
-    let app = start_app(|s| {
+    let app = spawn_app_with(|s| {
         s.webhook_retry_schedule_ms = vec![200];
         s.webhook_extra_ca = Some(trusted_pem.clone());
     })
     .await;
     assert!(trusted.base.starts_with("https://localhost:"), "{}", trusted.base);
-    let merchant = app.merchant("Secure", &format!("{}/hook", trusted.base)).await;
-    let other = app.merchant("Untrusted", &format!("{}/hook", stranger.base)).await;
-    let reference = app.paid(&merchant.secret_key, 10_000).await;
-    app.paid(&other.secret_key, 10_000).await;
+    let merchant = app.create_merchant("Secure", Some(&format!("{}/hook", trusted.base))).await.merchant;
+    let other = app.create_merchant("Untrusted", Some(&format!("{}/hook", stranger.base))).await.merchant;
+    let reference = reference_of(&app.with_key(&merchant.secret_key).fund(10_000).await);
+    app.with_key(&other.secret_key).fund(10_000).await;
 
     let log = app.wait_notifications(&merchant.id, 3, DEADLINE, |n| n.state == DeliveryState::Delivered).await;
     let hits = trusted.hits();

@@ -4,12 +4,14 @@
 
 use std::net::TcpListener;
 use std::process::Command;
+use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
-use caisse_engine::domain::records::{DeliveryState, Merchant};
+use caisse_engine::domain::records::{DeliveryState, Merchant, Notification};
 use caisse_engine::webhook::sign;
 use serde_json::{json, Value};
 
+use crate::process::ChildProcess;
 use crate::rust_example;
 use crate::support::*;
 
@@ -22,7 +24,8 @@ fn have(interpreter: &str) -> bool {
 
 /// Posts `body` with the given header values (None: header left out); returns the status and JSON answer.
 async fn post(url: &str, body: &[u8], signature: Option<&str>, timestamp: Option<&str>) -> (u16, Value) {
-    let mut request = api_client().post(url).insert_header(("Content-Type", "application/json"));
+    let client = awc::Client::builder().timeout(Duration::from_secs(10)).finish();
+    let mut request = client.post(url).insert_header(("Content-Type", "application/json"));
     if let Some(signature) = signature {
         request = request.insert_header(("X-Service-Signature", signature));
     }
@@ -38,34 +41,50 @@ async fn post(url: &str, body: &[u8], signature: Option<&str>, timestamp: Option
 /// key; `accepted` reads what the receiver reported as handled (one line per event).
 async fn exercise(app: &TestApp, merchant: &Merchant, url: &str, accepted: &dyn Fn() -> Vec<String>) {
     let key = merchant.secret_key.as_str();
-    let reference = app.paid(key, 10_000).await;
+    let succeeded = real_deliveries_are_handled_once(app, merchant, accepted).await;
+    let body = succeeded.body.as_bytes();
+    let now = unix_s();
+    forged_tampered_and_stale_ones_are_refused(url, key, &succeeded.body, now).await;
+    assert_eq!(accepted().len(), 3, "nothing refused was handled: {:?}", accepted());
+    duplicates_are_acknowledged_and_raw_bytes_are_verified(url, key, body, now, accepted).await;
+}
 
-    // Real deliveries: each acknowledged with a 200 and handled once.
+/// Lines the receiver reported, once there are `count` of them.
+async fn handled(what: &str, count: usize, accepted: &dyn Fn() -> Vec<String>) -> Vec<String> {
+    eventually(what, DEADLINE, || {
+        let lines = accepted();
+        std::future::ready(if lines.len() == count { Ok(lines) } else { Err(format!("{lines:?}")) })
+    })
+    .await
+}
+
+/// Real deliveries of a successful payment: each acknowledged with a 200 and handled once. Returns the
+/// stored `payment.succeeded` notification.
+async fn real_deliveries_are_handled_once(
+    app: &TestApp,
+    merchant: &Merchant,
+    accepted: &dyn Fn() -> Vec<String>,
+) -> Notification {
+    let reference = reference_of(&app.with_key(&merchant.secret_key).fund(10_000).await);
     let log = app.wait_notifications(&merchant.id, 3, DEADLINE, |n| n.state == DeliveryState::Delivered).await;
     assert!(log.iter().all(|n| n.attempts.iter().all(|a| a.http_status == Some(200))), "{}", describe(&log));
-    let lines = eventually("one line per event", DEADLINE, || {
-        let lines = accepted();
-        if lines.len() == 3 {
-            Ok(lines)
-        } else {
-            Err(format!("{lines:?}"))
-        }
-    })
-    .await;
+    let lines = handled("one line per event", 3, accepted).await;
     for event in ["payment.initiated", "payment.processing", "payment.succeeded"] {
         assert!(lines.iter().any(|l| l.contains(event) && l.contains(&reference)), "{event}: {lines:?}");
     }
+    log.into_iter().find(|n| n.event.as_str() == "payment.succeeded").expect("succeeded")
+}
 
-    let succeeded = log.iter().find(|n| n.event.as_str() == "payment.succeeded").expect("succeeded");
-    let body = succeeded.body.as_bytes();
-    let now = unix_s();
+/// Copies of a genuine delivery (`stored`, as Caisse signed it) that a receiver must refuse: tampered,
+/// forged or unsigned (401), stale or malformed timestamps (400), authentic but not a notification (400).
+async fn forged_tampered_and_stale_ones_are_refused(url: &str, key: &str, stored: &str, now: u64) {
+    let body = stored.as_bytes();
     let ts = now.to_string();
     let genuine = sign(key, now, body);
-
     // A tampered copy under a header that is valid for the original: 401.
     let original = "\"montant\":10000,";
-    assert!(succeeded.body.contains(original), "{}", succeeded.body);
-    let tampered = succeeded.body.replace(original, "\"montant\":99999999,");
+    assert!(stored.contains(original), "{stored}");
+    let tampered = stored.replace(original, "\"montant\":99999999,");
     assert_eq!(post(url, tampered.as_bytes(), Some(&genuine), Some(&ts)).await.0, 401, "tampered body");
     // Forged with another key, signed with the wrong prefix, not signed, or the timestamp changed: 401.
     let forged = sign("sk_test_not_the_merchants_key_000000", now, body);
@@ -83,25 +102,26 @@ async fn exercise(app: &TestApp, merchant: &Merchant, url: &str, accepted: &dyn 
     // Authentic but not a notification: 400.
     let junk = b"not json";
     assert_eq!(post(url, junk, Some(&sign(key, now, junk)), Some(&ts)).await.0, 400, "not JSON");
-    assert_eq!(accepted().len(), 3, "nothing refused was handled: {:?}", accepted());
+}
 
-    // A genuine duplicate: acknowledged, not handled again.
+/// A genuine duplicate is acknowledged, not handled again. The same notification written with other
+/// whitespace, signed over its own raw bytes, is accepted, which a receiver verifying a re-serialised body
+/// would get wrong.
+async fn duplicates_are_acknowledged_and_raw_bytes_are_verified(
+    url: &str,
+    key: &str,
+    body: &[u8],
+    now: u64,
+    accepted: &dyn Fn() -> Vec<String>,
+) {
+    let ts = now.to_string();
+    let genuine = sign(key, now, body);
     assert_eq!(post(url, body, Some(&genuine), Some(&ts)).await, (200, json!({"received": true})), "duplicate");
-    // The same notification written with other whitespace, signed over its own raw bytes: accepted, which
-    // a receiver verifying a re-serialised body would get wrong.
     let mut value: Value = serde_json::from_slice(body).expect("JSON");
     value["data"]["reference"] = json!("cmd-pretty");
     let pretty = serde_json::to_vec_pretty(&value).expect("JSON");
     assert_eq!(post(url, &pretty, Some(&sign(key, now, &pretty)), Some(&ts)).await, (200, json!({"received": true})));
-    let lines = eventually("the pretty one handled", DEADLINE, || {
-        let lines = accepted();
-        if lines.len() == 4 {
-            Ok(lines)
-        } else {
-            Err(format!("{lines:?}"))
-        }
-    })
-    .await;
+    let lines = handled("the pretty one handled", 4, accepted).await;
     assert!(lines.iter().any(|l| l.contains("payment.succeeded") && l.contains("cmd-pretty")), "{lines:?}");
 }
 
@@ -111,10 +131,10 @@ async fn script_example(interpreter: &str, file: &str) {
         eprintln!("SKIPPED: `{interpreter}` is not installed, so {file} was not exercised");
         return;
     }
-    let app = start_app(|_| {}).await;
+    let app = spawn_app().await;
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/caisse/webhooks");
-    let merchant = app.merchant(interpreter, &url).await;
+    let merchant = app.create_merchant(interpreter, Some(&url)).await.merchant;
     let mut command = Command::new(interpreter);
     command.arg(file).arg(port.to_string()).env("CAISSE_SECRET_KEY", &merchant.secret_key).env_remove("PORT");
     let mut child = ChildProcess::spawn(command).expect("the example starts");
@@ -135,10 +155,10 @@ async fn the_node_example_accepts_real_deliveries_and_refuses_tampered_ones() {
 
 #[actix_web::test]
 async fn the_rust_example_accepts_real_deliveries_and_refuses_tampered_ones() {
-    let app = start_app(|_| {}).await;
+    let app = spawn_app().await;
     let listener = TcpListener::bind("127.0.0.1:0").expect("binds");
     let url = format!("http://{}/caisse/webhooks", listener.local_addr().expect("address"));
-    let merchant = app.merchant("Rustacean", &url).await;
+    let merchant = app.create_merchant("Rustacean", Some(&url)).await.merchant;
     // The example's own handler and state, served as its `main` serves them.
     let receiver = web::Data::new(rust_example::Receiver::new(merchant.secret_key.clone()));
     let state = receiver.clone();

@@ -6,10 +6,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use caisse_engine::domain::ids::MerchantId;
-use caisse_engine::domain::records::DeliveryState;
+use caisse_engine::domain::records::{DeliveryState, Notification};
 use caisse_engine::store::{Outbox, SledStore};
 use serde_json::Value;
 
+use crate::delivery::assert_signed;
+use crate::process::ChildProcess;
+use crate::support::app::SANDBOX_DELAY_MS;
 use crate::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_caisse");
@@ -36,59 +39,73 @@ async fn serve(data_dir: &Path, port: u16) -> ChildProcess {
     child
 }
 
+const EVENTS: [&str; 3] = ["payment.initiated", "payment.processing", "payment.succeeded"];
+
 #[actix_web::test]
 async fn a_kill_9_with_retries_pending_then_a_restart_delivers_every_notification_as_stored() {
     let dir = tempfile::TempDir::new().expect("temp dir");
     let receiver = Receiver::start(always(503));
-    let created = caisse(dir.path())
-        .args(["merchant", "create", "--name", "Crashy", "--email", "crash@example.com", "--json"])
-        .args(["--webhook-url", &format!("{}/hook", receiver.base)])
-        .output()
-        .expect("caisse merchant create runs");
-    assert!(created.status.success(), "merchant create: {}", String::from_utf8_lossy(&created.stderr));
-    let created: Value = serde_json::from_slice(&created.stdout).expect("one JSON object");
-    let key = created["secret_key"].as_str().expect("secret_key").to_owned();
-    let merchant = MerchantId::parse(created["id"].as_str().expect("id")).expect("a merchant id");
-
+    let (merchant, key) = create_merchant(dir.path(), &format!("{}/hook", receiver.base));
     let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut first = serve(dir.path(), port).await;
-    let client = api_client();
-    let (status, paid) = call(&client, &base, &key, "POST", "/v1/paiement/initier", Some(payment(10_000, "99"))).await;
-    assert_eq!(status, 201, "{paid}");
-    let reference = paid["reference"].as_str().expect("reference").to_owned();
-    wait_json(&client, &base, &key, &format!("/v1/paiement/{reference}"), |p| p["statut"] == "succes").await;
-
-    // Every event refused at least twice: each notification is pending with retries to come.
-    let events = ["payment.initiated", "payment.processing", "payment.succeeded"];
-    receiver
-        .wait("each event refused twice", DEADLINE, |hits| {
-            events.iter().all(|e| hits.iter().filter(|h| h.event() == *e).count() >= 2)
-        })
-        .await;
-    first.child.kill().expect("SIGKILL");
-    let killed = first.child.wait().expect("reaped");
-    assert!(!killed.success(), "killed, not exited: {killed}");
+    let reference = kill_with_retries_pending(dir.path(), port, &key, &receiver).await;
 
     receiver.set_script(always(200));
     let mut second = serve(dir.path(), port).await;
     let hits = receiver
         .wait("each event acknowledged after the restart", DEADLINE, |hits| {
             let acknowledged: BTreeSet<String> = hits.iter().filter(|h| h.answered == 200).map(|h| h.event()).collect();
-            events.iter().all(|e| acknowledged.contains(*e))
+            EVENTS.iter().all(|e| acknowledged.contains(*e))
         })
         .await;
     // Let the last attempts be written, then stop the server (again the hard way) to read its store.
-    let store = {
-        sleep_ms(300).await;
-        second.child.kill().expect("SIGKILL");
-        second.child.wait().expect("reaped");
-        eventually("the store opens", DEADLINE, || SledStore::open(&dir.path().join("data")).map_err(|e| e.to_string()))
-            .await
-    };
+    sleep_ms(300).await;
+    second.child.kill().expect("SIGKILL");
+    second.child.wait().expect("reaped");
+    let store = eventually("the store opens", DEADLINE, || {
+        std::future::ready(SledStore::open(&dir.path().join("data")).map_err(|e| e.to_string()))
+    })
+    .await;
     let stored = store.notifications(&merchant, None, 100, &mut |_| true).expect("notifications").data;
+    check_delivered_as_stored(&stored, &reference, &hits, &key);
+}
+
+/// `caisse merchant create` with webhooks to `webhook_url`: the merchant's id and secret key.
+fn create_merchant(dir: &Path, webhook_url: &str) -> (MerchantId, String) {
+    let created = caisse(dir)
+        .args(["merchant", "create", "--name", "Crashy", "--email", "crash@example.com", "--json"])
+        .args(["--webhook-url", webhook_url])
+        .output()
+        .expect("caisse merchant create runs");
+    assert!(created.status.success(), "merchant create: {}", String::from_utf8_lossy(&created.stderr));
+    let created: Value = serde_json::from_slice(&created.stdout).expect("one JSON object");
+    let key = created["secret_key"].as_str().expect("secret_key").to_owned();
+    let merchant = MerchantId::parse(created["id"].as_str().expect("id")).expect("a merchant id");
+    (merchant, key)
+}
+
+/// Serves on `port`, pays, waits until the receiver (answering 503) has refused every event twice, so each
+/// notification is pending with retries to come, and kills the server with SIGKILL. Returns the payment.
+async fn kill_with_retries_pending(dir: &Path, port: u16, key: &str, receiver: &Receiver) -> String {
+    let mut first = serve(dir, port).await;
+    let api = Api::new(&format!("http://127.0.0.1:{port}"), key);
+    let reference = reference_of(&api.pay(10_000, "99").await);
+    api.wait_payment(&reference, "succes").await;
+    receiver
+        .wait("each event refused twice", DEADLINE, |hits| {
+            EVENTS.iter().all(|e| hits.iter().filter(|h| h.event() == *e).count() >= 2)
+        })
+        .await;
+    first.child.kill().expect("SIGKILL");
+    let killed = first.child.wait().expect("reaped");
+    assert!(!killed.success(), "killed, not exited: {killed}");
+    reference
+}
+
+/// Each of the payment's notifications is delivered, after at least one logged refusal, and every attempt
+/// (before and after the crash) sent the stored bytes.
+fn check_delivered_as_stored(stored: &[Notification], reference: &str, hits: &[Hit], key: &str) {
     let mine: Vec<_> = stored.iter().filter(|n| n.reference == reference).collect();
-    assert_eq!(mine.len(), 3, "{}", describe(&stored));
+    assert_eq!(mine.len(), 3, "{}", describe(stored));
     for n in mine {
         assert_eq!(n.state, DeliveryState::Delivered, "{}", describe(std::slice::from_ref(n)));
         // Two refusals seen means the first was persisted before the second was sent (the last one may have
@@ -101,7 +118,7 @@ async fn a_kill_9_with_retries_pending_then_a_restart_delivers_every_notificatio
         assert!(!acknowledged.is_empty());
         for hit in acknowledged {
             assert_eq!(hit.body, n.body.as_bytes(), "delivered exactly as stored");
-            assert_signed(hit, &key);
+            assert_signed(hit, key);
         }
         for hit in hits.iter().filter(|h| h.event() == n.event.as_str()) {
             assert_eq!(hit.body, n.body.as_bytes(), "every attempt, before and after the crash, sends the same bytes");

@@ -6,6 +6,7 @@ use std::time::Duration;
 use caisse_engine::domain::records::{DeliveryState, Notification};
 use caisse_engine::webhook::delivery::DeliveryError;
 
+use crate::delivery::assert_signed;
 use crate::support::*;
 
 /// The hits carrying `n`'s body, in arrival order.
@@ -15,10 +16,10 @@ fn hits_of<'a>(hits: &'a [Hit], n: &Notification) -> Vec<&'a Hit> {
 
 #[actix_web::test]
 async fn a_500_then_a_200_is_retried_once_then_never_again() {
-    let app = start_app(|s| s.webhook_retry_schedule_ms = vec![1_500, 400, 400]).await;
+    let app = spawn_app_with(|s| s.webhook_retry_schedule_ms = vec![1_500, 400, 400]).await;
     let receiver = Receiver::start(script(|_, earlier| Reply::Status(if earlier == 0 { 500 } else { 200 })));
-    let merchant = app.merchant("Flaky", &receiver.base).await;
-    let reference = app.paid(&merchant.secret_key, 10_000).await;
+    let merchant = app.create_merchant("Flaky", Some(&receiver.base)).await.merchant;
+    let reference = reference_of(&app.with_key(&merchant.secret_key).fund(10_000).await);
 
     let delivered = app.wait_notifications(&merchant.id, 3, DEADLINE, |n| n.state == DeliveryState::Delivered).await;
     // Longer than a further attempt would take (400 ms + 20 % jitter + the 500 ms scan): none comes.
@@ -38,7 +39,7 @@ async fn a_500_then_a_200_is_retried_once_then_never_again() {
         let gap = mine[1].at.duration_since(mine[0].at);
         assert!(gap >= Duration::from_millis(1_100), "waited {gap:?} (1.5 s +/- 20 %)");
 
-        let now = app.state.engine.notification(&n.merchant, &n.id).expect("read").expect("stored");
+        let now = app.notification_by_id(&n.merchant, &n.id);
         assert_eq!(now.state, DeliveryState::Delivered);
         assert_eq!((now.total_attempts, now.chain_attempts, now.next_attempt_at), (2, 2, None));
         let statuses: Vec<_> = now.attempts.iter().map(|a| (a.http_status, a.error.clone())).collect();
@@ -50,17 +51,17 @@ async fn a_500_then_a_200_is_retried_once_then_never_again() {
 
 #[actix_web::test]
 async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_one_can_be_resent() {
-    let app = start_app(|s| s.webhook_retry_schedule_ms = vec![200, 400]).await;
+    let app = spawn_app_with(|s| s.webhook_retry_schedule_ms = vec![200, 400]).await;
     let target = Receiver::start(always(200));
     let landing = format!("{}/landing", target.base);
     let receiver = Receiver::start(script(move |hit, _| match hit.path.as_str() {
         "/moved" => Reply::Redirect(landing.clone()),
         _ => Reply::Status(204),
     }));
-    let quiet = app.merchant("No Content", &format!("{}/no-content", receiver.base)).await;
-    let moved = app.merchant("Moved", &format!("{}/moved", receiver.base)).await;
-    app.pay(&quiet.secret_key, payment(10_000, "99")).await;
-    app.pay(&moved.secret_key, payment(10_000, "99")).await;
+    let quiet = app.create_merchant("No Content", Some(&format!("{}/no-content", receiver.base))).await.merchant;
+    let moved = app.create_merchant("Moved", Some(&format!("{}/moved", receiver.base))).await.merchant;
+    app.with_key(&quiet.secret_key).pay(10_000, "99").await;
+    app.with_key(&moved.secret_key).pay(10_000, "99").await;
 
     let failed = |n: &Notification| n.state == DeliveryState::Failed;
     let quiet_log = app.wait_notifications(&quiet.id, 3, DEADLINE, failed).await;
@@ -83,21 +84,17 @@ async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_o
     let chosen = &quiet_log[2];
     // The dispatcher hears that the last attempt is settled just after it is durable; until then a resend
     // is refused as in flight, so the dashboard's button would say "try again".
-    let started = std::time::Instant::now();
-    let resent = loop {
+    let resent = eventually("the resend accepted", DEADLINE, || async {
         match app.state.webhooks.resend(&chosen.merchant, &chosen.id).await {
-            Err(DeliveryError::InFlight) if started.elapsed() < DEADLINE => sleep_ms(25).await,
-            other => break other.expect("resend"),
+            Err(DeliveryError::InFlight) => Err("in flight".to_owned()),
+            other => Ok(other.expect("resend")),
         }
-    };
+    })
+    .await;
     assert_eq!((resent.state, resent.chain_attempts), (DeliveryState::Pending, 0));
     let done = eventually("the resent notification is delivered", DEADLINE, || {
-        let n = app.state.engine.notification(&chosen.merchant, &chosen.id).expect("read").expect("stored");
-        if n.state == DeliveryState::Delivered {
-            Ok(n)
-        } else {
-            Err(describe(&[n]))
-        }
+        let n = app.notification_by_id(&chosen.merchant, &chosen.id);
+        std::future::ready(if n.state == DeliveryState::Delivered { Ok(n) } else { Err(describe(&[n])) })
     })
     .await;
     assert_eq!((done.total_attempts, done.chain_attempts), (4, 1));
@@ -112,7 +109,7 @@ async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_o
 
 #[actix_web::test]
 async fn a_receiver_that_does_not_answer_is_cut_at_10_s_and_retried_while_others_go_through() {
-    let app = start_app(|s| s.webhook_retry_schedule_ms = vec![200, 400]).await;
+    let app = spawn_app_with(|s| s.webhook_retry_schedule_ms = vec![200, 400]).await;
     let receiver = Receiver::start_raw(script(|hit, earlier| {
         if hit.event() == "payment.initiated" && earlier == 0 {
             Reply::Hang(Duration::from_secs(12))
@@ -120,8 +117,8 @@ async fn a_receiver_that_does_not_answer_is_cut_at_10_s_and_retried_while_others
             Reply::Status(200)
         }
     }));
-    let merchant = app.merchant("Sleepy", &receiver.base).await;
-    app.paid(&merchant.secret_key, 10_000).await;
+    let merchant = app.create_merchant("Sleepy", Some(&receiver.base)).await.merchant;
+    app.with_key(&merchant.secret_key).fund(10_000).await;
 
     let log =
         app.wait_notifications(&merchant.id, 3, Duration::from_secs(25), |n| n.state == DeliveryState::Delivered).await;

@@ -6,22 +6,20 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::{free_port, payment_body, sleep_ms};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_caisse");
 /// How long anything that should happen soon (a start, a payment's success) may take on a busy machine.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 /// The sandbox provider confirms a payment this long after it is initiated.
 const SANDBOX_DELAY_MS: u64 = 100;
-
-pub async fn sleep_ms(ms: u64) {
-    actix_web::rt::time::sleep(Duration::from_millis(ms)).await;
-}
 
 /// Expectations that failed, reported together at the end so that one run tells the whole story.
 #[derive(Default)]
@@ -81,10 +79,6 @@ fn log_excerpt(path: &Path) -> String {
         all.iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).take(6).map(String::as_str).collect();
     let last = &all[all.len().saturating_sub(10)..];
     format!("{} lines; first warnings:\n{}\n...\nlast lines:\n{}", all.len(), first.join("\n"), last.join("\n"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 
 /// How to run `caisse` on one data directory; each [`Caisse::spawn`] is a new process with its own log.
@@ -300,13 +294,8 @@ impl Api {
     /// Initiates a payment under a reference of ours, with that reference as its Idempotency-Key too, so that
     /// a retry after a refusal is the same request.
     pub async fn pay(&self, reference: &str, montant: i64) -> Answer {
-        let body = json!({
-            "montant": montant,
-            "devise": "XOF",
-            "fournisseur": "mtn_momo",
-            "client_telephone": "+22997000099",
-            "reference": reference,
-        });
+        let mut body = payment_body(montant, "99");
+        body["reference"] = json!(reference);
         let request = self
             .client
             .post(format!("{}/v1/paiement/initier", self.base))
