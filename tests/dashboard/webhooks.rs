@@ -36,6 +36,9 @@ async fn a_saved_webhook_url_receives_the_next_delivery() {
     let reference = reference_of(&app.pay(3000, "99").await);
     second.wait_for(&reference, "payment.succeeded").await;
     assert_eq!(first.hits().len(), before, "nothing more went to the old URL");
+    // The receiver sees the delivery a moment before the attempt's outcome is stored.
+    let stored = || notification(&app, &reference, "payment.succeeded").is_some_and(|n| !n.attempts.is_empty());
+    until("the attempt is stored", || std::future::ready(stored())).await;
 
     // The deliveries show on the payment's page and on the webhooks page, with their attempts.
     let detail = agent.get(&format!("/transactions/{reference}")).await;
