@@ -79,13 +79,13 @@ fn bench_mode() -> bool {
 fn new_payment() -> NewPayment {
     NewPayment {
         reference: None,
-        montant: Amount::positive(10_000).expect("amount"),
-        devise: Currency::parse("XOF").expect("currency"),
-        fournisseur: ProviderCode::parse("mtn_momo").expect("provider"),
+        amount: Amount::positive(10_000).expect("amount"),
+        currency: Currency::parse("XOF").expect("currency"),
+        provider: ProviderCode::parse("mtn_momo").expect("provider"),
         fee: FeeRule::new(150, Amount::ZERO).expect("fee"),
-        client_telephone: Phone::parse("+22997000055").expect("phone"),
-        client_email: None,
-        client_nom: None,
+        customer_phone: Phone::parse("+22997000055").expect("phone"),
+        customer_email: None,
+        customer_name: None,
         description: None,
         metadata: Metadata::empty(),
     }

@@ -57,21 +57,35 @@ impl Environment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
-    Paiement,
-    Remboursement,
-    Retrait,
+    #[serde(rename = "paiement")]
+    Payment,
+    #[serde(rename = "remboursement")]
+    Refund,
+    #[serde(rename = "retrait")]
+    Payout,
+}
+
+impl Operation {
+    /// The operation as the API names it (`paiement`, `remboursement`, `retrait`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Payment => "paiement",
+            Operation::Refund => "remboursement",
+            Operation::Payout => "retrait",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
     pub code: ProviderCode,
-    pub nom: String,
-    pub pays: Vec<String>,
-    pub devises: Vec<Currency>,
+    pub name: String,
+    pub countries: Vec<String>,
+    pub currencies: Vec<Currency>,
     pub operations: Vec<Operation>,
-    pub frais: FeeRule,
+    pub fee: FeeRule,
     /// Amount bounds per currency, in the smallest unit, inclusive.
-    pub limites: BTreeMap<Currency, (Amount, Amount)>,
+    pub limits: BTreeMap<Currency, (Amount, Amount)>,
     pub credentials: Option<String>,
 }
 
@@ -128,12 +142,17 @@ struct SandboxLayer {
 #[serde(deny_unknown_fields)]
 struct ProviderLayer {
     code: String,
-    nom: String,
-    pays: Vec<String>,
-    devises: Vec<String>,
+    #[serde(rename = "nom")]
+    name: String,
+    #[serde(rename = "pays")]
+    countries: Vec<String>,
+    #[serde(rename = "devises")]
+    currencies: Vec<String>,
     operations: Vec<Operation>,
-    frais: FeeLayer,
-    limites: BTreeMap<String, (i64, i64)>,
+    #[serde(rename = "frais")]
+    fee: FeeLayer,
+    #[serde(rename = "limites")]
+    limits: BTreeMap<String, (i64, i64)>,
     #[serde(default)]
     credentials: String,
 }
@@ -141,8 +160,10 @@ struct ProviderLayer {
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FeeLayer {
-    pourcentage_bps: u32,
-    fixe: i64,
+    #[serde(rename = "pourcentage_bps")]
+    percentage_bps: u32,
+    #[serde(rename = "fixe")]
+    fixed: i64,
 }
 
 /// A setting with a bad value, named.
@@ -382,37 +403,37 @@ impl Settings {
 fn resolve_provider(index: usize, p: ProviderLayer) -> Result<ProviderSettings, ConfigError> {
     let name = |field: &str| format!("providers[{index}].{field}");
     let code = ProviderCode::parse(&p.code).map_err(|e| bad(name("code"), e.to_string()))?;
-    let devises = p
-        .devises
+    let currencies = p
+        .currencies
         .iter()
         .map(|d| Currency::parse(d).map_err(|e| bad(name("devises"), e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
-    if devises.is_empty() {
+    if currencies.is_empty() {
         return Err(bad(name("devises"), "at least one currency"));
     }
-    let fixe = Amount::new(p.frais.fixe).map_err(|e| bad(name("frais.fixe"), e.to_string()))?;
-    let frais = FeeRule::new(p.frais.pourcentage_bps, fixe).map_err(|e| bad(name("frais"), e.to_string()))?;
-    let mut limites = BTreeMap::new();
-    for (code_text, (min, max)) in &p.limites {
-        let devise = Currency::parse(code_text).map_err(|e| bad(name("limites"), e.to_string()))?;
+    let fixed = Amount::new(p.fee.fixed).map_err(|e| bad(name("frais.fixe"), e.to_string()))?;
+    let fee = FeeRule::new(p.fee.percentage_bps, fixed).map_err(|e| bad(name("frais"), e.to_string()))?;
+    let mut limits = BTreeMap::new();
+    for (code_text, (min, max)) in &p.limits {
+        let currency = Currency::parse(code_text).map_err(|e| bad(name("limites"), e.to_string()))?;
         let min_amount = Amount::positive(*min).map_err(|e| bad(name("limites"), format!("{code_text} min: {e}")))?;
         let max_amount = Amount::positive(*max).map_err(|e| bad(name("limites"), format!("{code_text} max: {e}")))?;
         if min_amount > max_amount {
             return Err(bad(name("limites"), format!("{code_text}: min {min} is above max {max}")));
         }
-        limites.insert(devise, (min_amount, max_amount));
+        limits.insert(currency, (min_amount, max_amount));
     }
-    if let Some(missing) = devises.iter().find(|d| !limites.contains_key(d)) {
+    if let Some(missing) = currencies.iter().find(|d| !limits.contains_key(d)) {
         return Err(bad(name("limites"), format!("no bounds for {missing}")));
     }
     Ok(ProviderSettings {
         code,
-        nom: p.nom,
-        pays: p.pays,
-        devises,
+        name: p.name,
+        countries: p.countries,
+        currencies,
         operations: p.operations,
-        frais,
-        limites,
+        fee,
+        limits,
         credentials: Some(p.credentials).filter(|c| !c.is_empty()),
     })
 }

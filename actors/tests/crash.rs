@@ -130,13 +130,13 @@ impl Kind {
 fn describe(record: &Record) -> (Kind, String, String) {
     match record {
         Record::Payment(p) => {
-            let state = match &p.remboursement {
-                Some(r) => format!("{}/{}", p.statut.as_str(), r.statut.as_str()),
-                None => p.statut.as_str().to_owned(),
+            let state = match &p.refund {
+                Some(r) => format!("{}/{}", p.status.as_str(), r.status.as_str()),
+                None => p.status.as_str().to_owned(),
             };
             (Kind::Payment, p.reference.as_str().to_owned(), state)
         }
-        Record::Payout(o) => (Kind::Payout, o.id.clone(), o.statut.as_str().to_owned()),
+        Record::Payout(o) => (Kind::Payout, o.id.clone(), o.status.as_str().to_owned()),
     }
 }
 
@@ -217,29 +217,29 @@ fn fail(message: String) -> ! {
     std::process::exit(2);
 }
 
-fn new_payment(montant: i64, reference: &str) -> NewPayment {
+fn new_payment(amount: i64, reference: &str) -> NewPayment {
     NewPayment {
         reference: Some(Reference::parse(reference).unwrap()),
-        montant: Amount::positive(montant).unwrap(),
-        devise: xof(),
-        fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+        amount: Amount::positive(amount).unwrap(),
+        currency: xof(),
+        provider: ProviderCode::parse("mtn_momo").unwrap(),
         fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-        client_telephone: Phone::parse("+22997000055").unwrap(),
-        client_email: None,
-        client_nom: None,
+        customer_phone: Phone::parse("+22997000055").unwrap(),
+        customer_email: None,
+        customer_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
 }
 
-fn new_payout(montant: i64) -> NewPayout {
+fn new_payout(amount: i64) -> NewPayout {
     NewPayout {
-        montant: Amount::positive(montant).unwrap(),
-        devise: xof(),
-        fournisseur: ProviderCode::parse("wave").unwrap(),
+        amount: Amount::positive(amount).unwrap(),
+        currency: xof(),
+        provider: ProviderCode::parse("wave").unwrap(),
         fee: FeeRule::new(100, Amount::ZERO).unwrap(),
-        beneficiaire_telephone: Phone::parse("+22997000099").unwrap(),
-        beneficiaire_nom: None,
+        beneficiary_phone: Phone::parse("+22997000099").unwrap(),
+        beneficiary_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
@@ -253,47 +253,47 @@ fn next_command(record: &Record, rng: &mut StdRng) -> Option<(Command, &'static 
             let notice = |notice| Command::PaymentNotice { reference: p.reference.clone(), notice };
             let declined = || PaymentNotice::Declined { failure_code: "insufficient_funds".into() };
             let refund = |outcome| Command::RefundNotice { reference: p.reference.clone(), outcome };
-            match (p.statut, p.remboursement.as_ref().map(|r| r.statut)) {
-                (PaymentStatus::Initie, None) => match roll {
+            match (p.status, p.refund.as_ref().map(|r| r.status)) {
+                (PaymentStatus::Initiated, None) => match roll {
                     0..10 => None,
                     10..20 => Some((notice(PaymentNotice::Processing), "processing")),
                     20..27 => Some((notice(declined()), "decline")),
                     27..32 => Some((notice(PaymentNotice::Expired), "expire")),
                     _ => Some((notice(PaymentNotice::Confirmed), "confirm")),
                 },
-                (PaymentStatus::EnCours, None) => match roll {
+                (PaymentStatus::Processing, None) => match roll {
                     0..70 => Some((notice(PaymentNotice::Confirmed), "confirm")),
                     70..85 => Some((notice(declined()), "decline")),
                     _ => Some((notice(PaymentNotice::Expired), "expire")),
                 },
                 // The customer paid after all: a late success must credit the merchant, once.
-                (PaymentStatus::Expire, None) => {
+                (PaymentStatus::Expired, None) => {
                     (roll < 60).then(|| (notice(PaymentNotice::Confirmed), "late-confirm"))
                 }
-                (PaymentStatus::Succes, None) => match roll {
+                (PaymentStatus::Succeeded, None) => match roll {
                     0..35 => {
-                        let montant = match rng.gen_bool(0.5) {
+                        let amount = match rng.gen_bool(0.5) {
                             true => None,
-                            false => Some(Amount::positive(rng.gen_range(1..=p.montant.minor())).unwrap()),
+                            false => Some(Amount::positive(rng.gen_range(1..=p.amount.minor())).unwrap()),
                         };
-                        let command = Command::RequestRefund { reference: p.reference.clone(), montant, motif: None };
+                        let command = Command::RequestRefund { reference: p.reference.clone(), amount, reason: None };
                         Some((command, "refund"))
                     }
                     // A provider repeating itself: acknowledged, and must not credit a second time.
                     35..45 => Some((notice(PaymentNotice::Confirmed), "duplicate-confirm")),
                     _ => None,
                 },
-                (PaymentStatus::Succes, Some(RefundStatus::EnCours)) => match roll {
+                (PaymentStatus::Succeeded, Some(RefundStatus::Processing)) => match roll {
                     0..75 => Some((refund(RefundOutcome::Completed), "refund-complete")),
                     _ => Some((refund(RefundOutcome::Refused), "refund-refuse")),
                 },
                 _ => None,
             }
         }
-        Record::Payout(o) if o.statut == PayoutStatus::EnAttente => {
+        Record::Payout(o) if o.status == PayoutStatus::Pending => {
             let outcome = match roll {
                 0..80 => PayoutOutcome::Sent,
-                _ => PayoutOutcome::Refused { motif: "beneficiary_unknown".into() },
+                _ => PayoutOutcome::Refused { reason: "beneficiary_unknown".into() },
             };
             Some((Command::PayoutNotice { id: o.id.clone(), outcome }, "payout-notice"))
         }
@@ -511,8 +511,8 @@ fn webhook_of(trigger: Trigger) -> Option<EventKind> {
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Sums {
-    disponible: i64,
-    en_attente: i64,
+    available: i64,
+    pending: i64,
 }
 
 /// Checks one merchant's journal, records, indexes and balances against each other; adds its records'
@@ -537,7 +537,7 @@ async fn audit_merchant(
     let mut ledger: BTreeMap<Currency, Sums> = BTreeMap::new();
     let mut seen: HashMap<(String, Trigger), u32> = HashMap::new();
     let mut credits: HashMap<String, u32> = HashMap::new();
-    let mut last_statut: HashMap<String, String> = HashMap::new();
+    let mut last_status: HashMap<String, String> = HashMap::new();
     let (mut payments, mut refunds, mut payouts) = (Vec::new(), Vec::new(), Vec::new());
     let mut refund_completions = Vec::new();
     for (i, event) in journal.iter().enumerate() {
@@ -546,11 +546,11 @@ async fn audit_merchant(
         }
         let mut sum: BTreeMap<Currency, i64> = BTreeMap::new();
         for entry in &event.entries {
-            *sum.entry(entry.devise).or_default() += entry.amount_minor;
-            let sums = ledger.entry(entry.devise).or_default();
+            *sum.entry(entry.currency).or_default() += entry.amount_minor;
+            let sums = ledger.entry(entry.currency).or_default();
             match entry.account {
-                Account::Disponible => sums.disponible += entry.amount_minor,
-                Account::EnAttente => sums.en_attente += entry.amount_minor,
+                Account::Available => sums.available += entry.amount_minor,
+                Account::Pending => sums.pending += entry.amount_minor,
                 Account::CustomerFunds => *credits.entry(event.reference.clone()).or_default() += 1,
                 _ => {}
             }
@@ -558,13 +558,13 @@ async fn audit_merchant(
         if sum.values().any(|s| *s != 0) {
             errors.push(format!("{m}: event {} does not balance: {sum:?}", event.seq));
         }
-        for (devise, sums) in &ledger {
-            if sums.disponible < 0 || sums.en_attente < 0 {
-                errors.push(format!("{m} {devise}: balance below zero after event {}: {sums:?}", event.seq));
+        for (currency, sums) in &ledger {
+            if sums.available < 0 || sums.pending < 0 {
+                errors.push(format!("{m} {currency}: balance below zero after event {}: {sums:?}", event.seq));
             }
         }
         *seen.entry((event.reference.clone(), event.trigger)).or_default() += 1;
-        last_statut.insert(event.reference.clone(), event.statut.clone());
+        last_status.insert(event.reference.clone(), event.status.clone());
         match event.trigger {
             Trigger::PaymentAccepted => payments.push(event.reference.clone()),
             Trigger::RefundRequested => refunds.push(event.reference.clone()),
@@ -593,43 +593,43 @@ async fn audit_merchant(
                 continue;
             }
         };
-        let sums = implied.entry(p.devise).or_default();
-        let credited = matches!(p.statut, PaymentStatus::Succes | PaymentStatus::Rembourse);
+        let sums = implied.entry(p.currency).or_default();
+        let credited = matches!(p.status, PaymentStatus::Succeeded | PaymentStatus::Refunded);
         let count = credits.get(reference).copied().unwrap_or(0);
         if count != u32::from(credited) {
-            errors.push(format!("{m}: payment {reference} is {} but was credited {count} times", p.statut.as_str()));
+            errors.push(format!("{m}: payment {reference} is {} but was credited {count} times", p.status.as_str()));
         }
         if credited {
-            sums.disponible += p.montant_net.minor();
+            sums.available += p.net_amount.minor();
         }
         // Completing a refund moves the payment to `rembourse` under the refund's reference.
-        let journal_statut = match p.statut {
-            PaymentStatus::Rembourse => "succes",
+        let journal_status = match p.status {
+            PaymentStatus::Refunded => "succes",
             other => other.as_str(),
         };
-        if last_statut.get(reference).map(String::as_str) != Some(journal_statut) {
+        if last_status.get(reference).map(String::as_str) != Some(journal_status) {
             errors.push(format!(
                 "{m}: payment {reference} is {} but its journal ends at {:?}",
-                p.statut.as_str(),
-                last_statut.get(reference)
+                p.status.as_str(),
+                last_status.get(reference)
             ));
         }
-        if let Some(r) = &p.remboursement {
+        if let Some(r) = &p.refund {
             refund_owner.insert(r.reference.clone(), reference.clone());
-            match r.statut {
-                RefundStatus::EnCours => {
-                    sums.disponible -= r.montant.minor();
-                    sums.en_attente += r.montant.minor();
+            match r.status {
+                RefundStatus::Processing => {
+                    sums.available -= r.amount.minor();
+                    sums.pending += r.amount.minor();
                 }
-                RefundStatus::Succes => sums.disponible -= r.montant.minor(),
-                RefundStatus::Echec => {}
+                RefundStatus::Succeeded => sums.available -= r.amount.minor(),
+                RefundStatus::Failed => {}
             }
-            if last_statut.get(&r.reference).map(String::as_str) != Some(r.statut.as_str()) {
+            if last_status.get(&r.reference).map(String::as_str) != Some(r.status.as_str()) {
                 errors.push(format!(
                     "{m}: refund {} is {} but its journal ends at {:?}",
                     r.reference,
-                    r.statut.as_str(),
-                    last_statut.get(&r.reference)
+                    r.status.as_str(),
+                    last_status.get(&r.reference)
                 ));
             }
         }
@@ -640,7 +640,7 @@ async fn audit_merchant(
         match store.locate(m, reference) {
             Ok(Some(located))
                 if matches!(&located.record, Record::Payment(p)
-                    if p.remboursement.as_ref().is_some_and(|r| &r.reference == reference)) => {}
+                    if p.refund.as_ref().is_some_and(|r| &r.reference == reference)) => {}
             other => errors.push(format!("{m}: journal has refund {reference} but the store gives {other:?}")),
         }
         if !refund_owner.contains_key(reference) {
@@ -663,20 +663,20 @@ async fn audit_merchant(
                 continue;
             }
         };
-        let sums = implied.entry(o.devise).or_default();
-        match o.statut {
-            PayoutStatus::EnAttente => {
-                sums.disponible -= o.montant.minor();
-                sums.en_attente += o.montant.minor();
+        let sums = implied.entry(o.currency).or_default();
+        match o.status {
+            PayoutStatus::Pending => {
+                sums.available -= o.amount.minor();
+                sums.pending += o.amount.minor();
             }
-            PayoutStatus::Traite => sums.disponible -= o.montant.minor(),
+            PayoutStatus::Traite => sums.available -= o.amount.minor(),
             PayoutStatus::Rejete => {}
         }
-        if last_statut.get(id).map(String::as_str) != Some(o.statut.as_str()) {
+        if last_status.get(id).map(String::as_str) != Some(o.status.as_str()) {
             errors.push(format!(
                 "{m}: payout {id} is {} but its journal ends at {:?}",
-                o.statut.as_str(),
-                last_statut.get(id)
+                o.status.as_str(),
+                last_status.get(id)
             ));
         }
         let (kind, key, state) = describe(&Record::Payout(o));
@@ -702,9 +702,9 @@ async fn audit_merchant(
         }
     }
     let mut expected: Vec<(TransactionType, String)> = Vec::new();
-    expected.extend(payments.iter().map(|r| (TransactionType::Paiement, r.clone())));
-    expected.extend(refunds.iter().map(|r| (TransactionType::Remboursement, r.clone())));
-    expected.extend(payouts.iter().map(|r| (TransactionType::Retrait, r.clone())));
+    expected.extend(payments.iter().map(|r| (TransactionType::Payment, r.clone())));
+    expected.extend(refunds.iter().map(|r| (TransactionType::Refund, r.clone())));
+    expected.extend(payouts.iter().map(|r| (TransactionType::Payout, r.clone())));
     let key = |t: &(TransactionType, String)| (t.0.as_str(), t.1.clone());
     listed.sort_by_key(key);
     expected.sort_by_key(key);
@@ -728,14 +728,14 @@ async fn audit_merchant(
         }
     };
     let currencies: HashSet<Currency> = ledger.keys().chain(implied.keys()).chain(actor.0.keys()).copied().collect();
-    for devise in currencies {
-        let from_journal = ledger.get(&devise).copied().unwrap_or_default();
-        let from_records = implied.get(&devise).copied().unwrap_or_default();
-        let b = actor.get(devise);
-        let from_actor = Sums { disponible: b.disponible, en_attente: b.en_attente };
+    for currency in currencies {
+        let from_journal = ledger.get(&currency).copied().unwrap_or_default();
+        let from_records = implied.get(&currency).copied().unwrap_or_default();
+        let b = actor.get(currency);
+        let from_actor = Sums { available: b.available, pending: b.pending };
         if from_journal != from_records || from_journal != from_actor {
             errors.push(format!(
-                "{m} {devise}: balances disagree: journal {from_journal:?}, records {from_records:?}, \
+                "{m} {currency}: balances disagree: journal {from_journal:?}, records {from_records:?}, \
                  recovered actor {from_actor:?}"
             ));
         }

@@ -16,29 +16,29 @@ fn xof() -> Currency {
     Currency::parse("XOF").unwrap()
 }
 
-fn new_payment(montant: i64, reference: Option<&str>) -> NewPayment {
+fn new_payment(amount: i64, reference: Option<&str>) -> NewPayment {
     NewPayment {
         reference: reference.map(|r| Reference::parse(r).unwrap()),
-        montant: Amount::positive(montant).unwrap(),
-        devise: xof(),
-        fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+        amount: Amount::positive(amount).unwrap(),
+        currency: xof(),
+        provider: ProviderCode::parse("mtn_momo").unwrap(),
         fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-        client_telephone: Phone::parse("+22997000055").unwrap(),
-        client_email: None,
-        client_nom: None,
+        customer_phone: Phone::parse("+22997000055").unwrap(),
+        customer_email: None,
+        customer_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
 }
 
-fn payout(montant: i64) -> NewPayout {
+fn payout(amount: i64) -> NewPayout {
     NewPayout {
-        montant: Amount::positive(montant).unwrap(),
-        devise: xof(),
-        fournisseur: ProviderCode::parse("wave").unwrap(),
+        amount: Amount::positive(amount).unwrap(),
+        currency: xof(),
+        provider: ProviderCode::parse("wave").unwrap(),
         fee: FeeRule::new(100, Amount::ZERO).unwrap(),
-        beneficiaire_telephone: Phone::parse("+22997000099").unwrap(),
-        beneficiaire_nom: None,
+        beneficiary_phone: Phone::parse("+22997000099").unwrap(),
+        beneficiary_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
@@ -58,8 +58,8 @@ fn payment_of(record: Record) -> caisse_engine::domain::records::Payment {
     }
 }
 
-async fn pay(engine: &Engine, m: &MerchantId, montant: i64) -> caisse_engine::domain::records::Payment {
-    let p = payment_of(done(engine.execute(m, Command::InitiatePayment(new_payment(montant, None)), None).await));
+async fn pay(engine: &Engine, m: &MerchantId, amount: i64) -> caisse_engine::domain::records::Payment {
+    let p = payment_of(done(engine.execute(m, Command::InitiatePayment(new_payment(amount, None)), None).await));
     let cmd = Command::PaymentNotice { reference: p.reference.clone(), notice: PaymentNotice::Confirmed };
     payment_of(done(engine.execute(m, cmd, None).await))
 }
@@ -72,49 +72,49 @@ async fn a_full_life_moves_money_and_writes_notifications() {
 
     let p =
         payment_of(done(engine.execute(&m, Command::InitiatePayment(new_payment(10_000, Some("cmd-1"))), None).await));
-    assert_eq!(p.statut, PaymentStatus::Initie);
-    assert_eq!((p.frais.minor(), p.montant_net.minor()), (150, 9_850));
+    assert_eq!(p.status, PaymentStatus::Initiated);
+    assert_eq!((p.fee.minor(), p.net_amount.minor()), (150, 9_850));
     let reference = p.reference.clone();
 
     for notice in [PaymentNotice::Processing, PaymentNotice::Confirmed, PaymentNotice::Confirmed] {
         engine.execute(&m, Command::PaymentNotice { reference: reference.clone(), notice }, None).await.unwrap();
     }
     let b = engine.balances(&m).await.unwrap().get(xof());
-    assert_eq!((b.disponible, b.en_attente), (9_850, 0), "credited once despite the duplicate notice");
+    assert_eq!((b.available, b.pending), (9_850, 0), "credited once despite the duplicate notice");
 
     let cmd = Command::RequestRefund {
         reference: reference.clone(),
-        montant: Some(Amount::positive(4_000).unwrap()),
-        motif: None,
+        amount: Some(Amount::positive(4_000).unwrap()),
+        reason: None,
     };
     let p = payment_of(done(engine.execute(&m, cmd, None).await));
-    assert_eq!(p.remboursement.as_ref().unwrap().statut, RefundStatus::EnCours);
+    assert_eq!(p.refund.as_ref().unwrap().status, RefundStatus::Processing);
     let b = engine.balances(&m).await.unwrap().get(xof());
-    assert_eq!((b.disponible, b.en_attente), (5_850, 4_000));
+    assert_eq!((b.available, b.pending), (5_850, 4_000));
 
     let cmd = Command::RefundNotice { reference: reference.clone(), outcome: RefundOutcome::Completed };
     let p = payment_of(done(engine.execute(&m, cmd, None).await));
-    assert_eq!(p.statut, PaymentStatus::Rembourse);
+    assert_eq!(p.status, PaymentStatus::Refunded);
 
     let o = match done(engine.execute(&m, Command::CreatePayout(payout(5_000)), None).await) {
         Record::Payout(o) => o,
         other => panic!("{other:?}"),
     };
-    assert_eq!(o.statut, PayoutStatus::EnAttente);
+    assert_eq!(o.status, PayoutStatus::Pending);
     let too_much = engine.execute(&m, Command::CreatePayout(payout(900)), None).await;
     assert!(matches!(too_much, Err(EngineError::Rejected(Rejection::InsufficientBalance { .. }))), "{too_much:?}");
     let cmd = Command::PayoutNotice { id: o.id.clone(), outcome: PayoutOutcome::Sent };
     engine.execute(&m, cmd, None).await.unwrap();
     let b = engine.balances(&m).await.unwrap().get(xof());
-    assert_eq!((b.disponible, b.en_attente), (850, 0));
+    assert_eq!((b.available, b.pending), (850, 0));
 
     // A payment, its refund and a payout are each found by their reference, and none of them can be reused
     // as a new payment's.
-    let refund = p.remboursement.as_ref().unwrap().reference.clone();
+    let refund = p.refund.as_ref().unwrap().reference.clone();
     for (found_by, kind) in [
-        (reference.as_str(), TransactionType::Paiement),
-        (refund.as_str(), TransactionType::Remboursement),
-        (o.id.as_str(), TransactionType::Retrait),
+        (reference.as_str(), TransactionType::Payment),
+        (refund.as_str(), TransactionType::Refund),
+        (o.id.as_str(), TransactionType::Payout),
     ] {
         let located = engine.locate(&m, found_by).unwrap().unwrap();
         assert_eq!((located.kind, located.reference.as_str()), (kind, found_by));
@@ -151,7 +151,7 @@ async fn refusals_change_nothing() {
     let p = payment_of(done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, Some("dup"))), None).await));
     let again = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, Some("dup"))), None).await;
     assert_eq!(again, Err(EngineError::Rejected(Rejection::DuplicateReference)));
-    let refund = Command::RequestRefund { reference: p.reference.clone(), montant: None, motif: None };
+    let refund = Command::RequestRefund { reference: p.reference.clone(), amount: None, reason: None };
     assert!(matches!(engine.execute(&m, refund, None).await, Err(EngineError::Rejected(Rejection::InvalidState(_)))));
     let unknown =
         Command::PaymentNotice { reference: Reference::parse("nope").unwrap(), notice: PaymentNotice::Confirmed };
@@ -206,7 +206,7 @@ fn recovery_after_restart_keeps_every_change_and_passes_the_audit() {
         let engine = Engine::open(config).unwrap();
         assert_eq!(engine.audit_report().events, 20);
         let b = engine.balances(&m).await.unwrap().get(xof());
-        assert_eq!(b.disponible, 10 * 985);
+        assert_eq!(b.available, 10 * 985);
         // The actor resumed at the right journal position: new changes append after the old ones.
         pay(&engine, &m, 1_000).await;
         let journal = engine.journal(&m, 1, 100).unwrap();
@@ -228,10 +228,10 @@ async fn many_merchants_in_parallel() {
         }
     }
     for t in tasks {
-        assert_eq!(t.await.unwrap().statut, PaymentStatus::Succes);
+        assert_eq!(t.await.unwrap().status, PaymentStatus::Succeeded);
     }
     for m in &merchants {
-        assert_eq!(engine.balances(m).await.unwrap().get(xof()).disponible, 4 * 1_970);
+        assert_eq!(engine.balances(m).await.unwrap().get(xof()).available, 4 * 1_970);
     }
 }
 
@@ -289,7 +289,7 @@ async fn the_pending_list_is_walked_a_page_at_a_time_oldest_first_and_forgets_wh
     let mut cursor = None;
     // Bounded, so a cursor that does not move fails the test instead of hanging it.
     for _ in 0..made.len() + 1 {
-        let page = engine.awaiting_provider(TransactionType::Paiement, later, cursor.as_ref(), 2).unwrap();
+        let page = engine.awaiting_provider(TransactionType::Payment, later, cursor.as_ref(), 2).unwrap();
         assert!(page.len() <= 2);
         walked.extend(page.iter().map(|p| p.owner.clone()));
         match page.last() {
@@ -300,15 +300,15 @@ async fn the_pending_list_is_walked_a_page_at_a_time_oldest_first_and_forgets_wh
     assert!(cursor.is_some() && walked.len() <= made.len(), "the walk ended: {walked:?}");
     assert_eq!(walked, made, "every waiting payment once, oldest first, across merchants");
     let none_yet = Timestamp::from_unix_ms(0);
-    assert!(engine.awaiting_provider(TransactionType::Paiement, none_yet, None, 10).unwrap().is_empty());
-    assert!(engine.awaiting_provider(TransactionType::Retrait, later, None, 10).unwrap().is_empty());
+    assert!(engine.awaiting_provider(TransactionType::Payment, none_yet, None, 10).unwrap().is_empty());
+    assert!(engine.awaiting_provider(TransactionType::Payout, later, None, 10).unwrap().is_empty());
 
     // A payment that succeeded no longer waits.
     let reference = Reference::parse(&made[2]).unwrap();
     let cmd = Command::PaymentNotice { reference, notice: PaymentNotice::Confirmed };
     done(engine.execute(&a, cmd, None).await);
     let left: Vec<String> = engine
-        .awaiting_provider(TransactionType::Paiement, later, None, 10)
+        .awaiting_provider(TransactionType::Payment, later, None, 10)
         .unwrap()
         .into_iter()
         .map(|p| p.owner)
@@ -367,7 +367,7 @@ fn the_audit_covers_both_halves_and_names_a_merchant_whose_snapshot_disagrees() 
         // A stored value is a format byte (1: postcard) and the record; the tampered one goes back the same way.
         assert_eq!(stored[0], 1, "binary format");
         let mut snapshot: Snapshot = postcard::from_bytes(&stored[1..]).unwrap();
-        snapshot.balances.0.get_mut(&xof()).unwrap().disponible += 1;
+        snapshot.balances.0.get_mut(&xof()).unwrap().available += 1;
         let tampered = postcard::to_extend(&snapshot, vec![1]).unwrap();
         snapshots.insert(target.as_bytes(), tampered).unwrap();
         db.flush().unwrap();

@@ -130,16 +130,16 @@ enum PayoutAmount {
 #[derive(Debug, Clone, Copy)]
 struct Fee {
     bps: u32,
-    fixe: i64,
+    fixed: i64,
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Initiate { m: usize, devise: usize, montant: i64, fee: Fee, reference: RefChoice },
+    Initiate { m: usize, currency: usize, amount: i64, fee: Fee, reference: RefChoice },
     Notice { m: usize, target: Pick, notice: NoticeKind },
     Refund { m: usize, target: Pick, amount: RefundAmount },
     RefundNotice { m: usize, target: Pick, completed: bool },
-    Payout { m: usize, devise: usize, amount: PayoutAmount, fee: Fee },
+    Payout { m: usize, currency: usize, amount: PayoutAmount, fee: Fee },
     PayoutNotice { m: usize, target: Pick, sent: bool },
 }
 
@@ -152,11 +152,11 @@ fn pick() -> impl Strategy<Value = Pick> {
 }
 
 fn fee() -> impl Strategy<Value = Fee> {
-    (0u32..=500, 0i64..=100).prop_map(|(bps, fixe)| Fee { bps, fixe })
+    (0u32..=500, 0i64..=100).prop_map(|(bps, fixed)| Fee { bps, fixed })
 }
 
 /// Small amounts often fall below the fee (refused); large ones build balances.
-fn montant() -> impl Strategy<Value = i64> {
+fn amount() -> impl Strategy<Value = i64> {
     prop_oneof![1 => 1i64..=300, 3 => 1i64..=1_000_000]
 }
 
@@ -186,14 +186,14 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (-1i64..=1).prop_map(PayoutAmount::Balance),
     ];
     prop_oneof![
-        25 => (m.clone(), 0..CURRENCIES.len(), montant(), fee(), reference)
-            .prop_map(|(m, devise, montant, fee, reference)| Op::Initiate { m, devise, montant, fee, reference }),
+        25 => (m.clone(), 0..CURRENCIES.len(), amount(), fee(), reference)
+            .prop_map(|(m, currency, amount, fee, reference)| Op::Initiate { m, currency, amount, fee, reference }),
         35 => (m.clone(), pick(), notice).prop_map(|(m, target, notice)| Op::Notice { m, target, notice }),
         10 => (m.clone(), pick(), refund_amount).prop_map(|(m, target, amount)| Op::Refund { m, target, amount }),
         10 => (m.clone(), pick(), any::<bool>())
             .prop_map(|(m, target, completed)| Op::RefundNotice { m, target, completed }),
         10 => (m.clone(), 0..CURRENCIES.len(), payout_amount, fee())
-            .prop_map(|(m, devise, amount, fee)| Op::Payout { m, devise, amount, fee }),
+            .prop_map(|(m, currency, amount, fee)| Op::Payout { m, currency, amount, fee }),
         10 => (m, pick(), any::<bool>()).prop_map(|(m, target, sent)| Op::PayoutNotice { m, target, sent }),
     ]
 }
@@ -204,11 +204,11 @@ fn op() -> impl Strategy<Value = Op> {
 
 #[derive(Debug, Clone)]
 struct MPayment {
-    devise: Currency,
-    montant: i64,
-    frais: i64,
+    currency: Currency,
+    amount: i64,
+    fee: i64,
     net: i64,
-    statut: PaymentStatus,
+    status: PaymentStatus,
     refund: Option<MRefund>,
     /// How many times the merchant was credited for this payment (the invariant: at most once).
     credits: u32,
@@ -217,17 +217,17 @@ struct MPayment {
 #[derive(Debug, Clone)]
 struct MRefund {
     reference: String,
-    montant: i64,
-    statut: RefundStatus,
+    amount: i64,
+    status: RefundStatus,
 }
 
 #[derive(Debug, Clone)]
 struct MPayout {
-    devise: Currency,
-    montant: i64,
-    frais: i64,
+    currency: Currency,
+    amount: i64,
+    fee: i64,
     net: i64,
-    statut: PayoutStatus,
+    status: PayoutStatus,
 }
 
 /// One merchant as the model sees it.
@@ -259,18 +259,18 @@ enum Key {
 #[derive(Debug, Clone)]
 enum Apply {
     NewPayment(MPayment),
-    PaymentStatus { reference: String, statut: PaymentStatus },
-    NewRefund { payment: String, montant: i64 },
-    RefundStatus { payment: String, statut: RefundStatus },
+    PaymentStatus { reference: String, status: PaymentStatus },
+    NewRefund { payment: String, amount: i64 },
+    RefundStatus { payment: String, status: RefundStatus },
     NewPayout(MPayout),
-    PayoutStatus { id: String, statut: PayoutStatus },
+    PayoutStatus { id: String, status: PayoutStatus },
 }
 
 #[derive(Debug, Clone)]
 struct Change {
     trigger: Trigger,
-    devise: Currency,
-    journal_statut: &'static str,
+    currency: Currency,
+    journal_status: &'static str,
     journal_reference: Key,
     /// Net movement per account, the model's own double entry.
     deltas: Vec<(Account, i64)>,
@@ -288,73 +288,73 @@ enum Expect {
 }
 
 /// The fee rule of docs/api.md § Payments: `(montant * bps + 5000) / 10000 + fixe`, integer division.
-fn model_fee(montant: i64, fee: &FeeRule) -> i64 {
-    let percentage = (i128::from(montant) * i128::from(fee.pourcentage_bps) + 5_000) / 10_000;
-    i64::try_from(percentage).unwrap() + fee.fixe.minor()
+fn model_fee(amount: i64, fee: &FeeRule) -> i64 {
+    let percentage = (i128::from(amount) * i128::from(fee.percentage_bps) + 5_000) / 10_000;
+    i64::try_from(percentage).unwrap() + fee.fixed.minor()
 }
 
-fn payment_name(statut: PaymentStatus) -> &'static str {
-    match statut {
-        PaymentStatus::Initie => "initie",
-        PaymentStatus::EnCours => "en_cours",
-        PaymentStatus::Succes => "succes",
-        PaymentStatus::Echec => "echec",
-        PaymentStatus::Expire => "expire",
-        PaymentStatus::Rembourse => "rembourse",
+fn payment_name(status: PaymentStatus) -> &'static str {
+    match status {
+        PaymentStatus::Initiated => "initie",
+        PaymentStatus::Processing => "en_cours",
+        PaymentStatus::Succeeded => "succes",
+        PaymentStatus::Failed => "echec",
+        PaymentStatus::Expired => "expire",
+        PaymentStatus::Refunded => "rembourse",
     }
 }
 
-fn payout_name(statut: PayoutStatus) -> &'static str {
-    match statut {
-        PayoutStatus::EnAttente => "en_attente",
+fn payout_name(status: PayoutStatus) -> &'static str {
+    match status {
+        PayoutStatus::Pending => "en_attente",
         PayoutStatus::Traite => "traite",
         PayoutStatus::Rejete => "rejete",
     }
 }
 
 /// The event each new payment status sends (docs/api.md § Payments).
-fn payment_event(statut: PaymentStatus) -> EventKind {
-    match statut {
-        PaymentStatus::Initie => EventKind::PaymentInitiated,
-        PaymentStatus::EnCours => EventKind::PaymentProcessing,
-        PaymentStatus::Succes => EventKind::PaymentSucceeded,
-        PaymentStatus::Echec | PaymentStatus::Expire => EventKind::PaymentFailed,
-        PaymentStatus::Rembourse => EventKind::PaymentRefunded,
+fn payment_event(status: PaymentStatus) -> EventKind {
+    match status {
+        PaymentStatus::Initiated => EventKind::PaymentInitiated,
+        PaymentStatus::Processing => EventKind::PaymentProcessing,
+        PaymentStatus::Succeeded => EventKind::PaymentSucceeded,
+        PaymentStatus::Failed | PaymentStatus::Expired => EventKind::PaymentFailed,
+        PaymentStatus::Refunded => EventKind::PaymentRefunded,
     }
 }
 
 /// The event each new payout status sends (docs/api.md § Payouts; a new payout sends none).
-fn payout_event(statut: PayoutStatus) -> Option<EventKind> {
-    match statut {
-        PayoutStatus::EnAttente => None,
+fn payout_event(status: PayoutStatus) -> Option<EventKind> {
+    match status {
+        PayoutStatus::Pending => None,
         PayoutStatus::Traite => Some(EventKind::PayoutProcessed),
         PayoutStatus::Rejete => Some(EventKind::PayoutRejected),
     }
 }
 
 impl MMerchant {
-    fn account(&self, devise: Currency, account: Account) -> i64 {
-        self.accounts.get(&(devise, account)).copied().unwrap_or(0)
+    fn account(&self, currency: Currency, account: Account) -> i64 {
+        self.accounts.get(&(currency, account)).copied().unwrap_or(0)
     }
 
     /// What docs/api.md says `cmd` must do to this merchant now.
     fn expect(&self, cmd: &Command) -> Expect {
-        use Account::{CustomerFunds, Disponible, EnAttente, Fees, PayoutsOut, RefundsOut};
+        use Account::{Available, CustomerFunds, Fees, PayoutsOut, Pending, RefundsOut};
         let change = |c: Change| Expect::Change(Box::new(c));
         match cmd {
             Command::InitiatePayment(new) => {
                 if new.reference.as_ref().is_some_and(|r| self.used.contains(r.as_str())) {
                     return Expect::Reject(Rejection::DuplicateReference);
                 }
-                let montant = new.montant.minor();
-                let frais = model_fee(montant, &new.fee);
-                if frais >= montant {
-                    return Expect::Reject(Rejection::AmountBelowFee { frais_minor: frais });
+                let amount = new.amount.minor();
+                let fee = model_fee(amount, &new.fee);
+                if fee >= amount {
+                    return Expect::Reject(Rejection::AmountBelowFee { fee_minor: fee });
                 }
                 change(Change {
                     trigger: Trigger::PaymentAccepted,
-                    devise: new.devise,
-                    journal_statut: "initie",
+                    currency: new.currency,
+                    journal_status: "initie",
                     journal_reference: match &new.reference {
                         Some(r) => Key::Known(r.as_str().to_owned()),
                         None => Key::Fresh("pay_"),
@@ -362,11 +362,11 @@ impl MMerchant {
                     deltas: Vec::new(),
                     notify: Some((EventKind::PaymentInitiated, "initie")),
                     apply: Apply::NewPayment(MPayment {
-                        devise: new.devise,
-                        montant,
-                        frais,
-                        net: montant - frais,
-                        statut: PaymentStatus::Initie,
+                        currency: new.currency,
+                        amount,
+                        fee,
+                        net: amount - fee,
+                        status: PaymentStatus::Initiated,
                         refund: None,
                         credits: 0,
                     }),
@@ -374,145 +374,147 @@ impl MMerchant {
             }
             Command::PaymentNotice { reference, notice } => {
                 let Some(p) = self.payments.get(reference.as_str()) else { return Expect::Reject(Rejection::NotFound) };
-                use PaymentStatus::{EnCours, Expire, Initie, Succes};
-                let (trigger, next) = match (p.statut, notice) {
-                    (Initie, PaymentNotice::Processing) => (Trigger::ProviderProcessing, EnCours),
-                    (Initie | EnCours | Expire, PaymentNotice::Confirmed) => (Trigger::ProviderConfirmed, Succes),
-                    (Initie | EnCours, PaymentNotice::Declined { .. }) => {
-                        (Trigger::ProviderDeclined, PaymentStatus::Echec)
+                use PaymentStatus::{Expired, Initiated, Processing, Succeeded};
+                let (trigger, next) = match (p.status, notice) {
+                    (Initiated, PaymentNotice::Processing) => (Trigger::ProviderProcessing, Processing),
+                    (Initiated | Processing | Expired, PaymentNotice::Confirmed) => {
+                        (Trigger::ProviderConfirmed, Succeeded)
                     }
-                    (Initie | EnCours, PaymentNotice::Expired) => (Trigger::TtlExpired, Expire),
+                    (Initiated | Processing, PaymentNotice::Declined { .. }) => {
+                        (Trigger::ProviderDeclined, PaymentStatus::Failed)
+                    }
+                    (Initiated | Processing, PaymentNotice::Expired) => (Trigger::TtlExpired, Expired),
                     // Duplicated, late or out of order: acknowledged, nothing changes.
                     _ => return Expect::Unchanged,
                 };
-                let deltas = if next == Succes {
-                    vec![(CustomerFunds, -p.montant), (Disponible, p.net), (Fees, p.frais)]
+                let deltas = if next == Succeeded {
+                    vec![(CustomerFunds, -p.amount), (Available, p.net), (Fees, p.fee)]
                 } else {
                     Vec::new()
                 };
                 change(Change {
                     trigger,
-                    devise: p.devise,
-                    journal_statut: payment_name(next),
+                    currency: p.currency,
+                    journal_status: payment_name(next),
                     journal_reference: Key::Known(reference.as_str().to_owned()),
                     deltas,
                     notify: Some((payment_event(next), payment_name(next))),
-                    apply: Apply::PaymentStatus { reference: reference.as_str().to_owned(), statut: next },
+                    apply: Apply::PaymentStatus { reference: reference.as_str().to_owned(), status: next },
                 })
             }
-            Command::RequestRefund { reference, montant, .. } => {
+            Command::RequestRefund { reference, amount, .. } => {
                 let Some(p) = self.payments.get(reference.as_str()) else { return Expect::Reject(Rejection::NotFound) };
-                if p.statut != PaymentStatus::Succes || p.refund.is_some() {
+                if p.status != PaymentStatus::Succeeded || p.refund.is_some() {
                     return Expect::Reject(Rejection::InvalidState(String::new()));
                 }
-                let a = montant.map_or(p.montant, Amount::minor);
-                if a > p.montant {
-                    return Expect::Reject(Rejection::RefundAboveAmount { montant_minor: p.montant });
+                let a = amount.map_or(p.amount, Amount::minor);
+                if a > p.amount {
+                    return Expect::Reject(Rejection::RefundAboveAmount { amount_minor: p.amount });
                 }
-                let disponible = self.account(p.devise, Disponible);
-                if a > disponible {
+                let available = self.account(p.currency, Available);
+                if a > available {
                     return Expect::Reject(Rejection::InsufficientBalance {
-                        devise: p.devise,
-                        disponible_minor: disponible,
+                        currency: p.currency,
+                        available_minor: available,
                         requested_minor: a,
                     });
                 }
                 change(Change {
                     trigger: Trigger::RefundRequested,
-                    devise: p.devise,
-                    journal_statut: "en_cours",
+                    currency: p.currency,
+                    journal_status: "en_cours",
                     journal_reference: Key::Fresh("rmb_"),
-                    deltas: vec![(Disponible, -a), (EnAttente, a)],
+                    deltas: vec![(Available, -a), (Pending, a)],
                     notify: None,
-                    apply: Apply::NewRefund { payment: reference.as_str().to_owned(), montant: a },
+                    apply: Apply::NewRefund { payment: reference.as_str().to_owned(), amount: a },
                 })
             }
             Command::RefundNotice { reference, outcome } => {
                 let Some(p) = self.payments.get(reference.as_str()) else { return Expect::Reject(Rejection::NotFound) };
                 let Some(r) = &p.refund else { return Expect::Reject(Rejection::NotFound) };
-                if r.statut != RefundStatus::EnCours {
+                if r.status != RefundStatus::Processing {
                     return Expect::Unchanged;
                 }
-                let (trigger, statut, deltas, notify) = match outcome {
+                let (trigger, status, deltas, notify) = match outcome {
                     RefundOutcome::Completed => (
                         Trigger::RefundCompleted,
-                        RefundStatus::Succes,
-                        vec![(EnAttente, -r.montant), (RefundsOut, r.montant)],
+                        RefundStatus::Succeeded,
+                        vec![(Pending, -r.amount), (RefundsOut, r.amount)],
                         Some((EventKind::PaymentRefunded, "rembourse")),
                     ),
                     // A refused refund: the reservation goes back, the payment stays `succes`, no event.
                     RefundOutcome::Refused => (
                         Trigger::RefundRefused,
-                        RefundStatus::Echec,
-                        vec![(EnAttente, -r.montant), (Disponible, r.montant)],
+                        RefundStatus::Failed,
+                        vec![(Pending, -r.amount), (Available, r.amount)],
                         None,
                     ),
                 };
                 change(Change {
                     trigger,
-                    devise: p.devise,
-                    journal_statut: if statut == RefundStatus::Succes { "succes" } else { "echec" },
+                    currency: p.currency,
+                    journal_status: if status == RefundStatus::Succeeded { "succes" } else { "echec" },
                     journal_reference: Key::Known(r.reference.clone()),
                     deltas,
                     notify,
-                    apply: Apply::RefundStatus { payment: reference.as_str().to_owned(), statut },
+                    apply: Apply::RefundStatus { payment: reference.as_str().to_owned(), status },
                 })
             }
             Command::CreatePayout(new) => {
-                let montant = new.montant.minor();
-                let frais = model_fee(montant, &new.fee);
-                if frais >= montant {
-                    return Expect::Reject(Rejection::AmountBelowFee { frais_minor: frais });
+                let amount = new.amount.minor();
+                let fee = model_fee(amount, &new.fee);
+                if fee >= amount {
+                    return Expect::Reject(Rejection::AmountBelowFee { fee_minor: fee });
                 }
-                let disponible = self.account(new.devise, Disponible);
-                if montant > disponible {
+                let available = self.account(new.currency, Available);
+                if amount > available {
                     return Expect::Reject(Rejection::InsufficientBalance {
-                        devise: new.devise,
-                        disponible_minor: disponible,
-                        requested_minor: montant,
+                        currency: new.currency,
+                        available_minor: available,
+                        requested_minor: amount,
                     });
                 }
                 change(Change {
                     trigger: Trigger::PayoutRequested,
-                    devise: new.devise,
-                    journal_statut: "en_attente",
+                    currency: new.currency,
+                    journal_status: "en_attente",
                     journal_reference: Key::Fresh("ret_"),
-                    deltas: vec![(Disponible, -montant), (EnAttente, montant)],
+                    deltas: vec![(Available, -amount), (Pending, amount)],
                     notify: None,
                     apply: Apply::NewPayout(MPayout {
-                        devise: new.devise,
-                        montant,
-                        frais,
-                        net: montant - frais,
-                        statut: PayoutStatus::EnAttente,
+                        currency: new.currency,
+                        amount,
+                        fee,
+                        net: amount - fee,
+                        status: PayoutStatus::Pending,
                     }),
                 })
             }
             Command::PayoutNotice { id, outcome } => {
                 let Some(o) = self.payouts.get(id) else { return Expect::Reject(Rejection::NotFound) };
-                if o.statut != PayoutStatus::EnAttente {
+                if o.status != PayoutStatus::Pending {
                     return Expect::Unchanged;
                 }
-                let (trigger, statut, deltas) = match outcome {
+                let (trigger, status, deltas) = match outcome {
                     PayoutOutcome::Sent => (
                         Trigger::PayoutSent,
                         PayoutStatus::Traite,
-                        vec![(EnAttente, -o.montant), (PayoutsOut, o.net), (Fees, o.frais)],
+                        vec![(Pending, -o.amount), (PayoutsOut, o.net), (Fees, o.fee)],
                     ),
                     PayoutOutcome::Refused { .. } => (
                         Trigger::PayoutRefused,
                         PayoutStatus::Rejete,
-                        vec![(EnAttente, -o.montant), (Disponible, o.montant)],
+                        vec![(Pending, -o.amount), (Available, o.amount)],
                     ),
                 };
                 change(Change {
                     trigger,
-                    devise: o.devise,
-                    journal_statut: payout_name(statut),
+                    currency: o.currency,
+                    journal_status: payout_name(status),
                     journal_reference: Key::Known(id.clone()),
                     deltas,
-                    notify: payout_event(statut).map(|e| (e, payout_name(statut))),
-                    apply: Apply::PayoutStatus { id: id.clone(), statut },
+                    notify: payout_event(status).map(|e| (e, payout_name(status))),
+                    apply: Apply::PayoutStatus { id: id.clone(), status },
                 })
             }
         }
@@ -542,29 +544,29 @@ fn reference(text: &str) -> Reference {
     Reference::parse(text).unwrap()
 }
 
-fn new_payment(devise: Currency, montant: i64, fee: Fee, reference: Option<Reference>) -> NewPayment {
+fn new_payment(currency: Currency, amount: i64, fee: Fee, reference: Option<Reference>) -> NewPayment {
     NewPayment {
         reference,
-        montant: Amount::positive(montant).unwrap(),
-        devise,
-        fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
-        fee: FeeRule::new(fee.bps, Amount::new(fee.fixe).unwrap()).unwrap(),
-        client_telephone: Phone::parse("+22997000001").unwrap(),
-        client_email: Some(Email::parse(CLIENT_EMAIL).unwrap()),
-        client_nom: None,
+        amount: Amount::positive(amount).unwrap(),
+        currency,
+        provider: ProviderCode::parse("mtn_momo").unwrap(),
+        fee: FeeRule::new(fee.bps, Amount::new(fee.fixed).unwrap()).unwrap(),
+        customer_phone: Phone::parse("+22997000001").unwrap(),
+        customer_email: Some(Email::parse(CLIENT_EMAIL).unwrap()),
+        customer_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
 }
 
-fn new_payout(devise: Currency, montant: i64, fee: Fee) -> NewPayout {
+fn new_payout(currency: Currency, amount: i64, fee: Fee) -> NewPayout {
     NewPayout {
-        montant: Amount::positive(montant).unwrap(),
-        devise,
-        fournisseur: ProviderCode::parse("wave").unwrap(),
-        fee: FeeRule::new(fee.bps, Amount::new(fee.fixe).unwrap()).unwrap(),
-        beneficiaire_telephone: Phone::parse("+22997000099").unwrap(),
-        beneficiaire_nom: None,
+        amount: Amount::positive(amount).unwrap(),
+        currency,
+        provider: ProviderCode::parse("wave").unwrap(),
+        fee: FeeRule::new(fee.bps, Amount::new(fee.fixed).unwrap()).unwrap(),
+        beneficiary_phone: Phone::parse("+22997000099").unwrap(),
+        beneficiary_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
@@ -599,7 +601,7 @@ impl Model {
     fn resolve(&self, op: &Op) -> (usize, Command) {
         let n = self.merchants.len();
         match *op {
-            Op::Initiate { m, devise, montant, fee, reference: choice } => {
+            Op::Initiate { m, currency, amount, fee, reference: choice } => {
                 let m = m % n;
                 let r = match choice {
                     RefChoice::Generated => None,
@@ -610,13 +612,14 @@ impl Model {
                     }
                     RefChoice::Existing { own: false, index } => Some(choose(&self.all_keys, index, Some("cmd-0"))),
                 };
-                let new = new_payment(CURRENCIES[devise % CURRENCIES.len()], montant, fee, r.as_deref().map(reference));
+                let new =
+                    new_payment(CURRENCIES[currency % CURRENCIES.len()], amount, fee, r.as_deref().map(reference));
                 (m, Command::InitiatePayment(new))
             }
             Op::Notice { m, target, notice } => {
                 let m = m % n;
                 let open = |p: &MPayment| {
-                    !matches!(p.statut, PaymentStatus::Succes | PaymentStatus::Echec | PaymentStatus::Rembourse)
+                    !matches!(p.status, PaymentStatus::Succeeded | PaymentStatus::Failed | PaymentStatus::Refunded)
                 };
                 let r = self.pick_key(&self.merchants[m].payments, &[&open], target);
                 let notice = match notice {
@@ -629,52 +632,52 @@ impl Model {
             }
             Op::Refund { m, target, amount } => {
                 let m = m % n;
-                let open = |p: &MPayment| p.statut == PaymentStatus::Succes && p.refund.is_none();
+                let open = |p: &MPayment| p.status == PaymentStatus::Succeeded && p.refund.is_none();
                 let r = self.pick_key(&self.merchants[m].payments, &[&open], target);
-                let paid = self.merchants[m].payments.get(&r).map_or(1_000, |p| p.montant);
-                let montant = match amount {
+                let paid = self.merchants[m].payments.get(&r).map_or(1_000, |p| p.amount);
+                let amount = match amount {
                     RefundAmount::Full => None,
                     RefundAmount::PerMille(pm) => Some((paid * pm / 1_000).max(1)),
                     RefundAmount::Above(extra) => Some(paid + extra),
                     RefundAmount::Raw(a) => Some(a),
                     RefundAmount::Balance(delta) => {
-                        let devise = self.merchants[m].payments.get(&r).map_or(Currency::XOF, |p| p.devise);
-                        Some((self.merchants[m].account(devise, Account::Disponible) + delta).max(1))
+                        let currency = self.merchants[m].payments.get(&r).map_or(Currency::XOF, |p| p.currency);
+                        Some((self.merchants[m].account(currency, Account::Available) + delta).max(1))
                     }
                 };
-                let montant = montant.map(|a| Amount::positive(a).unwrap());
-                (m, Command::RequestRefund { reference: reference(&r), montant, motif: None })
+                let amount = amount.map(|a| Amount::positive(a).unwrap());
+                (m, Command::RequestRefund { reference: reference(&r), amount, reason: None })
             }
             Op::RefundNotice { m, target, completed } => {
                 let m = m % n;
-                let open = |p: &MPayment| p.refund.as_ref().is_some_and(|r| r.statut == RefundStatus::EnCours);
+                let open = |p: &MPayment| p.refund.as_ref().is_some_and(|r| r.status == RefundStatus::Processing);
                 let done = |p: &MPayment| p.refund.is_some();
                 let r = self.pick_key(&self.merchants[m].payments, &[&open, &done], target);
                 let outcome = if completed { RefundOutcome::Completed } else { RefundOutcome::Refused };
                 (m, Command::RefundNotice { reference: reference(&r), outcome })
             }
-            Op::Payout { m, devise, amount, fee } => {
+            Op::Payout { m, currency, amount, fee } => {
                 let m = m % n;
-                let devise = CURRENCIES[devise % CURRENCIES.len()];
-                let montant = match amount {
+                let currency = CURRENCIES[currency % CURRENCIES.len()];
+                let amount = match amount {
                     // With nothing available, aim at a plausible amount anyway (refused as insufficient).
                     PayoutAmount::PerMille(pm) => {
-                        (self.merchants[m].account(devise, Account::Disponible).max(1_000) * pm / 1_000).max(1)
+                        (self.merchants[m].account(currency, Account::Available).max(1_000) * pm / 1_000).max(1)
                     }
                     PayoutAmount::Raw(a) => a,
                     PayoutAmount::Balance(delta) => {
-                        (self.merchants[m].account(devise, Account::Disponible) + delta).max(1)
+                        (self.merchants[m].account(currency, Account::Available) + delta).max(1)
                     }
                 };
-                (m, Command::CreatePayout(new_payout(devise, montant, fee)))
+                (m, Command::CreatePayout(new_payout(currency, amount, fee)))
             }
             Op::PayoutNotice { m, target, sent } => {
                 let m = m % n;
-                let open = |o: &MPayout| o.statut == PayoutStatus::EnAttente;
+                let open = |o: &MPayout| o.status == PayoutStatus::Pending;
                 let done = |_: &MPayout| true;
                 let id = self.pick_key(&self.merchants[m].payouts, &[&open, &done], target);
                 let outcome =
-                    if sent { PayoutOutcome::Sent } else { PayoutOutcome::Refused { motif: "compte inconnu".into() } };
+                    if sent { PayoutOutcome::Sent } else { PayoutOutcome::Refused { reason: "compte inconnu".into() } };
                 (m, Command::PayoutNotice { id, outcome })
             }
         }
@@ -709,13 +712,13 @@ fn same_rejection(expected: &Rejection, actual: &Rejection) -> bool {
 fn payment_move_allowed(from: PaymentStatus, to: PaymentStatus) -> bool {
     use PaymentStatus::*;
     match from {
-        Initie => matches!(to, EnCours | Succes | Echec | Expire),
-        EnCours => matches!(to, Succes | Echec | Expire),
+        Initiated => matches!(to, Processing | Succeeded | Failed | Expired),
+        Processing => matches!(to, Succeeded | Failed | Expired),
         // A late success is the only way out of `expire`.
-        Expire => to == Succes,
+        Expired => to == Succeeded,
         // Final, except that a completed refund moves `succes` to `rembourse`.
-        Succes => to == Rembourse,
-        Echec | Rembourse => false,
+        Succeeded => to == Refunded,
+        Failed | Refunded => false,
     }
 }
 
@@ -738,73 +741,70 @@ fn check_change_shape(
 ) -> Result<(), TestCaseError> {
     let mut per_currency: BTreeMap<Currency, i128> = BTreeMap::new();
     for e in &journal.entries {
-        prop_assert_eq!(e.devise, journal.devise, "an entry in another currency than its event: {:?}", journal);
-        *per_currency.entry(e.devise).or_insert(0) += i128::from(e.amount_minor);
+        prop_assert_eq!(e.currency, journal.currency, "an entry in another currency than its event: {:?}", journal);
+        *per_currency.entry(e.currency).or_insert(0) += i128::from(e.amount_minor);
     }
     prop_assert!(per_currency.values().all(|s| *s == 0), "unbalanced journal event {:?}", journal);
 
     // Which status changed, and so which event must have been written.
     let event = match (before, after) {
         (None, Record::Payment(p)) => {
-            prop_assert_eq!(p.statut, PaymentStatus::Initie);
-            prop_assert!(p.remboursement.is_none() && p.paid_at.is_none());
+            prop_assert_eq!(p.status, PaymentStatus::Initiated);
+            prop_assert!(p.refund.is_none() && p.paid_at.is_none());
             Some(EventKind::PaymentInitiated)
         }
         (None, Record::Payout(o)) => {
-            prop_assert_eq!(o.statut, PayoutStatus::EnAttente);
+            prop_assert_eq!(o.status, PayoutStatus::Pending);
             None
         }
         (Some(Record::Payment(a)), Record::Payment(b)) => {
             prop_assert_eq!(&a.reference, &b.reference);
             prop_assert_eq!(&a.transaction_id, &b.transaction_id);
             prop_assert_eq!(
-                (a.montant, a.devise, a.frais, a.montant_net),
-                (b.montant, b.devise, b.frais, b.montant_net),
+                (a.amount, a.currency, a.fee, a.net_amount),
+                (b.amount, b.currency, b.fee, b.net_amount),
                 "a payment's amounts never change"
             );
             prop_assert!(
-                a.statut == b.statut || payment_move_allowed(a.statut, b.statut),
+                a.status == b.status || payment_move_allowed(a.status, b.status),
                 "illegal payment move {:?} -> {:?}",
-                a.statut,
-                b.statut
+                a.status,
+                b.status
             );
-            match (&a.remboursement, &b.remboursement) {
+            match (&a.refund, &b.refund) {
                 (None, None) => {}
                 (None, Some(r)) => {
-                    prop_assert_eq!(a.statut, PaymentStatus::Succes, "refund of a payment that is not succes");
-                    prop_assert_eq!(r.statut, RefundStatus::EnCours);
-                    prop_assert!(r.montant <= a.montant && !r.montant.is_zero());
+                    prop_assert_eq!(a.status, PaymentStatus::Succeeded, "refund of a payment that is not succes");
+                    prop_assert_eq!(r.status, RefundStatus::Processing);
+                    prop_assert!(r.amount <= a.amount && !r.amount.is_zero());
                 }
                 (Some(_), None) => prop_assert!(false, "a refund disappeared"),
                 (Some(ra), Some(rb)) => {
-                    prop_assert_eq!((&ra.reference, ra.montant), (&rb.reference, rb.montant), "one refund per payment");
+                    prop_assert_eq!((&ra.reference, ra.amount), (&rb.reference, rb.amount), "one refund per payment");
                     prop_assert!(
-                        ra.statut == rb.statut
-                            || (ra.statut == RefundStatus::EnCours && rb.statut != RefundStatus::EnCours),
+                        ra.status == rb.status
+                            || (ra.status == RefundStatus::Processing && rb.status != RefundStatus::Processing),
                         "illegal refund move {:?} -> {:?}",
-                        ra.statut,
-                        rb.statut
+                        ra.status,
+                        rb.status
                     );
                 }
             }
-            let refunded = b.remboursement.as_ref().map(|r| r.statut) == Some(RefundStatus::Succes);
-            prop_assert_eq!(b.statut == PaymentStatus::Rembourse, refunded, "rembourse iff the refund succeeded");
-            (a.statut != b.statut).then(|| payment_event(b.statut))
+            let refunded = b.refund.as_ref().map(|r| r.status) == Some(RefundStatus::Succeeded);
+            prop_assert_eq!(b.status == PaymentStatus::Refunded, refunded, "rembourse iff the refund succeeded");
+            (a.status != b.status).then(|| payment_event(b.status))
         }
         (Some(Record::Payout(a)), Record::Payout(b)) => {
             prop_assert_eq!(&a.id, &b.id);
-            prop_assert_eq!(
-                (a.montant, a.devise, a.frais, a.montant_net),
-                (b.montant, b.devise, b.frais, b.montant_net)
-            );
+            prop_assert_eq!((a.amount, a.currency, a.fee, a.net_amount), (b.amount, b.currency, b.fee, b.net_amount));
             prop_assert!(
-                a.statut == b.statut || (a.statut == PayoutStatus::EnAttente),
+                a.status == b.status || (a.status == PayoutStatus::Pending),
                 "illegal payout move {:?} -> {:?}",
-                a.statut,
-                b.statut
+                a.status,
+                b.status
             );
-            if a.statut != b.statut {
-                payout_event(b.statut)
+            if a.status != b.status {
+                payout_event(b.status)
             } else {
                 None
             }
@@ -825,17 +825,17 @@ fn check_change_shape(
         prop_assert_eq!(&body.data.reference, after.key());
         match after {
             Record::Payment(p) => {
-                prop_assert_eq!(&body.data.statut, payment_name(p.statut));
+                prop_assert_eq!(&body.data.status, payment_name(p.status));
                 prop_assert_eq!(
                     body.data.paid_at.is_some(),
-                    matches!(p.statut, PaymentStatus::Succes | PaymentStatus::Rembourse)
+                    matches!(p.status, PaymentStatus::Succeeded | PaymentStatus::Refunded)
                 );
                 prop_assert_eq!(&body.data, &WebhookData::of_payment(p));
             }
             Record::Payout(o) => {
-                prop_assert_eq!(&body.data.statut, payout_name(o.statut));
-                prop_assert!(body.data.client_email.is_none());
-                prop_assert_eq!(body.data.paid_at.is_some(), o.statut == PayoutStatus::Traite);
+                prop_assert_eq!(&body.data.status, payout_name(o.status));
+                prop_assert!(body.data.customer_email.is_none());
+                prop_assert_eq!(body.data.paid_at.is_some(), o.status == PayoutStatus::Traite);
                 prop_assert_eq!(&body.data, &WebhookData::of_payout(o));
             }
         }
@@ -846,9 +846,9 @@ fn check_change_shape(
         journal.entries.iter().filter(|e| e.account == Account::CustomerFunds).map(|e| e.amount_minor).collect();
     match (before, after) {
         (Some(Record::Payment(a)), Record::Payment(b))
-            if a.statut != PaymentStatus::Succes && b.statut == PaymentStatus::Succes =>
+            if a.status != PaymentStatus::Succeeded && b.status == PaymentStatus::Succeeded =>
         {
-            prop_assert_eq!(credits, vec![-b.montant.minor()]);
+            prop_assert_eq!(credits, vec![-b.amount.minor()]);
         }
         _ => prop_assert!(credits.is_empty(), "customer funds moved outside a confirmation: {:?}", journal),
     }
@@ -856,18 +856,18 @@ fn check_change_shape(
 }
 
 fn check_payment(model: &MPayment, p: &Payment) -> Result<(), TestCaseError> {
-    prop_assert_eq!(p.statut, model.statut, "payment {}", p.reference);
+    prop_assert_eq!(p.status, model.status, "payment {}", p.reference);
     prop_assert_eq!(
-        (p.devise, p.montant.minor(), p.frais.minor(), p.montant_net.minor()),
-        (model.devise, model.montant, model.frais, model.net)
+        (p.currency, p.amount.minor(), p.fee.minor(), p.net_amount.minor()),
+        (model.currency, model.amount, model.fee, model.net)
     );
-    let refund = p.remboursement.as_ref().map(|r| (r.reference.clone(), r.montant.minor(), r.statut));
-    let expected = model.refund.as_ref().map(|r| (r.reference.clone(), r.montant, r.statut));
+    let refund = p.refund.as_ref().map(|r| (r.reference.clone(), r.amount.minor(), r.status));
+    let expected = model.refund.as_ref().map(|r| (r.reference.clone(), r.amount, r.status));
     prop_assert_eq!(refund, expected, "refund of {}", p.reference);
     prop_assert_eq!(p.paid_at.is_some(), model.credits == 1, "paid_at of {}", p.reference);
     prop_assert_eq!(
         p.failure_code.is_some(),
-        matches!(p.statut, PaymentStatus::Echec | PaymentStatus::Expire),
+        matches!(p.status, PaymentStatus::Failed | PaymentStatus::Expired),
         "failure_code of {}",
         p.reference
     );
@@ -875,13 +875,13 @@ fn check_payment(model: &MPayment, p: &Payment) -> Result<(), TestCaseError> {
 }
 
 fn check_payout(model: &MPayout, o: &Payout) -> Result<(), TestCaseError> {
-    prop_assert_eq!(o.statut, model.statut, "payout {}", o.id);
+    prop_assert_eq!(o.status, model.status, "payout {}", o.id);
     prop_assert_eq!(
-        (o.devise, o.montant.minor(), o.frais.minor(), o.montant_net.minor()),
-        (model.devise, model.montant, model.frais, model.net)
+        (o.currency, o.amount.minor(), o.fee.minor(), o.net_amount.minor()),
+        (model.currency, model.amount, model.fee, model.net)
     );
-    prop_assert_eq!(o.processed_at.is_some(), o.statut == PayoutStatus::Traite);
-    prop_assert_eq!(o.motif_rejet.is_some(), o.statut == PayoutStatus::Rejete);
+    prop_assert_eq!(o.processed_at.is_some(), o.status == PayoutStatus::Traite);
+    prop_assert_eq!(o.rejection_reason.is_some(), o.status == PayoutStatus::Rejete);
     Ok(())
 }
 
@@ -934,8 +934,8 @@ impl Model {
             prop_assert_eq!(journal.at, now);
         }
         prop_assert_eq!(journal.trigger, change.trigger);
-        prop_assert_eq!(journal.devise, change.devise);
-        prop_assert_eq!(journal.statut.as_str(), change.journal_statut);
+        prop_assert_eq!(journal.currency, change.currency);
+        prop_assert_eq!(journal.status.as_str(), change.journal_status);
         match &change.journal_reference {
             Key::Known(k) => prop_assert_eq!(&journal.reference, k),
             Key::Fresh(prefix) => {
@@ -956,11 +956,11 @@ impl Model {
         prop_assert_eq!(sum_by_account(&journal.entries), deltas, "ledger entries of {:?}", journal);
         match change.notify {
             None => prop_assert!(outbox.is_empty(), "no notification expected for {:?}: {:?}", cmd, outbox),
-            Some((event, statut)) => {
+            Some((event, status)) => {
                 prop_assert_eq!(outbox.len(), 1);
                 let body: WebhookBody = serde_json::from_str(&outbox[0].body).map_err(fail)?;
                 prop_assert_eq!(outbox[0].event, event);
-                prop_assert_eq!(body.data.statut.as_str(), statut);
+                prop_assert_eq!(body.data.status.as_str(), status);
             }
         }
 
@@ -972,29 +972,29 @@ impl Model {
                 mm.used.insert(key.clone());
                 self.all_keys.push(key.clone());
             }
-            Apply::PaymentStatus { reference, statut } => {
+            Apply::PaymentStatus { reference, status } => {
                 prop_assert_eq!(reference, &key);
                 let p = mm.payments.get_mut(reference).unwrap();
-                p.statut = *statut;
-                if *statut == PaymentStatus::Succes {
+                p.status = *status;
+                if *status == PaymentStatus::Succeeded {
                     p.credits += 1;
                 }
             }
-            Apply::NewRefund { payment, montant } => {
+            Apply::NewRefund { payment, amount } => {
                 prop_assert_eq!(payment, &key);
                 let refund = journal.reference.clone();
                 let p = mm.payments.get_mut(payment).unwrap();
                 p.refund =
-                    Some(MRefund { reference: refund.clone(), montant: *montant, statut: RefundStatus::EnCours });
+                    Some(MRefund { reference: refund.clone(), amount: *amount, status: RefundStatus::Processing });
                 mm.used.insert(refund.clone());
                 self.all_keys.push(refund);
             }
-            Apply::RefundStatus { payment, statut } => {
+            Apply::RefundStatus { payment, status } => {
                 prop_assert_eq!(payment, &key);
                 let p = mm.payments.get_mut(payment).unwrap();
-                p.refund.as_mut().unwrap().statut = *statut;
-                if *statut == RefundStatus::Succes {
-                    p.statut = PaymentStatus::Rembourse;
+                p.refund.as_mut().unwrap().status = *status;
+                if *status == RefundStatus::Succeeded {
+                    p.status = PaymentStatus::Refunded;
                 }
             }
             Apply::NewPayout(o) => {
@@ -1003,19 +1003,19 @@ impl Model {
                 mm.used.insert(key.clone());
                 self.all_keys.push(key.clone());
             }
-            Apply::PayoutStatus { id, statut } => {
+            Apply::PayoutStatus { id, status } => {
                 prop_assert_eq!(id, &key);
-                mm.payouts.get_mut(id).unwrap().statut = *statut;
+                mm.payouts.get_mut(id).unwrap().status = *status;
             }
         }
         for (account, d) in &change.deltas {
-            *mm.accounts.entry((change.devise, *account)).or_insert(0) += d;
+            *mm.accounts.entry((change.currency, *account)).or_insert(0) += d;
         }
         mm.accounts.retain(|_, v| *v != 0);
-        mm.currencies.insert(change.devise);
+        mm.currencies.insert(change.currency);
         mm.seq += 1;
-        if let Some((event, statut)) = change.notify {
-            mm.events.push((event, key, statut.to_owned()));
+        if let Some((event, status)) = change.notify {
+            mm.events.push((event, key, status.to_owned()));
         }
         check_record(mm, record)
     }
@@ -1030,8 +1030,8 @@ fn audit(model: &MMerchant, balances: &Balances, journal: &[JournalEvent]) -> Re
         prop_assert_eq!(event.seq, i as u64 + 1, "journal positions run 1, 2, 3, ... without gaps");
         let mut per_currency: BTreeMap<Currency, i128> = BTreeMap::new();
         for e in &event.entries {
-            *per_currency.entry(e.devise).or_insert(0) += i128::from(e.amount_minor);
-            *sums.entry((e.devise, e.account)).or_insert(0) += e.amount_minor;
+            *per_currency.entry(e.currency).or_insert(0) += i128::from(e.amount_minor);
+            *sums.entry((e.currency, e.account)).or_insert(0) += e.amount_minor;
             if e.account == Account::CustomerFunds {
                 *credits.entry(event.reference.as_str()).or_insert(0) += 1;
             }
@@ -1049,20 +1049,20 @@ fn audit(model: &MMerchant, balances: &Balances, journal: &[JournalEvent]) -> Re
 
     let rows: BTreeSet<Currency> = balances.0.keys().copied().collect();
     prop_assert_eq!(&rows, &model.currencies, "one balance row per currency used");
-    for (devise, b) in &balances.0 {
-        prop_assert!(b.disponible >= 0 && b.en_attente >= 0, "negative balance {} {:?}", devise, b);
-        let ledger = |account| sums.get(&(*devise, account)).copied().unwrap_or(0);
-        prop_assert_eq!(b.disponible, ledger(Account::Disponible), "{} disponible vs the journal", devise);
-        prop_assert_eq!(b.en_attente, ledger(Account::EnAttente), "{} en_attente vs the journal", devise);
+    for (currency, b) in &balances.0 {
+        prop_assert!(b.available >= 0 && b.pending >= 0, "negative balance {} {:?}", currency, b);
+        let ledger = |account| sums.get(&(*currency, account)).copied().unwrap_or(0);
+        prop_assert_eq!(b.available, ledger(Account::Available), "{} disponible vs the journal", currency);
+        prop_assert_eq!(b.pending, ledger(Account::Pending), "{} en_attente vs the journal", currency);
         prop_assert_eq!(
-            b.disponible,
-            model.account(*devise, Account::Disponible),
+            b.available,
+            model.account(*currency, Account::Available),
             "{} disponible vs the model",
-            devise
+            currency
         );
-        prop_assert_eq!(b.en_attente, model.account(*devise, Account::EnAttente), "{} en_attente vs the model", devise);
+        prop_assert_eq!(b.pending, model.account(*currency, Account::Pending), "{} en_attente vs the model", currency);
         let total: i128 = Account::ALL.iter().map(|a| i128::from(ledger(*a))).sum();
-        prop_assert_eq!(total, 0, "{} ledger does not sum to zero", devise);
+        prop_assert_eq!(total, 0, "{} ledger does not sum to zero", currency);
     }
     sums.retain(|_, v| *v != 0);
     prop_assert_eq!(&sums, &model.accounts, "all six accounts vs the model");
@@ -1099,7 +1099,7 @@ impl Shop {
             Target::NewPayment(None) | Target::NewPayout => None,
             // A new reference must not collide with any reference of the merchant, refunds and payouts too.
             Target::NewPayment(Some(r)) => match self.refs.get(r.as_str())? {
-                (TransactionType::Retrait, owner) => self.payouts.get(owner).cloned().map(Record::Payout),
+                (TransactionType::Payout, owner) => self.payouts.get(owner).cloned().map(Record::Payout),
                 (_, owner) => self.payments.get(owner).cloned().map(Record::Payment),
             },
             Target::Payment(r) => self.payments.get(r.as_str()).cloned().map(Record::Payment),
@@ -1113,14 +1113,14 @@ impl Shop {
         match record {
             Record::Payment(p) => {
                 let key = p.reference.as_str().to_owned();
-                self.refs.insert(key.clone(), (TransactionType::Paiement, key.clone()));
-                if let Some(r) = &p.remboursement {
-                    self.refs.insert(r.reference.clone(), (TransactionType::Remboursement, key.clone()));
+                self.refs.insert(key.clone(), (TransactionType::Payment, key.clone()));
+                if let Some(r) = &p.refund {
+                    self.refs.insert(r.reference.clone(), (TransactionType::Refund, key.clone()));
                 }
                 self.payments.insert(key, p.clone());
             }
             Record::Payout(o) => {
-                self.refs.insert(o.id.clone(), (TransactionType::Retrait, o.id.clone()));
+                self.refs.insert(o.id.clone(), (TransactionType::Payout, o.id.clone()));
                 self.payouts.insert(o.id.clone(), o.clone());
             }
         }
@@ -1146,18 +1146,16 @@ fn run_pure(merchants: usize, ops: &[Op], tally: &mut dyn FnMut(String)) -> Resu
             Ok(Decided::Changed(decision)) => {
                 // A new transaction is indexed exactly when a payment, refund or payout comes into being.
                 let new_refund = match (&before, &decision.record) {
-                    (Some(Record::Payment(a)), Record::Payment(b)) => {
-                        a.remboursement.is_none() && b.remboursement.is_some()
-                    }
+                    (Some(Record::Payment(a)), Record::Payment(b)) => a.refund.is_none() && b.refund.is_some(),
                     _ => false,
                 };
                 let created = decision.created.as_ref();
                 prop_assert_eq!(created.is_some(), before.is_none() || new_refund, "created: {:?}", created);
                 if let Some(c) = created {
                     let kind = match &decision.record {
-                        Record::Payout(_) => TransactionType::Retrait,
-                        Record::Payment(_) if new_refund => TransactionType::Remboursement,
-                        Record::Payment(_) => TransactionType::Paiement,
+                        Record::Payout(_) => TransactionType::Payout,
+                        Record::Payment(_) if new_refund => TransactionType::Refund,
+                        Record::Payment(_) => TransactionType::Payment,
                     };
                     prop_assert_eq!(c.kind, kind);
                     prop_assert_eq!(&c.owner, decision.record.key());
@@ -1205,7 +1203,7 @@ fn run_pure(merchants: usize, ops: &[Op], tally: &mut dyn FnMut(String)) -> Resu
             .iter()
             .map(|n| {
                 let body: WebhookBody = serde_json::from_str(&n.body).unwrap();
-                (n.event, n.reference.clone(), body.data.statut)
+                (n.event, n.reference.clone(), body.data.status)
             })
             .collect();
         prop_assert_eq!(&written, &mm.events, "the outbox holds exactly the expected notifications, in order");
@@ -1235,7 +1233,7 @@ fn label(cmd: &Command, before: Option<&Record>, outcome: &Outcome) -> String {
         Outcome::Rejected(r) => format!("{r:?}").split(['(', ' ', '{']).next().unwrap_or_default().to_owned(),
         Outcome::Unchanged(_) => "Unchanged".to_owned(),
         Outcome::Changed { record: Record::Payment(b), .. } => match before {
-            Some(Record::Payment(a)) if a.statut != b.statut => format!("{:?} -> {:?}", a.statut, b.statut),
+            Some(Record::Payment(a)) if a.status != b.status => format!("{:?} -> {:?}", a.status, b.status),
             _ => "Changed".to_owned(),
         },
         Outcome::Changed { .. } => "Changed".to_owned(),
@@ -1275,26 +1273,26 @@ const REACHED: &[&str] = &[
     "initiate: Changed",
     "initiate: DuplicateReference",
     "initiate: AmountBelowFee",
-    "notice processing: Initie -> EnCours",
+    "notice processing: Initiated -> Processing",
     "notice processing: Unchanged",
     "notice processing: NotFound",
-    "notice confirmed: Initie -> Succes",
-    "notice confirmed: EnCours -> Succes",
-    "notice confirmed: Expire -> Succes",
+    "notice confirmed: Initiated -> Succeeded",
+    "notice confirmed: Processing -> Succeeded",
+    "notice confirmed: Expired -> Succeeded",
     "notice confirmed: Unchanged",
     "notice confirmed: NotFound",
-    "notice declined: Initie -> Echec",
-    "notice declined: EnCours -> Echec",
+    "notice declined: Initiated -> Failed",
+    "notice declined: Processing -> Failed",
     "notice declined: Unchanged",
-    "notice expired: Initie -> Expire",
-    "notice expired: EnCours -> Expire",
+    "notice expired: Initiated -> Expired",
+    "notice expired: Processing -> Expired",
     "notice expired: Unchanged",
     "refund: Changed",
     "refund: InvalidState",
     "refund: RefundAboveAmount",
     "refund: InsufficientBalance",
     "refund: NotFound",
-    "refund completed: Succes -> Rembourse",
+    "refund completed: Succeeded -> Refunded",
     "refund completed: Unchanged",
     "refund completed: NotFound",
     "refund refused: Changed",

@@ -48,29 +48,29 @@ fn xof() -> Currency {
     Currency::parse("XOF").unwrap()
 }
 
-fn new_payment(montant: i64, reference: &str) -> NewPayment {
+fn new_payment(amount: i64, reference: &str) -> NewPayment {
     NewPayment {
         reference: Some(Reference::parse(reference).unwrap()),
-        montant: Amount::positive(montant).unwrap(),
-        devise: xof(),
-        fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+        amount: Amount::positive(amount).unwrap(),
+        currency: xof(),
+        provider: ProviderCode::parse("mtn_momo").unwrap(),
         fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-        client_telephone: Phone::parse("+22997000055").unwrap(),
-        client_email: None,
-        client_nom: None,
+        customer_phone: Phone::parse("+22997000055").unwrap(),
+        customer_email: None,
+        customer_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
 }
 
-fn new_payout(montant: i64) -> NewPayout {
+fn new_payout(amount: i64) -> NewPayout {
     NewPayout {
-        montant: Amount::positive(montant).unwrap(),
-        devise: xof(),
-        fournisseur: ProviderCode::parse("wave").unwrap(),
+        amount: Amount::positive(amount).unwrap(),
+        currency: xof(),
+        provider: ProviderCode::parse("wave").unwrap(),
         fee: FeeRule::new(100, Amount::ZERO).unwrap(),
-        beneficiaire_telephone: Phone::parse("+22997000099").unwrap(),
-        beneficiaire_nom: None,
+        beneficiary_phone: Phone::parse("+22997000099").unwrap(),
+        beneficiary_name: None,
         description: None,
         metadata: Metadata::empty(),
     }
@@ -147,8 +147,8 @@ impl Shop {
         record
     }
 
-    fn pay(&mut self, store: &dyn Store, montant: i64, reference: &str) -> Record {
-        self.run(store, Command::InitiatePayment(new_payment(montant, reference)), None)
+    fn pay(&mut self, store: &dyn Store, amount: i64, reference: &str) -> Record {
+        self.run(store, Command::InitiatePayment(new_payment(amount, reference)), None)
     }
 
     fn confirm(&mut self, store: &dyn Store, reference: &str) -> Record {
@@ -179,7 +179,7 @@ fn a_change_reads_back_through_every_view(backend: &dyn Backend) {
 
     assert_eq!(store.payment(&shop.id, "order-1").unwrap(), Some(payment.clone()));
     let located = store.locate(&shop.id, "order-1").unwrap().expect("found by its reference");
-    assert_eq!((located.kind, located.record), (TransactionType::Paiement, Record::Payment(payment.clone())));
+    assert_eq!((located.kind, located.record), (TransactionType::Payment, Record::Payment(payment.clone())));
     let (owner, by_tx) = store.owner_of_transaction(&payment.transaction_id).unwrap().expect("found by its tx id");
     assert_eq!((owner, by_tx.reference.as_str()), (shop.id.clone(), "order-1"));
     assert_eq!(store.payment(&MerchantId::new(), "order-1").unwrap(), None, "another merchant sees nothing");
@@ -190,14 +190,14 @@ fn a_change_reads_back_through_every_view(backend: &dyn Backend) {
     assert_eq!(journal.iter().map(|e| (e.seq, e.reference.as_str())).collect::<Vec<_>>(), [(1, "order-1")]);
 
     let later = Timestamp::from_unix_ms(Timestamp::now().unix_ms() + 1_000);
-    let waiting = store.awaiting_provider(TransactionType::Paiement, later, None, 10).unwrap();
+    let waiting = store.awaiting_provider(TransactionType::Payment, later, None, 10).unwrap();
     assert_eq!(waiting.iter().map(|w| w.owner.as_str()).collect::<Vec<_>>(), ["order-1"]);
     shop.confirm(&*store, "order-1");
-    assert!(store.awaiting_provider(TransactionType::Paiement, later, None, 10).unwrap().is_empty());
+    assert!(store.awaiting_provider(TransactionType::Payment, later, None, 10).unwrap().is_empty());
 
     let recovered = store.recover_merchant(&shop.id).unwrap();
     assert_eq!((recovered.seq, &recovered.balances), (2, &shop.balances));
-    assert_eq!(store.payment(&shop.id, "order-1").unwrap().unwrap().statut, PaymentStatus::Succes);
+    assert_eq!(store.payment(&shop.id, "order-1").unwrap().unwrap().status, PaymentStatus::Succeeded);
 }
 
 /// Lists are newest first, complete and without repeats when walked a page at a time with their cursors,
@@ -223,7 +223,7 @@ fn lists_page_newest_first_with_cursors(backend: &dyn Backend) {
     let mut walked = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..20 {
-        let page = store.transactions(&shop.id, cursor.as_deref(), 3, &mut |t| t.kind == TransactionType::Paiement);
+        let page = store.transactions(&shop.id, cursor.as_deref(), 3, &mut |t| t.kind == TransactionType::Payment);
         let page = page.unwrap();
         assert!(page.data.len() <= 3);
         walked.extend(page.data.iter().map(|t| t.reference.clone()));

@@ -157,14 +157,14 @@ pub fn time_opt(at: Option<Timestamp>) -> String {
 }
 
 /// A status as a badge coloured by what it means for the merchant.
-pub fn badge(statut: &str) -> Markup {
-    let tone = match statut {
+pub fn badge(status: &str) -> Markup {
+    let tone = match status {
         "succes" | "traite" | "delivered" => "ok",
         "echec" | "rejete" | "expire" | "failed" => "bad",
         "rembourse" => "info",
         _ => "wait",
     };
-    let label = match statut {
+    let label = match status {
         "delivered" => "livré",
         "failed" => "en échec",
         "pending" => "en attente",

@@ -36,12 +36,12 @@ pub async fn show(state: web::Data<AppState>, user: LoggedIn) -> Result<HttpResp
                 table.list {
                     thead { tr { th { "Devise" } th.num { "Disponible" } th.num { "En attente" } th.num { "Total" } th { "Mis à jour" } } }
                     tbody {
-                        @for (devise, b) in &balances.0 {
+                        @for (currency, b) in &balances.0 {
                             tr {
-                                (cell("Devise", html! { strong { (devise.code()) } " " span.muted { (devise.name()) } }))
-                                td.num data-label="Disponible" { (money(b.disponible, *devise)) }
-                                td.num data-label="En attente" { (money(b.en_attente, *devise)) }
-                                td.num data-label="Total" { (money(b.total(), *devise)) }
+                                (cell("Devise", html! { strong { (currency.code()) } " " span.muted { (currency.name()) } }))
+                                td.num data-label="Disponible" { (money(b.available, *currency)) }
+                                td.num data-label="En attente" { (money(b.pending, *currency)) }
+                                td.num data-label="Total" { (money(b.total(), *currency)) }
                                 (cell("Mis à jour", html! { (time(caisse_engine::domain::time::Timestamp::from_unix_ms(b.updated_at_ms))) }))
                             }
                         }
@@ -81,8 +81,8 @@ fn recent_table(rows: &[Transaction]) -> maud::Markup {
                             (cell("Date", html! { (time(tx.created_at)) }))
                             (cell("Référence", html! { a href={ "/transactions/" (tx.reference) } { (tx.reference) } }))
                             (cell("Type", html! { (tx.kind.as_str()) }))
-                            (cell("Statut", badge(tx.statut)))
-                            td.num data-label="Montant" { (money(tx.montant.minor(), tx.devise)) }
+                            (cell("Statut", badge(tx.status)))
+                            td.num data-label="Montant" { (money(tx.amount.minor(), tx.currency)) }
                         }
                     }
                 }

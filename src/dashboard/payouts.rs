@@ -26,14 +26,14 @@ pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) 
             raw.insert(name.to_owned(), v.to_owned());
         }
     }
-    let statut = value("statut").and_then(|s| {
+    let status = value("statut").and_then(|s| {
         let parsed = PayoutStatus::parse(s);
         if parsed.is_none() {
             errors.push("Statut : en_attente, traite ou rejete.".to_owned());
         }
         parsed
     });
-    let devise = value("devise").and_then(|d| {
+    let currency = value("devise").and_then(|d| {
         let parsed = Currency::parse(d).ok();
         if parsed.is_none() {
             errors.push("Devise inconnue.".to_owned());
@@ -48,8 +48,8 @@ pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) 
     }
     let (rows, next) = if errors.is_empty() {
         let page = state.engine.payouts(&user.merchant.id, cursor.as_deref(), PAGE_SIZE + 1, &mut |o| {
-            statut.is_none_or(|s| o.statut == s)
-                && devise.is_none_or(|d| o.devise == d)
+            status.is_none_or(|s| o.status == s)
+                && currency.is_none_or(|d| o.currency == d)
                 && from.is_none_or(|f| o.created_at >= f)
                 && to.is_none_or(|t| o.created_at <= t)
         })?;
@@ -84,11 +84,11 @@ fn filter_form(raw: &BTreeMap<String, String>) -> Markup {
     let current = |name: &str| raw.get(name).map(String::as_str);
     html! {
         form.filters method="get" action="/payouts" {
-            label for="statut" { "Statut" select #statut name="statut" {
+            label for="statut" { "Statut" select #status name="statut" {
                 option value="" { "Tous" }
                 @for s in PayoutStatus::ALL { option value=(s.as_str()) selected[current("statut") == Some(s.as_str())] { (s.as_str()) } }
             } }
-            label for="devise" { "Devise" select #devise name="devise" {
+            label for="devise" { "Devise" select #currency name="devise" {
                 option value="" { "Toutes" }
                 @for c in CURRENCIES { option value=(c.code) selected[current("devise") == Some(c.code)] { (c.code) } }
             } }
@@ -112,16 +112,16 @@ fn table(rows: &[Payout]) -> Markup {
                         (cell("Date", html! { (time(o.created_at)) }))
                         (cell("Retrait", html! { a href={ "/transactions/" (o.id) } { (o.id) } }))
                         (cell("Statut", html! {
-                            (badge(o.statut.as_str()))
-                            @if let Some(m) = &o.motif_rejet { " " span.muted { (m) } }
+                            (badge(o.status.as_str()))
+                            @if let Some(m) = &o.rejection_reason { " " span.muted { (m) } }
                         }))
-                        td.num data-label="Montant" { (money(o.montant.minor(), o.devise)) }
-                        td.num data-label="Frais" { (money(o.frais.minor(), o.devise)) }
-                        td.num data-label="Net versé" { (money(o.montant_net.minor(), o.devise)) }
-                        (cell("Fournisseur", html! { (o.fournisseur) }))
+                        td.num data-label="Montant" { (money(o.amount.minor(), o.currency)) }
+                        td.num data-label="Frais" { (money(o.fee.minor(), o.currency)) }
+                        td.num data-label="Net versé" { (money(o.net_amount.minor(), o.currency)) }
+                        (cell("Fournisseur", html! { (o.provider) }))
                         (cell("Bénéficiaire", html! {
-                            (o.beneficiaire_telephone.as_str())
-                            @if let Some(n) = &o.beneficiaire_nom { " " span.muted { (n.as_str()) } }
+                            (o.beneficiary_phone.as_str())
+                            @if let Some(n) = &o.beneficiary_name { " " span.muted { (n.as_str()) } }
                         }))
                         (cell("Traité", html! { (time_opt(o.processed_at)) }))
                     }

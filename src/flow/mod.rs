@@ -48,7 +48,7 @@ impl Flow {
     ) -> Result<Executed, EngineError> {
         let executed = self.engine.execute(merchant, Command::InitiatePayment(new), idempotency).await?;
         if let Executed::Done(Record::Payment(payment)) = &executed {
-            if let Some(adapter) = self.adapter(payment.fournisseur.as_str()) {
+            if let Some(adapter) = self.adapter(payment.provider.as_str()) {
                 // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
                 if let Err(e) = adapter.request_to_pay(payment).await {
                     tracing::warn!(reference = %payment.reference, error = %e, "request to pay failed");
@@ -67,8 +67,7 @@ impl Flow {
     ) -> Result<Executed, EngineError> {
         let executed = self.engine.execute(merchant, command, idempotency).await?;
         if let Executed::Done(Record::Payment(payment)) = &executed {
-            if let (Some(adapter), Some(refund)) = (self.adapter(payment.fournisseur.as_str()), &payment.remboursement)
-            {
+            if let (Some(adapter), Some(refund)) = (self.adapter(payment.provider.as_str()), &payment.refund) {
                 // Reserved and durable; the reconciliation asks the provider again if this call is lost.
                 if let Err(e) = adapter.refund(payment, refund).await {
                     tracing::warn!(reference = %payment.reference, error = %e, "refund request to provider failed");
@@ -87,7 +86,7 @@ impl Flow {
     ) -> Result<Executed, EngineError> {
         let executed = self.engine.execute(merchant, Command::CreatePayout(new), idempotency).await?;
         if let Executed::Done(Record::Payout(payout)) = &executed {
-            if let Some(adapter) = self.adapter(payout.fournisseur.as_str()) {
+            if let Some(adapter) = self.adapter(payout.provider.as_str()) {
                 if let Err(e) = adapter.payout(payout).await {
                     tracing::warn!(payout = %payout.id, error = %e, "payout request to provider failed");
                 }

@@ -61,7 +61,7 @@ pub async fn apply_provider_status(
     expire: bool,
 ) -> Result<Option<Executed>, EngineError> {
     let command = match (&located.record, located.kind) {
-        (Record::Payment(p), TransactionType::Paiement) => {
+        (Record::Payment(p), TransactionType::Payment) => {
             let notice = match status {
                 ProviderStatus::Succeeded => Some(PaymentNotice::Confirmed),
                 ProviderStatus::Failed { code } => Some(PaymentNotice::Declined { failure_code: code.clone() }),
@@ -82,7 +82,7 @@ pub async fn apply_provider_status(
         (Record::Payout(o), _) => {
             let outcome = match status {
                 ProviderStatus::Succeeded => Some(PayoutOutcome::Sent),
-                ProviderStatus::Failed { code } => Some(PayoutOutcome::Refused { motif: code.clone() }),
+                ProviderStatus::Failed { code } => Some(PayoutOutcome::Refused { reason: code.clone() }),
                 _ => None,
             };
             outcome.map(|outcome| Command::PayoutNotice { id: o.id.clone(), outcome })

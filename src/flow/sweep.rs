@@ -63,7 +63,7 @@ struct Cursors {
 async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
     let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(ttl_ms));
     for (kind, cursor) in
-        [(TransactionType::Remboursement, &mut cursors.refunds), (TransactionType::Retrait, &mut cursors.payouts)]
+        [(TransactionType::Refund, &mut cursors.refunds), (TransactionType::Payout, &mut cursors.payouts)]
     {
         let batch = match flow.engine.awaiting_provider(kind, cutoff, cursor.as_ref(), SWEEP_BATCH) {
             Ok(batch) => batch,
@@ -88,13 +88,11 @@ async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
         Err(e) => return tracing::error!(error = %e, owner = %item.owner, "reconciliation lookup failed"),
     };
     let (code, subject, transaction_id) = match (&located.record, item.kind) {
-        (Record::Payment(p), TransactionType::Remboursement) => match &p.remboursement {
-            Some(r) => (p.fournisseur.clone(), Subject::Refund, r.transaction_id()),
+        (Record::Payment(p), TransactionType::Refund) => match &p.refund {
+            Some(r) => (p.provider.clone(), Subject::Refund, r.transaction_id()),
             None => return,
         },
-        (Record::Payout(o), TransactionType::Retrait) => {
-            (o.fournisseur.clone(), Subject::Payout, o.transaction_id.clone())
-        }
+        (Record::Payout(o), TransactionType::Payout) => (o.provider.clone(), Subject::Payout, o.transaction_id.clone()),
         _ => return,
     };
     let Some(adapter) = flow.providers.get(code.as_str()).and_then(|p| p.adapter.clone()) else { return };
@@ -113,7 +111,7 @@ async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
 
 async fn sweep(flow: &Flow, ttl_ms: u64) {
     let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(ttl_ms));
-    let due = match flow.engine.awaiting_provider(TransactionType::Paiement, cutoff, None, SWEEP_BATCH) {
+    let due = match flow.engine.awaiting_provider(TransactionType::Payment, cutoff, None, SWEEP_BATCH) {
         Ok(due) => due,
         Err(e) => return tracing::error!(error = %e, "expiry sweep could not read the pending index"),
     };
@@ -128,7 +126,7 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
         Err(e) => return tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed"),
     };
     let Record::Payment(payment) = &located.record else { return };
-    let adapter = flow.providers.get(payment.fournisseur.as_str()).and_then(|p| p.adapter.clone());
+    let adapter = flow.providers.get(payment.provider.as_str()).and_then(|p| p.adapter.clone());
     let status = match adapter {
         Some(a) => a.status(Subject::Payment, &payment.transaction_id).await.unwrap_or(ProviderStatus::Pending),
         None => ProviderStatus::Pending,
@@ -144,7 +142,7 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
 async fn resubmit_pending(flow: &Flow) {
     // Everything waiting now, what was created in this very millisecond included: asking twice is harmless.
     let now = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1));
-    for kind in [TransactionType::Paiement, TransactionType::Remboursement, TransactionType::Retrait] {
+    for kind in [TransactionType::Payment, TransactionType::Refund, TransactionType::Payout] {
         let items = match flow.engine.awaiting_provider(kind, now, None, 100_000) {
             Ok(items) => items,
             Err(e) => return tracing::error!(error = %e, "could not read pending work"),
@@ -159,16 +157,16 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
     let adapter_for = |code: &str| flow.providers.get(code).and_then(|x| x.adapter.clone());
     let (code, result) = match &located.record {
         Record::Payment(p) => {
-            let Some(adapter) = adapter_for(p.fournisseur.as_str()) else { return };
-            let result = match (kind, &p.remboursement) {
-                (TransactionType::Remboursement, Some(r)) => adapter.refund(p, r).await,
+            let Some(adapter) = adapter_for(p.provider.as_str()) else { return };
+            let result = match (kind, &p.refund) {
+                (TransactionType::Refund, Some(r)) => adapter.refund(p, r).await,
                 _ => adapter.request_to_pay(p).await,
             };
-            (p.fournisseur.clone(), result)
+            (p.provider.clone(), result)
         }
         Record::Payout(o) => {
-            let Some(adapter) = adapter_for(o.fournisseur.as_str()) else { return };
-            (o.fournisseur.clone(), adapter.payout(o).await)
+            let Some(adapter) = adapter_for(o.provider.as_str()) else { return };
+            (o.provider.clone(), adapter.payout(o).await)
         }
     };
     if let Err(e) = result {
@@ -253,13 +251,13 @@ mod tests {
         for n in 0..PAYMENTS {
             let payment = NewPayment {
                 reference: None,
-                montant: Amount::positive(1_000 + n as i64).unwrap(),
-                devise: Currency::parse("XOF").unwrap(),
-                fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
+                amount: Amount::positive(1_000 + n as i64).unwrap(),
+                currency: Currency::parse("XOF").unwrap(),
+                provider: ProviderCode::parse("mtn_momo").unwrap(),
                 fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-                client_telephone: Phone::parse("+22997000055").unwrap(),
-                client_email: None,
-                client_nom: None,
+                customer_phone: Phone::parse("+22997000055").unwrap(),
+                customer_email: None,
+                customer_name: None,
                 description: None,
                 metadata: Metadata::empty(),
             };
@@ -280,7 +278,7 @@ mod tests {
         let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
         // A TTL of 0 has passed once the clock has moved on from the last payment's millisecond.
         actix_web::rt::time::sleep(Duration::from_millis(2)).await;
-        let waiting = flow.engine.awaiting_provider(TransactionType::Paiement, Timestamp::now(), None, 1_000).unwrap();
+        let waiting = flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1_000).unwrap();
         assert_eq!(waiting.len(), PAYMENTS);
         sweep(&flow, 0).await;
         let most = slow.most.load(Ordering::SeqCst);
@@ -288,7 +286,7 @@ mod tests {
         assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);
         for item in waiting {
             let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
-            assert_eq!(payment.statut, PaymentStatus::Expire, "{}", item.owner);
+            assert_eq!(payment.status, PaymentStatus::Expired, "{}", item.owner);
         }
     }
 

@@ -103,10 +103,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::resource("/retraits/{id}").route(web::get().to(retraits::get)).default_service(unknown_method()),
             )
             .service(web::resource("/ping").route(web::get().to(utility::ping)).default_service(unknown_method()))
-            .service(web::resource("/devises").route(web::get().to(utility::devises)).default_service(unknown_method()))
+            .service(
+                web::resource("/devises").route(web::get().to(utility::currencies)).default_service(unknown_method()),
+            )
             .service(
                 web::resource("/fournisseurs")
-                    .route(web::get().to(utility::fournisseurs))
+                    .route(web::get().to(utility::providers))
                     .default_service(unknown_method()),
             )
             .service(

@@ -10,7 +10,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::text::{Description, Email, Metadata, Motif, Name, Reference};
+use caisse_engine::domain::text::{Description, Email, Metadata, Name, Reason, Reference};
 use caisse_engine::{Command, NewPayment};
 use serde::Deserialize;
 
@@ -24,12 +24,18 @@ use caisse_engine::domain::records::Payment;
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct InitiateBody {
-    montant: i64,
-    devise: String,
-    fournisseur: String,
-    client_telephone: String,
-    client_email: Option<String>,
-    client_nom: Option<String>,
+    #[serde(rename = "montant")]
+    amount: i64,
+    #[serde(rename = "devise")]
+    currency: String,
+    #[serde(rename = "fournisseur")]
+    provider: String,
+    #[serde(rename = "client_telephone")]
+    customer_phone: String,
+    #[serde(rename = "client_email")]
+    customer_email: Option<String>,
+    #[serde(rename = "client_nom")]
+    customer_name: Option<String>,
     description: Option<String>,
     metadata: Option<BTreeMap<String, String>>,
     reference: Option<String>,
@@ -38,8 +44,10 @@ pub(crate) struct InitiateBody {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RefundBody {
-    montant: Option<i64>,
-    motif: Option<String>,
+    #[serde(rename = "montant")]
+    amount: Option<i64>,
+    #[serde(rename = "motif")]
+    reason: Option<String>,
 }
 
 /// Parses an optional text field with its checked constructor, naming the field on error.
@@ -61,43 +69,42 @@ pub(super) fn metadata(value: Option<BTreeMap<String, String>>) -> Result<Metada
 /// The provider for an operation in a currency, with the amount checked against its bounds.
 pub(super) fn provider_for<'a>(
     state: &'a AppState,
-    fournisseur: &str,
-    devise: &str,
-    montant: i64,
+    code: &str,
+    currency: &str,
+    amount: i64,
     operation: Operation,
 ) -> Result<(&'a Provider, Currency, Amount), ApiError> {
-    let devise = Currency::parse(devise).map_err(|e| {
+    let currency = Currency::parse(currency).map_err(|e| {
         ApiError::new(StatusCode::BAD_REQUEST, "unsupported_currency", e.to_string()).with_field("devise")
     })?;
     let unsupported = |message: String| {
         ApiError::new(StatusCode::BAD_REQUEST, "unsupported_provider", message).with_field("fournisseur")
     };
-    let provider =
-        state.providers.get(fournisseur).ok_or_else(|| unsupported(format!("unknown provider `{fournisseur}`")))?;
+    let provider = state.providers.get(code).ok_or_else(|| unsupported(format!("unknown provider `{code}`")))?;
     if !provider.active() {
-        return Err(unsupported(format!("`{fournisseur}` is not active on this server")));
+        return Err(unsupported(format!("`{code}` is not active on this server")));
     }
     if !provider.settings.operations.contains(&operation) {
-        return Err(unsupported(format!("`{fournisseur}` does not offer {operation:?}").to_lowercase()));
+        return Err(unsupported(format!("`{code}` does not offer `{}`", operation.as_str())));
     }
-    if !provider.supports(operation, devise) {
+    if !provider.supports(operation, currency) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "unsupported_currency",
-            format!("`{fournisseur}` does not work in {devise}"),
+            format!("`{code}` does not work in {currency}"),
         )
         .with_field("devise"));
     }
-    let montant = Amount::positive(montant).map_err(|e| ApiError::invalid("montant", e.to_string()))?;
-    if let Some((min, max)) = provider.bounds(devise) {
-        if montant < min || montant > max {
+    let amount = Amount::positive(amount).map_err(|e| ApiError::invalid("montant", e.to_string()))?;
+    if let Some((min, max)) = provider.bounds(currency) {
+        if amount < min || amount > max {
             return Err(ApiError::invalid(
                 "montant",
-                format!("{fournisseur} accepts {min} to {max} {devise} (in the smallest unit)"),
+                format!("{code} accepts {min} to {max} {currency} (in the smallest unit)"),
             ));
         }
     }
-    Ok((provider, devise, montant))
+    Ok((provider, currency, amount))
 }
 
 /// Initiate a payment.
@@ -116,17 +123,17 @@ pub async fn initiate(
     let body = read_body(&req, payload).await?;
     let b: InitiateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
-    let (provider, devise, montant) = provider_for(&state, &b.fournisseur, &b.devise, b.montant, Operation::Paiement)?;
+    let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payment)?;
     let new = NewPayment {
         reference: optional("reference", b.reference, Reference::parse)?,
-        montant,
-        devise,
-        fournisseur: provider.settings.code.clone(),
-        fee: provider.settings.frais,
-        client_telephone: Phone::parse(&b.client_telephone)
+        amount,
+        currency,
+        provider: provider.settings.code.clone(),
+        fee: provider.settings.fee,
+        customer_phone: Phone::parse(&b.customer_phone)
             .map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?,
-        client_email: optional("client_email", b.client_email, Email::parse)?,
-        client_nom: optional("client_nom", b.client_nom, Name::parse)?,
+        customer_email: optional("client_email", b.customer_email, Email::parse)?,
+        customer_name: optional("client_nom", b.customer_name, Name::parse)?,
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
     };
@@ -177,10 +184,10 @@ pub async fn refund(
     let b: RefundBody = parse_json(&req, &body, true)?;
     let idem = idempotency(&req, &body, StatusCode::OK)?;
     let reference = reference(&path)?;
-    let montant =
-        b.montant.map(|m| Amount::positive(m).map_err(|e| ApiError::invalid("montant", e.to_string()))).transpose()?;
-    let motif = optional("motif", b.motif, Motif::parse)?;
-    let command = Command::RequestRefund { reference, montant, motif };
+    let amount =
+        b.amount.map(|m| Amount::positive(m).map_err(|e| ApiError::invalid("montant", e.to_string()))).transpose()?;
+    let reason = optional("motif", b.reason, Reason::parse)?;
+    let command = Command::RequestRefund { reference, amount, reason };
     let executed = state.flow.request_refund(&merchant.id, command, idem).await?;
     respond(executed, StatusCode::OK)
 }

@@ -23,11 +23,16 @@ use caisse_engine::domain::records::Payout;
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateBody {
-    montant: i64,
-    devise: String,
-    fournisseur: String,
-    beneficiaire_telephone: String,
-    beneficiaire_nom: Option<String>,
+    #[serde(rename = "montant")]
+    amount: i64,
+    #[serde(rename = "devise")]
+    currency: String,
+    #[serde(rename = "fournisseur")]
+    provider: String,
+    #[serde(rename = "beneficiaire_telephone")]
+    beneficiary_phone: String,
+    #[serde(rename = "beneficiaire_nom")]
+    beneficiary_name: Option<String>,
     description: Option<String>,
     metadata: Option<BTreeMap<String, String>>,
 }
@@ -48,15 +53,15 @@ pub async fn create(
     let body = read_body(&req, payload).await?;
     let b: CreateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
-    let (provider, devise, montant) = provider_for(&state, &b.fournisseur, &b.devise, b.montant, Operation::Retrait)?;
+    let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payout)?;
     let new = NewPayout {
-        montant,
-        devise,
-        fournisseur: provider.settings.code.clone(),
-        fee: provider.settings.frais,
-        beneficiaire_telephone: Phone::parse(&b.beneficiaire_telephone)
+        amount,
+        currency,
+        provider: provider.settings.code.clone(),
+        fee: provider.settings.fee,
+        beneficiary_phone: Phone::parse(&b.beneficiary_phone)
             .map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?,
-        beneficiaire_nom: optional("beneficiaire_nom", b.beneficiaire_nom, Name::parse)?,
+        beneficiary_name: optional("beneficiaire_nom", b.beneficiary_name, Name::parse)?,
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
     };
@@ -75,17 +80,17 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     let merchant = authenticate(&state, req.headers())?;
     let query = parse_query(&req, &["limit", "starting_after", "statut", "devise"])?;
     let (limit, cursor) = page_params(&query, IdKind::Payout)?;
-    let statut = query
+    let status = query
         .get("statut")
         .map(|s| PayoutStatus::parse(s).ok_or_else(|| ApiError::invalid("statut", "one of en_attente, traite, rejete")))
         .transpose()?;
-    let devise = query
+    let currency = query
         .get("devise")
         .map(|d| Currency::parse(d).map_err(|e| ApiError::invalid("devise", e.to_string())))
         .transpose()?;
     // One more than the page, so `has_more` means another matching payout exists.
     let page = state.engine.payouts(&merchant.id, cursor.as_deref(), limit + 1, &mut |o| {
-        statut.is_none_or(|s| o.statut == s) && devise.is_none_or(|d| o.devise == d)
+        status.is_none_or(|s| o.status == s) && currency.is_none_or(|d| o.currency == d)
     })?;
     Ok(HttpResponse::Ok().json(Listed::one_more(page, limit, |o: &Payout| o.id.clone())))
 }

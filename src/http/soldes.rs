@@ -12,9 +12,12 @@ use super::AppState;
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct Row {
-    devise: Currency,
-    disponible: i64,
-    en_attente: i64,
+    #[serde(rename = "devise")]
+    currency: Currency,
+    #[serde(rename = "disponible")]
+    available: i64,
+    #[serde(rename = "en_attente")]
+    pending: i64,
     total: i64,
     updated_at: Timestamp,
 }
@@ -34,10 +37,10 @@ pub async fn get(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRes
     let data = balances
         .0
         .iter()
-        .map(|(devise, b)| Row {
-            devise: *devise,
-            disponible: b.disponible,
-            en_attente: b.en_attente,
+        .map(|(currency, b)| Row {
+            currency: *currency,
+            available: b.available,
+            pending: b.pending,
             total: b.total(),
             updated_at: Timestamp::from_unix_ms(b.updated_at_ms),
         })

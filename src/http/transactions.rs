@@ -94,20 +94,20 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
                 .ok_or_else(|| ApiError::invalid("type", "one of paiement, remboursement, retrait"))
         })
         .transpose()?;
-    let statut = query.get("statut").cloned();
-    if let Some(s) = &statut {
+    let status = query.get("statut").cloned();
+    if let Some(s) = &status {
         let known =
             PaymentStatus::parse(s).is_some() || RefundStatus::parse(s).is_some() || PayoutStatus::parse(s).is_some();
         if !known {
             return Err(ApiError::invalid("statut", format!("`{s}` is not a status")));
         }
     }
-    let devise = query
+    let currency = query
         .get("devise")
         .map(|d| Currency::parse(d).map_err(|e| ApiError::invalid("devise", e.to_string())))
         .transpose()?;
-    let fournisseur = query.get("fournisseur").cloned();
-    if let Some(f) = &fournisseur {
+    let provider = query.get("fournisseur").cloned();
+    if let Some(f) = &provider {
         if state.providers.get(f).is_none() {
             return Err(ApiError::invalid("fournisseur", format!("unknown provider `{f}`")));
         }
@@ -116,9 +116,9 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     let to = timestamp(&query, "created_to")?;
     let page = state.engine.transactions(&merchant.id, cursor.as_deref(), limit + 1, &mut |tx: &Transaction| {
         kind.is_none_or(|k| tx.kind == k)
-            && statut.as_deref().is_none_or(|s| tx.statut == s)
-            && devise.is_none_or(|d| tx.devise == d)
-            && fournisseur.as_deref().is_none_or(|f| tx.fournisseur.as_str() == f)
+            && status.as_deref().is_none_or(|s| tx.status == s)
+            && currency.is_none_or(|d| tx.currency == d)
+            && provider.as_deref().is_none_or(|f| tx.provider.as_str() == f)
             && from.is_none_or(|f| tx.created_at >= f)
             && to.is_none_or(|t| tx.created_at <= t)
     })?;
@@ -140,7 +140,7 @@ pub async fn get(
     let located = state.engine.locate(&merchant.id, &path)?.ok_or_else(|| ApiError::not_found("transaction"))?;
     let tx = match (&located.record, located.kind) {
         (Record::Payout(o), _) => Transaction::of_payout(o),
-        (Record::Payment(p), TransactionType::Remboursement) => match &p.remboursement {
+        (Record::Payment(p), TransactionType::Refund) => match &p.refund {
             Some(r) => Transaction::of_refund(p, r),
             None => return Err(ApiError::not_found("transaction")),
         },

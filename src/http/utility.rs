@@ -38,11 +38,15 @@ pub async fn ping(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> 
     }))
 }
 
+/// A currency as `GET /v1/devises` lists it.
 #[derive(Serialize, utoipa::ToSchema)]
-pub(crate) struct Devise {
+#[schema(as = Devise)]
+pub(crate) struct CurrencyEntry {
     code: &'static str,
-    nom: &'static str,
-    decimales: u8,
+    #[serde(rename = "nom")]
+    name: &'static str,
+    #[serde(rename = "decimales")]
+    decimals: u8,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -52,63 +56,75 @@ pub(crate) struct List<T> {
 
 /// Supported currencies.
 #[utoipa::path(get, path = "/v1/devises", tag = "utility",
-    responses((status = 200, description = "Currencies", body = List<Devise>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
+    responses((status = 200, description = "Currencies", body = List<CurrencyEntry>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn devises(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn currencies(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authenticate(&state, req.headers())?;
-    let data = CURRENCIES.iter().map(|c| Devise { code: c.code, nom: c.name, decimales: c.decimals }).collect();
+    let data = CURRENCIES.iter().map(|c| CurrencyEntry { code: c.code, name: c.name, decimals: c.decimals }).collect();
     Ok(HttpResponse::Ok().json(List { data }))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct Bounds {
-    montant_min: i64,
-    montant_max: i64,
+    #[serde(rename = "montant_min")]
+    amount_min: i64,
+    #[serde(rename = "montant_max")]
+    amount_max: i64,
 }
 
+/// A provider as `GET /v1/fournisseurs` lists it.
 #[derive(Serialize, utoipa::ToSchema)]
-pub(crate) struct Fournisseur<'a> {
+#[schema(as = Fournisseur)]
+pub(crate) struct ProviderEntry<'a> {
     code: &'a str,
-    nom: &'a str,
-    pays: &'a [String],
-    devises: Vec<&'a str>,
+    #[serde(rename = "nom")]
+    name: &'a str,
+    #[serde(rename = "pays")]
+    countries: &'a [String],
+    #[serde(rename = "devises")]
+    currencies: Vec<&'a str>,
     operations: &'a [Operation],
-    frais: FeeRule,
+    #[serde(rename = "frais")]
+    fee: FeeRule,
     /// Bounds of the provider's first currency, as a single pair (docs/api.md § Utility endpoints).
-    montant_min: i64,
-    montant_max: i64,
+    #[serde(rename = "montant_min")]
+    amount_min: i64,
+    #[serde(rename = "montant_max")]
+    amount_max: i64,
     /// Bounds for every currency, in its smallest unit (the scalar pair above is the first one's).
-    limites: BTreeMap<&'a str, Bounds>,
-    actif: bool,
+    #[serde(rename = "limites")]
+    limits: BTreeMap<&'a str, Bounds>,
+    #[serde(rename = "actif")]
+    active: bool,
 }
 
 /// Supported providers.
 #[utoipa::path(get, path = "/v1/fournisseurs", tag = "utility",
-    responses((status = 200, description = "Providers", body = List<Fournisseur>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
+    responses((status = 200, description = "Providers", body = List<ProviderEntry>), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn fournisseurs(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn providers(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authenticate(&state, req.headers())?;
-    let data: Vec<Fournisseur> = state
+    let data: Vec<ProviderEntry> = state
         .providers
         .all()
         .map(|p| {
             let s = &p.settings;
-            let first = s.devises.first().and_then(|d| s.limites.get(d)).map(|(min, max)| (min.minor(), max.minor()));
-            Fournisseur {
+            let first = s.currencies.first().and_then(|d| s.limits.get(d)).map(|(min, max)| (min.minor(), max.minor()));
+            ProviderEntry {
                 code: s.code.as_str(),
-                nom: &s.nom,
-                pays: &s.pays,
-                devises: s.devises.iter().map(|d| d.code()).collect(),
+                name: &s.name,
+                countries: &s.countries,
+                currencies: s.currencies.iter().map(|d| d.code()).collect(),
                 operations: &s.operations,
-                frais: s.frais,
-                montant_min: first.map_or(0, |b| b.0),
-                montant_max: first.map_or(0, |b| b.1),
-                limites: s
-                    .limites
+                fee: s.fee,
+                amount_min: first.map_or(0, |b| b.0),
+                amount_max: first.map_or(0, |b| b.1),
+                limits: s
+                    .limits
                     .iter()
-                    .map(|(d, (min, max))| (d.code(), Bounds { montant_min: min.minor(), montant_max: max.minor() }))
+                    .map(|(d, (min, max))| (d.code(), Bounds { amount_min: min.minor(), amount_max: max.minor() }))
                     .collect(),
-                actif: p.active(),
+                active: p.active(),
             }
         })
         .collect();

@@ -91,12 +91,12 @@ impl Provider {
         self.adapter.is_some()
     }
 
-    pub fn supports(&self, operation: Operation, devise: Currency) -> bool {
-        self.active() && self.settings.operations.contains(&operation) && self.settings.devises.contains(&devise)
+    pub fn supports(&self, operation: Operation, currency: Currency) -> bool {
+        self.active() && self.settings.operations.contains(&operation) && self.settings.currencies.contains(&currency)
     }
 
-    pub fn bounds(&self, devise: Currency) -> Option<(Amount, Amount)> {
-        self.settings.limites.get(&devise).copied()
+    pub fn bounds(&self, currency: Currency) -> Option<(Amount, Amount)> {
+        self.settings.limits.get(&currency).copied()
     }
 }
 

@@ -281,7 +281,7 @@ impl Adapter for Simulator {
         // wait for that pass too, so `04` really goes through `expire` first.
         let expired_ms = self.ttl_ms + sweep_every_ms(self.ttl_ms) + d.max(1_000);
         let processing = Step::new(d / 4, ProviderStatus::Processing, 1);
-        let steps = match ending(payment.client_telephone.as_str()) {
+        let steps = match ending(payment.customer_phone.as_str()) {
             "01" => vec![processing, Step::new(d, ProviderStatus::Failed { code: "insufficient_funds".into() }, 1)],
             // Never answers: the status stays "processing" until the TTL sweep expires the payment, and the
             // entry is forgotten only after that sweep has had time to ask.
@@ -290,7 +290,7 @@ impl Adapter for Simulator {
             "04" => vec![processing, Step::new(expired_ms, ProviderStatus::Succeeded, 1)],
             _ => vec![processing, Step::new(d, ProviderStatus::Succeeded, 1)],
         };
-        self.tell(payment.fournisseur.as_str(), Subject::Payment, &payment.transaction_id, &payment.metadata, steps);
+        self.tell(payment.provider.as_str(), Subject::Payment, &payment.transaction_id, &payment.metadata, steps);
         Box::pin(async { Ok(()) })
     }
 
@@ -303,17 +303,17 @@ impl Adapter for Simulator {
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
         let steps = vec![Step::new(self.delay_ms, ProviderStatus::Succeeded, 1)];
         let tx = refund.transaction_id();
-        self.tell(payment.fournisseur.as_str(), Subject::Refund, &tx, &payment.metadata, steps);
+        self.tell(payment.provider.as_str(), Subject::Refund, &tx, &payment.metadata, steps);
         Box::pin(async { Ok(()) })
     }
 
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
-        let outcome = match ending(payout.beneficiaire_telephone.as_str()) {
+        let outcome = match ending(payout.beneficiary_phone.as_str()) {
             "01" => ProviderStatus::Failed { code: "beneficiary_rejected".into() },
             _ => ProviderStatus::Succeeded,
         };
         let steps = vec![Step::new(self.delay_ms, outcome, 1)];
-        self.tell(payout.fournisseur.as_str(), Subject::Payout, &payout.transaction_id, &payout.metadata, steps);
+        self.tell(payout.provider.as_str(), Subject::Payout, &payout.transaction_id, &payout.metadata, steps);
         Box::pin(async { Ok(()) })
     }
 

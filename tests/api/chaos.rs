@@ -94,8 +94,8 @@ async fn tell_every_story(app: &TestApp, metadata: Option<&str>) -> Stories {
     // Distinct amounts, so a double credit of any one payment shows in the balance.
     let cases: [(&str, i64); 5] = [("01", 5_000), ("02", 7_000), ("03", 10_000), ("04", 20_000), ("99", 40_000)];
     let mut payments = BTreeMap::new();
-    for (ending, montant) in cases {
-        let p = app.initiate(&with_chaos_metadata(payment_body(montant, ending), metadata)).await;
+    for (ending, amount) in cases {
+        let p = app.initiate(&with_chaos_metadata(payment_body(amount, ending), metadata)).await;
         payments.insert(ending, text(&p["reference"]).to_owned());
     }
     let paid = payments["99"].clone();
@@ -131,10 +131,10 @@ async fn every_story_ends_as_its_ending_promises(app: &TestApp, stories: &Storie
     assert_eq!(notices_refused(app), 0, "every notice was acknowledged at its first attempt");
 
     // Nothing moved while the last notices landed.
-    for (ending, statut) in [("01", "echec"), ("02", "expire"), ("03", "succes"), ("04", "succes"), ("99", "rembourse")]
+    for (ending, status) in [("01", "echec"), ("02", "expire"), ("03", "succes"), ("04", "succes"), ("99", "rembourse")]
     {
         let p = app.get_ok(&format!("/v1/paiement/{}", stories.payments[ending])).await;
-        assert_eq!(p["statut"], statut, "payment {ending}: {p}");
+        assert_eq!(p["statut"], status, "payment {ending}: {p}");
         assert_eq!(p["paid_at"].is_string(), ["03", "04", "99"].contains(&ending), "payment {ending}: {p}");
     }
 }
@@ -150,8 +150,8 @@ async fn every_movement_is_counted_once(app: &TestApp) {
     for t in &all {
         kinds.entry(text(&t["type"]).to_owned()).or_default().push(text(&t["statut"]).to_owned());
     }
-    for statuts in kinds.values_mut() {
-        statuts.sort();
+    for statuses in kinds.values_mut() {
+        statuses.sort();
     }
     assert_eq!(kinds["paiement"], ["echec", "expire", "rembourse", "succes", "succes"], "{kinds:?}");
     assert_eq!(kinds["remboursement"], ["succes"], "{kinds:?}");

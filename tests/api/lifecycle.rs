@@ -34,8 +34,8 @@ async fn a_partial_refund_is_reserved_then_completed(app: &TestApp, reference: &
     assert_eq!(resp.json["statut"], "succes");
     assert_eq!(resp.json["remboursement"]["statut"], "en_cours");
     let refund_ref = text(&resp.json["remboursement"]["reference"]).to_owned();
-    let (disponible, _, _) = app.balance("XOF").await;
-    assert_eq!(disponible, 5850);
+    let (available, _, _) = app.balance("XOF").await;
+    assert_eq!(available, 5850);
     app.wait_refund(reference, "succes").await;
     let p = app.wait_payment(reference, "rembourse").await;
     assert_eq!(p["remboursement"]["statut"], "succes");

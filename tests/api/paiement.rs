@@ -111,16 +111,16 @@ async fn fees_follow_each_providers_rule_rounded_half_up() {
         (3000, "XAF", "orange_money", 45),
         (1050, "EUR", "carte", 30), // 290 bps of 10.50 EUR = 30.45 cents
     ];
-    for (montant, devise, fournisseur, frais) in cases {
+    for (amount, currency, provider, fee) in cases {
         let p = app
             .initiate(&json!({
-                "montant": montant, "devise": devise, "fournisseur": fournisseur,
+                "montant": amount, "devise": currency, "fournisseur": provider,
                 "client_telephone": "+22997000002",
             }))
             .await;
-        assert_eq!(p["frais"], frais, "{fournisseur} {montant} {devise}");
-        assert_eq!(int(&p["montant_net"]), montant - frais);
-        assert_eq!(p["devise"], devise);
+        assert_eq!(p["frais"], fee, "{provider} {amount} {currency}");
+        assert_eq!(int(&p["montant_net"]), amount - fee);
+        assert_eq!(p["devise"], currency);
     }
 }
 
@@ -221,9 +221,9 @@ async fn currency_and_provider_must_be_known_and_go_together() {
         ("XOF", "paypal", 400, "unsupported_provider", "fournisseur"),
         ("XOF", "", 400, "unsupported_provider", "fournisseur"),
     ];
-    for (devise, fournisseur, status, code, field) in cases {
+    for (currency, provider, status, code, field) in cases {
         let body = json!({
-            "montant": 1000, "devise": devise, "fournisseur": fournisseur, "client_telephone": "+22997000002",
+            "montant": 1000, "devise": currency, "fournisseur": provider, "client_telephone": "+22997000002",
         });
         let resp = app.send(app.post("/v1/paiement/initier").json(&body)).await;
         assert_error(&resp, status, code, Some(field));
@@ -311,9 +311,9 @@ async fn a_full_refund_with_other_funds_is_reserved_at_once(app: &TestApp, refer
     assert_eq!(r["motif"], Value::Null);
     assert_eq!(r["statut"], "en_cours");
     assert_eq!(r["completed_at"], Value::Null);
-    let (disponible, en_attente, _) = app.balance("XOF").await;
-    assert_eq!(disponible, 835);
-    assert!(en_attente == 10000 || en_attente == 0, "{en_attente}");
+    let (available, pending, _) = app.balance("XOF").await;
+    assert_eq!(available, 835);
+    assert!(pending == 10000 || pending == 0, "{pending}");
 }
 
 #[actix_web::test]

@@ -65,9 +65,9 @@ async fn create_answers_201_reserves_and_processes() {
     let id = text(&o["id"]);
 
     // The whole montant leaves disponible at once.
-    let (disponible, en_attente, total) = app.balance("XOF").await;
-    assert_eq!(disponible, 88500);
-    assert!(en_attente == 10000 || (en_attente == 0 && total == 88500), "{en_attente}");
+    let (available, pending, total) = app.balance("XOF").await;
+    assert_eq!(available, 88500);
+    assert!(pending == 10000 || (pending == 0 && total == 88500), "{pending}");
 
     let done = app.wait_payout(id, "traite").await;
     assert_payout_shape(&done);
@@ -165,15 +165,15 @@ async fn list_paging_and_filters() {
 
     // Oldest first: traite XOF, rejete XOF, traite XAF, rejete XAF.
     let mut ids = Vec::new();
-    for (devise, ending) in [("XOF", "99"), ("XOF", "01"), ("XAF", "42"), ("XAF", "01")] {
+    for (currency, ending) in [("XOF", "99"), ("XOF", "01"), ("XAF", "42"), ("XAF", "01")] {
         let mut body = payout_body(1000, ending);
-        body["devise"] = json!(devise);
+        body["devise"] = json!(currency);
         let resp = app.send(app.post("/v1/retraits").json(&body)).await;
         resp.expect(201);
         ids.push(text(&resp.json["id"]).to_owned());
     }
-    for (id, statut) in ids.iter().zip(["traite", "rejete", "traite", "rejete"]) {
-        app.wait_payout(id, statut).await;
+    for (id, status) in ids.iter().zip(["traite", "rejete", "traite", "rejete"]) {
+        app.wait_payout(id, status).await;
     }
     let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
 

@@ -84,15 +84,15 @@ async fn payouts_to_01_are_rejected_others_processed() {
     let app = spawn_app().await;
     app.fund(100_000).await; // 98500
     let mut cases = Vec::new();
-    for (ending, statut) in [("01", "rejete"), ("02", "traite"), ("03", "traite"), ("04", "traite"), ("77", "traite")] {
+    for (ending, status) in [("01", "rejete"), ("02", "traite"), ("03", "traite"), ("04", "traite"), ("77", "traite")] {
         let resp = app.send(app.post("/v1/retraits").json(&payout_body(1000, ending))).await;
         resp.expect(201);
         assert_eq!(resp.json["statut"], "en_attente");
-        cases.push((text(&resp.json["id"]).to_owned(), statut));
+        cases.push((text(&resp.json["id"]).to_owned(), status));
     }
-    for (id, statut) in &cases {
-        let o = app.wait_payout(id, statut).await;
-        if *statut == "rejete" {
+    for (id, status) in &cases {
+        let o = app.wait_payout(id, status).await;
+        if *status == "rejete" {
             assert!(o["motif_rejet"].is_string());
             assert_eq!(o["processed_at"], Value::Null);
         } else {

@@ -56,8 +56,8 @@ async fn fournisseurs_lists_every_provider() {
         assert!(p["pays"].as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string)), "{p}");
         assert!(p["devises"].as_array().is_some_and(|a| a.iter().any(|d| d == "XOF")), "{p}");
         assert_eq!(p["operations"], serde_json::json!(["paiement", "remboursement", "retrait"]), "{p}");
-        let frais = p["frais"].as_object().expect("frais");
-        assert!(frais["pourcentage_bps"].is_u64() && frais["fixe"].is_i64(), "{p}");
+        let fee = p["frais"].as_object().expect("frais");
+        assert!(fee["pourcentage_bps"].is_u64() && fee["fixe"].is_i64(), "{p}");
         assert!(int(&p["montant_min"]) > 0 && int(&p["montant_min"]) <= int(&p["montant_max"]), "{p}");
         assert_eq!(p["actif"], true, "sandbox providers are all active");
     }

@@ -25,10 +25,10 @@ const DEADLINE: Duration = Duration::from_secs(60);
 pub struct Tx {
     pub kind: String,
     pub reference: String,
-    pub statut: String,
-    pub montant: i64,
-    pub montant_net: i64,
-    pub paiement_reference: Option<String>,
+    pub status: String,
+    pub amount: i64,
+    pub net_amount: i64,
+    pub payment_reference: Option<String>,
 }
 
 /// A merchant's transactions and balances, read while no money moved.
@@ -48,7 +48,7 @@ impl Snapshot {
 
     /// True when nothing waits for a provider any more.
     pub fn settled(&self) -> bool {
-        self.transactions.iter().all(|t| !matches!(t.statut.as_str(), "initie" | "en_cours" | "en_attente"))
+        self.transactions.iter().all(|t| !matches!(t.status.as_str(), "initie" | "en_cours" | "en_attente"))
     }
 }
 
@@ -91,10 +91,10 @@ pub async fn snapshot(target: &Target, merchant: &Merchant) -> Snapshot {
                 .map(|t| Tx {
                     kind: text(&t["type"]),
                     reference: text(&t["reference"]),
-                    statut: text(&t["statut"]),
-                    montant: t["montant"].as_i64().unwrap_or(-1),
-                    montant_net: t["montant_net"].as_i64().unwrap_or(-1),
-                    paiement_reference: t["paiement_reference"].as_str().map(str::to_owned),
+                    status: text(&t["statut"]),
+                    amount: t["montant"].as_i64().unwrap_or(-1),
+                    net_amount: t["montant_net"].as_i64().unwrap_or(-1),
+                    payment_reference: t["paiement_reference"].as_str().map(str::to_owned),
                 })
                 .collect();
             let payout_tags = payouts.iter().map(|p| (text(&p["id"]), text(&p["metadata"]["op"]))).collect();
@@ -125,7 +125,7 @@ pub fn observe_webhooks(merchant: &Merchant, read: &mut usize) {
     *read += fresh.len();
     let mut book = merchant.book.borrow_mut();
     for delivery in fresh {
-        book.observe(&delivery.reference, &delivery.statut);
+        book.observe(&delivery.reference, &delivery.status);
     }
 }
 
@@ -181,7 +181,7 @@ fn compare(merchant: &Merchant, snap: &Snapshot, since_cycle: u32) -> (Vec<Strin
     }
     let mut refund_of: HashMap<&str, &Tx> = HashMap::new();
     for tx in snap.of_kind("remboursement") {
-        let payment = tx.paiement_reference.as_deref().unwrap_or("");
+        let payment = tx.payment_reference.as_deref().unwrap_or("");
         if refund_of.insert(payment, tx).is_some() {
             wrong.push(format!("{name}: payment {payment} has two refunds"));
         }
@@ -199,27 +199,27 @@ fn compare(merchant: &Merchant, snap: &Snapshot, since_cycle: u32) -> (Vec<Strin
     }
 
     // Balances: the sum of the movements, never negative.
-    let (mut disponible, mut en_attente) = (0i64, 0i64);
+    let (mut available, mut pending) = (0i64, 0i64);
     for tx in &snap.transactions {
-        match (tx.kind.as_str(), tx.statut.as_str()) {
-            ("paiement", "succes" | "rembourse") => disponible += tx.montant_net,
+        match (tx.kind.as_str(), tx.status.as_str()) {
+            ("paiement", "succes" | "rembourse") => available += tx.net_amount,
             ("remboursement" | "retrait", "en_cours" | "en_attente") => {
-                disponible -= tx.montant;
-                en_attente += tx.montant;
+                available -= tx.amount;
+                pending += tx.amount;
             }
-            ("remboursement", "succes") | ("retrait", "traite") => disponible -= tx.montant,
+            ("remboursement", "succes") | ("retrait", "traite") => available -= tx.amount,
             _ => {}
         }
     }
     let shown = |field: &str| snap.balance[field].as_i64().unwrap_or(0);
-    let (shown_disponible, shown_en_attente, shown_total) = (shown("disponible"), shown("en_attente"), shown("total"));
-    if (shown_disponible, shown_en_attente) != (disponible, en_attente) {
+    let (shown_available, shown_pending, shown_total) = (shown("disponible"), shown("en_attente"), shown("total"));
+    if (shown_available, shown_pending) != (available, pending) {
         wrong.push(format!(
-            "{name}: balances disponible {shown_disponible}, en_attente {shown_en_attente}; the transactions add up \
-             to disponible {disponible}, en_attente {en_attente}"
+            "{name}: balances disponible {shown_available}, en_attente {shown_pending}; the transactions add up \
+             to disponible {available}, en_attente {pending}"
         ));
     }
-    if shown_disponible < 0 || shown_en_attente < 0 || shown_total != shown_disponible + shown_en_attente {
+    if shown_available < 0 || shown_pending < 0 || shown_total != shown_available + shown_pending {
         wrong.push(format!("{name}: impossible balances {}", snap.balance));
     }
 
@@ -231,24 +231,24 @@ fn compare(merchant: &Merchant, snap: &Snapshot, since_cycle: u32) -> (Vec<Strin
             Some(op) if op.refused() => {
                 wrong.push(format!("{name}: payment {} exists though it was refused ({:?})", tx.reference, op.outcome))
             }
-            Some(op) if op.montant != tx.montant => {
-                wrong.push(format!("{name}: payment {} is of {}, requested {}", tx.reference, tx.montant, op.montant))
+            Some(op) if op.amount != tx.amount => {
+                wrong.push(format!("{name}: payment {} is of {}, requested {}", tx.reference, tx.amount, op.amount))
             }
             Some(_) => {}
         }
     }
     for tx in snap.of_kind("remboursement") {
-        let payment = tx.paiement_reference.as_deref().unwrap_or("");
+        let payment = tx.payment_reference.as_deref().unwrap_or("");
         match book.refunds.get(payment) {
             None => wrong.push(format!("{name}: refund {} of {payment} was never requested", tx.reference)),
             Some(op) if op.refused() => wrong.push(format!(
                 "{name}: refund {} of {payment} exists though it was refused ({:?})",
                 tx.reference, op.outcome
             )),
-            Some(op) if op.montant != tx.montant || op.id.as_ref().is_some_and(|id| *id != tx.reference) => {
+            Some(op) if op.amount != tx.amount || op.id.as_ref().is_some_and(|id| *id != tx.reference) => {
                 wrong.push(format!(
                     "{name}: refund {} of {payment} for {} is not the one answered: {op:?}",
-                    tx.reference, tx.montant
+                    tx.reference, tx.amount
                 ))
             }
             Some(_) => {}
@@ -262,8 +262,8 @@ fn compare(merchant: &Merchant, snap: &Snapshot, since_cycle: u32) -> (Vec<Strin
                 "{name}: payout {} ({tag}) exists though it was refused ({:?})",
                 tx.reference, op.outcome
             )),
-            Some(op) if op.montant != tx.montant || op.id.as_ref().is_some_and(|id| *id != tx.reference) => wrong.push(
-                format!("{name}: payout {} ({tag}) for {} is not the one answered: {op:?}", tx.reference, tx.montant),
+            Some(op) if op.amount != tx.amount || op.id.as_ref().is_some_and(|id| *id != tx.reference) => wrong.push(
+                format!("{name}: payout {} ({tag}) for {} is not the one answered: {op:?}", tx.reference, tx.amount),
             ),
             Some(_) => {}
         }
@@ -291,14 +291,14 @@ fn compare(merchant: &Merchant, snap: &Snapshot, since_cycle: u32) -> (Vec<Strin
         match by_reference.get(reference.as_str()) {
             None => wrong.push(format!("{name}: {reference} was seen as {statuses:?} and is gone")),
             Some(tx) => {
-                for seen in statuses.iter().filter(|s| !reachable(s, &tx.statut)) {
-                    wrong.push(format!("{name}: {reference} was seen {seen}, is now {}", tx.statut));
+                for seen in statuses.iter().filter(|s| !reachable(s, &tx.status)) {
+                    wrong.push(format!("{name}: {reference} was seen {seen}, is now {}", tx.status));
                 }
             }
         }
     }
     for tx in &snap.transactions {
-        book.observe(&tx.reference, &tx.statut);
+        book.observe(&tx.reference, &tx.status);
     }
 
     // Each operation answered since the last check, read on its own.
@@ -335,7 +335,7 @@ pub async fn settle(run: &Run) -> Vec<Snapshot> {
         let pending = snaps
             .iter()
             .flat_map(|s| &s.transactions)
-            .filter(|t| matches!(t.statut.as_str(), "initie" | "en_cours" | "en_attente"))
+            .filter(|t| matches!(t.status.as_str(), "initie" | "en_cours" | "en_attente"))
             .count();
         assert!(started.elapsed() < DEADLINE, "not settled after {DEADLINE:?}: {pending} transactions still pending");
         previous = Some(snaps);
@@ -351,7 +351,7 @@ pub fn expected_notifications(merchant: &Merchant, snap: &Snapshot) -> BTreeSet<
     let mut add = |event: &str, reference: &str| expected.insert((event.to_owned(), reference.to_owned()));
     for tx in &snap.transactions {
         let seen = book.seen.get(&tx.reference).cloned().unwrap_or_default();
-        let was = |s: &str| tx.statut == s || seen.contains(s);
+        let was = |s: &str| tx.status == s || seen.contains(s);
         match tx.kind.as_str() {
             "paiement" => {
                 add("payment.initiated", &tx.reference);
@@ -368,10 +368,10 @@ pub fn expected_notifications(merchant: &Merchant, snap: &Snapshot) -> BTreeSet<
                     add("payment.refunded", &tx.reference);
                 }
             }
-            "retrait" if tx.statut == "traite" => {
+            "retrait" if tx.status == "traite" => {
                 add("payout.processed", &tx.reference);
             }
-            "retrait" if tx.statut == "rejete" => {
+            "retrait" if tx.status == "rejete" => {
                 add("payout.rejected", &tx.reference);
             }
             _ => {}

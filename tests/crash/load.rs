@@ -48,7 +48,7 @@ pub enum Outcome {
 /// One payment, refund or payout request.
 #[derive(Debug, Clone)]
 pub struct Op {
-    pub montant: i64,
+    pub amount: i64,
     pub keyed: bool,
     pub outcome: Outcome,
     /// The cycle in which the answer came.
@@ -58,8 +58,8 @@ pub struct Op {
 }
 
 impl Op {
-    fn new(montant: i64, keyed: bool) -> Op {
-        Op { montant, keyed, outcome: Outcome::InFlight, answered_in: 0, id: None }
+    fn new(amount: i64, keyed: bool) -> Op {
+        Op { amount, keyed, outcome: Outcome::InFlight, answered_in: 0, id: None }
     }
 
     pub fn must_exist(&self) -> bool {
@@ -86,9 +86,9 @@ pub struct Book {
 }
 
 impl Book {
-    pub fn observe(&mut self, reference: &str, statut: &str) {
-        if !reference.is_empty() && !statut.is_empty() {
-            self.seen.entry(reference.to_owned()).or_default().insert(statut.to_owned());
+    pub fn observe(&mut self, reference: &str, status: &str) {
+        if !reference.is_empty() && !status.is_empty() {
+            self.seen.entry(reference.to_owned()).or_default().insert(status.to_owned());
         }
     }
 
@@ -234,22 +234,22 @@ fn phone_ending(rng: &mut StdRng) -> String {
 
 async fn pay(run: &Run, merchant: &Merchant, rng: &mut StdRng) {
     let reference = format!("{}-p{}", merchant.name, merchant.next());
-    let montant = rng.gen_range(1_000..=40_000);
+    let amount = rng.gen_range(1_000..=40_000);
     let ending = phone_ending(rng);
     let provider = PROVIDERS.choose(rng).copied().unwrap_or("mtn_momo");
     let body = json!({
-        "montant": montant, "devise": "XOF", "fournisseur": provider,
+        "montant": amount, "devise": "XOF", "fournisseur": provider,
         "client_telephone": format!("+229970000{ending}"), "reference": reference, "metadata": {"op": reference},
     });
     let keyed = rng.gen_ratio(3, 4);
-    merchant.book.borrow_mut().payments.insert(reference.clone(), Op::new(montant, keyed));
+    merchant.book.borrow_mut().payments.insert(reference.clone(), Op::new(amount, keyed));
     let key = format!("{reference}-key");
     let (answer, lost) =
         submit(run, merchant, "/v1/paiement/initier", &body, keyed.then_some(key.as_str()), true).await;
     let outcome = match &answer {
         Some(a) if a.status == 201 => {
             merchant.book.borrow_mut().observe_payment(&a.json);
-            if a.json["reference"] != reference.as_str() || a.json["montant"] != montant {
+            if a.json["reference"] != reference.as_str() || a.json["montant"] != amount {
                 run.violation(format!("payment {reference}: the answer is another payment: {}", a.json));
             }
             Outcome::Acked
@@ -263,15 +263,15 @@ async fn pay(run: &Run, merchant: &Merchant, rng: &mut StdRng) {
 
 async fn refund(run: &Run, merchant: &Merchant, rng: &mut StdRng) -> bool {
     let Some(payment) = merchant.refund_candidate() else { return false };
-    let Some(paid) = merchant.book.borrow().payments.get(&payment).map(|op| op.montant) else { return false };
-    let (body, montant) = if rng.gen_ratio(1, 3) {
+    let Some(paid) = merchant.book.borrow().payments.get(&payment).map(|op| op.amount) else { return false };
+    let (body, amount) = if rng.gen_ratio(1, 3) {
         (json!({}), paid)
     } else {
-        let montant = rng.gen_range(100..=paid / 2);
-        (json!({"montant": montant, "motif": "retour"}), montant)
+        let amount = rng.gen_range(100..=paid / 2);
+        (json!({"montant": amount, "motif": "retour"}), amount)
     };
     let keyed = rng.gen_ratio(3, 4);
-    merchant.book.borrow_mut().refunds.insert(payment.clone(), Op::new(montant, keyed));
+    merchant.book.borrow_mut().refunds.insert(payment.clone(), Op::new(amount, keyed));
     let key = format!("{payment}-refund-key");
     let path = format!("/v1/paiement/{payment}/rembourser");
     let (answer, _) = submit(run, merchant, &path, &body, keyed.then_some(key.as_str()), false).await;
@@ -280,8 +280,8 @@ async fn refund(run: &Run, merchant: &Merchant, rng: &mut StdRng) -> bool {
         Some(a) if a.status == 200 => {
             merchant.book.borrow_mut().observe_payment(&a.json);
             id = a.json["remboursement"]["reference"].as_str().map(str::to_owned);
-            if a.json["reference"] != payment.as_str() || a.json["remboursement"]["montant"] != montant {
-                run.violation(format!("refund of {payment} for {montant}: the answer is another refund: {}", a.json));
+            if a.json["reference"] != payment.as_str() || a.json["remboursement"]["montant"] != amount {
+                run.violation(format!("refund of {payment} for {amount}: the answer is another refund: {}", a.json));
             }
             Outcome::Acked
         }
@@ -294,15 +294,15 @@ async fn refund(run: &Run, merchant: &Merchant, rng: &mut StdRng) -> bool {
 
 async fn payout(run: &Run, merchant: &Merchant, rng: &mut StdRng) {
     let tag = format!("{}-o{}", merchant.name, merchant.next());
-    let montant = rng.gen_range(500..=6_000);
+    let amount = rng.gen_range(500..=6_000);
     let ending = if rng.gen_ratio(1, 5) { "01".to_owned() } else { format!("{}", rng.gen_range(10..100)) };
     let provider = PROVIDERS.choose(rng).copied().unwrap_or("mtn_momo");
     let body = json!({
-        "montant": montant, "devise": "XOF", "fournisseur": provider,
+        "montant": amount, "devise": "XOF", "fournisseur": provider,
         "beneficiaire_telephone": format!("+229960000{ending}"), "metadata": {"op": tag},
     });
     let keyed = rng.gen_ratio(3, 4);
-    merchant.book.borrow_mut().payouts.insert(tag.clone(), Op::new(montant, keyed));
+    merchant.book.borrow_mut().payouts.insert(tag.clone(), Op::new(amount, keyed));
     let key = format!("{tag}-key");
     let (answer, _) = submit(run, merchant, "/v1/retraits", &body, keyed.then_some(key.as_str()), false).await;
     let mut id = None;
@@ -310,7 +310,7 @@ async fn payout(run: &Run, merchant: &Merchant, rng: &mut StdRng) {
         Some(a) if a.status == 201 => {
             let payout_id = a.json["id"].as_str().unwrap_or("").to_owned();
             merchant.book.borrow_mut().observe(&payout_id, a.json["statut"].as_str().unwrap_or(""));
-            if a.json["metadata"]["op"] != tag.as_str() || a.json["montant"] != montant {
+            if a.json["metadata"]["op"] != tag.as_str() || a.json["montant"] != amount {
                 run.violation(format!("payout {tag}: the answer is another payout: {}", a.json));
             }
             id = Some(payout_id);
@@ -355,8 +355,8 @@ async fn read(run: &Run, merchant: &Merchant, rng: &mut StdRng) {
     run.target.wait_open().await;
     if let Ok(answer) = run.target.send(&merchant.key, "GET", "/v1/soldes", None, None).await {
         for row in answer.json["data"].as_array().into_iter().flatten() {
-            let (disponible, en_attente) = (row["disponible"].as_i64(), row["en_attente"].as_i64());
-            if !matches!((disponible, en_attente), (Some(d), Some(e)) if d >= 0 && e >= 0) {
+            let (available, pending) = (row["disponible"].as_i64(), row["en_attente"].as_i64());
+            if !matches!((available, pending), (Some(d), Some(e)) if d >= 0 && e >= 0) {
                 run.violation(format!("{}: a balance under load is negative or missing: {row}", merchant.name));
             }
         }

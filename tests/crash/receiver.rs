@@ -31,7 +31,7 @@ const TOLERANCE_S: u64 = 300;
 pub struct Delivery {
     pub event: String,
     pub reference: String,
-    pub statut: String,
+    pub status: String,
     pub body: Vec<u8>,
     /// What the receiver answered: 200, or 503 for a deliberately refused first attempt.
     pub answered: u16,
@@ -116,14 +116,14 @@ async fn receive(req: HttpRequest, body: web::Bytes, inbox: web::Data<Inbox>) ->
         }
     };
     let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    let (event, reference, statut) =
+    let (event, reference, status) =
         (text(&value["event"]), text(&value["data"]["reference"]), text(&value["data"]["statut"]));
     let first = log.bodies.insert(body.to_vec());
     let answered = if first && refuse_first_attempt(&body) { 503 } else { 200 };
     if answered == 200 && event == "payment.succeeded" {
         log.succeeded.push(reference.clone());
     }
-    log.deliveries.push(Delivery { event, reference, statut, body: body.to_vec(), answered });
+    log.deliveries.push(Delivery { event, reference, status, body: body.to_vec(), answered });
     if answered == 200 {
         HttpResponse::Ok().json(json!({"received": true}))
     } else {

@@ -8,18 +8,18 @@ use crate::load::{Book, Merchant, Op, Outcome};
 use crate::receiver::Receiver;
 use crate::server::Target;
 
-fn op(montant: i64, outcome: Outcome, id: Option<&str>) -> Op {
-    Op { montant, keyed: true, outcome, answered_in: 0, id: id.map(str::to_owned) }
+fn op(amount: i64, outcome: Outcome, id: Option<&str>) -> Op {
+    Op { amount, keyed: true, outcome, answered_in: 0, id: id.map(str::to_owned) }
 }
 
-fn tx(kind: &str, reference: &str, statut: &str, montant: i64, montant_net: i64, of: Option<&str>) -> Tx {
+fn tx(kind: &str, reference: &str, status: &str, amount: i64, net_amount: i64, of: Option<&str>) -> Tx {
     Tx {
         kind: kind.to_owned(),
         reference: reference.to_owned(),
-        statut: statut.to_owned(),
-        montant,
-        montant_net,
-        paiement_reference: of.map(str::to_owned),
+        status: status.to_owned(),
+        amount,
+        net_amount,
+        payment_reference: of.map(str::to_owned),
     }
 }
 
@@ -63,9 +63,9 @@ async fn the_checks_catch_lost_doubled_refused_regressed_and_miscounted_changes(
     };
     assert_eq!(check(snapshot()).await, Vec::<String>::new(), "the intact state passes");
 
-    let set_balance = |snap: &mut Snapshot, disponible: i64| {
-        snap.balance["disponible"] = disponible.into();
-        snap.balance["total"] = (disponible + 2_000).into();
+    let set_balance = |snap: &mut Snapshot, available: i64| {
+        snap.balance["disponible"] = available.into();
+        snap.balance["total"] = (available + 2_000).into();
     };
     let mut damages: Vec<(Snapshot, &str)> = Vec::new();
     let mut lost = snapshot();
@@ -80,7 +80,7 @@ async fn the_checks_catch_lost_doubled_refused_regressed_and_miscounted_changes(
     set_balance(&mut listed_twice, 11_775 + 4_925);
     damages.push((listed_twice, "paiement p2 is listed twice"));
     let mut regressed = snapshot();
-    regressed.transactions[0].statut = "en_cours".into();
+    regressed.transactions[0].status = "en_cours".into();
     damages.push((regressed, "p1 was seen succes, is now en_cours"));
     let mut refused_landed = snapshot();
     refused_landed.transactions.push(tx("retrait", "ret_2", "traite", 1_000, 990, None));

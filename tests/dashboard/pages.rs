@@ -18,9 +18,9 @@ fn next_link(page: &Page) -> Option<String> {
     Some(page.body[start..start + end].replace("&amp;", "&"))
 }
 
-async fn payout(app: &TestApp, montant: i64, ending: &str, statut: &str) -> String {
-    let id = text(&app.payout(&payout_body(montant, ending)).await["id"]).to_owned();
-    app.wait_payout(&id, statut).await;
+async fn payout(app: &TestApp, amount: i64, ending: &str, status: &str) -> String {
+    let id = text(&app.payout(&payout_body(amount, ending)).await["id"]).to_owned();
+    app.wait_payout(&id, status).await;
     id
 }
 
@@ -40,7 +40,8 @@ async fn overview_shows_balances_per_currency_in_major_units() {
     app.wait_payment(&eur, "succes").await;
     // mtn_momo keeps 1.5 %: 5 000 XOF paid, 4 925 XOF available.
     let soldes = app.get_ok("/v1/soldes").await;
-    let row = |devise: &str| soldes["data"].as_array().expect("rows").iter().find(|r| r["devise"] == devise).cloned();
+    let row =
+        |currency: &str| soldes["data"].as_array().expect("rows").iter().find(|r| r["devise"] == currency).cloned();
     assert_eq!(row("XOF").expect("XOF")["disponible"], 4925);
     let eur_net = row("EUR").expect("EUR")["disponible"].as_i64().expect("EUR");
     let page = agent.get("/").await;
@@ -69,8 +70,8 @@ async fn transactions_filter_page_and_open_with_history_and_deliveries() {
         .await,
     );
     references.push((eur.clone(), "succes"));
-    for (reference, statut) in &references {
-        app.wait_payment(reference, statut).await;
+    for (reference, status) in &references {
+        app.wait_payment(reference, status).await;
     }
     let mut agent = app.logged_in().await;
 

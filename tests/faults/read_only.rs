@@ -54,8 +54,8 @@ async fn emergency_read_only() {
     findings.quote_log(&server.log);
     server.listening().await;
     let api = Api::new(&server, &key);
-    if let Some((reference, montant)) = &refused {
-        acknowledged.pay(&api, &mut findings, reference, *montant, "when retried once writable again").await;
+    if let Some((reference, amount)) = &refused {
+        acknowledged.pay(&api, &mut findings, reference, *amount, "when retried once writable again").await;
     }
     scenario::verify_after_restart(&api, &mut acknowledged, &mut findings).await;
     findings.finish();

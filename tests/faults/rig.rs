@@ -293,8 +293,8 @@ impl Api {
 
     /// Initiates a payment under a reference of ours, with that reference as its Idempotency-Key too, so that
     /// a retry after a refusal is the same request.
-    pub async fn pay(&self, reference: &str, montant: i64) -> Answer {
-        let mut body = payment_body(montant, "99");
+    pub async fn pay(&self, reference: &str, amount: i64) -> Answer {
+        let mut body = payment_body(amount, "99");
         body["reference"] = json!(reference);
         let request = self
             .client

@@ -24,9 +24,9 @@ const HOLD: Duration = Duration::from_secs(8);
 /// What the service claimed about one payment: that it exists with this amount (and, once known, this
 /// transaction id), and the final status a read showed, if any. A final status never changes (docs/api.md § Payments).
 struct Claim {
-    montant: i64,
+    amount: i64,
     transaction_id: Option<String>,
-    final_statut: Option<String>,
+    final_status: Option<String>,
     how: String,
 }
 
@@ -40,27 +40,27 @@ impl Acknowledged {
     /// Records a claim from a payment or a payment transaction as the API showed it. The first transaction id
     /// and the first final status are kept: a later answer that differs is what the restart must catch.
     pub fn record(&mut self, shown: &Value, how: &str) {
-        let (Some(reference), Some(montant)) = (shown["reference"].as_str(), shown["montant"].as_i64()) else {
+        let (Some(reference), Some(amount)) = (shown["reference"].as_str(), shown["montant"].as_i64()) else {
             return;
         };
         let claim = self.payments.entry(reference.to_owned()).or_insert_with(|| Claim {
-            montant,
+            amount,
             transaction_id: None,
-            final_statut: None,
+            final_status: None,
             how: how.to_owned(),
         });
         if claim.transaction_id.is_none() {
             claim.transaction_id = shown["transaction_id"].as_str().map(str::to_owned);
         }
-        let statut = shown["statut"].as_str().filter(|s| matches!(*s, "succes" | "echec" | "rembourse"));
-        if claim.final_statut.is_none() {
-            claim.final_statut = statut.map(str::to_owned);
+        let status = shown["statut"].as_str().filter(|s| matches!(*s, "succes" | "echec" | "rembourse"));
+        if claim.final_status.is_none() {
+            claim.final_status = status.map(str::to_owned);
         }
     }
 
     /// Initiates a payment that must be accepted (the storage is fine), and records it.
-    pub async fn pay(&mut self, api: &Api, findings: &mut Findings, reference: &str, montant: i64, when: &str) {
-        let answer = api.pay(reference, montant).await;
+    pub async fn pay(&mut self, api: &Api, findings: &mut Findings, reference: &str, amount: i64, when: &str) {
+        let answer = api.pay(reference, amount).await;
         if findings.check(answer.status == 201, || format!("{when}: payment {reference} answered {answer}")) {
             self.record(&answer.body, &format!("201 {when}"));
         }
@@ -106,8 +106,8 @@ pub async fn refused_write(
 ) -> Option<(String, i64)> {
     for i in 1..=FAULT_ATTEMPTS {
         let reference = format!("pendant-{i}");
-        let montant = 20_000 + i as i64;
-        let answer = api.pay(&reference, montant).await;
+        let amount = 20_000 + i as i64;
+        let answer = api.pay(&reference, amount).await;
         if answer.ok() {
             acknowledged.record(&answer.body, &format!("{} with the {fault}", answer.status));
             // Its confirmation may meet the fault instead; then the expiry sweep settles it after the restart.
@@ -117,7 +117,7 @@ pub async fn refused_write(
         } else if answer.status == 503 {
             findings.check(answer.unavailable(), || format!("{fault}: a refused payment answered {answer}"));
             eprintln!("faults: {fault}: payments accepted before the first refusal: {}", i - 1);
-            return Some((reference, montant));
+            return Some((reference, amount));
         } else {
             findings.fail(format!("{fault}: payment {reference} answered {answer}; expected 503 unavailable"));
         }
@@ -136,12 +136,12 @@ pub async fn while_faulty(
     before: &[String],
     refused: Option<&(String, i64)>,
 ) {
-    if let Some((reference, montant)) = refused {
+    if let Some((reference, amount)) = refused {
         // The same request again (same Idempotency-Key, same body) while the fault lasts: a 2xx, a replay
         // included, claims the payment is durable; the restart checks that claim.
         for attempt in 1..=2 {
             sleep_ms(200).await;
-            let again = api.pay(reference, *montant).await;
+            let again = api.pay(reference, *amount).await;
             eprintln!("faults: {fault}: retry {attempt} of the refused payment {reference}: {}", again.status);
             if again.ok() {
                 acknowledged.record(&again.body, &format!("{} to a retry of its 503, with the {fault}", again.status));
@@ -186,14 +186,14 @@ async fn ping_during_fault(
     findings: &mut Findings,
     fault: &str,
     reference: &str,
-    montant: i64,
+    amount: i64,
 ) -> Vec<u16> {
     let ping = api.ping().await;
     if ping.status != 200 {
         findings.check(ping.unavailable(), || format!("{fault}: GET /v1/ping answered {ping}"));
         return vec![ping.status];
     }
-    let answer = api.pay(reference, montant).await;
+    let answer = api.pay(reference, amount).await;
     if answer.ok() {
         acknowledged.record(&answer.body, &format!("{} after ping said 200 with the {fault}", answer.status));
     }
@@ -242,12 +242,12 @@ pub async fn recovered(
     });
     let mut offers = vec![("apres-1".to_owned(), 30_001)];
     offers.extend(refused.cloned());
-    for (reference, montant) in offers {
+    for (reference, amount) in offers {
         let begun = Instant::now();
-        let mut answer = api.pay(&reference, montant).await;
+        let mut answer = api.pay(&reference, amount).await;
         while !answer.ok() && begun.elapsed() < RECOVERY {
             sleep_ms(250).await;
-            answer = api.pay(&reference, montant).await;
+            answer = api.pay(&reference, amount).await;
         }
         if answer.ok() {
             acknowledged.record(&answer.body, &format!("{} after the {fault} was gone", answer.status));
@@ -266,7 +266,7 @@ pub async fn verify_after_restart(api: &Api, acknowledged: &mut Acknowledged, fi
     for (reference, claim) in &acknowledged.payments {
         let read = api.get(&format!("/v1/paiement/{reference}")).await;
         let how = &claim.how;
-        if !findings.check(read.status == 200 && read.body["montant"].as_i64() == Some(claim.montant), || {
+        if !findings.check(read.status == 200 && read.body["montant"].as_i64() == Some(claim.amount), || {
             format!("payment {reference}, acknowledged ({how}), is not there after the restart: {read}")
         }) {
             continue;
@@ -280,10 +280,10 @@ pub async fn verify_after_restart(api: &Api, acknowledged: &mut Acknowledged, fi
                 )
             });
         }
-        if let Some(statut) = &claim.final_statut {
-            findings.check(read.body["statut"] == statut.as_str(), || {
+        if let Some(status) = &claim.final_status {
+            findings.check(read.body["statut"] == status.as_str(), || {
                 format!(
-                    "payment {reference} was shown {statut} (final) and is {} after the restart",
+                    "payment {reference} was shown {status} (final) and is {} after the restart",
                     read.body["statut"]
                 )
             });
@@ -312,9 +312,9 @@ pub async fn verify_after_restart(api: &Api, acknowledged: &mut Acknowledged, fi
         payments.iter().filter(|p| p["statut"] == "succes").filter_map(|p| p["montant_net"].as_i64()).sum();
     let soldes = api.get("/v1/soldes").await;
     let row = soldes.body["data"].as_array().into_iter().flatten().find(|r| r["devise"] == "XOF").cloned();
-    let disponible = row.as_ref().and_then(|r| r["disponible"].as_i64());
-    let en_attente = row.as_ref().and_then(|r| r["en_attente"].as_i64());
-    findings.check(disponible == Some(expected) && en_attente == Some(0), || {
+    let available = row.as_ref().and_then(|r| r["disponible"].as_i64());
+    let pending = row.as_ref().and_then(|r| r["en_attente"].as_i64());
+    findings.check(available == Some(expected) && pending == Some(0), || {
         format!("after the restart the XOF balance is {soldes}; the successful payments add up to {expected}")
     });
     let listed: Vec<&str> = payments.iter().filter_map(|p| p["reference"].as_str()).collect();

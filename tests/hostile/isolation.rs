@@ -17,8 +17,8 @@ use crate::support::{
 };
 
 /// A payment that carries customer details only its merchant may see.
-fn detailed_payment(montant: i64, who: &str) -> Value {
-    let mut body = payment_body(montant, "55");
+fn detailed_payment(amount: i64, who: &str) -> Value {
+    let mut body = payment_body(amount, "55");
     body["client_email"] = json!(format!("{who}-client@example.com"));
     body["client_nom"] = json!(format!("Client {who}"));
     body["description"] = json!(format!("commande {who}"));

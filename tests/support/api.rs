@@ -97,9 +97,9 @@ impl Req {
 
 /// A valid payment body: XOF through mtn_momo, phone `+229970000XX` (the sandbox's outcome is chosen by the
 /// last two digits).
-pub fn payment_body(montant: i64, ending: &str) -> Value {
+pub fn payment_body(amount: i64, ending: &str) -> Value {
     json!({
-        "montant": montant,
+        "montant": amount,
         "devise": "XOF",
         "fournisseur": "mtn_momo",
         "client_telephone": format!("+229970000{ending}"),
@@ -107,9 +107,9 @@ pub fn payment_body(montant: i64, ending: &str) -> Value {
 }
 
 /// A valid payout body: XOF through mtn_momo to `+229960000XX`.
-pub fn payout_body(montant: i64, ending: &str) -> Value {
+pub fn payout_body(amount: i64, ending: &str) -> Value {
     json!({
-        "montant": montant,
+        "montant": amount,
         "devise": "XOF",
         "fournisseur": "mtn_momo",
         "beneficiaire_telephone": format!("+229960000{ending}"),
@@ -194,13 +194,13 @@ impl Api {
     }
 
     /// A payment of `montant` XOF through mtn_momo from a phone with the given last two digits.
-    pub async fn pay(&self, montant: i64, ending: &str) -> Value {
-        self.initiate(&payment_body(montant, ending)).await
+    pub async fn pay(&self, amount: i64, ending: &str) -> Value {
+        self.initiate(&payment_body(amount, ending)).await
     }
 
     /// A successful XOF payment of `montant` (mtn_momo, 1.5 % fee); returns it once `succes`.
-    pub async fn fund(&self, montant: i64) -> Value {
-        let payment = self.pay(montant, "99").await;
+    pub async fn fund(&self, amount: i64) -> Value {
+        let payment = self.pay(amount, "99").await;
         self.wait_payment(payment["reference"].as_str().expect("reference"), "succes").await
     }
 
@@ -239,24 +239,24 @@ impl Api {
     }
 
     /// Waits until the payment has the given status.
-    pub async fn wait_payment(&self, reference: &str, statut: &str) -> Value {
-        self.poll(&format!("/v1/paiement/{reference}"), statut, |p| p["statut"] == statut).await
+    pub async fn wait_payment(&self, reference: &str, status: &str) -> Value {
+        self.poll(&format!("/v1/paiement/{reference}"), status, |p| p["statut"] == status).await
     }
 
     /// Waits until the payment's refund has the given status.
-    pub async fn wait_refund(&self, reference: &str, statut: &str) -> Value {
-        self.poll(&format!("/v1/paiement/{reference}"), statut, |p| p["remboursement"]["statut"] == statut).await
+    pub async fn wait_refund(&self, reference: &str, status: &str) -> Value {
+        self.poll(&format!("/v1/paiement/{reference}"), status, |p| p["remboursement"]["statut"] == status).await
     }
 
-    pub async fn wait_payout(&self, id: &str, statut: &str) -> Value {
-        self.poll(&format!("/v1/retraits/{id}"), statut, |o| o["statut"] == statut).await
+    pub async fn wait_payout(&self, id: &str, status: &str) -> Value {
+        self.poll(&format!("/v1/retraits/{id}"), status, |o| o["statut"] == status).await
     }
 
     /// The balance row of `devise`: (disponible, en_attente, total); zeros when the row is absent.
-    pub async fn balance(&self, devise: &str) -> (i64, i64, i64) {
+    pub async fn balance(&self, currency: &str) -> (i64, i64, i64) {
         let page = self.get_ok("/v1/soldes").await;
         let rows = page["data"].as_array().expect("data is a list").clone();
-        match rows.iter().find(|r| r["devise"] == devise) {
+        match rows.iter().find(|r| r["devise"] == currency) {
             Some(r) => {
                 let (d, e, t) = (int(&r["disponible"]), int(&r["en_attente"]), int(&r["total"]));
                 assert_eq!(t, d + e, "total = disponible + en_attente: {r}");

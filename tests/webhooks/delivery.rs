@@ -72,9 +72,9 @@ pub fn assert_shape(body: &Value, event: &str) -> Value {
     for field in ["reference", "transaction_id", "fournisseur", "devise", "statut"] {
         assert!(data[field].as_str().is_some_and(|s| !s.is_empty()), "{field}: {body}");
     }
-    let (montant, frais, net) = (data["montant"].as_i64(), data["frais"].as_i64(), data["montant_net"].as_i64());
-    let (Some(montant), Some(frais), Some(net)) = (montant, frais, net) else { panic!("amounts are integers: {body}") };
-    assert!(montant > 0 && frais >= 0 && net == montant - frais, "montant_net = montant - frais: {body}");
+    let (amount, fee, net) = (data["montant"].as_i64(), data["frais"].as_i64(), data["montant_net"].as_i64());
+    let (Some(amount), Some(fee), Some(net)) = (amount, fee, net) else { panic!("amounts are integers: {body}") };
+    assert!(amount > 0 && fee >= 0 && net == amount - fee, "montant_net = montant - frais: {body}");
     assert!(data["client_email"].is_null() || data["client_email"].is_string(), "{body}");
     assert!(data["metadata"].is_object(), "{body}");
     if !data["paid_at"].is_null() {

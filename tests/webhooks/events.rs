@@ -66,11 +66,11 @@ async fn payment_refund_and_payout_lives_send_their_events_signed_and_shaped_as_
     let expected = lives.expected();
 
     let (hits, notifications) = wait_for_every_delivery(&app, &receiver, &merchant.id, &expected).await;
-    for (event, reference, statut, paid) in &expected {
+    for (event, reference, status, paid) in &expected {
         let hit = hits.iter().find(|h| h.event() == *event && h.reference() == *reference).expect("delivered");
         assert_eq!(hit.path, "/hooks/caisse");
         assert_signed(hit, key);
-        check_payload(hit, event, statut, *paid, lives.record(reference));
+        check_payload(hit, event, status, *paid, lives.record(reference));
         check_logged_once(&notifications, hit, event, reference);
     }
     check_customer_details(&hits, &reference_of(&lives.a));
@@ -122,10 +122,10 @@ async fn wait_for_every_delivery(
 }
 
 /// The body of one delivery: the spec's shape, the status after the change, and the record's own values.
-fn check_payload(hit: &Hit, event: &str, statut: &str, paid: bool, record: &Value) {
+fn check_payload(hit: &Hit, event: &str, status: &str, paid: bool, record: &Value) {
     let body = hit.json();
     let data = assert_shape(&body, event);
-    assert_eq!(data["statut"], statut, "{event}: statut after the change: {body}");
+    assert_eq!(data["statut"], status, "{event}: statut after the change: {body}");
     assert_eq!(!data["paid_at"].is_null(), paid, "{event}: paid_at: {body}");
     assert_eq!(data["devise"], "XOF");
     assert_eq!(data["fournisseur"], "mtn_momo");

@@ -6,20 +6,20 @@ use serde::{Deserialize, Serialize};
 use crate::domain::money::{Amount, Currency, FeeRule};
 use crate::domain::phone::Phone;
 use crate::domain::records::ProviderCode;
-use crate::domain::text::{Description, Email, Metadata, Motif, Name, Reference};
+use crate::domain::text::{Description, Email, Metadata, Name, Reason, Reference};
 
 /// A payment as the API accepted it, before it exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPayment {
     pub reference: Option<Reference>,
-    pub montant: Amount,
-    pub devise: Currency,
-    pub fournisseur: ProviderCode,
+    pub amount: Amount,
+    pub currency: Currency,
+    pub provider: ProviderCode,
     /// The provider's fee rule for this currency, fixed at initiation.
     pub fee: FeeRule,
-    pub client_telephone: Phone,
-    pub client_email: Option<Email>,
-    pub client_nom: Option<Name>,
+    pub customer_phone: Phone,
+    pub customer_email: Option<Email>,
+    pub customer_name: Option<Name>,
     pub description: Option<Description>,
     pub metadata: Metadata,
 }
@@ -27,12 +27,12 @@ pub struct NewPayment {
 /// A payout as the API accepted it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPayout {
-    pub montant: Amount,
-    pub devise: Currency,
-    pub fournisseur: ProviderCode,
+    pub amount: Amount,
+    pub currency: Currency,
+    pub provider: ProviderCode,
     pub fee: FeeRule,
-    pub beneficiaire_telephone: Phone,
-    pub beneficiaire_nom: Option<Name>,
+    pub beneficiary_phone: Phone,
+    pub beneficiary_name: Option<Name>,
     pub description: Option<Description>,
     pub metadata: Metadata,
 }
@@ -55,7 +55,7 @@ pub enum RefundOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PayoutOutcome {
     Sent,
-    Refused { motif: String },
+    Refused { reason: String },
 }
 
 /// Every change the API names, as one enum.
@@ -68,8 +68,8 @@ pub enum Command {
     },
     RequestRefund {
         reference: Reference,
-        montant: Option<Amount>,
-        motif: Option<Motif>,
+        amount: Option<Amount>,
+        reason: Option<Reason>,
     },
     /// About the refund of the payment `reference`.
     RefundNotice {

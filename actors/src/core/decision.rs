@@ -34,13 +34,15 @@ pub struct JournalEvent {
     /// Position in this merchant's journal, from 1, without gaps.
     pub seq: u64,
     pub at: Timestamp,
-    pub devise: Currency,
+    #[serde(rename = "devise")]
+    pub currency: Currency,
     pub entries: Vec<Entry>,
     pub trigger: Trigger,
     /// Payment reference or payout id.
     pub reference: String,
     /// Status after the change, as the API names it.
-    pub statut: String,
+    #[serde(rename = "statut")]
+    pub status: String,
 }
 
 /// A webhook notification caused by a change, with the exact body bytes that will be signed and sent.

@@ -51,8 +51,8 @@ pub fn decide(
         (Command::InitiatePayment(_), Some(_)) => Err(Rejection::DuplicateReference),
         (Command::InitiatePayment(new), None) => ctx.initiate(new, ids),
         (Command::PaymentNotice { notice, .. }, Some(Record::Payment(p))) => ctx.payment_notice(p, notice, ids),
-        (Command::RequestRefund { montant, motif, .. }, Some(Record::Payment(p))) => {
-            ctx.request_refund(p, *montant, motif.clone(), ids)
+        (Command::RequestRefund { amount, reason, .. }, Some(Record::Payment(p))) => {
+            ctx.request_refund(p, *amount, reason.clone(), ids)
         }
         (Command::RefundNotice { outcome, .. }, Some(Record::Payment(p))) => ctx.refund_notice(p, *outcome, ids),
         (Command::CreatePayout(new), None) => ctx.create_payout(new, ids),
@@ -68,12 +68,12 @@ struct Ctx<'a> {
 }
 
 /// `montant - fee(montant)`, refusing a fee that would leave nothing.
-fn split_fee(montant: Amount, fee: &FeeRule) -> Result<(Amount, Amount), Rejection> {
-    let frais = fee.fee(montant)?;
-    if frais >= montant {
-        return Err(Rejection::AmountBelowFee { frais_minor: frais.minor() });
+fn split_fee(amount: Amount, fee: &FeeRule) -> Result<(Amount, Amount), Rejection> {
+    let fee = fee.fee(amount)?;
+    if fee >= amount {
+        return Err(Rejection::AmountBelowFee { fee_minor: fee.minor() });
     }
-    Ok((frais, montant.checked_sub(frais)?))
+    Ok((fee, amount.checked_sub(fee)?))
 }
 
 fn moved(rule_step: Step) -> Option<crate::domain::status::Rule> {
@@ -88,8 +88,8 @@ impl Ctx<'_> {
         &self,
         trigger: Trigger,
         reference: &str,
-        statut: &str,
-        devise: Currency,
+        status: &str,
+        currency: Currency,
         entries: Vec<Entry>,
     ) -> JournalEvent {
         JournalEvent {
@@ -97,23 +97,23 @@ impl Ctx<'_> {
             at: self.now,
             trigger,
             reference: reference.to_owned(),
-            statut: statut.to_owned(),
-            devise,
+            status: status.to_owned(),
+            currency,
             entries,
         }
     }
 
     /// Balances after `entries`; a reservation that would take `disponible` below zero is the merchant's
     /// `insufficient_balance`, any other negative result is a broken invariant.
-    fn balances_after(&self, entries: &[Entry], devise: Currency, requested: Amount) -> Result<Balances, Rejection> {
+    fn balances_after(&self, entries: &[Entry], currency: Currency, requested: Amount) -> Result<Balances, Rejection> {
         let mut next = self.balances.clone();
-        next.touch(devise, self.now.unix_ms());
+        next.touch(currency, self.now.unix_ms());
         match next.apply(entries, self.now.unix_ms()) {
             Ok(()) => Ok(next),
-            Err(LedgerError::Negative { account: Account::Disponible, balance_minor, .. }) => {
+            Err(LedgerError::Negative { account: Account::Available, balance_minor, .. }) => {
                 Err(Rejection::InsufficientBalance {
-                    devise,
-                    disponible_minor: balance_minor,
+                    currency,
+                    available_minor: balance_minor,
                     requested_minor: requested.minor(),
                 })
             }

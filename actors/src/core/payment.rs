@@ -13,10 +13,10 @@ use crate::domain::text::Reference;
 
 impl Ctx<'_> {
     pub(super) fn initiate(&self, new: &NewPayment, ids: IdSource<'_>) -> Result<Decided, Rejection> {
-        let (frais, montant_net) = split_fee(new.montant, &new.fee)?;
+        let (fee, net_amount) = split_fee(new.amount, &new.fee)?;
         let rule = moved(transition(None, Trigger::PaymentAccepted)?)
             .ok_or(Rejection::Impossible("the rules table has no first move on PaymentAccepted"))?;
-        let Status::Payment(statut) = rule.to else {
+        let Status::Payment(status) = rule.to else {
             return Err(Rejection::Impossible("a payment rule leads to another kind's status"));
         };
         let reference = match &new.reference {
@@ -27,30 +27,30 @@ impl Ctx<'_> {
         let payment = Payment {
             reference,
             transaction_id: ids(IdKind::Transaction),
-            statut,
-            montant: new.montant,
-            devise: new.devise,
-            frais,
-            montant_net,
-            fournisseur: new.fournisseur.clone(),
-            client_telephone: new.client_telephone.clone(),
-            client_email: new.client_email.clone(),
-            client_nom: new.client_nom.clone(),
+            status,
+            amount: new.amount,
+            currency: new.currency,
+            fee,
+            net_amount,
+            provider: new.provider.clone(),
+            customer_phone: new.customer_phone.clone(),
+            customer_email: new.customer_email.clone(),
+            customer_name: new.customer_name.clone(),
             description: new.description.clone(),
             metadata: new.metadata.clone(),
             created_at: self.now,
             updated_at: self.now,
             paid_at: None,
             failure_code: None,
-            remboursement: None,
+            refund: None,
         };
-        let balances = self.balances_after(&[], new.devise, Amount::ZERO)?;
+        let balances = self.balances_after(&[], new.currency, Amount::ZERO)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payment(&payment), ids)?;
         let reference = payment.reference.as_str().to_owned();
         Ok(Decided::Changed(Box::new(Decision {
-            journal: self.journal(rule.on, &reference, statut.as_str(), new.devise, Vec::new()),
+            journal: self.journal(rule.on, &reference, status.as_str(), new.currency, Vec::new()),
             created: Some(NewTransaction {
-                kind: TransactionType::Paiement,
+                kind: TransactionType::Payment,
                 transaction_id: payment.transaction_id.clone(),
                 reference: reference.clone(),
                 owner: reference,
@@ -73,31 +73,31 @@ impl Ctx<'_> {
             PaymentNotice::Declined { .. } => Trigger::ProviderDeclined,
             PaymentNotice::Expired => Trigger::TtlExpired,
         };
-        let Some(rule) = moved(transition(Some(Status::Payment(p.statut)), trigger)?) else {
+        let Some(rule) = moved(transition(Some(Status::Payment(p.status)), trigger)?) else {
             return Ok(Decided::Unchanged(Record::Payment(p.clone())));
         };
-        let Status::Payment(statut) = rule.to else {
+        let Status::Payment(status) = rule.to else {
             return Err(Rejection::Impossible("a payment rule leads to another kind's status"));
         };
         let mut next = p.clone();
-        next.statut = statut;
+        next.status = status;
         next.updated_at = self.now;
-        match (statut, notice) {
-            (PaymentStatus::Succes, _) => {
+        match (status, notice) {
+            (PaymentStatus::Succeeded, _) => {
                 next.paid_at = Some(self.now);
                 next.failure_code = None;
             }
-            (PaymentStatus::Echec, PaymentNotice::Declined { failure_code }) => {
+            (PaymentStatus::Failed, PaymentNotice::Declined { failure_code }) => {
                 next.failure_code = Some(failure_code.clone());
             }
-            (PaymentStatus::Expire, _) => next.failure_code = Some("expired".into()),
+            (PaymentStatus::Expired, _) => next.failure_code = Some("expired".into()),
             _ => {}
         }
         let entries = postings(rule.effect, movement(&next)).map_err(Rejection::Invariant)?;
-        let balances = self.balances_after(&entries, next.devise, next.montant)?;
+        let balances = self.balances_after(&entries, next.currency, next.amount)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payment(&next), ids)?;
         Ok(Decided::Changed(Box::new(Decision {
-            journal: self.journal(trigger, next.reference.as_str(), statut.as_str(), next.devise, entries),
+            journal: self.journal(trigger, next.reference.as_str(), status.as_str(), next.currency, entries),
             record: Record::Payment(next),
             balances,
             created: None,
@@ -107,5 +107,5 @@ impl Ctx<'_> {
 }
 
 fn movement(p: &Payment) -> Movement {
-    Movement { devise: p.devise, montant: p.montant, frais: p.frais, montant_net: p.montant_net }
+    Movement { currency: p.currency, amount: p.amount, fee: p.fee, net_amount: p.net_amount }
 }

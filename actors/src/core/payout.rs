@@ -10,42 +10,42 @@ use crate::domain::status::{transition, PayoutStatus, Status, Trigger};
 
 impl Ctx<'_> {
     pub(super) fn create_payout(&self, new: &NewPayout, ids: IdSource<'_>) -> Result<Decided, Rejection> {
-        let (frais, montant_net) = split_fee(new.montant, &new.fee)?;
+        let (fee, net_amount) = split_fee(new.amount, &new.fee)?;
         let rule = moved(transition(None, Trigger::PayoutRequested)?)
             .ok_or(Rejection::Impossible("the rules table has no first move on PayoutRequested"))?;
-        let Status::Payout(statut) = rule.to else {
+        let Status::Payout(status) = rule.to else {
             return Err(Rejection::Impossible("a payout rule leads to another kind's status"));
         };
-        let entries = postings(rule.effect, Movement { devise: new.devise, montant: new.montant, frais, montant_net })
+        let entries = postings(rule.effect, Movement { currency: new.currency, amount: new.amount, fee, net_amount })
             .map_err(Rejection::Invariant)?;
-        let balances = self.balances_after(&entries, new.devise, new.montant)?;
+        let balances = self.balances_after(&entries, new.currency, new.amount)?;
         let id = ids(IdKind::Payout);
         let payout = Payout {
             transaction_id: sibling_transaction_id(&id),
             id,
-            statut,
-            montant: new.montant,
-            devise: new.devise,
-            frais,
-            montant_net,
-            fournisseur: new.fournisseur.clone(),
-            beneficiaire_telephone: new.beneficiaire_telephone.clone(),
-            beneficiaire_nom: new.beneficiaire_nom.clone(),
+            status,
+            amount: new.amount,
+            currency: new.currency,
+            fee,
+            net_amount,
+            provider: new.provider.clone(),
+            beneficiary_phone: new.beneficiary_phone.clone(),
+            beneficiary_name: new.beneficiary_name.clone(),
             description: new.description.clone(),
             metadata: new.metadata.clone(),
             created_at: self.now,
             updated_at: self.now,
             processed_at: None,
-            motif_rejet: None,
+            rejection_reason: None,
         };
         let created = NewTransaction {
-            kind: TransactionType::Retrait,
+            kind: TransactionType::Payout,
             transaction_id: payout.transaction_id.clone(),
             reference: payout.id.clone(),
             owner: payout.id.clone(),
         };
         Ok(Decided::Changed(Box::new(Decision {
-            journal: self.journal(rule.on, &payout.id, statut.as_str(), new.devise, entries),
+            journal: self.journal(rule.on, &payout.id, status.as_str(), new.currency, entries),
             record: Record::Payout(payout),
             balances,
             created: Some(created),
@@ -63,26 +63,26 @@ impl Ctx<'_> {
             PayoutOutcome::Sent => Trigger::PayoutSent,
             PayoutOutcome::Refused { .. } => Trigger::PayoutRefused,
         };
-        let Some(rule) = moved(transition(Some(Status::Payout(o.statut)), trigger)?) else {
+        let Some(rule) = moved(transition(Some(Status::Payout(o.status)), trigger)?) else {
             return Ok(Decided::Unchanged(Record::Payout(o.clone())));
         };
-        let Status::Payout(statut) = rule.to else {
+        let Status::Payout(status) = rule.to else {
             return Err(Rejection::Impossible("a payout rule leads to another kind's status"));
         };
         let mut next = o.clone();
-        next.statut = statut;
+        next.status = status;
         next.updated_at = self.now;
         match outcome {
-            PayoutOutcome::Sent if statut == PayoutStatus::Traite => next.processed_at = Some(self.now),
-            PayoutOutcome::Refused { motif } => next.motif_rejet = Some(motif.clone()),
+            PayoutOutcome::Sent if status == PayoutStatus::Traite => next.processed_at = Some(self.now),
+            PayoutOutcome::Refused { reason } => next.rejection_reason = Some(reason.clone()),
             PayoutOutcome::Sent => {}
         }
-        let m = Movement { devise: o.devise, montant: o.montant, frais: o.frais, montant_net: o.montant_net };
+        let m = Movement { currency: o.currency, amount: o.amount, fee: o.fee, net_amount: o.net_amount };
         let entries = postings(rule.effect, m).map_err(Rejection::Invariant)?;
-        let balances = self.balances_after(&entries, o.devise, o.montant)?;
+        let balances = self.balances_after(&entries, o.currency, o.amount)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payout(&next), ids)?;
         Ok(Decided::Changed(Box::new(Decision {
-            journal: self.journal(trigger, &next.id, statut.as_str(), o.devise, entries),
+            journal: self.journal(trigger, &next.id, status.as_str(), o.currency, entries),
             record: Record::Payout(next),
             balances,
             created: None,

@@ -9,47 +9,47 @@ use crate::domain::records::{Payment, Refund, TransactionType, WebhookData};
 use crate::domain::status::{
     payment_refund_allowed, transition, InvalidTransition, RefundStatus, Status, Step, Trigger,
 };
-use crate::domain::text::Motif;
+use crate::domain::text::Reason;
 
 impl Ctx<'_> {
     pub(super) fn request_refund(
         &self,
         p: &Payment,
-        montant: Option<Amount>,
-        motif: Option<Motif>,
+        amount: Option<Amount>,
+        reason: Option<Reason>,
         ids: IdSource<'_>,
     ) -> Result<Decided, Rejection> {
-        let existing = p.remboursement.as_ref().map(|r| r.statut);
-        if !payment_refund_allowed(p.statut, existing) {
+        let existing = p.refund.as_ref().map(|r| r.status);
+        if !payment_refund_allowed(p.status, existing) {
             return Err(
-                InvalidTransition { from: Some(Status::Payment(p.statut)), on: Trigger::RefundRequested }.into()
+                InvalidTransition { from: Some(Status::Payment(p.status)), on: Trigger::RefundRequested }.into()
             );
         }
-        let montant = montant.unwrap_or(p.montant);
-        if montant > p.montant {
-            return Err(Rejection::RefundAboveAmount { montant_minor: p.montant.minor() });
+        let amount = amount.unwrap_or(p.amount);
+        if amount > p.amount {
+            return Err(Rejection::RefundAboveAmount { amount_minor: p.amount.minor() });
         }
         let rule = moved(transition(None, Trigger::RefundRequested)?)
             .ok_or(Rejection::Impossible("the rules table has no first move on RefundRequested"))?;
-        let Status::Refund(statut) = rule.to else {
+        let Status::Refund(status) = rule.to else {
             return Err(Rejection::Impossible("a refund rule leads to another kind's status"));
         };
-        let refund_move = Movement { devise: p.devise, montant, frais: Amount::ZERO, montant_net: montant };
+        let refund_move = Movement { currency: p.currency, amount, fee: Amount::ZERO, net_amount: amount };
         let entries = postings(rule.effect, refund_move).map_err(Rejection::Invariant)?;
-        let balances = self.balances_after(&entries, p.devise, montant)?;
+        let balances = self.balances_after(&entries, p.currency, amount)?;
         let refund =
-            Refund { reference: ids(IdKind::Refund), montant, motif, statut, created_at: self.now, completed_at: None };
+            Refund { reference: ids(IdKind::Refund), amount, reason, status, created_at: self.now, completed_at: None };
         let mut next = p.clone();
         next.updated_at = self.now;
         let created = NewTransaction {
-            kind: TransactionType::Remboursement,
+            kind: TransactionType::Refund,
             transaction_id: refund.transaction_id(),
             reference: refund.reference.clone(),
             owner: p.reference.as_str().to_owned(),
         };
-        next.remboursement = Some(refund);
+        next.refund = Some(refund);
         Ok(Decided::Changed(Box::new(Decision {
-            journal: self.journal(rule.on, &created.reference, statut.as_str(), p.devise, entries),
+            journal: self.journal(rule.on, &created.reference, status.as_str(), p.currency, entries),
             record: Record::Payment(next),
             balances,
             created: Some(created),
@@ -64,26 +64,26 @@ impl Ctx<'_> {
         ids: IdSource<'_>,
     ) -> Result<Decided, Rejection> {
         // A notice about a refund that was never requested names nothing: not found, as for any reference.
-        let Some(refund) = &p.remboursement else { return Err(Rejection::NotFound) };
+        let Some(refund) = &p.refund else { return Err(Rejection::NotFound) };
         let trigger = match outcome {
             RefundOutcome::Completed => Trigger::RefundCompleted,
             RefundOutcome::Refused => Trigger::RefundRefused,
         };
-        let Some(rule) = moved(transition(Some(Status::Refund(refund.statut)), trigger)?) else {
+        let Some(rule) = moved(transition(Some(Status::Refund(refund.status)), trigger)?) else {
             return Ok(Decided::Unchanged(Record::Payment(p.clone())));
         };
-        let Status::Refund(refund_statut) = rule.to else {
+        let Status::Refund(refund_status) = rule.to else {
             return Err(Rejection::Impossible("a refund rule leads to another kind's status"));
         };
         let mut next = p.clone();
         next.updated_at = self.now;
         let mut event = None;
-        if refund_statut == RefundStatus::Succes {
+        if refund_status == RefundStatus::Succeeded {
             // Completing the refund also moves the payment; both machines must agree or nothing changes.
-            match transition(Some(Status::Payment(p.statut)), Trigger::RefundCompleted)? {
+            match transition(Some(Status::Payment(p.status)), Trigger::RefundCompleted)? {
                 Step::Move(pay_rule) => {
                     if let Status::Payment(s) = pay_rule.to {
-                        next.statut = s;
+                        next.status = s;
                     }
                     event = pay_rule.event;
                 }
@@ -91,14 +91,14 @@ impl Ctx<'_> {
             }
         }
         let refund_move =
-            Movement { devise: p.devise, montant: refund.montant, frais: Amount::ZERO, montant_net: refund.montant };
+            Movement { currency: p.currency, amount: refund.amount, fee: Amount::ZERO, net_amount: refund.amount };
         let entries = postings(rule.effect, refund_move).map_err(Rejection::Invariant)?;
-        let balances = self.balances_after(&entries, p.devise, refund.montant)?;
+        let balances = self.balances_after(&entries, p.currency, refund.amount)?;
         let mut updated_refund = refund.clone();
-        updated_refund.statut = refund_statut;
+        updated_refund.status = refund_status;
         updated_refund.completed_at = Some(self.now);
-        let journal = self.journal(trigger, &refund.reference, refund_statut.as_str(), p.devise, entries);
-        next.remboursement = Some(updated_refund);
+        let journal = self.journal(trigger, &refund.reference, refund_status.as_str(), p.currency, entries);
+        next.refund = Some(updated_refund);
         let outbox = self.outbox(event, WebhookData::of_payment(&next), ids)?;
         Ok(Decided::Changed(Box::new(Decision {
             record: Record::Payment(next),

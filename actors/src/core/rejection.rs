@@ -14,12 +14,12 @@ pub enum Rejection {
     DuplicateReference,
     #[error("{0}")]
     InvalidState(String),
-    #[error("insufficient balance: {disponible_minor} {devise} available, {requested_minor} needed")]
-    InsufficientBalance { devise: Currency, disponible_minor: i64, requested_minor: i64 },
-    #[error("montant must be greater than the fee of {frais_minor}")]
-    AmountBelowFee { frais_minor: i64 },
-    #[error("a refund cannot exceed the payment's montant of {montant_minor}")]
-    RefundAboveAmount { montant_minor: i64 },
+    #[error("insufficient balance: {available_minor} {currency} available, {requested_minor} needed")]
+    InsufficientBalance { currency: Currency, available_minor: i64, requested_minor: i64 },
+    #[error("montant must be greater than the fee of {fee_minor}")]
+    AmountBelowFee { fee_minor: i64 },
+    #[error("a refund cannot exceed the payment's montant of {amount_minor}")]
+    RefundAboveAmount { amount_minor: i64 },
     #[error("amount out of range: {0}")]
     Money(#[from] MoneyError),
     /// A ledger invariant would break: a bug, reported loudly and never silently corrected.

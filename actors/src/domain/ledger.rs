@@ -21,8 +21,10 @@ use super::status::Effect;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Account {
-    Disponible,
-    EnAttente,
+    #[serde(rename = "disponible")]
+    Available,
+    #[serde(rename = "en_attente")]
+    Pending,
     CustomerFunds,
     Fees,
     RefundsOut,
@@ -31,8 +33,8 @@ pub enum Account {
 
 impl Account {
     pub const ALL: [Account; 6] = [
-        Account::Disponible,
-        Account::EnAttente,
+        Account::Available,
+        Account::Pending,
         Account::CustomerFunds,
         Account::Fees,
         Account::RefundsOut,
@@ -44,53 +46,54 @@ impl Account {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub account: Account,
-    pub devise: Currency,
+    #[serde(rename = "devise")]
+    pub currency: Currency,
     pub amount_minor: i64,
 }
 
 /// What a movement is about: the amounts of the payment, refund or payout it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Movement {
-    pub devise: Currency,
-    pub montant: Amount,
-    pub frais: Amount,
-    pub montant_net: Amount,
+    pub currency: Currency,
+    pub amount: Amount,
+    pub fee: Amount,
+    pub net_amount: Amount,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LedgerError {
-    #[error("{devise} {account:?} would become negative ({balance_minor} + {delta_minor})")]
-    Negative { devise: Currency, account: Account, balance_minor: i64, delta_minor: i64 },
-    #[error("{devise} {account:?} overflows")]
-    Overflow { devise: Currency, account: Account },
+    #[error("{currency} {account:?} would become negative ({balance_minor} + {delta_minor})")]
+    Negative { currency: Currency, account: Account, balance_minor: i64, delta_minor: i64 },
+    #[error("{currency} {account:?} overflows")]
+    Overflow { currency: Currency, account: Account },
     #[error("entries do not balance: they sum to {sum_minor}")]
     Unbalanced { sum_minor: i128 },
-    #[error("montant {montant} is not frais {frais} + montant_net {net}")]
-    InconsistentAmounts { montant: i64, frais: i64, net: i64 },
+    #[error("montant {amount} is not frais {fee} + montant_net {net}")]
+    InconsistentAmounts { amount: i64, fee: i64, net: i64 },
 }
 
 /// The balanced entries of one effect.
 pub fn postings(effect: Effect, m: Movement) -> Result<Vec<Entry>, LedgerError> {
-    let total = m.montant.minor();
-    let (frais, net) = (m.frais.minor(), m.montant_net.minor());
-    if frais.checked_add(net) != Some(total) {
-        return Err(LedgerError::InconsistentAmounts { montant: total, frais, net });
+    let total = m.amount.minor();
+    let (fee, net) = (m.fee.minor(), m.net_amount.minor());
+    if fee.checked_add(net) != Some(total) {
+        return Err(LedgerError::InconsistentAmounts { amount: total, fee, net });
     }
-    let e = |account, amount_minor| Entry { account, devise: m.devise, amount_minor };
+    let e = |account, amount_minor| Entry { account, currency: m.currency, amount_minor };
     let entries = match effect {
         Effect::None => Vec::new(),
         Effect::CreditPayment => {
-            vec![e(Account::CustomerFunds, -total), e(Account::Disponible, net), e(Account::Fees, frais)]
+            vec![e(Account::CustomerFunds, -total), e(Account::Available, net), e(Account::Fees, fee)]
         }
         Effect::ReserveRefund | Effect::ReservePayout => {
-            vec![e(Account::Disponible, -total), e(Account::EnAttente, total)]
+            vec![e(Account::Available, -total), e(Account::Pending, total)]
         }
-        Effect::ConsumeRefund => vec![e(Account::EnAttente, -total), e(Account::RefundsOut, total)],
+        Effect::ConsumeRefund => vec![e(Account::Pending, -total), e(Account::RefundsOut, total)],
         Effect::ReleaseRefund | Effect::ReleasePayout => {
-            vec![e(Account::EnAttente, -total), e(Account::Disponible, total)]
+            vec![e(Account::Pending, -total), e(Account::Available, total)]
         }
         Effect::ConsumePayout => {
-            vec![e(Account::EnAttente, -total), e(Account::PayoutsOut, net), e(Account::Fees, frais)]
+            vec![e(Account::Pending, -total), e(Account::PayoutsOut, net), e(Account::Fees, fee)]
         }
     };
     check_balanced(&entries)?;
@@ -101,7 +104,7 @@ pub fn postings(effect: Effect, m: Movement) -> Result<Vec<Entry>, LedgerError> 
 pub fn check_balanced(entries: &[Entry]) -> Result<(), LedgerError> {
     let mut sums: BTreeMap<Currency, i128> = BTreeMap::new();
     for entry in entries {
-        *sums.entry(entry.devise).or_default() += i128::from(entry.amount_minor);
+        *sums.entry(entry.currency).or_default() += i128::from(entry.amount_minor);
     }
     match sums.values().find(|s| **s != 0) {
         Some(sum) => Err(LedgerError::Unbalanced { sum_minor: *sum }),
@@ -112,8 +115,10 @@ pub fn check_balanced(entries: &[Entry]) -> Result<(), LedgerError> {
 /// A merchant's balances in one currency.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Balance {
-    pub disponible: i64,
-    pub en_attente: i64,
+    #[serde(rename = "disponible")]
+    pub available: i64,
+    #[serde(rename = "en_attente")]
+    pub pending: i64,
     /// Unix milliseconds of the last change, for the API's `updated_at`.
     pub updated_at_ms: u64,
 }
@@ -121,7 +126,7 @@ pub struct Balance {
 impl Balance {
     pub fn total(&self) -> i64 {
         // Both are non-negative and each fits in i64, so the sum is bounded by what the ledger allowed.
-        self.disponible.saturating_add(self.en_attente)
+        self.available.saturating_add(self.pending)
     }
 }
 
@@ -130,8 +135,8 @@ impl Balance {
 pub struct Balances(pub BTreeMap<Currency, Balance>);
 
 impl Balances {
-    pub fn get(&self, devise: Currency) -> Balance {
-        self.0.get(&devise).copied().unwrap_or_default()
+    pub fn get(&self, currency: Currency) -> Balance {
+        self.0.get(&currency).copied().unwrap_or_default()
     }
 
     /// Applies entries all or nothing: on error the balances are as before.
@@ -142,18 +147,18 @@ impl Balances {
     pub fn apply(&mut self, entries: &[Entry], at_ms: u64) -> Result<(), LedgerError> {
         let mut next = self.0.clone();
         for entry in entries {
-            let balance = next.entry(entry.devise).or_default();
+            let balance = next.entry(entry.currency).or_default();
             let slot = match entry.account {
-                Account::Disponible => &mut balance.disponible,
-                Account::EnAttente => &mut balance.en_attente,
+                Account::Available => &mut balance.available,
+                Account::Pending => &mut balance.pending,
                 _ => continue,
             };
             let updated = slot
                 .checked_add(entry.amount_minor)
-                .ok_or(LedgerError::Overflow { devise: entry.devise, account: entry.account })?;
+                .ok_or(LedgerError::Overflow { currency: entry.currency, account: entry.account })?;
             if updated < 0 {
                 return Err(LedgerError::Negative {
-                    devise: entry.devise,
+                    currency: entry.currency,
                     account: entry.account,
                     balance_minor: *slot,
                     delta_minor: entry.amount_minor,
@@ -167,8 +172,8 @@ impl Balances {
     }
 
     /// Makes sure the currency has a row (zero balances) from the merchant's first use of it.
-    pub fn touch(&mut self, devise: Currency, at_ms: u64) {
-        self.0.entry(devise).or_insert(Balance { disponible: 0, en_attente: 0, updated_at_ms: at_ms });
+    pub fn touch(&mut self, currency: Currency, at_ms: u64) {
+        self.0.entry(currency).or_insert(Balance { available: 0, pending: 0, updated_at_ms: at_ms });
     }
 }
 
@@ -180,12 +185,12 @@ mod tests {
         Currency::parse("XOF").unwrap()
     }
 
-    fn movement(montant: i64, frais: i64) -> Movement {
+    fn movement(amount: i64, fee: i64) -> Movement {
         Movement {
-            devise: xof(),
-            montant: Amount::new(montant).unwrap(),
-            frais: Amount::new(frais).unwrap(),
-            montant_net: Amount::new(montant - frais).unwrap(),
+            currency: xof(),
+            amount: Amount::new(amount).unwrap(),
+            fee: Amount::new(fee).unwrap(),
+            net_amount: Amount::new(amount - fee).unwrap(),
         }
     }
 
@@ -212,40 +217,40 @@ mod tests {
     fn credit_then_payout_life() {
         let mut b = Balances::default();
         b.apply(&postings(Effect::CreditPayment, movement(10_000, 150)).unwrap(), 1).unwrap();
-        assert_eq!(b.get(xof()), Balance { disponible: 9_850, en_attente: 0, updated_at_ms: 1 });
+        assert_eq!(b.get(xof()), Balance { available: 9_850, pending: 0, updated_at_ms: 1 });
         b.apply(&postings(Effect::ReservePayout, movement(5_000, 100)).unwrap(), 2).unwrap();
-        assert_eq!((b.get(xof()).disponible, b.get(xof()).en_attente), (4_850, 5_000));
+        assert_eq!((b.get(xof()).available, b.get(xof()).pending), (4_850, 5_000));
         b.apply(&postings(Effect::ConsumePayout, movement(5_000, 100)).unwrap(), 3).unwrap();
-        assert_eq!((b.get(xof()).disponible, b.get(xof()).en_attente), (4_850, 0));
+        assert_eq!((b.get(xof()).available, b.get(xof()).pending), (4_850, 0));
         assert_eq!(b.get(xof()).total(), 4_850);
     }
 
     #[test]
-    fn reservation_larger_than_disponible_is_refused_and_changes_nothing() {
+    fn reservation_larger_than_available_is_refused_and_changes_nothing() {
         let mut b = Balances::default();
         b.apply(&postings(Effect::CreditPayment, movement(1_000, 0)).unwrap(), 1).unwrap();
         let before = b.clone();
         let err = b.apply(&postings(Effect::ReserveRefund, movement(1_001, 0)).unwrap(), 2).unwrap_err();
-        assert!(matches!(err, LedgerError::Negative { account: Account::Disponible, .. }));
+        assert!(matches!(err, LedgerError::Negative { account: Account::Available, .. }));
         assert_eq!(b, before);
     }
 
     #[test]
     fn inconsistent_amounts_are_refused() {
-        let bad = Movement { montant_net: Amount::new(1).unwrap(), ..movement(100, 10) };
+        let bad = Movement { net_amount: Amount::new(1).unwrap(), ..movement(100, 10) };
         assert!(matches!(postings(Effect::CreditPayment, bad), Err(LedgerError::InconsistentAmounts { .. })));
     }
 
     #[test]
     fn unbalanced_entries_are_detected() {
-        let entries = [Entry { account: Account::Disponible, devise: xof(), amount_minor: 5 }];
+        let entries = [Entry { account: Account::Available, currency: xof(), amount_minor: 5 }];
         assert_eq!(check_balanced(&entries), Err(LedgerError::Unbalanced { sum_minor: 5 }));
     }
 
     #[test]
     fn overflow_is_an_error_not_a_wrap() {
         let mut b = Balances::default();
-        let big = Entry { account: Account::Disponible, devise: xof(), amount_minor: i64::MAX };
+        let big = Entry { account: Account::Available, currency: xof(), amount_minor: i64::MAX };
         b.apply(&[big], 1).unwrap();
         assert!(matches!(b.apply(&[big], 2), Err(LedgerError::Overflow { .. })));
     }

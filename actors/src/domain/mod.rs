@@ -17,7 +17,7 @@ pub mod time;
 pub use ids::{new_id, new_id_at, random_base62, validate_id, IdError, IdKind, MerchantId, MERCHANT_ID_LEN};
 pub use money::{format_major, Amount, Currency, CurrencyInfo, FeeRule, MoneyError, CURRENCIES};
 pub use phone::{Phone, PhoneError};
-pub use text::{BoundedText, Description, Email, IdempotencyKey, Metadata, Motif, Name, Reference, TextError};
+pub use text::{BoundedText, Description, Email, IdempotencyKey, Metadata, Name, Reason, Reference, TextError};
 pub use time::{parse_duration_ms, TimeError, Timestamp};
 
 /// Deserialises a value written as a string through its checked constructor, reading the string in place:

@@ -238,24 +238,28 @@ impl From<Currency> for String {
 #[serde(try_from = "FeeRuleFields")]
 pub struct FeeRule {
     /// Percentage part in basis points (100 = 1 %), at most 10 000.
-    pub pourcentage_bps: u32,
+    #[serde(rename = "pourcentage_bps")]
+    pub percentage_bps: u32,
     /// Fixed part in the smallest unit of the currency.
-    pub fixe: Amount,
+    #[serde(rename = "fixe")]
+    pub fixed: Amount,
 }
 
 /// The raw shape of a [`FeeRule`], so deserialisation can check the rate like [`FeeRule::new`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FeeRuleFields {
-    pourcentage_bps: u32,
-    fixe: Amount,
+    #[serde(rename = "pourcentage_bps")]
+    percentage_bps: u32,
+    #[serde(rename = "fixe")]
+    fixed: Amount,
 }
 
 impl TryFrom<FeeRuleFields> for FeeRule {
     type Error = MoneyError;
 
     fn try_from(fields: FeeRuleFields) -> Result<FeeRule, MoneyError> {
-        FeeRule::new(fields.pourcentage_bps, fields.fixe)
+        FeeRule::new(fields.percentage_bps, fields.fixed)
     }
 }
 
@@ -264,11 +268,11 @@ impl FeeRule {
     pub const MAX_BPS: u32 = 10_000;
 
     /// Builds a rule, refusing a percentage above 100 %.
-    pub fn new(pourcentage_bps: u32, fixe: Amount) -> Result<FeeRule, MoneyError> {
-        if pourcentage_bps > Self::MAX_BPS {
-            return Err(MoneyError::FeeRateTooHigh(pourcentage_bps));
+    pub fn new(percentage_bps: u32, fixed: Amount) -> Result<FeeRule, MoneyError> {
+        if percentage_bps > Self::MAX_BPS {
+            return Err(MoneyError::FeeRateTooHigh(percentage_bps));
         }
-        Ok(FeeRule { pourcentage_bps, fixe })
+        Ok(FeeRule { percentage_bps, fixed })
     }
 
     /// Computes `(montant * bps + 5000) / 10000 + fixe`.
@@ -276,13 +280,13 @@ impl FeeRule {
     /// Adding 5000 before the integer division rounds half up, as docs/api.md § Payments fixes.
     /// The product is taken in `i128` so it cannot overflow; only the final conversion back to
     /// `i64` and the addition of the fixed part can, and both report [`MoneyError::Overflow`].
-    pub fn fee(&self, montant: Amount) -> Result<Amount, MoneyError> {
-        let product = i128::from(montant.minor())
-            .checked_mul(i128::from(self.pourcentage_bps))
+    pub fn fee(&self, amount: Amount) -> Result<Amount, MoneyError> {
+        let product = i128::from(amount.minor())
+            .checked_mul(i128::from(self.percentage_bps))
             .and_then(|p| p.checked_add(5_000))
             .ok_or(MoneyError::Overflow)?;
         let percentage = i64::try_from(product / 10_000).map_err(|_| MoneyError::Overflow)?;
-        Amount::new(percentage)?.checked_add(self.fixe)
+        Amount::new(percentage)?.checked_add(self.fixed)
     }
 }
 
@@ -404,10 +408,10 @@ mod tests {
 
     #[test]
     fn fee_rule_new_checks_rate() {
-        let fixe = Amount::new(25).unwrap();
-        assert_eq!(FeeRule::new(0, fixe).unwrap().pourcentage_bps, 0);
-        assert_eq!(FeeRule::new(10_000, fixe).unwrap().fixe, fixe);
-        assert_eq!(FeeRule::new(10_001, fixe), Err(MoneyError::FeeRateTooHigh(10_001)));
+        let fixed = Amount::new(25).unwrap();
+        assert_eq!(FeeRule::new(0, fixed).unwrap().percentage_bps, 0);
+        assert_eq!(FeeRule::new(10_000, fixed).unwrap().fixed, fixed);
+        assert_eq!(FeeRule::new(10_001, fixed), Err(MoneyError::FeeRateTooHigh(10_001)));
     }
 
     #[test]
@@ -427,7 +431,7 @@ mod tests {
         let rule = FeeRule::new(10_000, Amount::new(1).unwrap()).unwrap();
         assert_eq!(rule.fee(Amount::new(i64::MAX).unwrap()), Err(MoneyError::Overflow));
         // A rate built directly through the public fields, above 100 %, still cannot panic.
-        let wild = FeeRule { pourcentage_bps: u32::MAX, fixe: Amount::ZERO };
+        let wild = FeeRule { percentage_bps: u32::MAX, fixed: Amount::ZERO };
         assert_eq!(wild.fee(Amount::new(i64::MAX).unwrap()), Err(MoneyError::Overflow));
     }
 
@@ -459,16 +463,16 @@ mod tests {
 
     proptest! {
         #[test]
-        fn fee_never_panics(montant in 0i64..=i64::MAX, bps in 0u32..=10_000, fixe in 0i64..=i64::MAX) {
-            let rule = FeeRule::new(bps, Amount::new(fixe).unwrap()).unwrap();
-            let _ = rule.fee(Amount::new(montant).unwrap());
+        fn fee_never_panics(amount in 0i64..=i64::MAX, bps in 0u32..=10_000, fixed in 0i64..=i64::MAX) {
+            let rule = FeeRule::new(bps, Amount::new(fixed).unwrap()).unwrap();
+            let _ = rule.fee(Amount::new(amount).unwrap());
         }
 
         #[test]
-        fn fee_percentage_part_never_exceeds_amount(montant in 0i64..=i64::MAX, bps in 0u32..=10_000) {
+        fn fee_percentage_part_never_exceeds_amount(amount in 0i64..=i64::MAX, bps in 0u32..=10_000) {
             let rule = FeeRule::new(bps, Amount::ZERO).unwrap();
-            let fee = rule.fee(Amount::new(montant).unwrap()).unwrap();
-            prop_assert!(fee.minor() <= montant);
+            let fee = rule.fee(Amount::new(amount).unwrap()).unwrap();
+            prop_assert!(fee.minor() <= amount);
         }
 
         #[test]

@@ -12,7 +12,7 @@ use super::ids::MerchantId;
 use super::money::{Amount, Currency};
 use super::phone::Phone;
 use super::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus};
-use super::text::{Description, Email, Metadata, Motif, Name, Reference};
+use super::text::{Description, Email, Metadata, Name, Reason, Reference};
 use super::time::Timestamp;
 
 /// A provider's code as published by `GET /v1/fournisseurs` (`mtn_momo`, `wave`, ...).
@@ -64,9 +64,12 @@ impl std::fmt::Display for ProviderCode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refund {
     pub reference: String,
-    pub montant: Amount,
-    pub motif: Option<Motif>,
-    pub statut: RefundStatus,
+    #[serde(rename = "montant")]
+    pub amount: Amount,
+    #[serde(rename = "motif")]
+    pub reason: Option<Reason>,
+    #[serde(rename = "statut")]
+    pub status: RefundStatus,
     pub created_at: Timestamp,
     pub completed_at: Option<Timestamp>,
 }
@@ -83,22 +86,32 @@ impl Refund {
 pub struct Payment {
     pub reference: Reference,
     pub transaction_id: String,
-    pub statut: PaymentStatus,
-    pub montant: Amount,
-    pub devise: Currency,
-    pub frais: Amount,
-    pub montant_net: Amount,
-    pub fournisseur: ProviderCode,
-    pub client_telephone: Phone,
-    pub client_email: Option<Email>,
-    pub client_nom: Option<Name>,
+    #[serde(rename = "statut")]
+    pub status: PaymentStatus,
+    #[serde(rename = "montant")]
+    pub amount: Amount,
+    #[serde(rename = "devise")]
+    pub currency: Currency,
+    #[serde(rename = "frais")]
+    pub fee: Amount,
+    #[serde(rename = "montant_net")]
+    pub net_amount: Amount,
+    #[serde(rename = "fournisseur")]
+    pub provider: ProviderCode,
+    #[serde(rename = "client_telephone")]
+    pub customer_phone: Phone,
+    #[serde(rename = "client_email")]
+    pub customer_email: Option<Email>,
+    #[serde(rename = "client_nom")]
+    pub customer_name: Option<Name>,
     pub description: Option<Description>,
     pub metadata: Metadata,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub paid_at: Option<Timestamp>,
     pub failure_code: Option<String>,
-    pub remboursement: Option<Refund>,
+    #[serde(rename = "remboursement")]
+    pub refund: Option<Refund>,
 }
 
 /// A payout, exactly the API's object.
@@ -107,20 +120,29 @@ pub struct Payment {
 pub struct Payout {
     pub id: String,
     pub transaction_id: String,
-    pub statut: PayoutStatus,
-    pub montant: Amount,
-    pub devise: Currency,
-    pub frais: Amount,
-    pub montant_net: Amount,
-    pub fournisseur: ProviderCode,
-    pub beneficiaire_telephone: Phone,
-    pub beneficiaire_nom: Option<Name>,
+    #[serde(rename = "statut")]
+    pub status: PayoutStatus,
+    #[serde(rename = "montant")]
+    pub amount: Amount,
+    #[serde(rename = "devise")]
+    pub currency: Currency,
+    #[serde(rename = "frais")]
+    pub fee: Amount,
+    #[serde(rename = "montant_net")]
+    pub net_amount: Amount,
+    #[serde(rename = "fournisseur")]
+    pub provider: ProviderCode,
+    #[serde(rename = "beneficiaire_telephone")]
+    pub beneficiary_phone: Phone,
+    #[serde(rename = "beneficiaire_nom")]
+    pub beneficiary_name: Option<Name>,
     pub description: Option<Description>,
     pub metadata: Metadata,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub processed_at: Option<Timestamp>,
-    pub motif_rejet: Option<String>,
+    #[serde(rename = "motif_rejet")]
+    pub rejection_reason: Option<String>,
 }
 
 /// `rmb_X` / `ret_X` -> `tx_X`.
@@ -136,20 +158,22 @@ pub fn sibling_transaction_id(id: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TransactionType {
-    Paiement,
-    Remboursement,
-    Retrait,
+    #[serde(rename = "paiement")]
+    Payment,
+    #[serde(rename = "remboursement")]
+    Refund,
+    #[serde(rename = "retrait")]
+    Payout,
 }
 
 impl TransactionType {
-    pub const ALL: [TransactionType; 3] =
-        [TransactionType::Paiement, TransactionType::Remboursement, TransactionType::Retrait];
+    pub const ALL: [TransactionType; 3] = [TransactionType::Payment, TransactionType::Refund, TransactionType::Payout];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            TransactionType::Paiement => "paiement",
-            TransactionType::Remboursement => "remboursement",
-            TransactionType::Retrait => "retrait",
+            TransactionType::Payment => "paiement",
+            TransactionType::Refund => "remboursement",
+            TransactionType::Payout => "retrait",
         }
     }
 
@@ -159,9 +183,9 @@ impl TransactionType {
 
     pub(crate) fn tag(self) -> u8 {
         match self {
-            TransactionType::Paiement => b'p',
-            TransactionType::Remboursement => b'r',
-            TransactionType::Retrait => b'o',
+            TransactionType::Payment => b'p',
+            TransactionType::Refund => b'r',
+            TransactionType::Payout => b'o',
         }
     }
 
@@ -178,16 +202,23 @@ pub struct Transaction {
     pub transaction_id: String,
     #[serde(rename = "type")]
     pub kind: TransactionType,
-    pub statut: &'static str,
-    pub montant: Amount,
-    pub devise: Currency,
-    pub frais: Amount,
-    pub montant_net: Amount,
-    pub fournisseur: ProviderCode,
+    #[serde(rename = "statut")]
+    pub status: &'static str,
+    #[serde(rename = "montant")]
+    pub amount: Amount,
+    #[serde(rename = "devise")]
+    pub currency: Currency,
+    #[serde(rename = "frais")]
+    pub fee: Amount,
+    #[serde(rename = "montant_net")]
+    pub net_amount: Amount,
+    #[serde(rename = "fournisseur")]
+    pub provider: ProviderCode,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub paid_at: Option<Timestamp>,
-    pub paiement_reference: Option<String>,
+    #[serde(rename = "paiement_reference")]
+    pub payment_reference: Option<String>,
 }
 
 impl Transaction {
@@ -195,17 +226,17 @@ impl Transaction {
         Transaction {
             reference: p.reference.as_str().to_owned(),
             transaction_id: p.transaction_id.clone(),
-            kind: TransactionType::Paiement,
-            statut: p.statut.as_str(),
-            montant: p.montant,
-            devise: p.devise,
-            frais: p.frais,
-            montant_net: p.montant_net,
-            fournisseur: p.fournisseur.clone(),
+            kind: TransactionType::Payment,
+            status: p.status.as_str(),
+            amount: p.amount,
+            currency: p.currency,
+            fee: p.fee,
+            net_amount: p.net_amount,
+            provider: p.provider.clone(),
             created_at: p.created_at,
             updated_at: p.updated_at,
             paid_at: p.paid_at,
-            paiement_reference: None,
+            payment_reference: None,
         }
     }
 
@@ -215,17 +246,17 @@ impl Transaction {
         Transaction {
             reference: r.reference.clone(),
             transaction_id: r.transaction_id(),
-            kind: TransactionType::Remboursement,
-            statut: r.statut.as_str(),
-            montant: r.montant,
-            devise: p.devise,
-            frais: Amount::ZERO,
-            montant_net: r.montant,
-            fournisseur: p.fournisseur.clone(),
+            kind: TransactionType::Refund,
+            status: r.status.as_str(),
+            amount: r.amount,
+            currency: p.currency,
+            fee: Amount::ZERO,
+            net_amount: r.amount,
+            provider: p.provider.clone(),
             created_at: r.created_at,
             updated_at: r.completed_at.unwrap_or(r.created_at),
-            paid_at: if r.statut == RefundStatus::Succes { r.completed_at } else { None },
-            paiement_reference: Some(p.reference.as_str().to_owned()),
+            paid_at: if r.status == RefundStatus::Succeeded { r.completed_at } else { None },
+            payment_reference: Some(p.reference.as_str().to_owned()),
         }
     }
 
@@ -233,17 +264,17 @@ impl Transaction {
         Transaction {
             reference: o.id.clone(),
             transaction_id: o.transaction_id.clone(),
-            kind: TransactionType::Retrait,
-            statut: o.statut.as_str(),
-            montant: o.montant,
-            devise: o.devise,
-            frais: o.frais,
-            montant_net: o.montant_net,
-            fournisseur: o.fournisseur.clone(),
+            kind: TransactionType::Payout,
+            status: o.status.as_str(),
+            amount: o.amount,
+            currency: o.currency,
+            fee: o.fee,
+            net_amount: o.net_amount,
+            provider: o.provider.clone(),
             created_at: o.created_at,
             updated_at: o.updated_at,
             paid_at: o.processed_at,
-            paiement_reference: None,
+            payment_reference: None,
         }
     }
 }
@@ -274,13 +305,20 @@ pub struct WebhookBody {
 pub struct WebhookData {
     pub reference: String,
     pub transaction_id: String,
-    pub fournisseur: ProviderCode,
-    pub montant: Amount,
-    pub devise: Currency,
-    pub frais: Amount,
-    pub montant_net: Amount,
-    pub statut: String,
-    pub client_email: Option<Email>,
+    #[serde(rename = "fournisseur")]
+    pub provider: ProviderCode,
+    #[serde(rename = "montant")]
+    pub amount: Amount,
+    #[serde(rename = "devise")]
+    pub currency: Currency,
+    #[serde(rename = "frais")]
+    pub fee: Amount,
+    #[serde(rename = "montant_net")]
+    pub net_amount: Amount,
+    #[serde(rename = "statut")]
+    pub status: String,
+    #[serde(rename = "client_email")]
+    pub customer_email: Option<Email>,
     pub metadata: Metadata,
     pub paid_at: Option<Timestamp>,
 }
@@ -291,13 +329,13 @@ impl WebhookData {
         WebhookData {
             reference: p.reference.as_str().to_owned(),
             transaction_id: p.transaction_id.clone(),
-            fournisseur: p.fournisseur.clone(),
-            montant: p.montant,
-            devise: p.devise,
-            frais: p.frais,
-            montant_net: p.montant_net,
-            statut: p.statut.as_str().to_owned(),
-            client_email: p.client_email.clone(),
+            provider: p.provider.clone(),
+            amount: p.amount,
+            currency: p.currency,
+            fee: p.fee,
+            net_amount: p.net_amount,
+            status: p.status.as_str().to_owned(),
+            customer_email: p.customer_email.clone(),
             metadata: p.metadata.clone(),
             paid_at: p.paid_at,
         }
@@ -308,13 +346,13 @@ impl WebhookData {
         WebhookData {
             reference: o.id.clone(),
             transaction_id: o.transaction_id.clone(),
-            fournisseur: o.fournisseur.clone(),
-            montant: o.montant,
-            devise: o.devise,
-            frais: o.frais,
-            montant_net: o.montant_net,
-            statut: o.statut.as_str().to_owned(),
-            client_email: None,
+            provider: o.provider.clone(),
+            amount: o.amount,
+            currency: o.currency,
+            fee: o.fee,
+            net_amount: o.net_amount,
+            status: o.status.as_str().to_owned(),
+            customer_email: None,
             metadata: o.metadata.clone(),
             paid_at: o.processed_at,
         }
@@ -376,22 +414,22 @@ mod tests {
         Payment {
             reference: Reference::parse("cmd-42").unwrap(),
             transaction_id: "tx_01JD0000000000000000000000".into(),
-            statut: PaymentStatus::Succes,
-            montant: Amount::new(5000).unwrap(),
-            devise: Currency::parse("XOF").unwrap(),
-            frais: Amount::new(75).unwrap(),
-            montant_net: Amount::new(4925).unwrap(),
-            fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
-            client_telephone: Phone::parse("+22997000001").unwrap(),
-            client_email: Some(Email::parse("awa@example.com").unwrap()),
-            client_nom: None,
+            status: PaymentStatus::Succeeded,
+            amount: Amount::new(5000).unwrap(),
+            currency: Currency::parse("XOF").unwrap(),
+            fee: Amount::new(75).unwrap(),
+            net_amount: Amount::new(4925).unwrap(),
+            provider: ProviderCode::parse("mtn_momo").unwrap(),
+            customer_phone: Phone::parse("+22997000001").unwrap(),
+            customer_email: Some(Email::parse("awa@example.com").unwrap()),
+            customer_name: None,
             description: None,
             metadata: Metadata::empty(),
             created_at: at,
             updated_at: at,
             paid_at: Some(at),
             failure_code: None,
-            remboursement: None,
+            refund: None,
         }
     }
 

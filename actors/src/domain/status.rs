@@ -18,12 +18,18 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PaymentStatus {
-    Initie,
-    EnCours,
-    Succes,
-    Echec,
-    Expire,
-    Rembourse,
+    #[serde(rename = "initie")]
+    Initiated,
+    #[serde(rename = "en_cours")]
+    Processing,
+    #[serde(rename = "succes")]
+    Succeeded,
+    #[serde(rename = "echec")]
+    Failed,
+    #[serde(rename = "expire")]
+    Expired,
+    #[serde(rename = "rembourse")]
+    Refunded,
 }
 
 /// Status of a refund.
@@ -31,9 +37,12 @@ pub enum PaymentStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RefundStatus {
-    EnCours,
-    Succes,
-    Echec,
+    #[serde(rename = "en_cours")]
+    Processing,
+    #[serde(rename = "succes")]
+    Succeeded,
+    #[serde(rename = "echec")]
+    Failed,
 }
 
 /// Status of a payout.
@@ -41,29 +50,30 @@ pub enum RefundStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PayoutStatus {
-    EnAttente,
+    #[serde(rename = "en_attente")]
+    Pending,
     Traite,
     Rejete,
 }
 
 impl PaymentStatus {
     pub const ALL: [PaymentStatus; 6] = [
-        PaymentStatus::Initie,
-        PaymentStatus::EnCours,
-        PaymentStatus::Succes,
-        PaymentStatus::Echec,
-        PaymentStatus::Expire,
-        PaymentStatus::Rembourse,
+        PaymentStatus::Initiated,
+        PaymentStatus::Processing,
+        PaymentStatus::Succeeded,
+        PaymentStatus::Failed,
+        PaymentStatus::Expired,
+        PaymentStatus::Refunded,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            PaymentStatus::Initie => "initie",
-            PaymentStatus::EnCours => "en_cours",
-            PaymentStatus::Succes => "succes",
-            PaymentStatus::Echec => "echec",
-            PaymentStatus::Expire => "expire",
-            PaymentStatus::Rembourse => "rembourse",
+            PaymentStatus::Initiated => "initie",
+            PaymentStatus::Processing => "en_cours",
+            PaymentStatus::Succeeded => "succes",
+            PaymentStatus::Failed => "echec",
+            PaymentStatus::Expired => "expire",
+            PaymentStatus::Refunded => "rembourse",
         }
     }
 
@@ -73,18 +83,18 @@ impl PaymentStatus {
 
     /// Final statuses never change again (`expire` is not final: a late success may still arrive).
     pub fn is_final(self) -> bool {
-        matches!(self, PaymentStatus::Succes | PaymentStatus::Echec | PaymentStatus::Rembourse)
+        matches!(self, PaymentStatus::Succeeded | PaymentStatus::Failed | PaymentStatus::Refunded)
     }
 }
 
 impl RefundStatus {
-    pub const ALL: [RefundStatus; 3] = [RefundStatus::EnCours, RefundStatus::Succes, RefundStatus::Echec];
+    pub const ALL: [RefundStatus; 3] = [RefundStatus::Processing, RefundStatus::Succeeded, RefundStatus::Failed];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            RefundStatus::EnCours => "en_cours",
-            RefundStatus::Succes => "succes",
-            RefundStatus::Echec => "echec",
+            RefundStatus::Processing => "en_cours",
+            RefundStatus::Succeeded => "succes",
+            RefundStatus::Failed => "echec",
         }
     }
 
@@ -94,11 +104,11 @@ impl RefundStatus {
 }
 
 impl PayoutStatus {
-    pub const ALL: [PayoutStatus; 3] = [PayoutStatus::EnAttente, PayoutStatus::Traite, PayoutStatus::Rejete];
+    pub const ALL: [PayoutStatus; 3] = [PayoutStatus::Pending, PayoutStatus::Traite, PayoutStatus::Rejete];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            PayoutStatus::EnAttente => "en_attente",
+            PayoutStatus::Pending => "en_attente",
             PayoutStatus::Traite => "traite",
             PayoutStatus::Rejete => "rejete",
         }
@@ -247,25 +257,43 @@ const fn rule(from: Option<Status>, on: Trigger, to: Status, event: Option<Event
 /// created `en_cours`); completion moves both.
 pub const RULES: &[Rule] = &[
     // Payments.
-    rule(None, T::PaymentAccepted, Pay(P::Initie), Some(E::PaymentInitiated), Effect::None),
-    rule(Some(Pay(P::Initie)), T::ProviderProcessing, Pay(P::EnCours), Some(E::PaymentProcessing), Effect::None),
-    rule(Some(Pay(P::Initie)), T::ProviderConfirmed, Pay(P::Succes), Some(E::PaymentSucceeded), Effect::CreditPayment),
-    rule(Some(Pay(P::EnCours)), T::ProviderConfirmed, Pay(P::Succes), Some(E::PaymentSucceeded), Effect::CreditPayment),
-    rule(Some(Pay(P::Initie)), T::ProviderDeclined, Pay(P::Echec), Some(E::PaymentFailed), Effect::None),
-    rule(Some(Pay(P::EnCours)), T::ProviderDeclined, Pay(P::Echec), Some(E::PaymentFailed), Effect::None),
-    rule(Some(Pay(P::Initie)), T::TtlExpired, Pay(P::Expire), Some(E::PaymentFailed), Effect::None),
-    rule(Some(Pay(P::EnCours)), T::TtlExpired, Pay(P::Expire), Some(E::PaymentFailed), Effect::None),
+    rule(None, T::PaymentAccepted, Pay(P::Initiated), Some(E::PaymentInitiated), Effect::None),
+    rule(Some(Pay(P::Initiated)), T::ProviderProcessing, Pay(P::Processing), Some(E::PaymentProcessing), Effect::None),
+    rule(
+        Some(Pay(P::Initiated)),
+        T::ProviderConfirmed,
+        Pay(P::Succeeded),
+        Some(E::PaymentSucceeded),
+        Effect::CreditPayment,
+    ),
+    rule(
+        Some(Pay(P::Processing)),
+        T::ProviderConfirmed,
+        Pay(P::Succeeded),
+        Some(E::PaymentSucceeded),
+        Effect::CreditPayment,
+    ),
+    rule(Some(Pay(P::Initiated)), T::ProviderDeclined, Pay(P::Failed), Some(E::PaymentFailed), Effect::None),
+    rule(Some(Pay(P::Processing)), T::ProviderDeclined, Pay(P::Failed), Some(E::PaymentFailed), Effect::None),
+    rule(Some(Pay(P::Initiated)), T::TtlExpired, Pay(P::Expired), Some(E::PaymentFailed), Effect::None),
+    rule(Some(Pay(P::Processing)), T::TtlExpired, Pay(P::Expired), Some(E::PaymentFailed), Effect::None),
     // The customer paid after we gave up: the money is real, so the merchant is credited.
-    rule(Some(Pay(P::Expire)), T::ProviderConfirmed, Pay(P::Succes), Some(E::PaymentSucceeded), Effect::CreditPayment),
-    rule(Some(Pay(P::Succes)), T::RefundCompleted, Pay(P::Rembourse), Some(E::PaymentRefunded), Effect::None),
+    rule(
+        Some(Pay(P::Expired)),
+        T::ProviderConfirmed,
+        Pay(P::Succeeded),
+        Some(E::PaymentSucceeded),
+        Effect::CreditPayment,
+    ),
+    rule(Some(Pay(P::Succeeded)), T::RefundCompleted, Pay(P::Refunded), Some(E::PaymentRefunded), Effect::None),
     // Refunds (one per payment; the payment must be `succes`, checked by the caller with `Payment` rules above).
-    rule(None, T::RefundRequested, Rmb(R::EnCours), None, Effect::ReserveRefund),
-    rule(Some(Rmb(R::EnCours)), T::RefundCompleted, Rmb(R::Succes), None, Effect::ConsumeRefund),
-    rule(Some(Rmb(R::EnCours)), T::RefundRefused, Rmb(R::Echec), None, Effect::ReleaseRefund),
+    rule(None, T::RefundRequested, Rmb(R::Processing), None, Effect::ReserveRefund),
+    rule(Some(Rmb(R::Processing)), T::RefundCompleted, Rmb(R::Succeeded), None, Effect::ConsumeRefund),
+    rule(Some(Rmb(R::Processing)), T::RefundRefused, Rmb(R::Failed), None, Effect::ReleaseRefund),
     // Payouts.
-    rule(None, T::PayoutRequested, Out(O::EnAttente), None, Effect::ReservePayout),
-    rule(Some(Out(O::EnAttente)), T::PayoutSent, Out(O::Traite), Some(E::PayoutProcessed), Effect::ConsumePayout),
-    rule(Some(Out(O::EnAttente)), T::PayoutRefused, Out(O::Rejete), Some(E::PayoutRejected), Effect::ReleasePayout),
+    rule(None, T::PayoutRequested, Out(O::Pending), None, Effect::ReservePayout),
+    rule(Some(Out(O::Pending)), T::PayoutSent, Out(O::Traite), Some(E::PayoutProcessed), Effect::ConsumePayout),
+    rule(Some(Out(O::Pending)), T::PayoutRefused, Out(O::Rejete), Some(E::PayoutRejected), Effect::ReleasePayout),
 ];
 
 /// The result of asking for a move.
@@ -300,7 +328,7 @@ pub fn transition(from: Option<Status>, on: Trigger) -> Result<Step, InvalidTran
 /// A refund may be requested only from a `succes` payment that has no refund yet (docs/api.md § Refunds: one
 /// refund per payment, only from `succes`).
 pub fn payment_refund_allowed(payment: PaymentStatus, existing_refund: Option<RefundStatus>) -> bool {
-    payment == PaymentStatus::Succes && existing_refund.is_none()
+    payment == PaymentStatus::Succeeded && existing_refund.is_none()
 }
 
 #[cfg(test)]
@@ -322,22 +350,22 @@ mod tests {
     fn new_payment_starts_initie_with_initiated_event() {
         let step = transition(None, T::PaymentAccepted).unwrap();
         let Step::Move(rule) = step else { panic!("expected a move") };
-        assert_eq!(rule.to, Pay(P::Initie));
+        assert_eq!(rule.to, Pay(P::Initiated));
         assert_eq!(rule.event, Some(E::PaymentInitiated));
     }
 
     #[test]
     fn every_allowed_payment_move_of_the_contract() {
         let allowed = [
-            (P::Initie, T::ProviderProcessing, P::EnCours, E::PaymentProcessing),
-            (P::Initie, T::ProviderConfirmed, P::Succes, E::PaymentSucceeded),
-            (P::EnCours, T::ProviderConfirmed, P::Succes, E::PaymentSucceeded),
-            (P::Initie, T::ProviderDeclined, P::Echec, E::PaymentFailed),
-            (P::EnCours, T::ProviderDeclined, P::Echec, E::PaymentFailed),
-            (P::Initie, T::TtlExpired, P::Expire, E::PaymentFailed),
-            (P::EnCours, T::TtlExpired, P::Expire, E::PaymentFailed),
-            (P::Expire, T::ProviderConfirmed, P::Succes, E::PaymentSucceeded),
-            (P::Succes, T::RefundCompleted, P::Rembourse, E::PaymentRefunded),
+            (P::Initiated, T::ProviderProcessing, P::Processing, E::PaymentProcessing),
+            (P::Initiated, T::ProviderConfirmed, P::Succeeded, E::PaymentSucceeded),
+            (P::Processing, T::ProviderConfirmed, P::Succeeded, E::PaymentSucceeded),
+            (P::Initiated, T::ProviderDeclined, P::Failed, E::PaymentFailed),
+            (P::Processing, T::ProviderDeclined, P::Failed, E::PaymentFailed),
+            (P::Initiated, T::TtlExpired, P::Expired, E::PaymentFailed),
+            (P::Processing, T::TtlExpired, P::Expired, E::PaymentFailed),
+            (P::Expired, T::ProviderConfirmed, P::Succeeded, E::PaymentSucceeded),
+            (P::Succeeded, T::RefundCompleted, P::Refunded, E::PaymentRefunded),
         ];
         for (from, on, to, event) in allowed {
             let step = transition(Some(Pay(from)), on).unwrap();
@@ -348,7 +376,7 @@ mod tests {
                     on,
                     to: Pay(to),
                     event: Some(event),
-                    effect: if to == P::Succes { Effect::CreditPayment } else { Effect::None }
+                    effect: if to == P::Succeeded { Effect::CreditPayment } else { Effect::None }
                 }),
                 "{from:?} --{on:?}-->"
             );
@@ -370,7 +398,8 @@ mod tests {
         for from in P::ALL.into_iter().filter(|s| s.is_final()) {
             for on in payment_triggers() {
                 let step = transition(Some(Pay(from)), on);
-                let moved_out = matches!(step, Ok(Step::Move(_)) if !(from == P::Succes && on == T::RefundCompleted));
+                let moved_out =
+                    matches!(step, Ok(Step::Move(_)) if !(from == P::Succeeded && on == T::RefundCompleted));
                 assert!(!moved_out, "{from:?} moved on {on:?}");
             }
         }
@@ -378,24 +407,24 @@ mod tests {
 
     #[test]
     fn duplicate_and_late_notices_are_unchanged_not_errors() {
-        assert_eq!(transition(Some(Pay(P::Succes)), T::ProviderConfirmed), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Pay(P::EnCours)), T::ProviderProcessing), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Pay(P::Succes)), T::ProviderProcessing), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Pay(P::Echec)), T::ProviderConfirmed), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Pay(P::Expire)), T::ProviderDeclined), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Pay(P::Expire)), T::TtlExpired), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Pay(P::Rembourse)), T::RefundCompleted), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Rmb(R::Succes)), T::RefundCompleted), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Rmb(R::Echec)), T::RefundCompleted), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Succeeded)), T::ProviderConfirmed), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Processing)), T::ProviderProcessing), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Succeeded)), T::ProviderProcessing), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Failed)), T::ProviderConfirmed), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Expired)), T::ProviderDeclined), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Expired)), T::TtlExpired), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Refunded)), T::RefundCompleted), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Rmb(R::Succeeded)), T::RefundCompleted), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Rmb(R::Failed)), T::RefundCompleted), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Out(O::Traite)), T::PayoutRefused), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Out(O::Rejete)), T::PayoutSent), Ok(Step::Unchanged));
     }
 
     #[test]
     fn commands_on_existing_records_are_refused() {
-        assert!(transition(Some(Pay(P::Initie)), T::PaymentAccepted).is_err());
-        assert!(transition(Some(Rmb(R::EnCours)), T::RefundRequested).is_err());
-        assert!(transition(Some(Out(O::EnAttente)), T::PayoutRequested).is_err());
+        assert!(transition(Some(Pay(P::Initiated)), T::PaymentAccepted).is_err());
+        assert!(transition(Some(Rmb(R::Processing)), T::RefundRequested).is_err());
+        assert!(transition(Some(Out(O::Pending)), T::PayoutRequested).is_err());
         // A notice about a record that does not exist is refused too: there is nothing to leave unchanged.
         assert!(transition(None, T::ProviderConfirmed).is_err());
     }
@@ -407,19 +436,19 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(effect(None, T::RefundRequested), Effect::ReserveRefund);
-        assert_eq!(effect(Some(Rmb(R::EnCours)), T::RefundCompleted), Effect::ConsumeRefund);
-        assert_eq!(effect(Some(Rmb(R::EnCours)), T::RefundRefused), Effect::ReleaseRefund);
+        assert_eq!(effect(Some(Rmb(R::Processing)), T::RefundCompleted), Effect::ConsumeRefund);
+        assert_eq!(effect(Some(Rmb(R::Processing)), T::RefundRefused), Effect::ReleaseRefund);
         assert_eq!(effect(None, T::PayoutRequested), Effect::ReservePayout);
-        assert_eq!(effect(Some(Out(O::EnAttente)), T::PayoutSent), Effect::ConsumePayout);
-        assert_eq!(effect(Some(Out(O::EnAttente)), T::PayoutRefused), Effect::ReleasePayout);
+        assert_eq!(effect(Some(Out(O::Pending)), T::PayoutSent), Effect::ConsumePayout);
+        assert_eq!(effect(Some(Out(O::Pending)), T::PayoutRefused), Effect::ReleasePayout);
     }
 
     #[test]
     fn refund_precondition() {
-        assert!(payment_refund_allowed(P::Succes, None));
-        assert!(!payment_refund_allowed(P::Succes, Some(R::Echec)));
-        assert!(!payment_refund_allowed(P::Succes, Some(R::EnCours)));
-        for s in P::ALL.into_iter().filter(|s| *s != P::Succes) {
+        assert!(payment_refund_allowed(P::Succeeded, None));
+        assert!(!payment_refund_allowed(P::Succeeded, Some(R::Failed)));
+        assert!(!payment_refund_allowed(P::Succeeded, Some(R::Processing)));
+        for s in P::ALL.into_iter().filter(|s| *s != P::Succeeded) {
             assert!(!payment_refund_allowed(s, None));
         }
     }

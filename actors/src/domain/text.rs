@@ -195,7 +195,7 @@ pub type Description = BoundedText<500>;
 /// A customer or beneficiary name.
 pub type Name = BoundedText<200>;
 /// A reason, such as a refund reason or a payout rejection reason.
-pub type Motif = BoundedText<500>;
+pub type Reason = BoundedText<500>;
 
 impl<const MAX: usize> BoundedText<MAX> {
     /// Longest accepted text, in characters.
@@ -433,7 +433,7 @@ mod tests {
         assert_eq!(Name::parse(&"é".repeat(201)), Err(TextError::TooLong { max: 200 }));
         assert_eq!(Description::parse(&"x".repeat(500)).unwrap().as_str().len(), 500);
         assert_eq!(Description::parse(&"x".repeat(501)), Err(TextError::TooLong { max: 500 }));
-        assert_eq!(Motif::MAX_LEN, 500);
+        assert_eq!(Reason::MAX_LEN, 500);
     }
 
     #[test]
@@ -441,7 +441,7 @@ mod tests {
         for good in [" padded ", "Café crème ☕", "tab-free"] {
             assert_eq!(Description::parse(good).unwrap().as_str(), good);
         }
-        assert_eq!(Motif::parse(""), Err(TextError::Empty));
+        assert_eq!(Reason::parse(""), Err(TextError::Empty));
         for bad in ["line\nbreak", "nul\0", "tab\t", "del\u{7f}", "esc\u{1b}[0m"] {
             assert_eq!(Description::parse(bad), Err(TextError::InvalidChar), "{bad:?}");
         }

@@ -267,16 +267,16 @@ pub(super) fn pending_ops(m: &MerchantId, record: &Record, ops: &mut Vec<Op>) {
     match record {
         Record::Payment(p) => {
             let owner = p.reference.as_str();
-            let waiting = matches!(p.statut, PaymentStatus::Initie | PaymentStatus::EnCours);
-            set(pending_key(TransactionType::Paiement, p.created_at, m, owner), waiting);
-            if let Some(r) = &p.remboursement {
-                let waiting = r.statut == RefundStatus::EnCours;
-                set(pending_key(TransactionType::Remboursement, r.created_at, m, owner), waiting);
+            let waiting = matches!(p.status, PaymentStatus::Initiated | PaymentStatus::Processing);
+            set(pending_key(TransactionType::Payment, p.created_at, m, owner), waiting);
+            if let Some(r) = &p.refund {
+                let waiting = r.status == RefundStatus::Processing;
+                set(pending_key(TransactionType::Refund, r.created_at, m, owner), waiting);
             }
         }
         Record::Payout(o) => {
-            let waiting = o.statut == PayoutStatus::EnAttente;
-            set(pending_key(TransactionType::Retrait, o.created_at, m, &o.id), waiting);
+            let waiting = o.status == PayoutStatus::Pending;
+            set(pending_key(TransactionType::Payout, o.created_at, m, &o.id), waiting);
         }
     }
 }
@@ -315,7 +315,7 @@ mod tests {
         Attempt, DeliveryState, Merchant, Notification, Payment, Payout, ProviderCode, Refund,
     };
     use crate::domain::status::{EventKind, Trigger};
-    use crate::domain::text::{Email, Metadata, Motif, Name, Reference};
+    use crate::domain::text::{Email, Metadata, Name, Reason, Reference};
     use crate::store::{IdempotencyRecord, Snapshot};
 
     const MERCHANT: &str = "mch_01JD0000000000000000000000";
@@ -333,26 +333,26 @@ mod tests {
         Payment {
             reference: Reference::parse("cmd-42").unwrap(),
             transaction_id: "tx_01JD0000000000000000000001".into(),
-            statut: PaymentStatus::Rembourse,
-            montant: Amount::new(5000).unwrap(),
-            devise: Currency::parse("XOF").unwrap(),
-            frais: Amount::new(75).unwrap(),
-            montant_net: Amount::new(4925).unwrap(),
-            fournisseur: ProviderCode::parse("mtn_momo").unwrap(),
-            client_telephone: Phone::parse("+22997000001").unwrap(),
-            client_email: Some(Email::parse("awa@example.com").unwrap()),
-            client_nom: Some(Name::parse("Awa Koné").unwrap()),
+            status: PaymentStatus::Refunded,
+            amount: Amount::new(5000).unwrap(),
+            currency: Currency::parse("XOF").unwrap(),
+            fee: Amount::new(75).unwrap(),
+            net_amount: Amount::new(4925).unwrap(),
+            provider: ProviderCode::parse("mtn_momo").unwrap(),
+            customer_phone: Phone::parse("+22997000001").unwrap(),
+            customer_email: Some(Email::parse("awa@example.com").unwrap()),
+            customer_name: Some(Name::parse("Awa Koné").unwrap()),
             description: None,
             metadata: Metadata::new(metadata).unwrap(),
             created_at: at(0),
             updated_at: at(2_000),
             paid_at: Some(at(1_000)),
             failure_code: None,
-            remboursement: Some(Refund {
+            refund: Some(Refund {
                 reference: "rmb_01JD0000000000000000000002".into(),
-                montant: Amount::new(5000).unwrap(),
-                motif: Some(Motif::parse("retour").unwrap()),
-                statut: RefundStatus::Succes,
+                amount: Amount::new(5000).unwrap(),
+                reason: Some(Reason::parse("retour").unwrap()),
+                status: RefundStatus::Succeeded,
                 created_at: at(1_500),
                 completed_at: Some(at(2_000)),
             }),
@@ -363,20 +363,20 @@ mod tests {
         Payout {
             id: "ret_01JD0000000000000000000003".into(),
             transaction_id: "tx_01JD0000000000000000000003".into(),
-            statut: PayoutStatus::Rejete,
-            montant: Amount::new(1000).unwrap(),
-            devise: Currency::parse("XOF").unwrap(),
-            frais: Amount::new(0).unwrap(),
-            montant_net: Amount::new(1000).unwrap(),
-            fournisseur: ProviderCode::parse("wave").unwrap(),
-            beneficiaire_telephone: Phone::parse("+221770000001").unwrap(),
-            beneficiaire_nom: None,
+            status: PayoutStatus::Rejete,
+            amount: Amount::new(1000).unwrap(),
+            currency: Currency::parse("XOF").unwrap(),
+            fee: Amount::new(0).unwrap(),
+            net_amount: Amount::new(1000).unwrap(),
+            provider: ProviderCode::parse("wave").unwrap(),
+            beneficiary_phone: Phone::parse("+221770000001").unwrap(),
+            beneficiary_name: None,
             description: None,
             metadata: Metadata::empty(),
             created_at: at(0),
             updated_at: at(10),
             processed_at: None,
-            motif_rejet: Some("compte fermé".into()),
+            rejection_reason: Some("compte fermé".into()),
         }
     }
 
@@ -385,15 +385,15 @@ mod tests {
         JournalEvent {
             seq: 7,
             at: at(1_000),
-            devise: xof,
+            currency: xof,
             entries: vec![
-                Entry { account: Account::CustomerFunds, devise: xof, amount_minor: -5000 },
-                Entry { account: Account::Fees, devise: xof, amount_minor: 75 },
-                Entry { account: Account::Disponible, devise: xof, amount_minor: 4925 },
+                Entry { account: Account::CustomerFunds, currency: xof, amount_minor: -5000 },
+                Entry { account: Account::Fees, currency: xof, amount_minor: 75 },
+                Entry { account: Account::Available, currency: xof, amount_minor: 4925 },
             ],
             trigger: Trigger::ProviderConfirmed,
             reference: "cmd-42".into(),
-            statut: "succes".into(),
+            status: "succes".into(),
         }
     }
 
@@ -420,7 +420,7 @@ mod tests {
     }
 
     fn snapshot() -> Snapshot {
-        let balance = Balance { disponible: 4925, en_attente: 0, updated_at_ms: 1_795_310_625_123 };
+        let balance = Balance { available: 4925, pending: 0, updated_at_ms: 1_795_310_625_123 };
         Snapshot { seq: 7, balances: Balances(BTreeMap::from([(Currency::parse("XOF").unwrap(), balance)])) }
     }
 

@@ -41,7 +41,7 @@ pub async fn detail(
     let body = html! {
         p { a href="/transactions" { "← Transactions" } }
         h1 { (owner) }
-        @if located.kind == TransactionType::Remboursement {
+        @if located.kind == TransactionType::Refund {
             (layout::notice("info", &format!("{reference} est le remboursement de ce paiement.")))
         }
         (summary)
@@ -54,7 +54,7 @@ pub async fn detail(
                         tr {
                             (cell("Heure", html! { (time(e.at)) }))
                             (cell("Événement", html! { (trigger_label(e.trigger)) }))
-                            (cell("Statut", badge(&e.statut)))
+                            (cell("Statut", badge(&e.status)))
                             (cell("Écritures", entries(e)))
                         }
                     }
@@ -103,22 +103,22 @@ fn payment_summary(p: &Payment) -> Markup {
     html! {
         dl.summary {
             (field("Type", text("paiement")))
-            (field("Statut", badge(p.statut.as_str())))
-            (field("Montant", money(p.montant.minor(), p.devise)))
-            (field("Frais", money(p.frais.minor(), p.devise)))
-            (field("Net", money(p.montant_net.minor(), p.devise)))
-            (field("Fournisseur", text(p.fournisseur.as_str())))
+            (field("Statut", badge(p.status.as_str())))
+            (field("Montant", money(p.amount.minor(), p.currency)))
+            (field("Frais", money(p.fee.minor(), p.currency)))
+            (field("Net", money(p.net_amount.minor(), p.currency)))
+            (field("Fournisseur", text(p.provider.as_str())))
             (field("Transaction", text(&p.transaction_id)))
-            (field("Téléphone client", text(p.client_telephone.as_str())))
-            (field("E-mail client", opt(p.client_email.as_ref().map(|e| e.as_str()))))
-            (field("Nom client", opt(p.client_nom.as_ref().map(|n| n.as_str()))))
+            (field("Téléphone client", text(p.customer_phone.as_str())))
+            (field("E-mail client", opt(p.customer_email.as_ref().map(|e| e.as_str()))))
+            (field("Nom client", opt(p.customer_name.as_ref().map(|n| n.as_str()))))
             (field("Description", opt(p.description.as_ref().map(|d| d.as_str()))))
             (field("Créé", text(&time(p.created_at))))
             (field("Mis à jour", text(&time(p.updated_at))))
             (field("Payé", text(&time_opt(p.paid_at))))
             @if let Some(code) = &p.failure_code { (field("Code d'échec", text(code))) }
-            @if let Some(r) = &p.remboursement {
-                (field("Remboursement", html! { (r.reference) " " (badge(r.statut.as_str())) " " (money(r.montant.minor(), p.devise)) }))
+            @if let Some(r) = &p.refund {
+                (field("Remboursement", html! { (r.reference) " " (badge(r.status.as_str())) " " (money(r.amount.minor(), p.currency)) }))
             }
         }
         @if let Ok(meta) = serde_json::to_string(&p.metadata) { @if meta != "{}" { p { "Metadata : " code { (meta) } } } }
@@ -129,17 +129,17 @@ fn payout_summary(o: &Payout) -> Markup {
     html! {
         dl.summary {
             (field("Type", text("retrait")))
-            (field("Statut", badge(o.statut.as_str())))
-            (field("Montant", money(o.montant.minor(), o.devise)))
-            (field("Frais", money(o.frais.minor(), o.devise)))
-            (field("Net versé", money(o.montant_net.minor(), o.devise)))
-            (field("Fournisseur", text(o.fournisseur.as_str())))
+            (field("Statut", badge(o.status.as_str())))
+            (field("Montant", money(o.amount.minor(), o.currency)))
+            (field("Frais", money(o.fee.minor(), o.currency)))
+            (field("Net versé", money(o.net_amount.minor(), o.currency)))
+            (field("Fournisseur", text(o.provider.as_str())))
             (field("Transaction", text(&o.transaction_id)))
-            (field("Bénéficiaire", text(o.beneficiaire_telephone.as_str())))
-            (field("Nom", text(o.beneficiaire_nom.as_ref().map(|n| n.as_str()).unwrap_or("—"))))
+            (field("Bénéficiaire", text(o.beneficiary_phone.as_str())))
+            (field("Nom", text(o.beneficiary_name.as_ref().map(|n| n.as_str()).unwrap_or("—"))))
             (field("Créé", text(&time(o.created_at))))
             (field("Traité", text(&time_opt(o.processed_at))))
-            @if let Some(m) = &o.motif_rejet { (field("Motif du rejet", text(m))) }
+            @if let Some(m) = &o.rejection_reason { (field("Motif du rejet", text(m))) }
         }
     }
 }
@@ -147,8 +147,8 @@ fn payout_summary(o: &Payout) -> Markup {
 fn entries(e: &JournalEvent) -> Markup {
     html! {
         ul.entries {
-            @for entry in e.entries.iter().filter(|en| matches!(en.account, Account::Disponible | Account::EnAttente)) {
-                li { (account_label(entry.account)) " " (money(entry.amount_minor, entry.devise)) }
+            @for entry in e.entries.iter().filter(|en| matches!(en.account, Account::Available | Account::Pending)) {
+                li { (account_label(entry.account)) " " (money(entry.amount_minor, entry.currency)) }
             }
         }
     }
@@ -156,8 +156,8 @@ fn entries(e: &JournalEvent) -> Markup {
 
 fn account_label(account: Account) -> &'static str {
     match account {
-        Account::Disponible => "disponible",
-        Account::EnAttente => "en attente",
+        Account::Available => "disponible",
+        Account::Pending => "en attente",
         Account::CustomerFunds => "fonds clients",
         Account::Fees => "frais",
         Account::RefundsOut => "remboursements",

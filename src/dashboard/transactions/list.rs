@@ -21,9 +21,9 @@ use crate::http::AppState;
 struct Filters {
     raw: BTreeMap<String, String>,
     kind: Option<TransactionType>,
-    statut: Option<String>,
-    devise: Option<Currency>,
-    fournisseur: Option<String>,
+    status: Option<String>,
+    currency: Option<Currency>,
+    provider: Option<String>,
     from: Option<Timestamp>,
     to: Option<Timestamp>,
     cursor: Option<String>,
@@ -49,20 +49,20 @@ fn filters(state: &AppState, req: &HttpRequest) -> (Filters, Vec<String>) {
     }
     if let Some(s) = value("statut") {
         if PaymentStatus::parse(s).is_some() || RefundStatus::parse(s).is_some() || PayoutStatus::parse(s).is_some() {
-            f.statut = Some(s.to_owned());
+            f.status = Some(s.to_owned());
         } else {
             errors.push("Statut inconnu.".into());
         }
     }
     if let Some(d) = value("devise") {
         match Currency::parse(d) {
-            Ok(c) => f.devise = Some(c),
+            Ok(c) => f.currency = Some(c),
             Err(_) => errors.push("Devise inconnue.".into()),
         }
     }
     if let Some(p) = value("fournisseur") {
         if state.providers.get(p).is_some() {
-            f.fournisseur = Some(p.to_owned());
+            f.provider = Some(p.to_owned());
         } else {
             errors.push("Fournisseur inconnu.".into());
         }
@@ -104,9 +104,9 @@ pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) 
     let (rows, next) = if errors.is_empty() {
         let page = state.engine.transactions(&user.merchant.id, f.cursor.as_deref(), PAGE_SIZE + 1, &mut |tx| {
             f.kind.is_none_or(|k| tx.kind == k)
-                && f.statut.as_deref().is_none_or(|s| tx.statut == s)
-                && f.devise.is_none_or(|d| tx.devise == d)
-                && f.fournisseur.as_deref().is_none_or(|p| tx.fournisseur.as_str() == p)
+                && f.status.as_deref().is_none_or(|s| tx.status == s)
+                && f.currency.is_none_or(|d| tx.currency == d)
+                && f.provider.as_deref().is_none_or(|p| tx.provider.as_str() == p)
                 && f.from.is_none_or(|from| tx.created_at >= from)
                 && f.to.is_none_or(|to| tx.created_at <= to)
         })?;
@@ -156,7 +156,7 @@ fn filter_form(state: &AppState, f: &Filters) -> Markup {
     let statuses: Vec<(String, String)> = statuses.into_iter().map(|s| (s.into(), s.into())).collect();
     let currencies: Vec<(String, String)> = CURRENCIES.iter().map(|c| (c.code.into(), c.code.into())).collect();
     let providers: Vec<(String, String)> =
-        state.providers.all().map(|p| (p.settings.code.as_str().into(), p.settings.nom.clone())).collect();
+        state.providers.all().map(|p| (p.settings.code.as_str().into(), p.settings.name.clone())).collect();
     html! {
         form.filters method="get" action="/transactions" {
             (select("type", "Type", f.raw.get("type"), &kinds))
@@ -183,11 +183,11 @@ fn table(rows: &[Transaction]) -> Markup {
                         (cell("Date", html! { (time(tx.created_at)) }))
                         (cell("Référence", html! { a href={ "/transactions/" (tx.reference) } { (tx.reference) } }))
                         (cell("Type", html! { (tx.kind.as_str()) }))
-                        (cell("Statut", badge(tx.statut)))
-                        td.num data-label="Montant" { (money(tx.montant.minor(), tx.devise)) }
-                        td.num data-label="Frais" { (money(tx.frais.minor(), tx.devise)) }
-                        td.num data-label="Net" { (money(tx.montant_net.minor(), tx.devise)) }
-                        (cell("Fournisseur", html! { (tx.fournisseur) }))
+                        (cell("Statut", badge(tx.status)))
+                        td.num data-label="Montant" { (money(tx.amount.minor(), tx.currency)) }
+                        td.num data-label="Frais" { (money(tx.fee.minor(), tx.currency)) }
+                        td.num data-label="Net" { (money(tx.net_amount.minor(), tx.currency)) }
+                        (cell("Fournisseur", html! { (tx.provider) }))
                     }
                 }
             }

@@ -21,7 +21,7 @@ impl SledStore {
         owner: &str,
     ) -> Result<Option<Record>, StoreError> {
         Ok(match kind {
-            TransactionType::Retrait => self.payout(merchant, owner)?.map(Record::Payout),
+            TransactionType::Payout => self.payout(merchant, owner)?.map(Record::Payout),
             _ => self.payment(merchant, owner)?.map(Record::Payment),
         })
     }
@@ -77,9 +77,7 @@ impl SledStore {
         self.scan_index(merchant, cursor, limit, None, &mut |kind, record| {
             let tx = match record {
                 Record::Payout(o) => Transaction::of_payout(&o),
-                Record::Payment(p) if kind == TransactionType::Remboursement => {
-                    Transaction::of_refund(&p, p.remboursement.as_ref()?)
-                }
+                Record::Payment(p) if kind == TransactionType::Refund => Transaction::of_refund(&p, p.refund.as_ref()?),
                 Record::Payment(p) => Transaction::of_payment(&p),
             };
             keep(&tx).then_some(tx)
@@ -98,7 +96,7 @@ impl SledStore {
         // while scanning so that a page holds `limit` matching payouts.
         let cursor = cursor.map(|c| c.replacen("ret_", "tx_", 1));
         let page =
-            self.scan_index(merchant, cursor.as_deref(), limit, Some(TransactionType::Retrait), &mut |_, record| {
+            self.scan_index(merchant, cursor.as_deref(), limit, Some(TransactionType::Payout), &mut |_, record| {
                 match record {
                     Record::Payout(o) if keep(&o) => Some(o),
                     _ => None,

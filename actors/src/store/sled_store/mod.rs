@@ -113,7 +113,7 @@ impl Records for SledStore {
         let Some(ptr) = self.raw(REFS, &mkey(merchant, reference.as_bytes()))? else {
             let payment = self.payment(merchant, reference)?;
             return Ok(payment.map(|p| Located {
-                kind: TransactionType::Paiement,
+                kind: TransactionType::Payment,
                 reference: reference.to_owned(),
                 record: Record::Payment(p),
             }));

@@ -26,7 +26,8 @@ use crate::store::layout::*;
 pub(super) struct LedgerLine {
     seq: u64,
     at: Timestamp,
-    devise: Currency,
+    #[serde(rename = "devise")]
+    currency: Currency,
     entries: Vec<Entry>,
 }
 
@@ -47,11 +48,11 @@ impl SledStore {
                 )));
             }
             check_balanced(&event.entries).map_err(|e| {
-                StoreError::Corrupt(format!("merchant {merchant} {} event {}: {e}", event.devise, event.seq))
+                StoreError::Corrupt(format!("merchant {merchant} {} event {}: {e}", event.currency, event.seq))
             })?;
-            state.balances.touch(event.devise, event.at.unix_ms());
+            state.balances.touch(event.currency, event.at.unix_ms());
             state.balances.apply(&event.entries, event.at.unix_ms()).map_err(|e| {
-                StoreError::Corrupt(format!("merchant {merchant} {} at event {}: {e}", event.devise, event.seq))
+                StoreError::Corrupt(format!("merchant {merchant} {} at event {}: {e}", event.currency, event.seq))
             })?;
             state.seq = event.seq;
         }
@@ -198,13 +199,13 @@ fn unread(key: &[u8], value: &[u8], next: u64) -> Result<impl Iterator<Item = (u
 /// A snapshot must equal the balances the ledger gives at the same event; name the first currency that differs.
 fn compare_snapshot(merchant: &MerchantId, snapshot: &Balances, ledger: &Balances) -> Result<(), StoreError> {
     let currencies = snapshot.0.keys().chain(ledger.0.keys());
-    for devise in currencies {
-        let (s, l) = (snapshot.get(*devise), ledger.get(*devise));
-        if (s.disponible, s.en_attente) != (l.disponible, l.en_attente) {
+    for currency in currencies {
+        let (s, l) = (snapshot.get(*currency), ledger.get(*currency));
+        if (s.available, s.pending) != (l.available, l.pending) {
             return Err(StoreError::Corrupt(format!(
-                "merchant {merchant} {devise}: snapshot says disponible {} en_attente {}, the ledger says \
+                "merchant {merchant} {currency}: snapshot says disponible {} en_attente {}, the ledger says \
                  disponible {} en_attente {}",
-                s.disponible, s.en_attente, l.disponible, l.en_attente
+                s.available, s.pending, l.available, l.pending
             )));
         }
     }
@@ -232,11 +233,11 @@ mod tests {
             at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
             trigger: Trigger::ProviderConfirmed,
             reference: format!("pay_{seq}"),
-            statut: "succes".into(),
-            devise: Currency::XOF,
+            status: "succes".into(),
+            currency: Currency::XOF,
             entries: vec![
-                Entry { account: Account::CustomerFunds, devise: Currency::XOF, amount_minor: -100 },
-                Entry { account: Account::Disponible, devise: Currency::XOF, amount_minor: 100 },
+                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -100 },
+                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: 100 },
             ],
         })
         .unwrap()
@@ -280,7 +281,7 @@ mod tests {
         assert_eq!(seqs(&store, &m, 14), [14, 15]);
         assert!(seqs(&store, &m, 16).is_empty());
         let recovered = store.recover_merchant(&m).unwrap();
-        assert_eq!((recovered.seq, recovered.balances.get(Currency::XOF).disponible), (15, 1_500));
+        assert_eq!((recovered.seq, recovered.balances.get(Currency::XOF).available), (15, 1_500));
         let report = store.audit().unwrap();
         assert_eq!((report.merchants, report.events), (1, 15));
     }
@@ -350,16 +351,19 @@ mod tests {
             at: Timestamp::from_unix_ms(1_795_310_624_123),
             trigger: Trigger::ProviderConfirmed,
             reference: "pay_1".into(),
-            statut: "succes".into(),
-            devise: Currency::XOF,
+            status: "succes".into(),
+            currency: Currency::XOF,
             entries: vec![
-                Entry { account: Account::CustomerFunds, devise: Currency::XOF, amount_minor: -100 },
-                Entry { account: Account::Disponible, devise: Currency::XOF, amount_minor: 100 },
+                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -100 },
+                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: 100 },
             ],
         };
         let bytes = encode(&event).unwrap();
         let (line, rest): (LedgerLine, _) = decode_prefix("journal", &bytes).unwrap();
         assert!(!rest.is_empty(), "the trigger, reference and status follow the ledger");
-        assert_eq!((line.seq, line.at, line.devise, line.entries), (event.seq, event.at, event.devise, event.entries));
+        assert_eq!(
+            (line.seq, line.at, line.currency, line.entries),
+            (event.seq, event.at, event.currency, event.entries)
+        );
     }
 }

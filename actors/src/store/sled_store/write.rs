@@ -27,7 +27,7 @@ impl SledStore {
             ops.push(Op::Insert(TX_INDEX, mkey(m, ulid.as_bytes()), ptr.clone()));
             // A payment is found by its record's key (see `locate`), so `refs` only says where refunds and
             // payouts are: one insert fewer on the path every payment takes.
-            if created.kind != TransactionType::Paiement {
+            if created.kind != TransactionType::Payment {
                 ops.push(Op::Insert(REFS, mkey(m, created.reference.as_bytes()), ptr.clone()));
             }
             let mut owner = m.as_bytes().to_vec();
