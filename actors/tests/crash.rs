@@ -47,6 +47,8 @@
 
 mod support;
 
+use support::{new_payment, new_payout};
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -56,14 +58,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use caisse_engine::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, RefundOutcome};
+use caisse_engine::core::{Command, PaymentNotice, PayoutOutcome, RefundOutcome};
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::ledger::Account;
-use caisse_engine::domain::money::{Amount, Currency, FeeRule};
-use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::records::{ProviderCode, TransactionType};
+use caisse_engine::domain::money::{Amount, Currency};
+use caisse_engine::domain::records::TransactionType;
 use caisse_engine::domain::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus, Trigger};
-use caisse_engine::domain::text::{Metadata, Reference};
+use caisse_engine::domain::text::Reference;
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::{Change, Store};
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Record, Rejection};
@@ -83,10 +84,6 @@ const TASKS: usize = 32;
 const SNAPSHOT_EVERY: u64 = 16;
 /// How long a child may take to open and recover the store before the test gives up on it.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn xof() -> Currency {
-    Currency::parse("XOF").unwrap()
-}
 
 fn config(dir: &Path) -> EngineConfig {
     let mut config = EngineConfig::new(dir);
@@ -217,34 +214,6 @@ fn fail(message: String) -> ! {
     std::process::exit(2);
 }
 
-fn new_payment(amount: i64, reference: &str) -> NewPayment {
-    NewPayment {
-        reference: Some(Reference::parse(reference).unwrap()),
-        amount: Amount::positive(amount).unwrap(),
-        currency: xof(),
-        provider: ProviderCode::parse("mtn_momo").unwrap(),
-        fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-        customer_phone: Phone::parse("+22997000055").unwrap(),
-        customer_email: None,
-        customer_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-    }
-}
-
-fn new_payout(amount: i64) -> NewPayout {
-    NewPayout {
-        amount: Amount::positive(amount).unwrap(),
-        currency: xof(),
-        provider: ProviderCode::parse("wave").unwrap(),
-        fee: FeeRule::new(100, Amount::ZERO).unwrap(),
-        beneficiary_phone: Phone::parse("+22997000099").unwrap(),
-        beneficiary_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-    }
-}
-
 /// What the child does next with a record, or `None` to leave it as it is (for a later cycle, or for good).
 fn next_command(record: &Record, rng: &mut StdRng) -> Option<(Command, &'static str)> {
     let roll = rng.gen_range(0..100);
@@ -333,7 +302,7 @@ async fn child_task(engine: Engine, m: MerchantId, cycle: u64, task: usize, left
     for n in 0u64.. {
         let created = if rng.gen_bool(0.75) {
             let reference = format!("c{cycle}-t{task}-n{n}");
-            let command = Command::InitiatePayment(new_payment(rng.gen_range(1_000..50_000), &reference));
+            let command = Command::InitiatePayment(new_payment(rng.gen_range(1_000..50_000), Some(&reference)));
             run(&engine, &m, command, "initiate").await
         } else {
             run(&engine, &m, Command::CreatePayout(new_payout(rng.gen_range(500..20_000))), "payout").await
@@ -960,8 +929,8 @@ fn the_checker_catches_lost_doubled_and_regressed_changes() {
     actix::System::new().block_on(async {
         let (engine, store) = support::engine_and_store(config(dir.path()));
         let mut lines = Vec::new();
-        execute(&engine, &m, Command::InitiatePayment(new_payment(10_000, "pending")), &mut lines).await;
-        execute(&engine, &m, Command::InitiatePayment(new_payment(20_000, "paid")), &mut lines).await;
+        execute(&engine, &m, Command::InitiatePayment(new_payment(10_000, Some("pending"))), &mut lines).await;
+        execute(&engine, &m, Command::InitiatePayment(new_payment(20_000, Some("paid"))), &mut lines).await;
         let confirm =
             Command::PaymentNotice { reference: Reference::parse("paid").unwrap(), notice: PaymentNotice::Confirmed };
         let paid = execute(&engine, &m, confirm, &mut lines).await;

@@ -2,47 +2,16 @@
 
 mod support;
 
-use caisse_engine::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, RefundOutcome};
+use support::{new_payment, new_payout, xof};
+
+use caisse_engine::core::{Command, PaymentNotice, PayoutOutcome, RefundOutcome};
 use caisse_engine::domain::ids::MerchantId;
-use caisse_engine::domain::money::{Amount, Currency, FeeRule};
-use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::records::{DeliveryState, ProviderCode, TransactionType, WebhookBody};
+use caisse_engine::domain::money::Amount;
+use caisse_engine::domain::records::{DeliveryState, TransactionType, WebhookBody};
 use caisse_engine::domain::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus};
-use caisse_engine::domain::text::{IdempotencyKey, Metadata, Reference};
+use caisse_engine::domain::text::{IdempotencyKey, Reference};
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Idempotency, Record, Rejection};
-
-fn xof() -> Currency {
-    Currency::parse("XOF").unwrap()
-}
-
-fn new_payment(amount: i64, reference: Option<&str>) -> NewPayment {
-    NewPayment {
-        reference: reference.map(|r| Reference::parse(r).unwrap()),
-        amount: Amount::positive(amount).unwrap(),
-        currency: xof(),
-        provider: ProviderCode::parse("mtn_momo").unwrap(),
-        fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-        customer_phone: Phone::parse("+22997000055").unwrap(),
-        customer_email: None,
-        customer_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-    }
-}
-
-fn payout(amount: i64) -> NewPayout {
-    NewPayout {
-        amount: Amount::positive(amount).unwrap(),
-        currency: xof(),
-        provider: ProviderCode::parse("wave").unwrap(),
-        fee: FeeRule::new(100, Amount::ZERO).unwrap(),
-        beneficiary_phone: Phone::parse("+22997000099").unwrap(),
-        beneficiary_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-    }
-}
 
 fn done(result: Result<Executed, EngineError>) -> Record {
     match result {
@@ -96,12 +65,12 @@ async fn a_full_life_moves_money_and_writes_notifications() {
     let p = payment_of(done(engine.execute(&m, cmd, None).await));
     assert_eq!(p.status, PaymentStatus::Refunded);
 
-    let o = match done(engine.execute(&m, Command::CreatePayout(payout(5_000)), None).await) {
+    let o = match done(engine.execute(&m, Command::CreatePayout(new_payout(5_000)), None).await) {
         Record::Payout(o) => o,
         other => panic!("{other:?}"),
     };
     assert_eq!(o.status, PayoutStatus::Pending);
-    let too_much = engine.execute(&m, Command::CreatePayout(payout(900)), None).await;
+    let too_much = engine.execute(&m, Command::CreatePayout(new_payout(900)), None).await;
     assert!(matches!(too_much, Err(EngineError::Rejected(Rejection::InsufficientBalance { .. }))), "{too_much:?}");
     let cmd = Command::PayoutNotice { id: o.id.clone(), outcome: PayoutOutcome::Sent };
     engine.execute(&m, cmd, None).await.unwrap();

@@ -17,14 +17,17 @@ use std::sync::Arc;
 use caisse_engine::core::{decide, Decided, PaymentNotice, PayoutOutcome};
 use caisse_engine::domain::ids::{new_id, MerchantId};
 use caisse_engine::domain::ledger::Balances;
-use caisse_engine::domain::money::{Amount, Currency, FeeRule};
-use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::records::{DeliveryState, Merchant, ProviderCode, TransactionType};
+use caisse_engine::domain::records::{DeliveryState, Merchant, TransactionType};
 use caisse_engine::domain::status::{EventKind, PaymentStatus};
-use caisse_engine::domain::text::{IdempotencyKey, Metadata, Reference};
+use caisse_engine::domain::text::{IdempotencyKey, Reference};
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::{Change, FailureLatch, IdempotencyRecord, SledStore, Snapshot, Store, StoreError, Ticket};
-use caisse_engine::{Command, NewPayment, NewPayout, Record};
+use caisse_engine::{Command, Record};
+
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{new_payment, new_payout};
 
 /// A storage backend under test.
 trait Backend {
@@ -42,38 +45,6 @@ impl Backend for Sled {
 
 fn wait(ticket: Ticket) {
     ticket.blocking_recv().expect("the store answered").expect("the change is durable");
-}
-
-fn xof() -> Currency {
-    Currency::parse("XOF").unwrap()
-}
-
-fn new_payment(amount: i64, reference: &str) -> NewPayment {
-    NewPayment {
-        reference: Some(Reference::parse(reference).unwrap()),
-        amount: Amount::positive(amount).unwrap(),
-        currency: xof(),
-        provider: ProviderCode::parse("mtn_momo").unwrap(),
-        fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-        customer_phone: Phone::parse("+22997000055").unwrap(),
-        customer_email: None,
-        customer_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-    }
-}
-
-fn new_payout(amount: i64) -> NewPayout {
-    NewPayout {
-        amount: Amount::positive(amount).unwrap(),
-        currency: xof(),
-        provider: ProviderCode::parse("wave").unwrap(),
-        fee: FeeRule::new(100, Amount::ZERO).unwrap(),
-        beneficiary_phone: Phone::parse("+22997000099").unwrap(),
-        beneficiary_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-    }
 }
 
 /// One merchant as its actor would drive the store: its balances, journal position and records in memory,
@@ -148,7 +119,7 @@ impl Shop {
     }
 
     fn pay(&mut self, store: &dyn Store, amount: i64, reference: &str) -> Record {
-        self.run(store, Command::InitiatePayment(new_payment(amount, reference)), None)
+        self.run(store, Command::InitiatePayment(new_payment(amount, Some(reference))), None)
     }
 
     fn confirm(&mut self, store: &dyn Store, reference: &str) -> Record {
@@ -250,7 +221,7 @@ fn idempotency_records_belong_to_their_merchant(backend: &dyn Backend) {
     let dir = tempfile::tempdir().unwrap();
     let store = backend.open(dir.path());
     let mut shop = Shop::new();
-    let record = shop.run(&*store, Command::InitiatePayment(new_payment(2_000, "idem-1")), Some("key-1"));
+    let record = shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("idem-1"))), Some("key-1"));
     let key = IdempotencyKey::parse("key-1").unwrap();
     let stored = store.idempotency(&shop.id, &key).unwrap().expect("stored with the change");
     assert_eq!(stored.fingerprint, "fingerprint of key-1");
@@ -358,7 +329,7 @@ fn a_tripped_latch_refuses_the_write(backend: &dyn Backend) {
     let mut shop = Shop::new();
     shop.pay(&*store, 1_000, "latch-1");
     shop.latch.store(true, std::sync::atomic::Ordering::Release);
-    let (change, _) = shop.change(&Command::InitiatePayment(new_payment(1_000, "latch-2")), None);
+    let (change, _) = shop.change(&Command::InitiatePayment(new_payment(1_000, Some("latch-2"))), None);
     let refused = store.commit(change, &shop.latch).map(|ticket| ticket.blocking_recv());
     assert!(matches!(refused, Err(StoreError::Aborted) | Ok(Ok(Err(StoreError::Aborted)))), "{refused:?}");
     assert_eq!(store.payment(&shop.id, "latch-2").unwrap(), None);

@@ -1,10 +1,15 @@
-//! What the engine's test binaries share: opening an engine on a store the test holds too, so a test can look
-//! behind the engine's front door (forge a change, read the outbox) the way no service code can.
+//! What the engine's test binaries share: the payments and payouts they make, and opening an engine on a store
+//! the test holds too, so a test can look behind the engine's front door (forge a change, read the outbox) the
+//! way no service code can. Each binary uses part of it, hence the `dead_code` allowances.
 
 use std::sync::Arc;
 
+use caisse_engine::domain::money::{Amount, Currency, FeeRule};
+use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::records::ProviderCode;
+use caisse_engine::domain::text::{Metadata, Reference};
 use caisse_engine::store::{SledStore, Store};
-use caisse_engine::{Engine, EngineConfig};
+use caisse_engine::{Engine, EngineConfig, NewPayment, NewPayout};
 
 /// The engine and its store, or why they did not open (the startup audit included). Drop both before
 /// reopening the same directory: the store holds sled's lock.
@@ -16,7 +21,44 @@ pub fn try_engine_and_store(config: EngineConfig) -> Result<(Engine, Arc<dyn Sto
 }
 
 /// [`try_engine_and_store`], failing the test if they do not open.
-#[allow(dead_code)] // Each test binary includes this module and uses what it needs of it.
+#[allow(dead_code)]
 pub fn engine_and_store(config: EngineConfig) -> (Engine, Arc<dyn Store>) {
     try_engine_and_store(config).unwrap_or_else(|e| panic!("open the engine: {e}"))
+}
+
+#[allow(dead_code)]
+pub fn xof() -> Currency {
+    Currency::parse("XOF").expect("XOF is a currency")
+}
+
+/// A payment of `amount` XOF through `mtn_momo` (fee 1.5 %), with the merchant's `reference` if given.
+#[allow(dead_code)]
+pub fn new_payment(amount: i64, reference: Option<&str>) -> NewPayment {
+    NewPayment {
+        reference: reference.map(|r| Reference::parse(r).expect("a valid reference")),
+        amount: Amount::positive(amount).expect("a positive amount"),
+        currency: xof(),
+        provider: ProviderCode::parse("mtn_momo").expect("a provider code"),
+        fee: FeeRule::new(150, Amount::ZERO).expect("a fee rule"),
+        customer_phone: Phone::parse("+22997000055").expect("a phone number"),
+        customer_email: None,
+        customer_name: None,
+        description: None,
+        metadata: Metadata::empty(),
+    }
+}
+
+/// A payout of `amount` XOF through `wave` (fee 1 %).
+#[allow(dead_code)]
+pub fn new_payout(amount: i64) -> NewPayout {
+    NewPayout {
+        amount: Amount::positive(amount).expect("a positive amount"),
+        currency: xof(),
+        provider: ProviderCode::parse("wave").expect("a provider code"),
+        fee: FeeRule::new(100, Amount::ZERO).expect("a fee rule"),
+        beneficiary_phone: Phone::parse("+22997000099").expect("a phone number"),
+        beneficiary_name: None,
+        description: None,
+        metadata: Metadata::empty(),
+    }
 }

@@ -1,5 +1,5 @@
-//! Reading webhook notifications: a notification with its body, a merchant's notification list, and the scan
-//! of the due index that feeds the dispatcher.
+//! Webhook notifications in sled: the feed of new ones, a notification with its body, a merchant's list, the
+//! scan of the due index that feeds the dispatcher, and saving a delivery's state.
 
 use std::ops::Bound;
 
@@ -8,23 +8,29 @@ use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::store::op::Op;
-use crate::store::{Page, StoreError};
+use crate::store::{Outbox, Page, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
 
-impl SledStore {
-    /// A notification of this merchant, body included (`None` for another merchant's id).
-    pub(super) fn load_notification(
-        &self,
-        merchant: &MerchantId,
-        id: &[u8],
-    ) -> Result<Option<Notification>, StoreError> {
-        self.get(NOTIFICATIONS, &mkey(merchant, id))
+impl Outbox for SledStore {
+    fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>> {
+        self.feed.lock().ok().and_then(|mut feed| feed.take())
     }
 
-    /// [`Outbox::notifications`](crate::store::Outbox::notifications): the merchant's outbox index, newest first.
-    pub(super) fn notifications_page(
+    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError> {
+        let key = mkey(&after.merchant, after.id.as_bytes());
+        let mut ops = vec![Op::Insert(NOTIFICATIONS, key, encode(after)?)];
+        if let Some(at) = before.next_attempt_at {
+            ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
+        }
+        if let Some(at) = after.next_attempt_at {
+            ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), after.merchant.as_bytes().to_vec()));
+        }
+        self.writer.submit(ops, None, Vec::new())
+    }
+
+    fn notifications(
         &self,
         merchant: &MerchantId,
         cursor: Option<&str>,
@@ -56,9 +62,11 @@ impl SledStore {
         Ok(Page { data, has_more, next_cursor: if has_more { last } else { None } })
     }
 
-    /// [`Outbox::due_notifications_skipping`](crate::store::Outbox::due_notifications_skipping): the due index
-    /// up to `now`, dropping the entries it finds stale.
-    pub(super) fn scan_due(
+    fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
+        self.get(NOTIFICATIONS, &mkey(merchant, id.as_bytes()))
+    }
+
+    fn due_notifications_skipping(
         &self,
         now: Timestamp,
         limit: usize,
@@ -88,7 +96,7 @@ impl SledStore {
                     continue;
                 }
             };
-            let current = match self.load_notification(&merchant, id) {
+            let current = match self.get::<Notification>(NOTIFICATIONS, &mkey(&merchant, id)) {
                 Ok(current) => current,
                 Err(e) => {
                     tracing::error!(error = %e, "a due notification cannot be read; passed over");

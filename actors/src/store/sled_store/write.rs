@@ -1,11 +1,10 @@
-//! What the store writes: each write ([`Change`], merchant, notification state) turned into the sled
-//! operations the group-commit writer applies as one batch.
+//! What a [`Change`] writes: the sled operations the group-commit writer applies as one batch.
 
 use super::SledStore;
 use crate::core::Record;
-use crate::domain::records::{DeliveryState, Merchant, Notification, TransactionType};
+use crate::domain::records::{DeliveryState, Notification, TransactionType};
 use crate::store::op::Op;
-use crate::store::{Change, StoreError, Ticket};
+use crate::store::{Change, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
@@ -62,47 +61,5 @@ impl SledStore {
             ops.push(Op::Insert(SNAPSHOTS, m.as_bytes().to_vec(), encode(snapshot)?));
         }
         Ok((ops, created))
-    }
-
-    /// [`Accounts::put_merchant`](crate::store::Accounts::put_merchant): the merchant and its two lookup keys,
-    /// dropping the key it replaces.
-    pub(super) fn submit_merchant(
-        &self,
-        merchant: Merchant,
-        previous_key: Option<String>,
-    ) -> Result<Ticket, StoreError> {
-        let email = merchant.email.to_lowercase();
-        if let Some(owner) = self.raw(MERCHANT_EMAILS, email.as_bytes())? {
-            if owner.as_ref() != merchant.id.as_bytes() {
-                return Err(StoreError::Conflict(format!("a merchant with e-mail {email} already exists")));
-            }
-        }
-        let mut ops = vec![
-            Op::Insert(MERCHANTS, merchant.id.as_bytes().to_vec(), encode(&merchant)?),
-            Op::Insert(MERCHANT_KEYS, key_hash(&merchant.secret_key), merchant.id.as_bytes().to_vec()),
-            Op::Insert(MERCHANT_EMAILS, email.into_bytes(), merchant.id.as_bytes().to_vec()),
-        ];
-        if let Some(old) = previous_key.filter(|old| *old != merchant.secret_key) {
-            ops.push(Op::Remove(MERCHANT_KEYS, key_hash(&old)));
-        }
-        self.writer.submit(ops, None, Vec::new())
-    }
-
-    /// [`Outbox::save_notification`](crate::store::Outbox::save_notification): the delivery state, and its entry
-    /// in the due index moved.
-    pub(super) fn submit_notification(
-        &self,
-        before: &Notification,
-        after: &Notification,
-    ) -> Result<Ticket, StoreError> {
-        let key = mkey(&after.merchant, after.id.as_bytes());
-        let mut ops = vec![Op::Insert(NOTIFICATIONS, key, encode(after)?)];
-        if let Some(at) = before.next_attempt_at {
-            ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &before.id)));
-        }
-        if let Some(at) = after.next_attempt_at {
-            ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), after.merchant.as_bytes().to_vec()));
-        }
-        self.writer.submit(ops, None, Vec::new())
     }
 }

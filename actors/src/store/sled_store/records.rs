@@ -1,14 +1,16 @@
-//! The paged lists read through indexes: transactions and payouts walk a merchant's transaction index newest
-//! first, and what still waits for a provider is a range of the `pending` tree.
+//! Reading records in sled: point lookups by reference and by transaction id, idempotency records, the paged
+//! lists read through indexes (transactions and payouts walk a merchant's transaction index newest first, what
+//! still waits for a provider is a range of the `pending` tree), and a merchant's journal.
 
 use std::ops::Bound;
 
 use super::{SledStore, MAX_SCAN};
-use crate::core::Record;
+use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
-use crate::domain::records::{Payout, Transaction, TransactionType};
+use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
+use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
-use crate::store::{AwaitingProvider, Page, Records, StoreError};
+use crate::store::{AwaitingProvider, IdempotencyRecord, Located, Page, Records, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
@@ -65,9 +67,56 @@ impl SledStore {
         let next_cursor = if has_more { last_scanned } else { None };
         Ok(Page { data, has_more, next_cursor })
     }
+}
 
-    /// [`Records::transactions`](crate::store::Records::transactions): the transaction index, each entry shown as its transaction.
-    pub(super) fn transactions_page(
+impl Records for SledStore {
+    fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, StoreError> {
+        self.get(PAYMENTS, &mkey(merchant, reference.as_bytes()))
+    }
+
+    fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, StoreError> {
+        self.get(PAYOUTS, &mkey(merchant, id.as_bytes()))
+    }
+
+    fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, StoreError> {
+        // References share one namespace per merchant: a refund's or a payout's is an entry in `refs`, a
+        // payment's is the key of its record.
+        let Some(ptr) = self.raw(REFS, &mkey(merchant, reference.as_bytes()))? else {
+            let payment = self.payment(merchant, reference)?;
+            return Ok(payment.map(|p| Located {
+                kind: TransactionType::Payment,
+                reference: reference.to_owned(),
+                record: Record::Payment(p),
+            }));
+        };
+        let (kind, owner, reference) = parse_pointer(&ptr)?;
+        let record = self
+            .record(merchant, kind, owner)?
+            .ok_or_else(|| StoreError::Corrupt(format!("merchant {merchant}: {reference} points to nothing")))?;
+        Ok(Some(Located { kind, reference: reference.to_owned(), record }))
+    }
+
+    fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, StoreError> {
+        let Some(value) = self.raw(TX_OWNER, transaction_id.as_bytes())? else {
+            return Ok(None);
+        };
+        let corrupt = || StoreError::Corrupt(format!("bad owner of {transaction_id}"));
+        let (id, ptr) = value.split_at_checked(MERCHANT_ID_LEN).ok_or_else(corrupt)?;
+        let merchant = MerchantId::parse(std::str::from_utf8(id).map_err(|_| corrupt())?).map_err(|_| corrupt())?;
+        let (kind, owner, reference) = parse_pointer(ptr)?;
+        let record = self.record(&merchant, kind, owner)?.ok_or_else(corrupt)?;
+        Ok(Some((merchant, Located { kind, reference: reference.to_owned(), record })))
+    }
+
+    fn idempotency(
+        &self,
+        merchant: &MerchantId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.get(IDEMPOTENCY, &mkey(merchant, key.as_str().as_bytes()))
+    }
+
+    fn transactions(
         &self,
         merchant: &MerchantId,
         cursor: Option<&str>,
@@ -84,8 +133,7 @@ impl SledStore {
         })
     }
 
-    /// [`Records::payouts`](crate::store::Records::payouts).
-    pub(super) fn payouts_page(
+    fn payouts(
         &self,
         merchant: &MerchantId,
         cursor: Option<&str>,
@@ -105,9 +153,7 @@ impl SledStore {
         Ok(Page { next_cursor: page.next_cursor.map(|c| c.replacen("tx_", "ret_", 1)), ..page })
     }
 
-    /// [`Records::awaiting_provider`](crate::store::Records::awaiting_provider): a range of the `pending`
-    /// tree, whose keys say everything an [`AwaitingProvider`] holds.
-    pub(super) fn scan_pending(
+    fn awaiting_provider(
         &self,
         kind: TransactionType,
         created_before: Timestamp,
@@ -145,5 +191,9 @@ impl SledStore {
             });
         }
         Ok(found)
+    }
+
+    fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {
+        self.journal_after::<JournalEvent>(merchant, from_seq.saturating_sub(1)).take(limit).collect()
     }
 }
