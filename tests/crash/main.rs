@@ -40,6 +40,7 @@
 mod support;
 
 mod checks;
+mod format;
 mod load;
 mod receiver;
 mod selftest;

@@ -249,3 +249,9 @@ impl Target {
         }
     }
 }
+
+/// Runs a `caisse` command to its end on `data_dir` and answers its exit status and standard error.
+pub fn run_to_end(work_dir: &Path, data_dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let output = caisse(work_dir, data_dir).args(args).output().expect("caisse runs");
+    (output.status, String::from_utf8_lossy(&output.stderr).into_owned())
+}
