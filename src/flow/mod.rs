@@ -19,9 +19,13 @@ pub mod sweep;
 
 use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
+use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::records::TransactionType;
+use caisse_engine::store::Located;
 use caisse_engine::{Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout};
 
-use crate::providers::{Adapter, Providers};
+use self::notice::apply_provider_status;
+use crate::providers::{Adapter, ProviderError, ProviderStatus, Providers};
 
 /// The engine and the providers, which every step of a payment's life needs together. Cheap to clone.
 #[derive(Clone)]
@@ -35,8 +39,55 @@ impl Flow {
         Flow { engine, providers }
     }
 
-    fn adapter(&self, code: &str) -> Option<std::sync::Arc<dyn Adapter>> {
-        self.providers.get(code).and_then(|p| p.adapter.clone())
+    /// The adapter that carries `code` for this phone's country, when its route is active.
+    pub fn adapter(&self, code: &str, phone: &Phone) -> Option<std::sync::Arc<dyn Adapter>> {
+        self.providers.get(code).and_then(|p| p.adapter_for(phone))
+    }
+
+    /// Applies a provider's refusal of a request: the transaction fails with the provider's code. Answers
+    /// the record after it, when it changed.
+    async fn refused(
+        &self,
+        merchant: &MerchantId,
+        record: &Record,
+        kind: TransactionType,
+        code: String,
+    ) -> Option<Executed> {
+        let key = match record {
+            Record::Payment(p) if kind == TransactionType::Refund => p.refund.as_ref().map(|r| r.reference.clone()),
+            other => Some(other.key().to_owned()),
+        }?;
+        let located = Located { kind, reference: key, record: record.clone() };
+        match apply_provider_status(&self.engine, merchant, &located, &ProviderStatus::Failed { code }, false).await {
+            Ok(executed) => executed,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not apply the provider's refusal; the sweeps ask again");
+                None
+            }
+        }
+    }
+
+    /// What a request to the provider came to: a refusal fails the transaction at once (and the answer shows
+    /// it); anything else leaves it waiting, the sweeps asking again.
+    async fn after_request(
+        &self,
+        merchant: &MerchantId,
+        executed: Executed,
+        kind: TransactionType,
+        sent: Result<(), ProviderError>,
+    ) -> Executed {
+        let Executed::Done(record) = &executed else { return executed };
+        match sent {
+            Ok(()) => executed,
+            Err(ProviderError::Rejected { code }) => {
+                tracing::info!(key = %record.key(), %code, "the provider refused the request");
+                self.refused(merchant, record, kind, code).await.unwrap_or(executed)
+            }
+            Err(e) => {
+                tracing::warn!(key = %record.key(), error = %e, "request to the provider failed; the sweeps ask again");
+                executed
+            }
+        }
     }
 
     /// Creates the payment, durably, then asks its provider for the customer's approval.
@@ -47,15 +98,15 @@ impl Flow {
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
         let executed = self.engine.execute(merchant, Command::InitiatePayment(new), idempotency).await?;
-        if let Executed::Done(Record::Payment(payment)) = &executed {
-            if let Some(adapter) = self.adapter(payment.provider.as_str()) {
-                // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
-                if let Err(e) = adapter.request_to_pay(payment).await {
-                    tracing::warn!(reference = %payment.reference, error = %e, "request to pay failed");
-                }
-            }
-        }
-        Ok(executed)
+        // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
+        let sent = match &executed {
+            Executed::Done(Record::Payment(p)) => match self.adapter(p.provider.as_str(), &p.customer_phone) {
+                Some(adapter) => adapter.request_to_pay(p).await,
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        };
+        Ok(self.after_request(merchant, executed, TransactionType::Payment, sent).await)
     }
 
     /// Records the refund request (the amount reserved), durably, then asks the provider to send it.
@@ -66,15 +117,17 @@ impl Flow {
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
         let executed = self.engine.execute(merchant, command, idempotency).await?;
-        if let Executed::Done(Record::Payment(payment)) = &executed {
-            if let (Some(adapter), Some(refund)) = (self.adapter(payment.provider.as_str()), &payment.refund) {
-                // Reserved and durable; the reconciliation asks the provider again if this call is lost.
-                if let Err(e) = adapter.refund(payment, refund).await {
-                    tracing::warn!(reference = %payment.reference, error = %e, "refund request to provider failed");
+        // Reserved and durable; the reconciliation asks the provider again if this call is lost.
+        let sent = match &executed {
+            Executed::Done(Record::Payment(p)) => {
+                match (self.adapter(p.provider.as_str(), &p.customer_phone), &p.refund) {
+                    (Some(adapter), Some(refund)) => adapter.refund(p, refund).await,
+                    _ => Ok(()),
                 }
             }
-        }
-        Ok(executed)
+            _ => Ok(()),
+        };
+        Ok(self.after_request(merchant, executed, TransactionType::Refund, sent).await)
     }
 
     /// Records the payout (the amount reserved), durably, then asks the provider to send it.
@@ -85,13 +138,13 @@ impl Flow {
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
         let executed = self.engine.execute(merchant, Command::CreatePayout(new), idempotency).await?;
-        if let Executed::Done(Record::Payout(payout)) = &executed {
-            if let Some(adapter) = self.adapter(payout.provider.as_str()) {
-                if let Err(e) = adapter.payout(payout).await {
-                    tracing::warn!(payout = %payout.id, error = %e, "payout request to provider failed");
-                }
-            }
-        }
-        Ok(executed)
+        let sent = match &executed {
+            Executed::Done(Record::Payout(o)) => match self.adapter(o.provider.as_str(), &o.beneficiary_phone) {
+                Some(adapter) => adapter.payout(o).await,
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        };
+        Ok(self.after_request(merchant, executed, TransactionType::Payout, sent).await)
     }
 }

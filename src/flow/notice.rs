@@ -9,7 +9,9 @@ use caisse_engine::store::Located;
 use caisse_engine::{Command, Engine, EngineError, Executed, PaymentNotice, PayoutOutcome, RefundOutcome};
 
 use super::Flow;
-use crate::providers::{ProviderError, ProviderStatus};
+use std::sync::Arc;
+
+use crate::providers::{Adapter, ProviderError, ProviderStatus};
 
 /// Why a provider's notice was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -31,16 +33,40 @@ pub enum NoticeError {
 }
 
 impl Flow {
-    /// Handles one notice sent to `/v1/fournisseurs/{code}/notifications`.
+    /// Handles one notice of the sandbox simulator, sent to `/v1/fournisseurs/{code}/notifications`.
     pub async fn provider_notice(&self, code: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), NoticeError> {
-        let provider = self.providers.get(code).ok_or_else(|| NoticeError::UnknownProvider(code.to_owned()))?;
-        let adapter = provider.adapter.clone().ok_or_else(|| NoticeError::InactiveProvider(code.to_owned()))?;
-        let notice = adapter.parse_notice(headers, body).map_err(|e| match e {
-            ProviderError::Unauthenticated(why) => NoticeError::Unauthenticated(why),
-            other => NoticeError::Malformed(other.to_string()),
-        })?;
-        let (merchant, located) =
-            self.engine.owner_of_transaction(&notice.transaction_id)?.ok_or(NoticeError::UnknownTransaction)?;
+        self.providers.get(code).ok_or_else(|| NoticeError::UnknownProvider(code.to_owned()))?;
+        let adapter =
+            self.providers.adapter("sandbox").ok_or_else(|| NoticeError::InactiveProvider(code.to_owned()))?;
+        self.confirm_and_apply(adapter, headers, body, false).await
+    }
+
+    /// Handles one callback of a provider's adapter, sent to `/v1/notifications/{adapter}`. A callback about a
+    /// transaction that is not Caisse's is answered 200 and changes nothing, so the provider stops sending it.
+    pub async fn adapter_notice(&self, name: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), NoticeError> {
+        let adapter = self.providers.adapter(name).ok_or_else(|| NoticeError::UnknownProvider(name.to_owned()))?;
+        self.confirm_and_apply(adapter, headers, body, true).await
+    }
+
+    async fn confirm_and_apply(
+        &self,
+        adapter: Arc<dyn Adapter>,
+        headers: &HeaderMap,
+        body: &[u8],
+        unknown_is_fine: bool,
+    ) -> Result<(), NoticeError> {
+        let notice = match adapter.parse_notice(headers, body) {
+            Ok(notice) => notice,
+            Err(ProviderError::Unauthenticated(why)) => return Err(NoticeError::Unauthenticated(why)),
+            Err(ProviderError::NotOurs(id)) if unknown_is_fine => {
+                tracing::info!(id = %id, "callback about a transaction that is not ours; ignored");
+                return Ok(());
+            }
+            Err(other) => return Err(NoticeError::Malformed(other.to_string())),
+        };
+        let Some((merchant, located)) = self.engine.owner_of_transaction(&notice.transaction_id)? else {
+            return if unknown_is_fine { Ok(()) } else { Err(NoticeError::UnknownTransaction) };
+        };
         // A notice says only that something changed: what changed is asked of the provider.
         let confirmed = adapter.status(notice.subject, &notice.transaction_id).await.map_err(|e| {
             tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");

@@ -87,15 +87,17 @@ async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
         Ok(None) => return,
         Err(e) => return tracing::error!(error = %e, owner = %item.owner, "reconciliation lookup failed"),
     };
-    let (code, subject, transaction_id) = match (&located.record, item.kind) {
+    let (adapter, subject, transaction_id) = match (&located.record, item.kind) {
         (Record::Payment(p), TransactionType::Refund) => match &p.refund {
-            Some(r) => (p.provider.clone(), Subject::Refund, r.transaction_id()),
+            Some(r) => (flow.adapter(p.provider.as_str(), &p.customer_phone), Subject::Refund, r.transaction_id()),
             None => return,
         },
-        (Record::Payout(o), TransactionType::Payout) => (o.provider.clone(), Subject::Payout, o.transaction_id.clone()),
+        (Record::Payout(o), TransactionType::Payout) => {
+            (flow.adapter(o.provider.as_str(), &o.beneficiary_phone), Subject::Payout, o.transaction_id.clone())
+        }
         _ => return,
     };
-    let Some(adapter) = flow.providers.get(code.as_str()).and_then(|p| p.adapter.clone()) else { return };
+    let Some(adapter) = adapter else { return };
     let status = match adapter.status(subject, &transaction_id).await {
         Ok(status) => status,
         Err(e) => return tracing::warn!(error = %e, owner = %item.owner, "reconciliation status query failed"),
@@ -126,7 +128,7 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
         Err(e) => return tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed"),
     };
     let Record::Payment(payment) = &located.record else { return };
-    let adapter = flow.providers.get(payment.provider.as_str()).and_then(|p| p.adapter.clone());
+    let adapter = flow.adapter(payment.provider.as_str(), &payment.customer_phone);
     let status = match adapter {
         Some(a) => a.status(Subject::Payment, &payment.transaction_id).await.unwrap_or(ProviderStatus::Pending),
         None => ProviderStatus::Pending,
@@ -151,26 +153,48 @@ async fn resubmit_pending(flow: &Flow) {
     }
 }
 
-/// Asks the provider once more to start one pending payment, refund or payout.
+/// Asks the provider about one pending payment, refund or payout whose request may have left before the
+/// restart: a final answer is applied; a transaction the provider never created ("not found", or a simulator
+/// that lost its memory) is sent again under the same id, so nothing is ever created twice.
 async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider) {
     let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
-    let adapter_for = |code: &str| flow.providers.get(code).and_then(|x| x.adapter.clone());
-    let (code, result) = match &located.record {
-        Record::Payment(p) => {
-            let Some(adapter) = adapter_for(p.provider.as_str()) else { return };
-            let result = match (kind, &p.refund) {
-                (TransactionType::Refund, Some(r)) => adapter.refund(p, r).await,
-                _ => adapter.request_to_pay(p).await,
-            };
-            (p.provider.clone(), result)
+    let (adapter, subject, transaction_id) = match (&located.record, kind) {
+        (Record::Payment(p), TransactionType::Refund) => match &p.refund {
+            Some(r) => (flow.adapter(p.provider.as_str(), &p.customer_phone), Subject::Refund, r.transaction_id()),
+            None => return,
+        },
+        (Record::Payment(p), _) => {
+            (flow.adapter(p.provider.as_str(), &p.customer_phone), Subject::Payment, p.transaction_id.clone())
         }
-        Record::Payout(o) => {
-            let Some(adapter) = adapter_for(o.provider.as_str()) else { return };
-            (o.provider.clone(), adapter.payout(o).await)
+        (Record::Payout(o), _) => {
+            (flow.adapter(o.provider.as_str(), &o.beneficiary_phone), Subject::Payout, o.transaction_id.clone())
         }
     };
-    if let Err(e) = result {
-        tracing::warn!(provider = %code, owner = %item.owner, error = %e, "resubmission failed");
+    let Some(adapter) = adapter else { return };
+    let located = Located { kind, ..located };
+    let result = match adapter.status(subject, &transaction_id).await {
+        Ok(ProviderStatus::Pending) => match &located.record {
+            Record::Payment(p) => match (&p.refund, subject) {
+                (Some(r), Subject::Refund) => adapter.refund(p, r).await,
+                _ => adapter.request_to_pay(p).await,
+            },
+            Record::Payout(o) => adapter.payout(o).await,
+        },
+        Ok(status) => apply_provider_status(&flow.engine, &item.merchant, &located, &status, false)
+            .await
+            .map(drop)
+            .map_err(|e| crate::providers::ProviderError::Unreachable(format!("applying the provider's answer: {e}"))),
+        Err(e) => Err(e),
+    };
+    match result {
+        Err(crate::providers::ProviderError::Rejected { code }) => {
+            let failed = ProviderStatus::Failed { code };
+            if let Err(e) = apply_provider_status(&flow.engine, &item.merchant, &located, &failed, false).await {
+                tracing::warn!(owner = %item.owner, error = %e, "could not apply the provider's refusal");
+            }
+        }
+        Err(e) => tracing::warn!(owner = %item.owner, error = %e, "resubmission failed; the sweeps ask again"),
+        Ok(()) => {}
     }
 }
 
@@ -264,10 +288,8 @@ mod tests {
             engine.execute(&merchant, Command::InitiatePayment(payment), None).await.unwrap();
         }
         let slow = Arc::new(SlowProvider::default());
-        let provider = Provider {
-            settings: settings.provider("mtn_momo").unwrap().clone(),
-            adapter: Some(Arc::new(Slow(slow.clone()))),
-        };
+        let provider =
+            Provider::with_adapter(settings.provider("mtn_momo").unwrap().clone(), Arc::new(Slow(slow.clone())));
         let providers = Providers::new([provider], None);
         (Flow::new(engine, providers), slow, merchant)
     }
@@ -297,6 +319,7 @@ mod tests {
         resubmit_pending(&flow).await;
         let most = slow.most.load(Ordering::SeqCst);
         assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} resubmissions at once");
-        assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);
+        // Each is asked about first; the provider knows none of them, so each is sent again, under its id.
+        assert_eq!(slow.calls.load(Ordering::SeqCst), 2 * PAYMENTS);
     }
 }

@@ -1,5 +1,5 @@
-//! `POST /v1/fournisseurs/{code}/notifications`: where providers (and the sandbox simulator) report what
-//! happened. Not a merchant endpoint: the provider's own signature authenticates the notice.
+//! Where providers report what happened: `POST /v1/notifications/{adapter}` for the real providers' callbacks,
+//! `POST /v1/fournisseurs/{code}/notifications` for the sandbox simulator's notices. Not merchant endpoints.
 //!
 //! A notice is authenticated (401 and nothing changes if not), located (404 for an unknown transaction),
 //! confirmed with a status query, and only then applied through the merchant's actor. Duplicates are
@@ -30,7 +30,35 @@ pub async fn notification(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload).await?;
-    state.flow.provider_notice(&path, req.headers(), &body).await.map_err(|e| match e {
+    state.flow.provider_notice(&path, req.headers(), &body).await.map_err(notice_error)?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
+}
+
+/// Provider callbacks (not a merchant endpoint): the adapter authenticates what it can, and nothing moves
+/// before the provider's own status answer confirms it. A callback about a transaction Caisse does not know is
+/// answered 200 and changes nothing, so the provider stops sending it.
+#[utoipa::path(post, path = "/v1/notifications/{adapter}", tag = "fournisseurs",
+    params(("adapter" = String, Path, description = "Adapter name: pawapay, ...")),
+    request_body(content = String, content_type = "application/json", description = "The provider's callback"),
+    responses((status = 200, description = "Accepted (duplicates and unknown transactions too)", body = Object),
+        (status = 400, description = "Malformed callback", body = ErrorBody),
+        (status = 401, description = "Callback not authentic", body = ErrorBody),
+        (status = 404, description = "Unknown or inactive adapter", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 503, description = "Provider or storage unavailable", body = ErrorBody)))]
+pub async fn adapter_notification(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(&req, payload).await?;
+    state.flow.adapter_notice(&path, req.headers(), &body).await.map_err(notice_error)?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
+}
+
+fn notice_error(e: NoticeError) -> ApiError {
+    match e {
         NoticeError::UnknownProvider(_) => ApiError::not_found("provider"),
         NoticeError::InactiveProvider(_) => {
             ApiError::new(StatusCode::BAD_REQUEST, "unsupported_provider", e.to_string())
@@ -40,6 +68,5 @@ pub async fn notification(
         NoticeError::UnknownTransaction => ApiError::not_found("transaction"),
         NoticeError::Unconfirmed(_) => ApiError::unavailable(),
         NoticeError::Engine(e) => ApiError::from(e),
-    })?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
+    }
 }

@@ -59,6 +59,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/devises"),
     ("GET", "/v1/fournisseurs"),
     ("POST", "/v1/fournisseurs/{code}/notifications"),
+    ("POST", "/v1/notifications/{adapter}"),
     ("GET", "/v1/openapi.json"),
 ];
 
@@ -114,6 +115,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/fournisseurs/{code}/notifications")
                     .route(web::post().to(fournisseurs::notification))
+                    .default_service(unknown_method()),
+            )
+            .service(
+                web::resource("/notifications/{adapter}")
+                    .route(web::post().to(fournisseurs::adapter_notification))
                     .default_service(unknown_method()),
             )
             .service(

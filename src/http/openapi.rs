@@ -29,6 +29,7 @@ use super::{fournisseurs, paiement, retraits, soldes, transactions, utility};
         utility::currencies,
         utility::providers,
         fournisseurs::notification,
+        fournisseurs::adapter_notification,
         document,
     ),
     modifiers(&BearerAuth)

@@ -18,7 +18,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{authenticate, idempotency, parse_json, read_body, respond};
 use super::AppState;
 use crate::config::Operation;
-use crate::providers::Provider;
+use crate::providers::{Provider, Routed};
 use caisse_engine::domain::records::Payment;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -63,6 +63,38 @@ pub(super) fn metadata(value: Option<BTreeMap<String, String>>) -> Result<Metada
     match value {
         None => Ok(Metadata::empty()),
         Some(map) => Metadata::new(map).map_err(|e| ApiError::invalid("metadata", e.to_string())),
+    }
+}
+
+/// Checks that the fournisseur has an active route for the phone's country, and that the route's adapter
+/// carries this fournisseur there; `field` names the phone in the error.
+pub(super) fn check_route(provider: &Provider, phone: &Phone, field: &str) -> Result<(), ApiError> {
+    let code = provider.settings.code.as_str();
+    let unsupported = |message: String| {
+        ApiError::new(StatusCode::BAD_REQUEST, "unsupported_provider", message).with_field(field.to_owned())
+    };
+    let country = phone.country();
+    match provider.route(country) {
+        Routed::Active { adapter, adapter_name } if adapter.serves(code, phone) => {
+            tracing::debug!(provider = code, adapter = %adapter_name, "routed");
+            Ok(())
+        }
+        Routed::Active { adapter_name, .. } => Err(unsupported(format!(
+            "`{code}` is not offered for {} numbers on this server ({adapter_name} does not carry it there)",
+            country.unwrap_or("these")
+        ))),
+        Routed::Inactive { .. } => Err(unsupported(format!(
+            "`{code}` is not active for {} numbers on this server",
+            country.unwrap_or("these")
+        ))),
+        Routed::Unserved => {
+            let served = provider.active_countries();
+            Err(unsupported(format!(
+                "`{code}` does not serve {} numbers; it serves {}",
+                country.unwrap_or("these"),
+                if served.is_empty() { "no country on this server".to_owned() } else { served.join(", ") }
+            )))
+        }
     }
 }
 
@@ -130,8 +162,12 @@ pub async fn initiate(
         currency,
         provider: provider.settings.code.clone(),
         fee: provider.settings.fee,
-        customer_phone: Phone::parse(&b.customer_phone)
-            .map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?,
+        customer_phone: {
+            let phone =
+                Phone::parse(&b.customer_phone).map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?;
+            check_route(provider, &phone, "client_telephone")?;
+            phone
+        },
         customer_email: optional("client_email", b.customer_email, Email::parse)?,
         customer_name: optional("client_nom", b.customer_name, Name::parse)?,
         description: optional("description", b.description, Description::parse)?,

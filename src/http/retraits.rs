@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{authenticate, idempotency, parse_json, parse_query, read_body, respond};
-use super::paiement::{metadata, optional, provider_for};
+use super::paiement::{check_route, metadata, optional, provider_for};
 use super::transactions::{page_params, Listed};
 use super::AppState;
 use crate::config::Operation;
@@ -59,8 +59,12 @@ pub async fn create(
         currency,
         provider: provider.settings.code.clone(),
         fee: provider.settings.fee,
-        beneficiary_phone: Phone::parse(&b.beneficiary_phone)
-            .map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?,
+        beneficiary_phone: {
+            let phone = Phone::parse(&b.beneficiary_phone)
+                .map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?;
+            check_route(provider, &phone, "beneficiaire_telephone")?;
+            phone
+        },
         beneficiary_name: optional("beneficiaire_nom", b.beneficiary_name, Name::parse)?,
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,

@@ -12,6 +12,8 @@
 //! Futures here are not `Send`: the HTTP client (awc) lives on the actix thread that calls it.
 
 pub mod chaos;
+pub mod http;
+pub mod pawapay;
 pub mod sandbox;
 
 use std::collections::BTreeMap;
@@ -21,10 +23,11 @@ use std::sync::Arc;
 
 use actix_web::http::header::HeaderMap;
 use caisse_engine::domain::money::{Amount, Currency};
+use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Environment, Operation, ProviderSettings, Settings};
+use crate::config::{Operation, ProviderSettings, Settings};
 
 pub type LocalFuture<T> = Pin<Box<dyn Future<Output = T>>>;
 
@@ -68,10 +71,20 @@ pub enum ProviderError {
     Malformed(String),
     #[error("the provider could not be reached: {0}")]
     Unreachable(String),
+    /// The provider refused the request for good (pawaPay `REJECTED`): the transaction fails with this code.
+    #[error("the provider refused the request: {code}")]
+    Rejected { code: String },
+    /// An authentic-looking notice about a transaction Caisse did not create (answered 200, nothing changes).
+    #[error("the notice is about a transaction that is not Caisse's: {0}")]
+    NotOurs(String),
 }
 
 /// Everything Caisse asks of one provider.
 pub trait Adapter: Send + Sync {
+    /// Whether this adapter carries `fournisseur` for this phone's country; checked before anything is created.
+    fn serves(&self, _fournisseur: &str, _phone: &Phone) -> bool {
+        true
+    }
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>>;
     fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>>;
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
@@ -80,15 +93,81 @@ pub trait Adapter: Send + Sync {
     fn parse_notice(&self, headers: &HeaderMap, body: &[u8]) -> Result<Notice, ProviderError>;
 }
 
-/// One configured provider: its published settings and, when active, its adapter.
+/// One route of a fournisseur: the countries it covers (`None`: any) and the adapter that carries them, which
+/// is `None` when that adapter has no credentials (or is not built yet).
+struct RouteTo {
+    countries: Option<Vec<String>>,
+    adapter_name: String,
+    adapter: Option<Arc<dyn Adapter>>,
+}
+
+/// Where a transaction of one fournisseur in one country goes.
+pub enum Routed {
+    Active {
+        adapter_name: String,
+        adapter: Arc<dyn Adapter>,
+    },
+    /// A route exists, to an adapter without its credentials.
+    Inactive {
+        adapter_name: String,
+    },
+    /// No route serves this country.
+    Unserved,
+}
+
+/// One configured fournisseur: its published settings and its routes, per-country ones first.
 pub struct Provider {
     pub settings: ProviderSettings,
-    pub adapter: Option<Arc<dyn Adapter>>,
+    routes: Vec<RouteTo>,
 }
 
 impl Provider {
+    /// A fournisseur carried by `adapter` for every country (tests build one around an adapter of their own).
+    pub fn with_adapter(settings: ProviderSettings, adapter: Arc<dyn Adapter>) -> Provider {
+        let routes = vec![RouteTo { countries: None, adapter_name: "test".into(), adapter: Some(adapter) }];
+        Provider { settings, routes }
+    }
+
+    /// The route for a phone's country (`None` when the number's country is not one Caisse knows).
+    pub fn route(&self, country: Option<&str>) -> Routed {
+        let covers = |r: &&RouteTo| match (&r.countries, country) {
+            (None, _) => true,
+            (Some(list), Some(c)) => list.iter().any(|l| l == c),
+            (Some(_), None) => false,
+        };
+        match self.routes.iter().find(covers) {
+            Some(RouteTo { adapter: Some(adapter), adapter_name, .. }) => {
+                Routed::Active { adapter_name: adapter_name.clone(), adapter: adapter.clone() }
+            }
+            Some(r) => Routed::Inactive { adapter_name: r.adapter_name.clone() },
+            None => Routed::Unserved,
+        }
+    }
+
+    /// The adapter for a phone, when its route is active.
+    pub fn adapter_for(&self, phone: &Phone) -> Option<Arc<dyn Adapter>> {
+        match self.route(phone.country()) {
+            Routed::Active { adapter, .. } => Some(adapter),
+            _ => None,
+        }
+    }
+
+    /// True when at least one of its routes is active: what `GET /v1/fournisseurs` calls `actif`.
     pub fn active(&self) -> bool {
-        self.adapter.is_some()
+        self.routes.iter().any(|r| r.adapter.is_some())
+    }
+
+    /// The countries its active routes serve (empty: any country).
+    pub fn active_countries(&self) -> Vec<String> {
+        let mut countries: Vec<String> = self
+            .routes
+            .iter()
+            .filter(|r| r.adapter.is_some())
+            .flat_map(|r| r.countries.clone().unwrap_or_default())
+            .collect();
+        countries.sort();
+        countries.dedup();
+        countries
     }
 
     pub fn supports(&self, operation: Operation, currency: Currency) -> bool {
@@ -100,17 +179,18 @@ impl Provider {
     }
 }
 
-/// The configured providers, by code.
+/// The configured fournisseurs, by code, and the adapters by name.
 #[derive(Clone)]
 pub struct Providers {
     by_code: Arc<BTreeMap<String, Provider>>,
+    adapters: Arc<BTreeMap<String, Arc<dyn Adapter>>>,
     pub simulator: Option<Arc<sandbox::Simulator>>,
 }
 
 impl Providers {
-    /// In the sandbox every provider is simulated. In production a provider is active only with credentials;
-    /// no real provider protocol ships yet, so production providers stay inactive (listed `actif: false`)
-    /// unless the simulator is explicitly enabled.
+    /// Builds every adapter that has its credentials, then each fournisseur's routes: its per-country routes,
+    /// then its default adapter for the countries it lists (`pays`). Without a default, a fournisseur goes to
+    /// the simulator when it runs (the sandbox), for any country, so integrations can use any test number.
     pub fn from_settings(settings: &Settings) -> Providers {
         let simulator = settings.sandbox_simulator.then(|| {
             Arc::new(
@@ -122,28 +202,49 @@ impl Providers {
                 .with_chaos(settings.sandbox_chaos),
             )
         });
+        let mut adapters: BTreeMap<String, Arc<dyn Adapter>> = BTreeMap::new();
+        if let Some(sim) = &simulator {
+            adapters.insert("sandbox".into(), sim.clone());
+        }
+        if let Some(pawapay) = &settings.adapters.pawapay {
+            adapters.insert("pawapay".into(), Arc::new(pawapay::Pawapay::new(pawapay.clone())));
+        }
         let by_code = settings
             .providers
             .iter()
             .map(|p| {
-                let adapter: Option<Arc<dyn Adapter>> = match (&simulator, settings.environment) {
-                    (Some(sim), _) => Some(sim.clone()),
-                    (None, Environment::Production) if p.credentials.is_some() => {
-                        tracing::warn!(provider = %p.code, "credentials set but no production adapter for this provider yet; it stays inactive");
-                        None
-                    }
-                    _ => None,
-                };
-                (p.code.as_str().to_owned(), Provider { settings: p.clone(), adapter })
+                let mut routes: Vec<RouteTo> = p
+                    .routes
+                    .iter()
+                    .map(|r| RouteTo {
+                        countries: Some(r.countries.clone()),
+                        adapter_name: r.adapter.clone(),
+                        adapter: adapters.get(&r.adapter).cloned(),
+                    })
+                    .collect();
+                let default = p.adapter.clone().or_else(|| simulator.as_ref().map(|_| "sandbox".to_owned()));
+                if let Some(name) = default {
+                    let countries = (name != "sandbox").then(|| p.countries.clone());
+                    routes.push(RouteTo { countries, adapter: adapters.get(&name).cloned(), adapter_name: name });
+                }
+                for route in routes.iter().filter(|r| r.adapter.is_none()) {
+                    tracing::warn!(provider = %p.code, adapter = %route.adapter_name, "route to an adapter without credentials: inactive");
+                }
+                (p.code.as_str().to_owned(), Provider { settings: p.clone(), routes })
             })
             .collect();
-        Providers { by_code: Arc::new(by_code), simulator }
+        Providers { by_code: Arc::new(by_code), adapters: Arc::new(adapters), simulator }
     }
 
     /// A catalogue of exactly these providers (the tests build one around a provider of their own).
     pub fn new(providers: impl IntoIterator<Item = Provider>, simulator: Option<Arc<sandbox::Simulator>>) -> Providers {
         let by_code = providers.into_iter().map(|p| (p.settings.code.as_str().to_owned(), p)).collect();
-        Providers { by_code: Arc::new(by_code), simulator }
+        Providers { by_code: Arc::new(by_code), adapters: Arc::new(BTreeMap::new()), simulator }
+    }
+
+    /// An active adapter by name (`pawapay`, `sandbox`, ...), for its callbacks.
+    pub fn adapter(&self, name: &str) -> Option<Arc<dyn Adapter>> {
+        self.adapters.get(name).cloned()
     }
 
     pub fn get(&self, code: &str) -> Option<&Provider> {

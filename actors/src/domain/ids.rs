@@ -195,6 +195,39 @@ pub fn validate_id(kind: IdKind, id: &str) -> Result<(), IdError> {
     Ok(())
 }
 
+/// The 128 bits of the ULID an id of ours ends with (`tx_01JD…`, `rmb_…`, `ret_…`); `None` for anything else.
+pub fn ulid_bits(id: &str) -> Option<u128> {
+    let (_, body) = id.split_once('_')?;
+    if body.len() != ULID_LEN {
+        return None;
+    }
+    let mut value: u128 = 0;
+    for (index, byte) in body.bytes().enumerate() {
+        let digit = ALPHABET.iter().position(|&a| a == byte)? as u128;
+        // The first character carries only the top 3 of the 128 bits.
+        if index == 0 && digit > 7 {
+            return None;
+        }
+        value = (value << 5) | digit;
+    }
+    Some(value)
+}
+
+/// An id of ours written as a UUID of version 4 (RFC 9562 variant), for providers that require their
+/// client-chosen ids in that form (pawaPay's `depositId`, MTN's `X-Reference-Id`).
+///
+/// Derived, not drawn: the outbound id of a transaction is fixed the moment the transaction is durably created,
+/// so a retry, a status query or a restart always uses the same one and a provider can never be asked twice
+/// under two ids. The ULID's 128 bits go in as they are, except the six bits the UUID format fixes (the version
+/// nibble and the variant's two bits); both fall in the ULID's random part, which keeps 74 of its 80 bits.
+pub fn uuid_of(id: &str) -> Option<String> {
+    let mut bits = ulid_bits(id)?;
+    bits = (bits & !(0xF << 76)) | (0x4 << 76);
+    bits = (bits & !(0x3 << 62)) | (0x2 << 62);
+    let hex = format!("{bits:032x}");
+    Some(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
+}
+
 /// A merchant's id, `mch_` plus a ULID: always exactly [`MERCHANT_ID_LEN`] ASCII bytes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -277,6 +310,26 @@ pub fn random_base62(len: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_as_a_uuid_is_version_4_stable_and_distinct() {
+        let id = new_id(IdKind::Transaction);
+        let uuid = uuid_of(&id).unwrap();
+        assert_eq!(uuid.len(), 36);
+        let groups: Vec<&str> = uuid.split('-').collect();
+        assert_eq!(groups.iter().map(|g| g.len()).collect::<Vec<_>>(), [8, 4, 4, 4, 12]);
+        assert!(groups[2].starts_with('4'), "{uuid}");
+        assert!(matches!(groups[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'), "{uuid}");
+        assert_eq!(uuid_of(&id), Some(uuid.clone()), "the same id gives the same UUID");
+        let ulid = &id[3..];
+        assert_eq!(uuid_of(&format!("rmb_{ulid}")), Some(uuid), "the prefix does not matter");
+        let next = new_id(IdKind::Transaction);
+        assert_ne!(uuid_of(&next), uuid_of(&id));
+        for bad in ["tx_", "tx_short", "nothing", "tx_8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "tx_01JD000000000000000000000I"] {
+            assert_eq!(uuid_of(bad), None, "{bad}");
+        }
+        assert_eq!(ulid_bits("tx_00000000000000000000000001"), Some(1));
+    }
 
     /// Reads the time part back, to check what was encoded.
     fn decode_ms(id: &str) -> u64 {

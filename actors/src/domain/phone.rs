@@ -31,6 +31,26 @@ pub enum PhoneError {
     LeadingZero,
 }
 
+/// Calling codes of the countries Caisse's providers serve, and their ISO 3166 alpha-2 codes. Codes are
+/// prefix-free within West and Central Africa, so the first match is the only one.
+const COUNTRY_CODES: &[(&str, &str)] = &[
+    ("221", "SN"),
+    ("223", "ML"),
+    ("224", "GN"),
+    ("225", "CI"),
+    ("226", "BF"),
+    ("227", "NE"),
+    ("228", "TG"),
+    ("229", "BJ"),
+    ("233", "GH"),
+    ("234", "NG"),
+    ("237", "CM"),
+    ("241", "GA"),
+    ("242", "CG"),
+    ("243", "CD"),
+    ("33", "FR"),
+];
+
 /// A phone number in E.164 form, e.g. `+22997000001`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -61,6 +81,18 @@ impl Phone {
     /// The number as written, with its `+`.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The ISO 3166 alpha-2 country of the number's calling code, for the countries Caisse's providers serve;
+    /// `None` for another one. Providers route by country, so this decides which adapter carries a payment.
+    pub fn country(&self) -> Option<&'static str> {
+        let digits = self.digits();
+        COUNTRY_CODES.iter().find(|(code, _)| digits.starts_with(code)).map(|(_, country)| *country)
+    }
+
+    /// The digits without the `+`, as most provider APIs want the number (`22997000001`).
+    pub fn digits(&self) -> &str {
+        self.0.strip_prefix('+').unwrap_or(&self.0)
     }
 
     /// The last two digits, which the sandbox provider reads to pick a scripted outcome.
@@ -108,6 +140,18 @@ impl From<Phone> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_country_comes_from_the_calling_code() {
+        let country = |n: &str| Phone::parse(n).unwrap().country();
+        assert_eq!(country("+22997000001"), Some("BJ"));
+        assert_eq!(country("+2250707000001"), Some("CI"));
+        assert_eq!(country("+221771234567"), Some("SN"));
+        assert_eq!(country("+237650000000"), Some("CM"));
+        assert_eq!(country("+33612345678"), Some("FR"));
+        assert_eq!(country("+15551234567"), None);
+        assert_eq!(Phone::parse("+22997000001").unwrap().digits(), "22997000001");
+    }
 
     #[test]
     fn parse_accepts_e164() {

@@ -16,8 +16,12 @@ use serde::Deserialize;
 
 use crate::sandbox_modes::Chaos;
 
+pub mod adapters;
+
+pub use adapters::{AdapterSettings, PawapaySettings, Route, Secret};
+
 /// The compiled-in defaults: the commented file at the repository's root.
-pub const DEFAULTS: &str = include_str!("../caisse.default.toml");
+pub const DEFAULTS: &str = include_str!("../../caisse.default.toml");
 
 /// Webhook attempts stop after this many waits, whatever the schedule says (the default has nine).
 pub const MAX_RETRY_WAITS: usize = 20;
@@ -86,7 +90,11 @@ pub struct ProviderSettings {
     pub fee: FeeRule,
     /// Amount bounds per currency, in the smallest unit, inclusive.
     pub limits: BTreeMap<Currency, (Amount, Amount)>,
-    pub credentials: Option<String>,
+    /// The adapter this fournisseur goes to for the countries it serves (`pays`), unless a route says
+    /// otherwise; `None`: the sandbox simulator in the sandbox environment, nothing (inactive) in production.
+    pub adapter: Option<String>,
+    /// Per-country overrides, first match wins.
+    pub routes: Vec<Route>,
 }
 
 /// The resolved, checked settings.
@@ -109,6 +117,10 @@ pub struct Settings {
     /// Chaos modes of the simulator for records whose metadata does not choose (`sandbox.chaos`).
     pub sandbox_chaos: Chaos,
     pub providers: Vec<ProviderSettings>,
+    /// Base of every URL given to a provider (callbacks, return pages); empty when not set.
+    pub public_url: String,
+    /// The adapters that have their credentials.
+    pub adapters: AdapterSettings,
 }
 
 /// One source's values, each optional.
@@ -127,6 +139,8 @@ pub struct Layer {
     store_cache_mib: Option<i64>,
     sandbox: Option<SandboxLayer>,
     providers: Option<Vec<ProviderLayer>>,
+    public_url: Option<String>,
+    adapters: Option<adapters::AdaptersLayer>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,8 +167,9 @@ struct ProviderLayer {
     fee: FeeLayer,
     #[serde(rename = "limites")]
     limits: BTreeMap<String, (i64, i64)>,
+    adapter: Option<String>,
     #[serde(default)]
-    credentials: String,
+    routes: Vec<adapters::RouteLayer>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -217,6 +232,8 @@ impl Layer {
             store_cache_mib: int("CAISSE_STORE_CACHE_MIB")?,
             sandbox,
             providers: None,
+            public_url: get("CAISSE_PUBLIC_URL"),
+            adapters: adapters::AdaptersLayer::from_env(&get),
         })
     }
 
@@ -241,6 +258,8 @@ impl Layer {
             store_cache_mib,
             sandbox,
             providers,
+            public_url,
+            adapters,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -258,6 +277,10 @@ impl Layer {
         win(&mut self.rate_limit_per_s, rate_limit_per_s);
         win(&mut self.store_cache_mib, store_cache_mib);
         win(&mut self.providers, providers);
+        win(&mut self.public_url, public_url);
+        if let Some(theirs) = adapters {
+            self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
+        }
         if let Some(SandboxLayer { simulator, delay_ms, secret, chaos }) = sandbox {
             let mine = self.sandbox.get_or_insert_with(SandboxLayer::default);
             win(&mut mine.simulator, simulator);
@@ -367,6 +390,11 @@ impl Settings {
         if let Some(dup) = providers.iter().find(|p| !seen.insert(p.code.clone())) {
             return Err(bad("providers", format!("`{}` is listed twice", dup.code)));
         }
+        let public_url = layer.public_url.unwrap_or_default().trim_end_matches('/').to_owned();
+        if !(public_url.is_empty() || public_url.starts_with("https://") || public_url.starts_with("http://")) {
+            return Err(bad("public_url", format!("`{public_url}` is not an http(s) URL")));
+        }
+        let adapters = adapters::resolve(layer.adapters, environment)?;
         Ok(Settings {
             listen,
             data_dir,
@@ -383,6 +411,8 @@ impl Settings {
             sandbox_secret,
             sandbox_chaos,
             providers,
+            public_url,
+            adapters,
         })
     }
 
@@ -434,7 +464,8 @@ fn resolve_provider(index: usize, p: ProviderLayer) -> Result<ProviderSettings, 
         operations: p.operations,
         fee,
         limits,
-        credentials: Some(p.credentials).filter(|c| !c.is_empty()),
+        adapter: p.adapter.map(|a| adapters::adapter_name(&name("adapter"), &a)).transpose()?,
+        routes: adapters::resolve_routes(&name("routes"), p.routes)?,
     })
 }
 

@@ -1,0 +1,192 @@
+//! The provider adapters' settings (an adapter is a provider API Caisse speaks) and the routes that send each
+//! fournisseur, per country, to one of them. Secrets are kept in [`Secret`], which never prints its value.
+
+use serde::Deserialize;
+
+use super::{bad, ConfigError, Environment};
+
+/// Every adapter a route may name. Those without an implementation yet are accepted so a configuration can
+/// be written ahead, and their routes are listed inactive.
+pub const ADAPTERS: [&str; 6] = ["sandbox", "pawapay", "mtn_momo", "wave", "cinetpay", "orange_money"];
+
+/// A credential: readable by the code that sends it, never by a log line or a `{:?}`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// `[adapters]` as written: each adapter's table, each key optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptersLayer {
+    pub(super) pawapay: Option<PawapayLayer>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PawapayLayer {
+    pub(super) base_url: Option<String>,
+    pub(super) api_token: Option<String>,
+    pub(super) api_token_file: Option<String>,
+}
+
+impl AdaptersLayer {
+    /// The `CAISSE_ADAPTERS_<ADAPTER>_<KEY>` variables.
+    pub(super) fn from_env(get: &impl Fn(&str) -> Option<String>) -> Option<AdaptersLayer> {
+        let pawapay = PawapayLayer {
+            base_url: get("CAISSE_ADAPTERS_PAWAPAY_BASE_URL"),
+            api_token: get("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN"),
+            api_token_file: get("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN_FILE"),
+        };
+        let any = pawapay.base_url.is_some() || pawapay.api_token.is_some() || pawapay.api_token_file.is_some();
+        any.then_some(AdaptersLayer { pawapay: Some(pawapay) })
+    }
+
+    /// `other`'s keys win over `self`'s, key by key.
+    pub(super) fn merge(mut self, other: AdaptersLayer) -> AdaptersLayer {
+        let AdaptersLayer { pawapay } = other;
+        if let Some(PawapayLayer { base_url, api_token, api_token_file }) = pawapay {
+            let mine = self.pawapay.get_or_insert_with(PawapayLayer::default);
+            mine.base_url = base_url.or(mine.base_url.take());
+            mine.api_token = api_token.or(mine.api_token.take());
+            mine.api_token_file = api_token_file.or(mine.api_token_file.take());
+        }
+        self
+    }
+}
+
+/// pawaPay v2: where it is and the API token of this environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PawapaySettings {
+    pub base_url: String,
+    pub api_token: Secret,
+}
+
+/// The adapters that have their credentials, hence can be active.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdapterSettings {
+    pub pawapay: Option<PawapaySettings>,
+}
+
+/// One route of a fournisseur: these countries go to this adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub countries: Vec<String>,
+    pub adapter: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteLayer {
+    #[serde(rename = "pays")]
+    pub(super) countries: Vec<String>,
+    pub(super) adapter: String,
+}
+
+/// Checks an adapter name a setting gives.
+pub(super) fn adapter_name(setting: &str, name: &str) -> Result<String, ConfigError> {
+    if ADAPTERS.contains(&name) {
+        Ok(name.to_owned())
+    } else {
+        Err(bad(setting, format!("`{name}` is not an adapter (one of {})", ADAPTERS.join(", "))))
+    }
+}
+
+pub(super) fn resolve_routes(setting: &str, routes: Vec<RouteLayer>) -> Result<Vec<Route>, ConfigError> {
+    routes
+        .into_iter()
+        .map(|r| {
+            if r.countries.is_empty()
+                || r.countries.iter().any(|c| c.len() != 2 || !c.bytes().all(|b| b.is_ascii_uppercase()))
+            {
+                return Err(bad(setting, "each route lists countries as ISO codes such as \"BJ\""));
+            }
+            Ok(Route { countries: r.countries, adapter: adapter_name(setting, &r.adapter)? })
+        })
+        .collect()
+}
+
+/// A provider API's base URL: https, or http on the loopback interface (a local fake).
+fn base_url(setting: &str, url: &str) -> Result<String, ConfigError> {
+    let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"].iter().any(|p| url.starts_with(p));
+    if !(url.starts_with("https://") || loopback) || url.contains(char::is_whitespace) {
+        return Err(bad(setting, format!("`{url}` is not an https URL (http is accepted on the loopback only)")));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// A secret given inline or in a file named by `<key>_file` (the file wins; surrounding whitespace dropped).
+fn secret(setting: &str, inline: Option<String>, file: Option<String>) -> Result<Option<Secret>, ConfigError> {
+    let value = match file.filter(|f| !f.is_empty()) {
+        Some(path) => std::fs::read_to_string(&path)
+            .map_err(|e| bad(format!("{setting}_file"), format!("cannot read {path}: {e}")))?
+            .trim()
+            .to_owned(),
+        None => inline.unwrap_or_default(),
+    };
+    Ok(Some(value).filter(|v| !v.is_empty()).map(Secret::new))
+}
+
+pub(super) fn resolve(layer: Option<AdaptersLayer>, environment: Environment) -> Result<AdapterSettings, ConfigError> {
+    let layer = layer.unwrap_or_default();
+    let pawapay = match layer.pawapay {
+        None => None,
+        Some(p) => {
+            let token = secret("adapters.pawapay.api_token", p.api_token, p.api_token_file)?;
+            let default = match environment {
+                Environment::Production => "https://api.pawapay.io",
+                Environment::Sandbox => "https://api.sandbox.pawapay.io",
+            };
+            let url = p.base_url.filter(|u| !u.is_empty()).unwrap_or_else(|| default.to_owned());
+            let base_url = base_url("adapters.pawapay.base_url", &url)?;
+            token.map(|api_token| PawapaySettings { base_url, api_token })
+        }
+    };
+    Ok(AdapterSettings { pawapay })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_never_prints() {
+        let s = Secret::new("tok_live_123".into());
+        assert!(!format!("{s:?}").contains("tok_live"));
+        let settings = PawapaySettings { base_url: "https://api.pawapay.io".into(), api_token: s };
+        assert!(!format!("{settings:?}").contains("tok_live"));
+    }
+
+    #[test]
+    fn an_adapter_without_its_token_is_inactive_and_urls_are_checked() {
+        let layer = |url: Option<&str>, token: Option<&str>| AdaptersLayer {
+            pawapay: Some(PawapayLayer {
+                base_url: url.map(str::to_owned),
+                api_token: token.map(str::to_owned),
+                api_token_file: None,
+            }),
+        };
+        assert_eq!(resolve(Some(layer(None, None)), Environment::Production).unwrap().pawapay, None);
+        let active = resolve(Some(layer(None, Some("t"))), Environment::Production).unwrap().pawapay.unwrap();
+        assert_eq!(active.base_url, "https://api.pawapay.io");
+        let fake = resolve(Some(layer(Some("http://127.0.0.1:9000/"), Some("t"))), Environment::Production).unwrap();
+        assert_eq!(fake.pawapay.unwrap().base_url, "http://127.0.0.1:9000");
+        let refused = resolve(Some(layer(Some("http://pawapay.example"), Some("t"))), Environment::Production);
+        assert!(refused.unwrap_err().to_string().contains("adapters.pawapay.base_url"));
+    }
+}

@@ -1,0 +1,338 @@
+//! The pawaPay v2 adapter: deposits (collection), payouts, partial refunds, status queries and callbacks.
+//!
+//! Protocol only; what a status means for a payment is decided in `flow`. The rules that keep money safe:
+//! - Every transaction's pawaPay id (`depositId`, `payoutId`, `refundId`) is our own transaction id written as
+//!   a UUIDv4 ([`uuid_of`]), so it is fixed in the same durable write as the transaction, before any request
+//!   leaves; a retry, a status query or a restart uses the same id, and pawaPay answers `DUPLICATE_IGNORED`
+//!   instead of creating a second transaction.
+//! - A 5xx, a timeout or an unclear answer never fails anything: the call is retried with the same id, and
+//!   otherwise the status query decides later. Only `REJECTED` (or a 4xx for our request) is a refusal, and
+//!   only a status query's `FAILED` is a failure. `NOT_FOUND` means the transaction was never created, so
+//!   sending it again with the same id is safe.
+//! - A callback is a hint: it is matched to our transaction (`clientReferenceId`, or for refunds the
+//!   `caisseTransactionId` metadata we sent, which must map to the callback's own id) and the status is then
+//!   asked of pawaPay before any money moves.
+//!
+//! Fournisseurs map to pawaPay provider codes per country ([`PROVIDER_CODES`]); a fournisseur pawaPay does not
+//! carry in a country is refused before anything is created. pawaPay's Wave providers need the customer's
+//! browser (a redirect) and are not offered through this adapter yet.
+
+use actix_web::http::header::HeaderMap;
+use awc::http::{Method, StatusCode};
+use caisse_engine::domain::ids::uuid_of;
+use caisse_engine::domain::money::{Amount, Currency};
+use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::records::{Payment, Payout, Refund};
+use serde_json::{json, Value};
+
+use super::http::{Answer, Call, Outbound};
+use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
+use crate::config::PawapaySettings;
+
+/// (fournisseur, country, pawaPay provider code) for the countries pawaPay serves among Caisse's.
+pub const PROVIDER_CODES: &[(&str, &str, &str)] = &[
+    ("mtn_momo", "BJ", "MTN_MOMO_BEN"),
+    ("moov_money", "BJ", "MOOV_BEN"),
+    ("moov_money", "BF", "MOOV_BFA"),
+    ("orange_money", "BF", "ORANGE_BFA"),
+    ("mtn_momo", "CM", "MTN_MOMO_CMR"),
+    ("orange_money", "CM", "ORANGE_CMR"),
+    ("mtn_momo", "CI", "MTN_MOMO_CIV"),
+    ("orange_money", "CI", "ORANGE_CIV"),
+    ("orange_money", "SN", "ORANGE_SEN"),
+    ("free_money", "SN", "FREE_SEN"),
+];
+
+/// What the customer reads on the prompt (pawaPay takes 4 to 22 characters).
+const DEPOSIT_MESSAGE: &str = "Paiement Caisse";
+const PAYOUT_MESSAGE: &str = "Retrait Caisse";
+/// The metadata key that carries our transaction id on a refund, which has no `clientReferenceId`.
+const REFUND_METADATA_KEY: &str = "caisseTransactionId";
+
+pub struct Pawapay {
+    settings: PawapaySettings,
+    outbound: std::sync::Arc<Outbound>,
+}
+
+impl Pawapay {
+    pub fn new(settings: PawapaySettings) -> Pawapay {
+        Pawapay { settings, outbound: std::sync::Arc::new(Outbound::new("pawapay")) }
+    }
+
+    fn call(&self, method: Method, path: &str, body: Option<Value>, idempotent: bool) -> Call<'static> {
+        Call {
+            method,
+            url: format!("{}{path}", self.settings.base_url),
+            headers: vec![("Authorization", format!("Bearer {}", self.settings.api_token.expose()))],
+            body,
+            idempotent,
+        }
+    }
+
+    /// Sends a creation (deposit, payout, refund) and reads pawaPay's answer to it.
+    fn create(&self, path: &'static str, body: Value) -> LocalFuture<Result<(), ProviderError>> {
+        let outbound = self.outbound.clone();
+        let call = self.call(Method::POST, path, Some(body), true);
+        Box::pin(async move { read_creation(&outbound.send(call).await?) })
+    }
+}
+
+/// The pawaPay provider code of a fournisseur for a phone, `None` where pawaPay does not carry it.
+pub fn provider_code(fournisseur: &str, phone: &Phone) -> Option<&'static str> {
+    let country = phone.country()?;
+    PROVIDER_CODES.iter().find(|(f, c, _)| *f == fournisseur && *c == country).map(|(_, _, code)| *code)
+}
+
+/// An amount as pawaPay writes it: a decimal string in the currency's major unit (`"1000"` for XOF).
+pub fn amount_text(amount: Amount, currency: Currency) -> String {
+    let decimals = u32::from(currency.info().decimals);
+    let minor = amount.minor();
+    if decimals == 0 {
+        return minor.to_string();
+    }
+    let scale = 10i64.pow(decimals);
+    format!("{}.{:0width$}", minor / scale, minor % scale, width = decimals as usize)
+}
+
+fn id_of(transaction_id: &str) -> Result<String, ProviderError> {
+    uuid_of(transaction_id).ok_or_else(|| ProviderError::Malformed(format!("`{transaction_id}` is not one of our ids")))
+}
+
+/// A failure code as Caisse reports it: pawaPay's, in lower snake case (`PAYER_NOT_FOUND` → `payer_not_found`).
+fn failure_code(object: &Value) -> String {
+    let code = object["failureReason"]["failureCode"].as_str().or_else(|| object["failureCode"].as_str());
+    code.filter(|c| !c.is_empty() && c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .map_or_else(|| "unspecified_failure".to_owned(), str::to_ascii_lowercase)
+}
+
+fn read_creation(answer: &Answer) -> Result<(), ProviderError> {
+    match answer.status {
+        StatusCode::OK | StatusCode::CREATED | StatusCode::ACCEPTED => {
+            let body = answer.json()?;
+            match body["status"].as_str() {
+                Some("ACCEPTED") | Some("DUPLICATE_IGNORED") | Some("ENQUEUED") => Ok(()),
+                Some("REJECTED") => Err(ProviderError::Rejected { code: failure_code(&body) }),
+                other => Err(ProviderError::Unreachable(format!("unexpected creation status {other:?}"))),
+            }
+        }
+        // Our credentials: no transaction's fault, and nothing was created; the operator must act.
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            tracing::error!(status = %answer.status, "pawaPay refused our credentials: check adapters.pawapay.api_token");
+            Err(ProviderError::Unreachable(format!("pawaPay answered {}", answer.status)))
+        }
+        status if status.is_client_error() => {
+            let body = answer.json().unwrap_or(Value::Null);
+            let code = body["failureReason"]["failureCode"].as_str().or_else(|| body["errorCode"].as_str());
+            Err(ProviderError::Rejected {
+                code: code.map_or_else(|| "invalid_request".to_owned(), str::to_ascii_lowercase),
+            })
+        }
+        status => Err(ProviderError::Unreachable(format!("pawaPay answered {status}"))),
+    }
+}
+
+/// What a transaction object's `status` says, with its failure code.
+fn status_of(object: &Value) -> ProviderStatus {
+    match object["status"].as_str() {
+        Some("COMPLETED") => ProviderStatus::Succeeded,
+        Some("FAILED") => ProviderStatus::Failed { code: failure_code(object) },
+        // ACCEPTED, SUBMITTED, PROCESSING, ENQUEUED, IN_RECONCILIATION, and anything new: not final.
+        _ => ProviderStatus::Processing,
+    }
+}
+
+fn read_status(answer: &Answer) -> Result<ProviderStatus, ProviderError> {
+    if answer.status != StatusCode::OK {
+        return Err(ProviderError::Unreachable(format!("status query answered {}", answer.status)));
+    }
+    let body = answer.json()?;
+    match body["status"].as_str() {
+        Some("FOUND") => Ok(status_of(&body["data"])),
+        // Never created: nothing happened at pawaPay, and the same id may be sent again.
+        Some("NOT_FOUND") => Ok(ProviderStatus::Pending),
+        other => Err(ProviderError::Unreachable(format!("unexpected status answer {other:?}"))),
+    }
+}
+
+fn path_of(subject: Subject) -> &'static str {
+    match subject {
+        Subject::Payment => "/v2/deposits",
+        Subject::Payout => "/v2/payouts",
+        Subject::Refund => "/v2/refunds",
+    }
+}
+
+/// Our transaction id in a refund's metadata, which pawaPay writes as a list of objects or as one object.
+fn refund_reference(object: &Value) -> Option<&str> {
+    let metadata = &object["metadata"];
+    match metadata {
+        Value::Array(items) => items.iter().find_map(|item| item[REFUND_METADATA_KEY].as_str()),
+        Value::Object(_) => metadata[REFUND_METADATA_KEY].as_str(),
+        _ => None,
+    }
+}
+
+impl Adapter for Pawapay {
+    fn serves(&self, fournisseur: &str, phone: &Phone) -> bool {
+        provider_code(fournisseur, phone).is_some()
+    }
+
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
+        let Some(code) = provider_code(payment.provider.as_str(), &payment.customer_phone) else {
+            return Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "unsupported_provider".into() })));
+        };
+        let id = match id_of(&payment.transaction_id) {
+            Ok(id) => id,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let body = json!({
+            "depositId": id,
+            "amount": amount_text(payment.amount, payment.currency),
+            "currency": payment.currency.code(),
+            "payer": {"type": "MMO", "accountDetails": {"phoneNumber": payment.customer_phone.digits(), "provider": code}},
+            "clientReferenceId": payment.transaction_id,
+            "customerMessage": DEPOSIT_MESSAGE,
+        });
+        self.create("/v2/deposits", body)
+    }
+
+    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+        let id = match id_of(transaction_id) {
+            Ok(id) => id,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let outbound = self.outbound.clone();
+        let call = self.call(Method::GET, &format!("{}/{id}", path_of(subject)), None, true);
+        Box::pin(async move { read_status(&outbound.send(call).await?) })
+    }
+
+    fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
+        let refund_tx = refund.transaction_id();
+        let ids = id_of(&refund_tx).and_then(|r| Ok((r, id_of(&payment.transaction_id)?)));
+        let (refund_id, deposit_id) = match ids {
+            Ok(ids) => ids,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let body = json!({
+            "refundId": refund_id,
+            "depositId": deposit_id,
+            "amount": amount_text(refund.amount, payment.currency),
+            "currency": payment.currency.code(),
+            "metadata": [{REFUND_METADATA_KEY: refund_tx}],
+        });
+        self.create("/v2/refunds", body)
+    }
+
+    fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
+        let Some(code) = provider_code(payout.provider.as_str(), &payout.beneficiary_phone) else {
+            return Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "unsupported_provider".into() })));
+        };
+        let id = match id_of(&payout.transaction_id) {
+            Ok(id) => id,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let body = json!({
+            "payoutId": id,
+            "amount": amount_text(payout.amount, payout.currency),
+            "currency": payout.currency.code(),
+            "recipient": {"type": "MMO", "accountDetails": {"phoneNumber": payout.beneficiary_phone.digits(), "provider": code}},
+            "clientReferenceId": payout.transaction_id,
+            "customerMessage": PAYOUT_MESSAGE,
+        });
+        self.create("/v2/payouts", body)
+    }
+
+    /// A callback: the final transaction object. Unsigned callbacks are accepted because nothing is applied
+    /// before pawaPay's own status answer confirms it; the one check here is that the transaction it names is
+    /// ours and that its pawaPay id is the one our id maps to.
+    fn parse_notice(&self, _headers: &HeaderMap, body: &[u8]) -> Result<Notice, ProviderError> {
+        let object: Value = serde_json::from_slice(body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
+        let (subject, their_id, ours) = if let Some(id) = object["depositId"].as_str() {
+            (Subject::Payment, id, object["clientReferenceId"].as_str())
+        } else if let Some(id) = object["payoutId"].as_str() {
+            (Subject::Payout, id, object["clientReferenceId"].as_str())
+        } else if let Some(id) = object["refundId"].as_str() {
+            (Subject::Refund, id, refund_reference(&object))
+        } else {
+            return Err(ProviderError::Malformed("no depositId, payoutId or refundId".into()));
+        };
+        let Some(ours) = ours.filter(|t| t.len() <= 64) else {
+            return Err(ProviderError::NotOurs(their_id.chars().take(64).collect()));
+        };
+        if uuid_of(ours).as_deref() != Some(their_id) {
+            return Err(ProviderError::Unauthenticated(format!(
+                "{ours} is not pawaPay's {}",
+                their_id.chars().take(64).collect::<String>()
+            )));
+        }
+        Ok(Notice { subject, transaction_id: ours.to_owned(), status: status_of(&object) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_are_major_unit_strings() {
+        let amount = |minor| Amount::new(minor).unwrap();
+        assert_eq!(amount_text(amount(1000), Currency::XOF), "1000");
+        assert_eq!(amount_text(amount(1234), Currency::EUR), "12.34");
+        assert_eq!(amount_text(amount(5), Currency::EUR), "0.05");
+    }
+
+    #[test]
+    fn provider_codes_follow_the_phone_country() {
+        let phone = |n: &str| Phone::parse(n).unwrap();
+        assert_eq!(provider_code("mtn_momo", &phone("+22951345789")), Some("MTN_MOMO_BEN"));
+        assert_eq!(provider_code("mtn_momo", &phone("+2250503456789")), Some("MTN_MOMO_CIV"));
+        assert_eq!(provider_code("orange_money", &phone("+221773456789")), Some("ORANGE_SEN"));
+        assert_eq!(provider_code("mtn_momo", &phone("+22890000000")), None, "Togo is not carried");
+        assert_eq!(provider_code("wave", &phone("+221773456789")), None, "redirect providers are not offered");
+    }
+
+    #[test]
+    fn statuses_and_failure_codes() {
+        assert_eq!(status_of(&json!({"status": "COMPLETED"})), ProviderStatus::Succeeded);
+        assert_eq!(status_of(&json!({"status": "IN_RECONCILIATION"})), ProviderStatus::Processing);
+        let failed = json!({"status": "FAILED", "failureReason": {"failureCode": "PAYER_NOT_FOUND"}});
+        assert_eq!(status_of(&failed), ProviderStatus::Failed { code: "payer_not_found".into() });
+        let odd = json!({"status": "FAILED", "failureReason": {"failureCode": "<script>"}});
+        assert_eq!(status_of(&odd), ProviderStatus::Failed { code: "unspecified_failure".into() });
+        let answer = |status: u16, body: Value| Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            body: serde_json::to_vec(&body).unwrap(),
+        };
+        assert_eq!(read_status(&answer(200, json!({"status": "NOT_FOUND"}))).unwrap(), ProviderStatus::Pending);
+        assert!(read_status(&answer(500, json!({}))).is_err(), "a 500 decides nothing");
+        assert!(read_creation(&answer(200, json!({"status": "DUPLICATE_IGNORED"}))).is_ok());
+        let rejected =
+            answer(200, json!({"status": "REJECTED", "failureReason": {"failureCode": "INVALID_PHONE_NUMBER"}}));
+        assert!(
+            matches!(read_creation(&rejected), Err(ProviderError::Rejected { code }) if code == "invalid_phone_number")
+        );
+        assert!(matches!(read_creation(&answer(500, json!({}))), Err(ProviderError::Unreachable(_))));
+    }
+
+    #[test]
+    fn a_callback_is_matched_to_our_transaction_or_refused() {
+        let settings = PawapaySettings {
+            base_url: "http://127.0.0.1:1".into(),
+            api_token: crate::config::Secret::new("t".into()),
+        };
+        let adapter = Pawapay::new(settings);
+        let tx = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
+        let uuid = uuid_of(&tx).unwrap();
+        let headers = HeaderMap::new();
+        let body = json!({"depositId": uuid, "clientReferenceId": tx, "status": "COMPLETED"}).to_string();
+        let notice = adapter.parse_notice(&headers, body.as_bytes()).unwrap();
+        assert_eq!((notice.subject, notice.transaction_id.as_str()), (Subject::Payment, tx.as_str()));
+        let refund = json!({"refundId": uuid, "metadata": [{REFUND_METADATA_KEY: tx}], "status": "FAILED"}).to_string();
+        assert_eq!(adapter.parse_notice(&headers, refund.as_bytes()).unwrap().subject, Subject::Refund);
+        let other = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
+        let forged = json!({"depositId": uuid, "clientReferenceId": other, "status": "COMPLETED"}).to_string();
+        assert!(matches!(adapter.parse_notice(&headers, forged.as_bytes()), Err(ProviderError::Unauthenticated(_))));
+        let foreign = json!({"depositId": uuid, "status": "COMPLETED"}).to_string();
+        assert!(matches!(adapter.parse_notice(&headers, foreign.as_bytes()), Err(ProviderError::NotOurs(_))));
+    }
+}
