@@ -35,6 +35,61 @@ impl std::fmt::Debug for Secret {
 #[serde(deny_unknown_fields)]
 pub struct AdaptersLayer {
     pub(super) pawapay: Option<PawapayLayer>,
+    pub(super) mtn_momo: Option<MtnLayer>,
+}
+
+/// `[adapters.mtn_momo]`: each product (collection, disbursement) has its own subscription key and API user.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MtnLayer {
+    pub(super) base_url: Option<String>,
+    pub(super) target_environment: Option<String>,
+    pub(super) collection_subscription_key: Option<String>,
+    pub(super) collection_subscription_key_file: Option<String>,
+    pub(super) collection_api_user: Option<String>,
+    pub(super) collection_api_key: Option<String>,
+    pub(super) collection_api_key_file: Option<String>,
+    pub(super) disbursement_subscription_key: Option<String>,
+    pub(super) disbursement_subscription_key_file: Option<String>,
+    pub(super) disbursement_api_user: Option<String>,
+    pub(super) disbursement_api_key: Option<String>,
+    pub(super) disbursement_api_key_file: Option<String>,
+}
+
+/// The names of `MtnLayer`'s keys, for the environment variables.
+const MTN_KEYS: [&str; 12] = [
+    "base_url",
+    "target_environment",
+    "collection_subscription_key",
+    "collection_subscription_key_file",
+    "collection_api_user",
+    "collection_api_key",
+    "collection_api_key_file",
+    "disbursement_subscription_key",
+    "disbursement_subscription_key_file",
+    "disbursement_api_user",
+    "disbursement_api_key",
+    "disbursement_api_key_file",
+];
+
+impl MtnLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        Some(match key {
+            "base_url" => &mut self.base_url,
+            "target_environment" => &mut self.target_environment,
+            "collection_subscription_key" => &mut self.collection_subscription_key,
+            "collection_subscription_key_file" => &mut self.collection_subscription_key_file,
+            "collection_api_user" => &mut self.collection_api_user,
+            "collection_api_key" => &mut self.collection_api_key,
+            "collection_api_key_file" => &mut self.collection_api_key_file,
+            "disbursement_subscription_key" => &mut self.disbursement_subscription_key,
+            "disbursement_subscription_key_file" => &mut self.disbursement_subscription_key_file,
+            "disbursement_api_user" => &mut self.disbursement_api_user,
+            "disbursement_api_key" => &mut self.disbursement_api_key,
+            "disbursement_api_key_file" => &mut self.disbursement_api_key_file,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -53,13 +108,32 @@ impl AdaptersLayer {
             api_token: get("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN"),
             api_token_file: get("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN_FILE"),
         };
-        let any = pawapay.base_url.is_some() || pawapay.api_token.is_some() || pawapay.api_token_file.is_some();
-        any.then_some(AdaptersLayer { pawapay: Some(pawapay) })
+        let any_pawapay = pawapay.base_url.is_some() || pawapay.api_token.is_some() || pawapay.api_token_file.is_some();
+        let mut mtn = MtnLayer::default();
+        let mut any_mtn = false;
+        for key in MTN_KEYS {
+            if let (Some(value), Some(slot)) =
+                (get(&format!("CAISSE_ADAPTERS_MTN_MOMO_{}", key.to_uppercase())), mtn.slot(key))
+            {
+                *slot = Some(value);
+                any_mtn = true;
+            }
+        }
+        (any_pawapay || any_mtn)
+            .then_some(AdaptersLayer { pawapay: any_pawapay.then_some(pawapay), mtn_momo: any_mtn.then_some(mtn) })
     }
 
     /// `other`'s keys win over `self`'s, key by key.
     pub(super) fn merge(mut self, other: AdaptersLayer) -> AdaptersLayer {
-        let AdaptersLayer { pawapay } = other;
+        let AdaptersLayer { pawapay, mtn_momo } = other;
+        if let Some(mut theirs) = mtn_momo {
+            let mine = self.mtn_momo.get_or_insert_with(MtnLayer::default);
+            for key in MTN_KEYS {
+                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
+                    *slot = Some(value);
+                }
+            }
+        }
         if let Some(PawapayLayer { base_url, api_token, api_token_file }) = pawapay {
             let mine = self.pawapay.get_or_insert_with(PawapayLayer::default);
             mine.base_url = base_url.or(mine.base_url.take());
@@ -77,10 +151,29 @@ pub struct PawapaySettings {
     pub api_token: Secret,
 }
 
+/// One MTN MoMo product's credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MtnProduct {
+    pub subscription_key: Secret,
+    pub api_user: String,
+    pub api_key: Secret,
+}
+
+/// MTN MoMo Open API: where it is, the target environment (the country's, e.g. `mtnbenin`), and the products
+/// this server has credentials for. Collection is needed to be active; disbursement for payouts and refunds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MtnSettings {
+    pub base_url: String,
+    pub target_environment: String,
+    pub collection: MtnProduct,
+    pub disbursement: Option<MtnProduct>,
+}
+
 /// The adapters that have their credentials, hence can be active.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AdapterSettings {
     pub pawapay: Option<PawapaySettings>,
+    pub mtn_momo: Option<MtnSettings>,
 }
 
 /// One route of a fournisseur: these countries go to this adapter.
@@ -157,7 +250,66 @@ pub(super) fn resolve(layer: Option<AdaptersLayer>, environment: Environment) ->
             token.map(|api_token| PawapaySettings { base_url, api_token })
         }
     };
-    Ok(AdapterSettings { pawapay })
+    let mtn_momo = match layer.mtn_momo {
+        None => None,
+        Some(m) => resolve_mtn(m, environment)?,
+    };
+    Ok(AdapterSettings { pawapay, mtn_momo })
+}
+
+fn resolve_mtn(m: MtnLayer, environment: Environment) -> Result<Option<MtnSettings>, ConfigError> {
+    let product = |name: &str, key: Option<String>, key_file, user: Option<String>, api_key, api_key_file| {
+        let setting = |k: &str| format!("adapters.mtn_momo.{name}_{k}");
+        let subscription_key = secret(&setting("subscription_key"), key, key_file)?;
+        let api_key = secret(&setting("api_key"), api_key, api_key_file)?;
+        let api_user = user.filter(|u| !u.is_empty());
+        match (subscription_key, api_user, api_key) {
+            (Some(subscription_key), Some(api_user), Some(api_key)) => {
+                Ok(Some(MtnProduct { subscription_key, api_user, api_key }))
+            }
+            (None, None, None) => Ok(None),
+            _ => Err(bad(setting("api_user"), "a product needs its subscription key, API user and API key together")),
+        }
+    };
+    let collection = product(
+        "collection",
+        m.collection_subscription_key,
+        m.collection_subscription_key_file,
+        m.collection_api_user,
+        m.collection_api_key,
+        m.collection_api_key_file,
+    )?;
+    let disbursement = product(
+        "disbursement",
+        m.disbursement_subscription_key,
+        m.disbursement_subscription_key_file,
+        m.disbursement_api_user,
+        m.disbursement_api_key,
+        m.disbursement_api_key_file,
+    )?;
+    let Some(collection) = collection else { return Ok(None) };
+    let (default_url, default_target) = match environment {
+        Environment::Production => ("https://proxy.momoapi.mtn.com", None),
+        Environment::Sandbox => ("https://sandbox.momodeveloper.mtn.com", Some("sandbox")),
+    };
+    let url = m.base_url.filter(|u| !u.is_empty()).unwrap_or_else(|| default_url.to_owned());
+    let target_environment = m
+        .target_environment
+        .filter(|t| !t.is_empty())
+        .or(default_target.map(str::to_owned))
+        .ok_or_else(|| bad("adapters.mtn_momo.target_environment", "required in production (e.g. mtnbenin)"))?;
+    if !target_environment.bytes().all(|b| b.is_ascii_lowercase()) {
+        return Err(bad(
+            "adapters.mtn_momo.target_environment",
+            format!("`{target_environment}` is not a target name"),
+        ));
+    }
+    Ok(Some(MtnSettings {
+        base_url: base_url("adapters.mtn_momo.base_url", &url)?,
+        target_environment,
+        collection,
+        disbursement,
+    }))
 }
 
 #[cfg(test)]
@@ -180,6 +332,7 @@ mod tests {
                 api_token: token.map(str::to_owned),
                 api_token_file: None,
             }),
+            mtn_momo: None,
         };
         assert_eq!(resolve(Some(layer(None, None)), Environment::Production).unwrap().pawapay, None);
         let active = resolve(Some(layer(None, Some("t"))), Environment::Production).unwrap().pawapay.unwrap();
@@ -188,5 +341,29 @@ mod tests {
         assert_eq!(fake.pawapay.unwrap().base_url, "http://127.0.0.1:9000");
         let refused = resolve(Some(layer(Some("http://pawapay.example"), Some("t"))), Environment::Production);
         assert!(refused.unwrap_err().to_string().contains("adapters.pawapay.base_url"));
+    }
+}
+
+#[cfg(test)]
+mod mtn_tests {
+    use super::*;
+
+    #[test]
+    fn mtn_needs_a_whole_collection_product_and_a_target_in_production() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+        };
+        let collection: &[(&str, &str)] = &[
+            ("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_SUBSCRIPTION_KEY", "k"),
+            ("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_API_USER", "u"),
+            ("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_API_KEY", "s"),
+        ];
+        let layer = AdaptersLayer::from_env(&env(collection));
+        let sandbox = resolve(layer.clone(), Environment::Sandbox).unwrap().mtn_momo.unwrap();
+        assert_eq!((sandbox.target_environment.as_str(), sandbox.disbursement.is_none()), ("sandbox", true));
+        assert!(resolve(layer, Environment::Production).unwrap_err().to_string().contains("target_environment"));
+        let half: &[(&str, &str)] = &[("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_API_USER", "u")];
+        assert!(resolve(AdaptersLayer::from_env(&env(half)), Environment::Sandbox).is_err());
+        assert!(!format!("{sandbox:?}").contains("\"s\""), "secrets never print");
     }
 }

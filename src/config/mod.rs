@@ -18,7 +18,7 @@ use crate::sandbox_modes::Chaos;
 
 pub mod adapters;
 
-pub use adapters::{AdapterSettings, PawapaySettings, Route, Secret};
+pub use adapters::{AdapterSettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret};
 
 /// The compiled-in defaults: the commented file at the repository's root.
 pub const DEFAULTS: &str = include_str!("../../caisse.default.toml");

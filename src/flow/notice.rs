@@ -38,24 +38,31 @@ impl Flow {
         self.providers.get(code).ok_or_else(|| NoticeError::UnknownProvider(code.to_owned()))?;
         let adapter =
             self.providers.adapter("sandbox").ok_or_else(|| NoticeError::InactiveProvider(code.to_owned()))?;
-        self.confirm_and_apply(adapter, headers, body, false).await
+        self.confirm_and_apply(adapter, headers, None, body, false).await
     }
 
     /// Handles one callback of a provider's adapter, sent to `/v1/notifications/{adapter}`. A callback about a
     /// transaction that is not Caisse's is answered 200 and changes nothing, so the provider stops sending it.
-    pub async fn adapter_notice(&self, name: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), NoticeError> {
+    pub async fn adapter_notice(
+        &self,
+        name: &str,
+        token: Option<&str>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(), NoticeError> {
         let adapter = self.providers.adapter(name).ok_or_else(|| NoticeError::UnknownProvider(name.to_owned()))?;
-        self.confirm_and_apply(adapter, headers, body, true).await
+        self.confirm_and_apply(adapter, headers, token, body, true).await
     }
 
     async fn confirm_and_apply(
         &self,
         adapter: Arc<dyn Adapter>,
         headers: &HeaderMap,
+        token: Option<&str>,
         body: &[u8],
         unknown_is_fine: bool,
     ) -> Result<(), NoticeError> {
-        let notice = match adapter.parse_notice(headers, body) {
+        let notice = match adapter.parse_notice(headers, token, body) {
             Ok(notice) => notice,
             Err(ProviderError::Unauthenticated(why)) => return Err(NoticeError::Unauthenticated(why)),
             Err(ProviderError::NotOurs(id)) if unknown_is_fine => {

@@ -257,7 +257,7 @@ mod tests {
         fn payout(&self, _: &Payout) -> LocalFuture<Result<(), ProviderError>> {
             self.0.call(Ok(()))
         }
-        fn parse_notice(&self, _: &HeaderMap, _: &[u8]) -> Result<Notice, ProviderError> {
+        fn parse_notice(&self, _: &HeaderMap, _: Option<&str>, _: &[u8]) -> Result<Notice, ProviderError> {
             Err(ProviderError::Unauthenticated("not in this test".into()))
         }
     }

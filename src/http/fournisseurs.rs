@@ -53,7 +53,31 @@ pub async fn adapter_notification(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload).await?;
-    state.flow.adapter_notice(&path, req.headers(), &body).await.map_err(notice_error)?;
+    state.flow.adapter_notice(&path, None, req.headers(), &body).await.map_err(notice_error)?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
+}
+
+/// A provider callback at a URL with the adapter's own path segment (MTN MoMo's per-transaction token); MTN
+/// sends some callbacks with PUT.
+#[utoipa::path(post, path = "/v1/notifications/{adapter}/{token}", tag = "fournisseurs",
+    params(("adapter" = String, Path, description = "Adapter name: mtn_momo, ..."),
+        ("token" = String, Path, description = "The segment the adapter put in the callback URL")),
+    request_body(content = String, content_type = "application/json", description = "The provider's callback"),
+    responses((status = 200, description = "Accepted (duplicates and unknown transactions too)", body = Object),
+        (status = 400, description = "Malformed callback", body = ErrorBody),
+        (status = 401, description = "Callback not authentic", body = ErrorBody),
+        (status = 404, description = "Unknown or inactive adapter", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 503, description = "Provider or storage unavailable", body = ErrorBody)))]
+pub async fn adapter_notification_with_token(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (adapter, token) = path.into_inner();
+    let body = read_body(&req, payload).await?;
+    state.flow.adapter_notice(&adapter, Some(&token), req.headers(), &body).await.map_err(notice_error)?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
 }
 
@@ -69,4 +93,24 @@ fn notice_error(e: NoticeError) -> ApiError {
         NoticeError::Unconfirmed(_) => ApiError::unavailable(),
         NoticeError::Engine(e) => ApiError::from(e),
     }
+}
+
+/// The same callback sent with PUT, as MTN MoMo does for some products.
+#[utoipa::path(put, path = "/v1/notifications/{adapter}/{token}", tag = "fournisseurs",
+    params(("adapter" = String, Path, description = "Adapter name: mtn_momo, ..."),
+        ("token" = String, Path, description = "The segment the adapter put in the callback URL")),
+    request_body(content = String, content_type = "application/json", description = "The provider's callback"),
+    responses((status = 200, description = "Accepted (duplicates and unknown transactions too)", body = Object),
+        (status = 400, description = "Malformed callback", body = ErrorBody),
+        (status = 401, description = "Callback not authentic", body = ErrorBody),
+        (status = 404, description = "Unknown or inactive adapter", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 503, description = "Provider or storage unavailable", body = ErrorBody)))]
+pub async fn adapter_notification_put(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    adapter_notification_with_token(state, req, path, payload).await
 }

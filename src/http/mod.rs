@@ -60,6 +60,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/fournisseurs"),
     ("POST", "/v1/fournisseurs/{code}/notifications"),
     ("POST", "/v1/notifications/{adapter}"),
+    ("POST", "/v1/notifications/{adapter}/{token}"),
+    ("PUT", "/v1/notifications/{adapter}/{token}"),
     ("GET", "/v1/openapi.json"),
 ];
 
@@ -120,6 +122,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/notifications/{adapter}")
                     .route(web::post().to(fournisseurs::adapter_notification))
+                    .default_service(unknown_method()),
+            )
+            .service(
+                web::resource("/notifications/{adapter}/{token}")
+                    .route(web::post().to(fournisseurs::adapter_notification_with_token))
+                    .route(web::put().to(fournisseurs::adapter_notification_put))
                     .default_service(unknown_method()),
             )
             .service(

@@ -30,6 +30,8 @@ use super::{fournisseurs, paiement, retraits, soldes, transactions, utility};
         utility::providers,
         fournisseurs::notification,
         fournisseurs::adapter_notification,
+        fournisseurs::adapter_notification_with_token,
+        fournisseurs::adapter_notification_put,
         document,
     ),
     modifiers(&BearerAuth)

@@ -13,6 +13,7 @@
 
 pub mod chaos;
 pub mod http;
+pub mod mtn_momo;
 pub mod pawapay;
 pub mod sandbox;
 
@@ -90,7 +91,9 @@ pub trait Adapter: Send + Sync {
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>>;
     /// Authenticates and parses an inbound notice; anything unauthenticated is refused before parsing.
-    fn parse_notice(&self, headers: &HeaderMap, body: &[u8]) -> Result<Notice, ProviderError>;
+    /// `path_token` is the one path segment an adapter may append to its callback URL.
+    fn parse_notice(&self, headers: &HeaderMap, path_token: Option<&str>, body: &[u8])
+        -> Result<Notice, ProviderError>;
 }
 
 /// One route of a fournisseur: the countries it covers (`None`: any) and the adapter that carries them, which
@@ -208,6 +211,14 @@ impl Providers {
         }
         if let Some(pawapay) = &settings.adapters.pawapay {
             adapters.insert("pawapay".into(), Arc::new(pawapay::Pawapay::new(pawapay.clone())));
+        }
+        if let Some(mtn) = &settings.adapters.mtn_momo {
+            if settings.public_url.is_empty() {
+                tracing::warn!(
+                    "public_url is not set: MTN MoMo will not call back, and only status queries settle payments"
+                );
+            }
+            adapters.insert("mtn_momo".into(), Arc::new(mtn_momo::MtnMomo::new(mtn.clone(), &settings.public_url)));
         }
         let by_code = settings
             .providers

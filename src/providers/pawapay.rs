@@ -245,7 +245,12 @@ impl Adapter for Pawapay {
     /// A callback: the final transaction object. Unsigned callbacks are accepted because nothing is applied
     /// before pawaPay's own status answer confirms it; the one check here is that the transaction it names is
     /// ours and that its pawaPay id is the one our id maps to.
-    fn parse_notice(&self, _headers: &HeaderMap, body: &[u8]) -> Result<Notice, ProviderError> {
+    fn parse_notice(
+        &self,
+        _headers: &HeaderMap,
+        _path_token: Option<&str>,
+        body: &[u8],
+    ) -> Result<Notice, ProviderError> {
         let object: Value = serde_json::from_slice(body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
         let (subject, their_id, ours) = if let Some(id) = object["depositId"].as_str() {
             (Subject::Payment, id, object["clientReferenceId"].as_str())
@@ -325,14 +330,17 @@ mod tests {
         let uuid = uuid_of(&tx).unwrap();
         let headers = HeaderMap::new();
         let body = json!({"depositId": uuid, "clientReferenceId": tx, "status": "COMPLETED"}).to_string();
-        let notice = adapter.parse_notice(&headers, body.as_bytes()).unwrap();
+        let notice = adapter.parse_notice(&headers, None, body.as_bytes()).unwrap();
         assert_eq!((notice.subject, notice.transaction_id.as_str()), (Subject::Payment, tx.as_str()));
         let refund = json!({"refundId": uuid, "metadata": [{REFUND_METADATA_KEY: tx}], "status": "FAILED"}).to_string();
-        assert_eq!(adapter.parse_notice(&headers, refund.as_bytes()).unwrap().subject, Subject::Refund);
+        assert_eq!(adapter.parse_notice(&headers, None, refund.as_bytes()).unwrap().subject, Subject::Refund);
         let other = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
         let forged = json!({"depositId": uuid, "clientReferenceId": other, "status": "COMPLETED"}).to_string();
-        assert!(matches!(adapter.parse_notice(&headers, forged.as_bytes()), Err(ProviderError::Unauthenticated(_))));
+        assert!(matches!(
+            adapter.parse_notice(&headers, None, forged.as_bytes()),
+            Err(ProviderError::Unauthenticated(_))
+        ));
         let foreign = json!({"depositId": uuid, "status": "COMPLETED"}).to_string();
-        assert!(matches!(adapter.parse_notice(&headers, foreign.as_bytes()), Err(ProviderError::NotOurs(_))));
+        assert!(matches!(adapter.parse_notice(&headers, None, foreign.as_bytes()), Err(ProviderError::NotOurs(_))));
     }
 }

@@ -317,7 +317,12 @@ impl Adapter for Simulator {
         Box::pin(async { Ok(()) })
     }
 
-    fn parse_notice(&self, headers: &HeaderMap, body: &[u8]) -> Result<Notice, ProviderError> {
+    fn parse_notice(
+        &self,
+        headers: &HeaderMap,
+        _path_token: Option<&str>,
+        body: &[u8],
+    ) -> Result<Notice, ProviderError> {
         let header = |name: &str| {
             headers
                 .get(name)

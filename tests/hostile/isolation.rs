@@ -180,7 +180,9 @@ async fn the_api_walk_finds_nothing_of_bravo(a: &Api, markers: &Markers) {
     for (method, route) in caisse::http::ROUTES {
         match (*method, *route) {
             // Providers' door: no merchant key, no merchant records answered (see the notice tests).
-            ("POST", "/v1/fournisseurs/{code}/notifications") | ("POST", "/v1/notifications/{adapter}") => {}
+            ("POST", "/v1/fournisseurs/{code}/notifications")
+            | ("POST", "/v1/notifications/{adapter}")
+            | (_, "/v1/notifications/{adapter}/{token}") => {}
             // Creations: checked above (B's balance, B's idempotency key) and below (the shared reference).
             ("POST", "/v1/paiement/initier") | ("POST", "/v1/retraits") => {}
             ("GET", path) if !path.contains('{') => {

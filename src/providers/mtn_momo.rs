@@ -1,0 +1,387 @@
+//! The MTN MoMo Open API adapter: collection (requesttopay), disbursement (transfer) for payouts, v2 refunds,
+//! status queries and callbacks.
+//!
+//! Protocol only; what a status means is decided in `flow`. The rules that keep money safe:
+//! - Every request's `X-Reference-Id` is our transaction id written as a UUIDv4 ([`uuid_of`]), fixed by the
+//!   durable write that created the transaction: a retry, a query or a restart reuses it, and MTN answers a
+//!   repeated one with 409 `RESOURCE_ALREADY_EXIST`, which means "already created".
+//! - A 5xx, a timeout or an unclear answer fails nothing (MTN reports some business errors as 500 too); the
+//!   status query decides. A 404 on a status query means "not created yet": MTN answers it for a moment right
+//!   after accepting a request, so it is read as pending, never as a failure.
+//! - Callbacks are unsigned. Each request's `X-Callback-Url` carries a per-transaction token (an HMAC of the
+//!   transaction id under a key only this server knows), so a callback for another id is refused; and a
+//!   callback is only a hint: nothing moves before MTN's own status answer.
+//! - Each product has its own subscription key and API user; a bearer token per product is cached until shortly
+//!   before it expires and fetched again after a 401.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::http::header::HeaderMap;
+use awc::http::{Method, StatusCode};
+use caisse_engine::domain::ids::uuid_of;
+use caisse_engine::domain::records::{Payment, Payout, Refund};
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use super::http::{Answer, Call, Outbound};
+use super::pawapay::amount_text;
+use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
+use crate::config::{MtnProduct, MtnSettings};
+
+/// A token is fetched again this long before MTN says it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(60);
+/// What the payer reads (MTN refuses some characters; plain words only).
+const PAYER_MESSAGE: &str = "Paiement Caisse";
+const PAYEE_NOTE: &str = "Caisse";
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Product {
+    Collection,
+    Disbursement,
+}
+
+impl Product {
+    fn path(self) -> &'static str {
+        match self {
+            Product::Collection => "collection",
+            Product::Disbursement => "disbursement",
+        }
+    }
+}
+
+pub struct MtnMomo {
+    settings: MtnSettings,
+    /// Where MTN sends callbacks: `{public_url}/v1/notifications/mtn_momo`; empty when no public URL is set.
+    callback_base: String,
+    /// Key of the per-transaction callback tokens, drawn at start: a callback URL is valid for this process's
+    /// requests and those resent after a restart (which carry a fresh token).
+    callback_key: Vec<u8>,
+    tokens: Arc<Mutex<HashMap<Product, (String, Instant)>>>,
+    outbound: Arc<Outbound>,
+}
+
+impl MtnMomo {
+    pub fn new(settings: MtnSettings, public_url: &str) -> MtnMomo {
+        let callback_base =
+            if public_url.is_empty() { String::new() } else { format!("{public_url}/v1/notifications/mtn_momo") };
+        let callback_key = caisse_engine::domain::ids::random_base62(43).into_bytes();
+        MtnMomo {
+            settings,
+            callback_base,
+            callback_key,
+            tokens: Arc::default(),
+            outbound: Arc::new(Outbound::new("mtn_momo")),
+        }
+    }
+
+    /// The unguessable path segment of a transaction's callback URL.
+    fn callback_token(&self, transaction_id: &str) -> String {
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.callback_key) else { return String::new() };
+        mac.update(transaction_id.as_bytes());
+        hex::encode(&mac.finalize().into_bytes()[..16])
+    }
+
+    fn product(&self, product: Product) -> Result<&MtnProduct, ProviderError> {
+        match product {
+            Product::Collection => Ok(&self.settings.collection),
+            Product::Disbursement => self
+                .settings
+                .disbursement
+                .as_ref()
+                .ok_or_else(|| ProviderError::Rejected { code: "disbursement_not_configured".into() }),
+        }
+    }
+
+    /// Sends a request of `product` with a valid bearer token, fetching one first if needed, and once more
+    /// with a fresh token after a 401.
+    fn send(
+        &self,
+        product: Product,
+        method: Method,
+        path: String,
+        extra: Vec<(&'static str, String)>,
+        body: Option<Value>,
+    ) -> LocalFuture<Result<Answer, ProviderError>> {
+        let credentials = match self.product(product) {
+            Ok(p) => p.clone(),
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let (base, target) = (self.settings.base_url.clone(), self.settings.target_environment.clone());
+        let (tokens, outbound) = (self.tokens.clone(), self.outbound.clone());
+        Box::pin(async move {
+            for attempt in 0..2 {
+                let token = bearer(&outbound, &tokens, &base, product, &credentials).await?;
+                let mut headers = vec![
+                    ("Authorization", format!("Bearer {token}")),
+                    ("Ocp-Apim-Subscription-Key", credentials.subscription_key.expose().to_owned()),
+                    ("X-Target-Environment", target.clone()),
+                ];
+                headers.extend(extra.iter().cloned());
+                let call = Call {
+                    method: method.clone(),
+                    url: format!("{base}{path}"),
+                    headers,
+                    body: body.clone(),
+                    idempotent: true,
+                };
+                let answer = outbound.send(call).await?;
+                if answer.status == StatusCode::UNAUTHORIZED && attempt == 0 {
+                    tokens.lock().map(|mut t| t.remove(&product)).ok();
+                    continue;
+                }
+                return Ok(answer);
+            }
+            Err(ProviderError::Unreachable("MTN refused a fresh token".into()))
+        })
+    }
+
+    /// Creates a transaction (`requesttopay`, `transfer`, `refund`) under its id.
+    fn create(
+        &self,
+        product: Product,
+        path: &str,
+        transaction_id: &str,
+        body: Value,
+    ) -> LocalFuture<Result<(), ProviderError>> {
+        let id = match uuid_of(transaction_id) {
+            Some(id) => id,
+            None => return Box::pin(std::future::ready(Err(ProviderError::Malformed(format!("`{transaction_id}`"))))),
+        };
+        let mut extra = vec![("X-Reference-Id", id)];
+        if !self.callback_base.is_empty() {
+            extra.push(("X-Callback-Url", format!("{}/{}", self.callback_base, self.callback_token(transaction_id))));
+        }
+        let sent = self.send(product, Method::POST, path.to_owned(), extra, Some(body));
+        Box::pin(async move { read_creation(&sent.await?) })
+    }
+}
+
+/// A bearer token of `product`: the cached one while valid, else a new one (Basic apiUser:apiKey).
+async fn bearer(
+    outbound: &Outbound,
+    tokens: &Mutex<HashMap<Product, (String, Instant)>>,
+    base: &str,
+    product: Product,
+    credentials: &MtnProduct,
+) -> Result<String, ProviderError> {
+    if let Some((token, until)) = tokens.lock().ok().and_then(|t| t.get(&product).cloned()) {
+        if Instant::now() < until {
+            return Ok(token);
+        }
+    }
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        credentials.api_user,
+        credentials.api_key.expose()
+    ));
+    let call = Call {
+        method: Method::POST,
+        url: format!("{base}/{}/token/", product.path()),
+        headers: vec![
+            ("Authorization", format!("Basic {basic}")),
+            ("Ocp-Apim-Subscription-Key", credentials.subscription_key.expose().to_owned()),
+        ],
+        body: None,
+        idempotent: true,
+    };
+    let answer = outbound.send(call).await?;
+    if answer.status != StatusCode::OK {
+        tracing::error!(status = %answer.status, product = product.path(), "MTN refused our credentials: check adapters.mtn_momo");
+        return Err(ProviderError::Unreachable(format!("MTN token answered {}", answer.status)));
+    }
+    let body = answer.json()?;
+    let token = body["access_token"]
+        .as_str()
+        .filter(|t| !t.is_empty() && t.len() < 8192)
+        .ok_or_else(|| ProviderError::Unreachable("MTN token answer without access_token".into()))?;
+    let lifetime = Duration::from_secs(body["expires_in"].as_u64().unwrap_or(3600).min(86_400));
+    let until = Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN);
+    if let Ok(mut cache) = tokens.lock() {
+        cache.insert(product, (token.to_owned(), until));
+    }
+    Ok(token.to_owned())
+}
+
+fn read_creation(answer: &Answer) -> Result<(), ProviderError> {
+    match answer.status {
+        // 409: this X-Reference-Id was already used, by us, for this very transaction.
+        StatusCode::ACCEPTED | StatusCode::OK | StatusCode::CREATED | StatusCode::CONFLICT => Ok(()),
+        StatusCode::BAD_REQUEST => Err(ProviderError::Rejected { code: "invalid_request".into() }),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            tracing::error!(status = %answer.status, "MTN refused the request: check the credentials and IP allow-listing");
+            Err(ProviderError::Unreachable(format!("MTN answered {}", answer.status)))
+        }
+        status => Err(ProviderError::Unreachable(format!("MTN answered {status}"))),
+    }
+}
+
+/// MTN's reason (a string, or an object with a code in some versions), in lower snake case.
+fn reason_code(object: &Value) -> String {
+    let reason = object["reason"].as_str().or_else(|| object["reason"]["code"].as_str());
+    reason
+        .filter(|c| !c.is_empty() && c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .map_or_else(|| "unspecified_failure".to_owned(), str::to_ascii_lowercase)
+}
+
+fn status_of(object: &Value) -> ProviderStatus {
+    match object["status"].as_str() {
+        Some("SUCCESSFUL") => ProviderStatus::Succeeded,
+        Some("FAILED") | Some("REJECTED") | Some("TIMEOUT") => ProviderStatus::Failed { code: reason_code(object) },
+        // PENDING, CREATED, ONGOING, and anything new: not final.
+        _ => ProviderStatus::Processing,
+    }
+}
+
+fn read_status(answer: &Answer) -> Result<ProviderStatus, ProviderError> {
+    match answer.status {
+        StatusCode::OK => Ok(status_of(&answer.json()?)),
+        // Unknown, or not visible yet right after a 202: never a failure.
+        StatusCode::NOT_FOUND => Ok(ProviderStatus::Pending),
+        status => Err(ProviderError::Unreachable(format!("MTN status query answered {status}"))),
+    }
+}
+
+impl Adapter for MtnMomo {
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
+        let body = json!({
+            "amount": amount_text(payment.amount, payment.currency),
+            "currency": payment.currency.code(),
+            "externalId": payment.transaction_id,
+            "payer": {"partyIdType": "MSISDN", "partyId": payment.customer_phone.digits()},
+            "payerMessage": PAYER_MESSAGE,
+            "payeeNote": PAYEE_NOTE,
+        });
+        self.create(Product::Collection, "/collection/v1_0/requesttopay", &payment.transaction_id, body)
+    }
+
+    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+        let Some(id) = uuid_of(transaction_id) else {
+            return Box::pin(std::future::ready(Err(ProviderError::Malformed(format!("`{transaction_id}`")))));
+        };
+        let (product, path) = match subject {
+            Subject::Payment => (Product::Collection, format!("/collection/v1_0/requesttopay/{id}")),
+            Subject::Payout => (Product::Disbursement, format!("/disbursement/v1_0/transfer/{id}")),
+            Subject::Refund => (Product::Disbursement, format!("/disbursement/v1_0/refund/{id}")),
+        };
+        let sent = self.send(product, Method::GET, path, Vec::new(), None);
+        Box::pin(async move { read_status(&sent.await?) })
+    }
+
+    fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
+        let Some(original) = uuid_of(&payment.transaction_id) else {
+            return Box::pin(std::future::ready(Err(ProviderError::Malformed(payment.transaction_id.clone()))));
+        };
+        let transaction_id = refund.transaction_id();
+        let body = json!({
+            "amount": amount_text(refund.amount, payment.currency),
+            "currency": payment.currency.code(),
+            "externalId": transaction_id,
+            "payerMessage": PAYER_MESSAGE,
+            "payeeNote": PAYEE_NOTE,
+            "referenceIdToRefund": original,
+        });
+        self.create(Product::Disbursement, "/disbursement/v2_0/refund", &transaction_id, body)
+    }
+
+    fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
+        let body = json!({
+            "amount": amount_text(payout.amount, payout.currency),
+            "currency": payout.currency.code(),
+            "externalId": payout.transaction_id,
+            "payee": {"partyIdType": "MSISDN", "partyId": payout.beneficiary_phone.digits()},
+            "payerMessage": PAYER_MESSAGE,
+            "payeeNote": PAYEE_NOTE,
+        });
+        self.create(Product::Disbursement, "/disbursement/v1_0/transfer", &payout.transaction_id, body)
+    }
+
+    /// A callback: MTN's status object at our per-transaction URL. Refused unless the path's token is the one
+    /// this server gave that transaction; the subject is read from the object (`payer` for a payment, `payee`
+    /// for a payout, neither for a refund) and only steers the status query that follows.
+    fn parse_notice(
+        &self,
+        _headers: &HeaderMap,
+        path_token: Option<&str>,
+        body: &[u8],
+    ) -> Result<Notice, ProviderError> {
+        let object: Value = serde_json::from_slice(body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
+        let Some(ours) = object["externalId"].as_str().filter(|t| t.len() <= 64) else {
+            return Err(ProviderError::NotOurs("a callback without externalId".into()));
+        };
+        let expected = self.callback_token(ours);
+        let given = path_token.unwrap_or_default();
+        if expected.is_empty() || !bool::from(subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), given.as_bytes())) {
+            return Err(ProviderError::Unauthenticated("the callback URL's token is not this transaction's".into()));
+        }
+        let subject = if object.get("payer").is_some() {
+            Subject::Payment
+        } else if object.get("payee").is_some() {
+            Subject::Payout
+        } else {
+            Subject::Refund
+        };
+        Ok(Notice { subject, transaction_id: ours.to_owned(), status: status_of(&object) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+
+    fn adapter() -> MtnMomo {
+        let product = MtnProduct {
+            subscription_key: Secret::new("k".into()),
+            api_user: "u".into(),
+            api_key: Secret::new("s".into()),
+        };
+        let settings = MtnSettings {
+            base_url: "http://127.0.0.1:1".into(),
+            target_environment: "sandbox".into(),
+            collection: product.clone(),
+            disbursement: Some(product),
+        };
+        MtnMomo::new(settings, "https://pay.example.com")
+    }
+
+    #[test]
+    fn statuses_reasons_and_creation_answers() {
+        assert_eq!(status_of(&json!({"status": "SUCCESSFUL"})), ProviderStatus::Succeeded);
+        assert_eq!(status_of(&json!({"status": "PENDING"})), ProviderStatus::Processing);
+        let failed = json!({"status": "FAILED", "reason": "PAYER_NOT_FOUND"});
+        assert_eq!(status_of(&failed), ProviderStatus::Failed { code: "payer_not_found".into() });
+        let object = json!({"status": "FAILED", "reason": {"code": "APPROVAL_REJECTED", "message": "x"}});
+        assert_eq!(status_of(&object), ProviderStatus::Failed { code: "approval_rejected".into() });
+        let answer = |status: u16| Answer { status: StatusCode::from_u16(status).unwrap(), body: Vec::new() };
+        assert!(read_creation(&answer(202)).is_ok());
+        assert!(read_creation(&answer(409)).is_ok(), "a repeated reference id is our own earlier request");
+        assert!(matches!(read_creation(&answer(500)), Err(ProviderError::Unreachable(_))), "a 500 fails nothing");
+        assert_eq!(read_status(&answer(404)).unwrap(), ProviderStatus::Pending, "404 right after 202 is pending");
+    }
+
+    #[test]
+    fn a_callback_needs_its_transactions_token() {
+        let mtn = adapter();
+        let tx = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
+        let body =
+            json!({"externalId": tx, "status": "SUCCESSFUL", "payer": {"partyIdType": "MSISDN", "partyId": "229"}});
+        let body = body.to_string();
+        let token = mtn.callback_token(&tx);
+        let notice = mtn.parse_notice(&HeaderMap::new(), Some(&token), body.as_bytes()).unwrap();
+        assert_eq!((notice.subject, notice.transaction_id.as_str()), (Subject::Payment, tx.as_str()));
+        let other = mtn.callback_token("tx_01JD0000000000000000000000");
+        assert!(matches!(
+            mtn.parse_notice(&HeaderMap::new(), Some(&other), body.as_bytes()),
+            Err(ProviderError::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            mtn.parse_notice(&HeaderMap::new(), None, body.as_bytes()),
+            Err(ProviderError::Unauthenticated(_))
+        ));
+        assert_eq!(token.len(), 32);
+    }
+}
