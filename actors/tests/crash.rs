@@ -638,8 +638,8 @@ async fn audit_merchant(
                 sums.available -= o.amount.minor();
                 sums.pending += o.amount.minor();
             }
-            PayoutStatus::Traite => sums.available -= o.amount.minor(),
-            PayoutStatus::Rejete => {}
+            PayoutStatus::Sent => sums.available -= o.amount.minor(),
+            PayoutStatus::Rejected => {}
         }
         if last_status.get(id).map(String::as_str) != Some(o.status.as_str()) {
             errors.push(format!(

@@ -307,8 +307,8 @@ fn payment_name(status: PaymentStatus) -> &'static str {
 fn payout_name(status: PayoutStatus) -> &'static str {
     match status {
         PayoutStatus::Pending => "en_attente",
-        PayoutStatus::Traite => "traite",
-        PayoutStatus::Rejete => "rejete",
+        PayoutStatus::Sent => "traite",
+        PayoutStatus::Rejected => "rejete",
     }
 }
 
@@ -327,8 +327,8 @@ fn payment_event(status: PaymentStatus) -> EventKind {
 fn payout_event(status: PayoutStatus) -> Option<EventKind> {
     match status {
         PayoutStatus::Pending => None,
-        PayoutStatus::Traite => Some(EventKind::PayoutProcessed),
-        PayoutStatus::Rejete => Some(EventKind::PayoutRejected),
+        PayoutStatus::Sent => Some(EventKind::PayoutProcessed),
+        PayoutStatus::Rejected => Some(EventKind::PayoutRejected),
     }
 }
 
@@ -498,12 +498,12 @@ impl MMerchant {
                 let (trigger, status, deltas) = match outcome {
                     PayoutOutcome::Sent => (
                         Trigger::PayoutSent,
-                        PayoutStatus::Traite,
+                        PayoutStatus::Sent,
                         vec![(Pending, -o.amount), (PayoutsOut, o.net), (Fees, o.fee)],
                     ),
                     PayoutOutcome::Refused { .. } => (
                         Trigger::PayoutRefused,
-                        PayoutStatus::Rejete,
+                        PayoutStatus::Rejected,
                         vec![(Pending, -o.amount), (Available, o.amount)],
                     ),
                 };
@@ -835,7 +835,7 @@ fn check_change_shape(
             Record::Payout(o) => {
                 prop_assert_eq!(&body.data.status, payout_name(o.status));
                 prop_assert!(body.data.customer_email.is_none());
-                prop_assert_eq!(body.data.paid_at.is_some(), o.status == PayoutStatus::Traite);
+                prop_assert_eq!(body.data.paid_at.is_some(), o.status == PayoutStatus::Sent);
                 prop_assert_eq!(&body.data, &WebhookData::of_payout(o));
             }
         }
@@ -880,8 +880,8 @@ fn check_payout(model: &MPayout, o: &Payout) -> Result<(), TestCaseError> {
         (o.currency, o.amount.minor(), o.fee.minor(), o.net_amount.minor()),
         (model.currency, model.amount, model.fee, model.net)
     );
-    prop_assert_eq!(o.processed_at.is_some(), o.status == PayoutStatus::Traite);
-    prop_assert_eq!(o.rejection_reason.is_some(), o.status == PayoutStatus::Rejete);
+    prop_assert_eq!(o.processed_at.is_some(), o.status == PayoutStatus::Sent);
+    prop_assert_eq!(o.rejection_reason.is_some(), o.status == PayoutStatus::Rejected);
     Ok(())
 }
 

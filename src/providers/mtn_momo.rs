@@ -56,8 +56,8 @@ pub struct MtnMomo {
     settings: MtnSettings,
     /// Where MTN sends callbacks: `{public_url}/v1/notifications/mtn_momo`; empty when no public URL is set.
     callback_base: String,
-    /// Key of the per-transaction callback tokens, drawn at start: a callback URL is valid for this process's
-    /// requests and those resent after a restart (which carry a fresh token).
+    /// Key of the per-transaction callback tokens, derived from the collection API key (a secret that outlives
+    /// restarts), so a callback for a request made before a restart is still recognised.
     callback_key: Vec<u8>,
     tokens: Arc<Mutex<HashMap<Product, (String, Instant)>>>,
     outbound: Arc<Outbound>,
@@ -67,7 +67,13 @@ impl MtnMomo {
     pub fn new(settings: MtnSettings, public_url: &str) -> MtnMomo {
         let callback_base =
             if public_url.is_empty() { String::new() } else { format!("{public_url}/v1/notifications/mtn_momo") };
-        let callback_key = caisse_engine::domain::ids::random_base62(43).into_bytes();
+        let callback_key = {
+            use sha2::Digest;
+            let mut hasher = Sha256::new();
+            hasher.update(b"caisse mtn_momo callback token\0");
+            hasher.update(settings.collection.api_key.expose().as_bytes());
+            hasher.finalize().to_vec()
+        };
         MtnMomo {
             settings,
             callback_base,

@@ -73,7 +73,7 @@ impl Ctx<'_> {
         next.status = status;
         next.updated_at = self.now;
         match outcome {
-            PayoutOutcome::Sent if status == PayoutStatus::Traite => next.processed_at = Some(self.now),
+            PayoutOutcome::Sent if status == PayoutStatus::Sent => next.processed_at = Some(self.now),
             PayoutOutcome::Refused { reason } => next.rejection_reason = Some(reason.clone()),
             PayoutOutcome::Sent => {}
         }

@@ -52,8 +52,10 @@ pub enum RefundStatus {
 pub enum PayoutStatus {
     #[serde(rename = "en_attente")]
     Pending,
-    Traite,
-    Rejete,
+    #[serde(rename = "traite")]
+    Sent,
+    #[serde(rename = "rejete")]
+    Rejected,
 }
 
 impl PaymentStatus {
@@ -104,13 +106,13 @@ impl RefundStatus {
 }
 
 impl PayoutStatus {
-    pub const ALL: [PayoutStatus; 3] = [PayoutStatus::Pending, PayoutStatus::Traite, PayoutStatus::Rejete];
+    pub const ALL: [PayoutStatus; 3] = [PayoutStatus::Pending, PayoutStatus::Sent, PayoutStatus::Rejected];
 
     pub fn as_str(self) -> &'static str {
         match self {
             PayoutStatus::Pending => "en_attente",
-            PayoutStatus::Traite => "traite",
-            PayoutStatus::Rejete => "rejete",
+            PayoutStatus::Sent => "traite",
+            PayoutStatus::Rejected => "rejete",
         }
     }
 
@@ -292,8 +294,8 @@ pub const RULES: &[Rule] = &[
     rule(Some(Rmb(R::Processing)), T::RefundRefused, Rmb(R::Failed), None, Effect::ReleaseRefund),
     // Payouts.
     rule(None, T::PayoutRequested, Out(O::Pending), None, Effect::ReservePayout),
-    rule(Some(Out(O::Pending)), T::PayoutSent, Out(O::Traite), Some(E::PayoutProcessed), Effect::ConsumePayout),
-    rule(Some(Out(O::Pending)), T::PayoutRefused, Out(O::Rejete), Some(E::PayoutRejected), Effect::ReleasePayout),
+    rule(Some(Out(O::Pending)), T::PayoutSent, Out(O::Sent), Some(E::PayoutProcessed), Effect::ConsumePayout),
+    rule(Some(Out(O::Pending)), T::PayoutRefused, Out(O::Rejected), Some(E::PayoutRejected), Effect::ReleasePayout),
 ];
 
 /// The result of asking for a move.
@@ -416,8 +418,8 @@ mod tests {
         assert_eq!(transition(Some(Pay(P::Refunded)), T::RefundCompleted), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Rmb(R::Succeeded)), T::RefundCompleted), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Rmb(R::Failed)), T::RefundCompleted), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Out(O::Traite)), T::PayoutRefused), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Out(O::Rejete)), T::PayoutSent), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Out(O::Sent)), T::PayoutRefused), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Out(O::Rejected)), T::PayoutSent), Ok(Step::Unchanged));
     }
 
     #[test]

@@ -363,7 +363,7 @@ mod tests {
         Payout {
             id: "ret_01JD0000000000000000000003".into(),
             transaction_id: "tx_01JD0000000000000000000003".into(),
-            status: PayoutStatus::Rejete,
+            status: PayoutStatus::Rejected,
             amount: Amount::new(1000).unwrap(),
             currency: Currency::parse("XOF").unwrap(),
             fee: Amount::new(0).unwrap(),
