@@ -14,6 +14,8 @@
 //! Providers' answers become engine commands in one function, [`notice::apply_provider_status`], used by all
 //! three paths, so a status means the same thing wherever it comes from.
 
+#[cfg(test)]
+mod interleavings;
 pub mod notice;
 pub mod sweep;
 
