@@ -29,6 +29,11 @@ use caisse_engine::{Command, Engine, EngineError, Executed, Idempotency, NewPaym
 use self::notice::apply_provider_status;
 use crate::providers::{Adapter, ProviderError, ProviderStatus, Providers};
 
+/// How long a merchant's request waits for the provider's answer to the request Caisse sends it. Beyond it the
+/// answer goes out with the transaction as it is (created, durable), and the provider's answer comes later by
+/// callback or status query; dropping the wait is safe because a retry or a query reuses the same id.
+const REQUEST_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The engine and the providers, which every step of a payment's life needs together. Cheap to clone.
 #[derive(Clone)]
 pub struct Flow {
@@ -69,6 +74,15 @@ impl Flow {
         }
     }
 
+    /// Waits for a request to the provider within [`REQUEST_BUDGET`].
+    async fn within_budget(
+        sent: impl std::future::Future<Output = Result<(), ProviderError>>,
+    ) -> Result<(), ProviderError> {
+        actix_web::rt::time::timeout(REQUEST_BUDGET, sent).await.unwrap_or_else(|_| {
+            Err(ProviderError::Unreachable(format!("no answer within {REQUEST_BUDGET:?}; the sweeps ask again")))
+        })
+    }
+
     /// What a request to the provider came to: a refusal fails the transaction at once (and the answer shows
     /// it); anything else leaves it waiting, the sweeps asking again.
     async fn after_request(
@@ -103,7 +117,7 @@ impl Flow {
         // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
         let sent = match &executed {
             Executed::Done(Record::Payment(p)) => match self.adapter(p.provider.as_str(), &p.customer_phone) {
-                Some(adapter) => adapter.request_to_pay(p).await,
+                Some(adapter) => Self::within_budget(adapter.request_to_pay(p)).await,
                 None => Ok(()),
             },
             _ => Ok(()),
@@ -123,7 +137,7 @@ impl Flow {
         let sent = match &executed {
             Executed::Done(Record::Payment(p)) => {
                 match (self.adapter(p.provider.as_str(), &p.customer_phone), &p.refund) {
-                    (Some(adapter), Some(refund)) => adapter.refund(p, refund).await,
+                    (Some(adapter), Some(refund)) => Self::within_budget(adapter.refund(p, refund)).await,
                     _ => Ok(()),
                 }
             }
@@ -142,7 +156,7 @@ impl Flow {
         let executed = self.engine.execute(merchant, Command::CreatePayout(new), idempotency).await?;
         let sent = match &executed {
             Executed::Done(Record::Payout(o)) => match self.adapter(o.provider.as_str(), &o.beneficiary_phone) {
-                Some(adapter) => adapter.payout(o).await,
+                Some(adapter) => Self::within_budget(adapter.payout(o)).await,
                 None => Ok(()),
             },
             _ => Ok(()),

@@ -80,7 +80,7 @@ pub(crate) struct ProviderEntry<'a> {
     #[serde(rename = "nom")]
     name: &'a str,
     #[serde(rename = "pays")]
-    countries: &'a [String],
+    countries: Vec<String>,
     #[serde(rename = "devises")]
     currencies: Vec<&'a str>,
     operations: &'a [Operation],
@@ -113,7 +113,7 @@ pub async fn providers(state: web::Data<AppState>, req: HttpRequest) -> Result<H
             ProviderEntry {
                 code: s.code.as_str(),
                 name: &s.name,
-                countries: &s.countries,
+                countries: p.published_countries(),
                 currencies: s.currencies.iter().map(|d| d.code()).collect(),
                 operations: &s.operations,
                 fee: s.fee,

@@ -160,6 +160,18 @@ impl Provider {
         self.routes.iter().any(|r| r.adapter.is_some())
     }
 
+    /// The countries `GET /v1/fournisseurs` lists: those its active routes serve, or every configured one
+    /// (`pays`) when a route serves any country (the simulator) or none is active.
+    pub fn published_countries(&self) -> Vec<String> {
+        let any_country = self.routes.iter().any(|r| r.adapter.is_some() && r.countries.is_none());
+        let served = self.active_countries();
+        if any_country || served.is_empty() {
+            self.settings.countries.clone()
+        } else {
+            served
+        }
+    }
+
     /// The countries its active routes serve (empty: any country).
     pub fn active_countries(&self) -> Vec<String> {
         let mut countries: Vec<String> = self
