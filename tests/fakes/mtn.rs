@@ -68,9 +68,23 @@ fn rtp(phone: &str, amount: &str, currency: &str) -> Value {
 async fn mtn_protocol() {
     let receiver = Receiver::start();
     let fake = Fake::spawn(&[
-        "mtn-momo", "--settle-ms", "100", "--target-environment", "mtnbenin",
-        "--subscription-key-collection", COLLECTION_KEY, "--subscription-key-disbursement", DISBURSEMENT_KEY,
-        "--api-user", COLLECTION_USER, "--api-key", "col-secret", "--api-user", DISBURSEMENT_USER, "--api-key", "dis-secret",
+        "mtn-momo",
+        "--settle-ms",
+        "100",
+        "--target-environment",
+        "mtnbenin",
+        "--subscription-key-collection",
+        COLLECTION_KEY,
+        "--subscription-key-disbursement",
+        DISBURSEMENT_KEY,
+        "--api-user",
+        COLLECTION_USER,
+        "--api-key",
+        "col-secret",
+        "--api-user",
+        DISBURSEMENT_USER,
+        "--api-key",
+        "dis-secret",
     ]);
 
     // Tokens: a bad subscription key is APIM's 401, bad credentials 500 login_failed, each product its own.
@@ -88,8 +102,11 @@ async fn mtn_protocol() {
     let wrong_product = send(
         "GET",
         &format!("{}/disbursement/v1_0/transfer/{}", mtn.fake.url, uuid()),
-        &[("Ocp-Apim-Subscription-Key", DISBURSEMENT_KEY), ("Authorization", &format!("Bearer {}", mtn.collection_token)),
-          ("X-Target-Environment", "mtnbenin")],
+        &[
+            ("Ocp-Apim-Subscription-Key", DISBURSEMENT_KEY),
+            ("Authorization", &format!("Bearer {}", mtn.collection_token)),
+            ("X-Target-Environment", "mtnbenin"),
+        ],
         None,
     )
     .await;
@@ -98,10 +115,12 @@ async fn mtn_protocol() {
     // requesttopay: 202 with an empty body, 409 on a reused id, status, and the callback to X-Callback-Url.
     let id = uuid();
     let callback = format!("{}/momo/{id}", receiver.url);
-    let created = mtn.create("/collection/v1_0/requesttopay", &id, Some(&callback), &rtp("22997000000", "1000", "XOF")).await;
+    let created =
+        mtn.create("/collection/v1_0/requesttopay", &id, Some(&callback), &rtp("22997000000", "1000", "XOF")).await;
     assert_eq!((created.status, created.body.len()), (202, 0));
     let again = mtn.create("/collection/v1_0/requesttopay", &id, None, &rtp("22997000000", "1000", "XOF")).await;
-    let conflict = json!({"code": "RESOURCE_ALREADY_EXIST", "message": "Duplicated reference id. Creation of resource failed."});
+    let conflict =
+        json!({"code": "RESOURCE_ALREADY_EXIST", "message": "Duplicated reference id. Creation of resource failed."});
     assert_eq!((again.status, again.json()), (409, conflict));
     let done = mtn.wait_status(&format!("/collection/v1_0/requesttopay/{id}"), "SUCCESSFUL").await;
     assert!(done["financialTransactionId"].is_string() && done["payer"]["partyId"] == "22997000000");
@@ -138,8 +157,10 @@ async fn mtn_protocol() {
     assert_eq!(failed["reason"], "PAYEE_NOT_FOUND");
 
     // Refunds: within the original they succeed; beyond it they fail.
-    let refund = |amount: &str| json!({"amount": amount, "currency": "XOF", "externalId": "r", "payerMessage": "m",
-                                        "payeeNote": "n", "referenceIdToRefund": id});
+    let refund = |amount: &str| {
+        json!({"amount": amount, "currency": "XOF", "externalId": "r", "payerMessage": "m",
+                                        "payeeNote": "n", "referenceIdToRefund": id})
+    };
     let partial = uuid();
     assert_eq!(mtn.create("/disbursement/v2_0/refund", &partial, None, &refund("600")).await.status, 202);
     mtn.wait_status(&format!("/disbursement/v1_0/refund/{partial}"), "SUCCESSFUL").await;

@@ -12,8 +12,17 @@ pub fn spawn(receiver: &Receiver) -> Fake {
     let (d, p, r) =
         (format!("{}/deposit", receiver.url), format!("{}/payout", receiver.url), format!("{}/refund", receiver.url));
     Fake::spawn(&[
-        "pawapay", "--token", TOKEN, "--settle-ms", "100", "--deposit-callback-url", &d, "--payout-callback-url", &p,
-        "--refund-callback-url", &r,
+        "pawapay",
+        "--token",
+        TOKEN,
+        "--settle-ms",
+        "100",
+        "--deposit-callback-url",
+        &d,
+        "--payout-callback-url",
+        &p,
+        "--refund-callback-url",
+        &r,
     ])
 }
 
@@ -128,7 +137,8 @@ async fn pawapay_protocol() {
 
     // Toolkit.
     let (_, conf) = get(&url("/v2/active-conf"), &[AUTH]).await;
-    let countries: Vec<&str> = conf["countries"].as_array().unwrap().iter().filter_map(|c| c["country"].as_str()).collect();
+    let countries: Vec<&str> =
+        conf["countries"].as_array().unwrap().iter().filter_map(|c| c["country"].as_str()).collect();
     assert_eq!(countries, ["BEN", "BFA", "CMR", "CIV", "SEN"]);
     let (_, predicted) = post(&url("/v2/predict-provider"), &[AUTH], &json!({"phoneNumber": "+237 693456789"})).await;
     assert_eq!(predicted, json!({"country": "CMR", "provider": "ORANGE_CMR", "phoneNumber": "237693456789"}));

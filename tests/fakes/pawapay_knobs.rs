@@ -69,7 +69,10 @@ async fn pawapay_signed_callbacks() {
     let hit = receiver.wait_for(&forged, 1).await.remove(0);
     assert_eq!(hit.json()["status"], "COMPLETED");
     assert!(!verifies(&hit, &receiver, &key), "a forged callback's signature must not verify");
-    assert_eq!(wait_status(&fake, "deposits", &forged, "FAILED").await["failureReason"]["failureCode"], "PAYMENT_NOT_APPROVED");
+    assert_eq!(
+        wait_status(&fake, "deposits", &forged, "FAILED").await["failureReason"]["failureCode"],
+        "PAYMENT_NOT_APPROVED"
+    );
 }
 
 #[actix_web::test]

@@ -90,11 +90,8 @@ pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Optio
         None => request.send().await,
     };
     let mut response = sent.unwrap_or_else(|e| panic!("{url}: {e}"));
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-        .collect();
+    let headers =
+        response.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned())).collect();
     let body = response.body().limit(1 << 20).await.expect("a body").to_vec();
     Answer { status: response.status().as_u16(), headers, body }
 }
@@ -148,7 +145,12 @@ impl Receiver {
                         .iter()
                         .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
                         .collect();
-                    let hit = Hit { method: req.method().to_string(), path: req.path().to_owned(), headers, body: body.to_vec() };
+                    let hit = Hit {
+                        method: req.method().to_string(),
+                        path: req.path().to_owned(),
+                        headers,
+                        body: body.to_vec(),
+                    };
                     kept.lock().unwrap().push(hit);
                     HttpResponse::Ok().finish()
                 }

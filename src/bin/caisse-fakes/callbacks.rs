@@ -15,7 +15,7 @@ use std::time::Duration;
 use awc::http::Method;
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::common::CallbackMode;
+use crate::knobs::CallbackMode;
 
 /// Callbacks waiting to be sent; beyond this the newest is dropped.
 pub const QUEUE_MAX: usize = 1024;
@@ -135,17 +135,16 @@ fn client() -> awc::Client {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let connector = awc::Connector::new().timeout(TIMEOUT);
-    let connector = match rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-    {
-        Ok(builder) => {
-            connector.rustls_0_23(Arc::new(builder.with_root_certificates(roots).with_no_client_auth()))
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "no TLS for callbacks: plain http only");
-            connector
-        }
-    };
+    let connector =
+        match rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+        {
+            Ok(builder) => connector.rustls_0_23(Arc::new(builder.with_root_certificates(roots).with_no_client_auth())),
+            Err(e) => {
+                tracing::warn!(error = %e, "no TLS for callbacks: plain http only");
+                connector
+            }
+        };
     awc::Client::builder().connector(connector).disable_redirects().finish()
 }
 
@@ -161,10 +160,7 @@ mod tests {
     #[test]
     fn modes_make_the_documented_deliveries() {
         let shape = |mode| {
-            plan(mode, out)
-                .into_iter()
-                .map(|o| (String::from_utf8(o.body).unwrap(), o.delay_ms))
-                .collect::<Vec<_>>()
+            plan(mode, out).into_iter().map(|o| (String::from_utf8(o.body).unwrap(), o.delay_ms)).collect::<Vec<_>>()
         };
         assert_eq!(shape(CallbackMode::Never), vec![]);
         assert_eq!(shape(CallbackMode::Once), vec![("Final".into(), 0)]);

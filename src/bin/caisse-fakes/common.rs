@@ -1,4 +1,4 @@
-//! What both fakes share: the fake clock, the knobs, the request log, the bounded transaction store and the
+//! What both fakes share: the fake clock, the request log, the bounded transaction store and the
 //! small validators (UUIDv4, digits).
 //!
 //! Every transaction of either fake is one [`Txn`]: the provider modules decide its plan at creation (from the
@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 /// At most this many requests are kept for `GET /__fake/requests`; older ones are dropped first.
@@ -50,138 +50,6 @@ impl Clock {
     pub fn rfc3339(&self) -> String {
         let wall = self.started_wall + Duration::from_millis(self.now_ms());
         humantime::format_rfc3339_seconds(wall).to_string()
-    }
-}
-
-/// How final-state callbacks are delivered (`callbacks` knob).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CallbackMode {
-    /// One delivery (retried on failure).
-    Once,
-    /// The same callback twice.
-    Duplicate,
-    /// One delivery, two seconds after the transaction became final.
-    Late,
-    /// No callback at all.
-    Never,
-    /// A callback claiming success whatever the outcome (pawaPay: with a signature that does not verify).
-    Forged,
-    /// The final callback, then one carrying an earlier, non-final status.
-    OutOfOrder,
-}
-
-/// The behaviour switches a test sets with `POST /__fake/knobs`. Counts are consumed one per matching call.
-#[derive(Clone, Debug, Serialize)]
-pub struct Knobs {
-    pub latency_ms: u64,
-    pub create_500_but_created: u32,
-    pub never_answer: u32,
-    pub too_many_requests: u32,
-    pub callbacks: CallbackMode,
-    pub callback_method: String,
-    pub signed: bool,
-    pub signature_encoding: String,
-    pub not_found_after_create_ms: u64,
-    pub token_ttl_s: u64,
-    pub in_reconciliation: bool,
-    pub payouts_enqueued: bool,
-    pub deposit_callback_url: Option<String>,
-    pub payout_callback_url: Option<String>,
-    pub refund_callback_url: Option<String>,
-}
-
-impl Default for Knobs {
-    fn default() -> Knobs {
-        Knobs {
-            latency_ms: 0,
-            create_500_but_created: 0,
-            never_answer: 0,
-            too_many_requests: 0,
-            callbacks: CallbackMode::Once,
-            callback_method: "POST".into(),
-            signed: false,
-            signature_encoding: "raw".into(),
-            not_found_after_create_ms: 0,
-            token_ttl_s: 3600,
-            in_reconciliation: false,
-            payouts_enqueued: false,
-            deposit_callback_url: None,
-            payout_callback_url: None,
-            refund_callback_url: None,
-        }
-    }
-}
-
-/// The body of `POST /__fake/knobs`: every field optional, unknown fields refused so a typo is not ignored.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KnobsPatch {
-    latency_ms: Option<u64>,
-    create_500_but_created: Option<u32>,
-    never_answer: Option<u32>,
-    too_many_requests: Option<u32>,
-    callbacks: Option<CallbackMode>,
-    callback_method: Option<String>,
-    signed: Option<bool>,
-    signature_encoding: Option<String>,
-    not_found_after_create_ms: Option<u64>,
-    token_ttl_s: Option<u64>,
-    in_reconciliation: Option<bool>,
-    payouts_enqueued: Option<bool>,
-    deposit_callback_url: Option<String>,
-    payout_callback_url: Option<String>,
-    refund_callback_url: Option<String>,
-}
-
-/// Latency above this (ten minutes) is refused: no client waits that long.
-const LATENCY_MS_MAX: u64 = 600_000;
-
-impl Knobs {
-    /// Applies a patch, or says which field was out of range (nothing is applied then).
-    pub fn apply(&mut self, patch: KnobsPatch) -> Result<(), String> {
-        if patch.latency_ms.is_some_and(|l| l > LATENCY_MS_MAX) {
-            return Err(format!("latency_ms must be at most {LATENCY_MS_MAX}"));
-        }
-        if let Some(m) = &patch.callback_method {
-            if m != "POST" && m != "PUT" {
-                return Err("callback_method must be POST or PUT".into());
-            }
-        }
-        if let Some(e) = &patch.signature_encoding {
-            if e != "raw" && e != "der" {
-                return Err("signature_encoding must be raw or der".into());
-            }
-        }
-        if patch.token_ttl_s == Some(0) {
-            return Err("token_ttl_s must be at least 1".into());
-        }
-        for url in [&patch.deposit_callback_url, &patch.payout_callback_url, &patch.refund_callback_url].into_iter().flatten() {
-            if !url.is_empty() && !is_http_url(url) {
-                return Err(format!("{url:?} is not an http(s) URL"));
-            }
-        }
-        let keep = |new: Option<String>, old: &mut Option<String>| {
-            if let Some(url) = new {
-                *old = if url.is_empty() { None } else { Some(url) };
-            }
-        };
-        keep(patch.deposit_callback_url, &mut self.deposit_callback_url);
-        keep(patch.payout_callback_url, &mut self.payout_callback_url);
-        keep(patch.refund_callback_url, &mut self.refund_callback_url);
-        self.latency_ms = patch.latency_ms.unwrap_or(self.latency_ms);
-        self.create_500_but_created = patch.create_500_but_created.unwrap_or(self.create_500_but_created);
-        self.never_answer = patch.never_answer.unwrap_or(self.never_answer);
-        self.too_many_requests = patch.too_many_requests.unwrap_or(self.too_many_requests);
-        self.callbacks = patch.callbacks.unwrap_or(self.callbacks);
-        self.callback_method = patch.callback_method.unwrap_or(std::mem::take(&mut self.callback_method));
-        self.signed = patch.signed.unwrap_or(self.signed);
-        self.signature_encoding = patch.signature_encoding.unwrap_or(std::mem::take(&mut self.signature_encoding));
-        self.not_found_after_create_ms = patch.not_found_after_create_ms.unwrap_or(self.not_found_after_create_ms);
-        self.token_ttl_s = patch.token_ttl_s.unwrap_or(self.token_ttl_s);
-        self.in_reconciliation = patch.in_reconciliation.unwrap_or(self.in_reconciliation);
-        self.payouts_enqueued = patch.payouts_enqueued.unwrap_or(self.payouts_enqueued);
-        Ok(())
     }
 }
 
@@ -323,13 +191,16 @@ pub fn is_uuid_v4(id: &str) -> bool {
     if bytes.len() != 36 {
         return false;
     }
-    let hyphens_ok = bytes.iter().enumerate().all(|(i, &b)| {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            b == b'-'
-        } else {
-            b.is_ascii_hexdigit()
-        }
-    });
+    let hyphens_ok =
+        bytes.iter().enumerate().all(
+            |(i, &b)| {
+                if matches!(i, 8 | 13 | 18 | 23) {
+                    b == b'-'
+                } else {
+                    b.is_ascii_hexdigit()
+                }
+            },
+        );
     hyphens_ok && bytes[14] == b'4' && matches!(bytes[19], b'8' | b'9' | b'a' | b'b' | b'A' | b'B')
 }
 
@@ -359,31 +230,16 @@ mod tests {
         assert!(is_uuid_v4("F4401BD2-1568-4140-BF2D-EB77D2B2B639"), "either case");
         for bad in [
             "",
-            "f4401bd2-1568-4140-bf2d-eb77d2b2b63",          // short
-            "f4401bd2-1568-1140-bf2d-eb77d2b2b639",         // version 1
-            "f4401bd2-1568-4140-7f2d-eb77d2b2b639",         // wrong variant
-            "f4401bd215684140bf2deb77d2b2b639",             // no hyphens
-            "f4401bd2-1568-4140-bf2d-eb77d2b2b63g",         // not hex
-            "{f4401bd2-1568-4140-bf2d-eb77d2b2b639}",       // braces
-            "f4401bd2-1568-4140-bf2d-eb77d2b2b639-",        // trailing
+            "f4401bd2-1568-4140-bf2d-eb77d2b2b63",    // short
+            "f4401bd2-1568-1140-bf2d-eb77d2b2b639",   // version 1
+            "f4401bd2-1568-4140-7f2d-eb77d2b2b639",   // wrong variant
+            "f4401bd215684140bf2deb77d2b2b639",       // no hyphens
+            "f4401bd2-1568-4140-bf2d-eb77d2b2b63g",   // not hex
+            "{f4401bd2-1568-4140-bf2d-eb77d2b2b639}", // braces
+            "f4401bd2-1568-4140-bf2d-eb77d2b2b639-",  // trailing
         ] {
             assert!(!is_uuid_v4(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn knobs_patch_is_checked_before_it_applies() {
-        let mut knobs = Knobs::default();
-        let patch: KnobsPatch = serde_json::from_value(json!({"latency_ms": 5, "callback_method": "GET"})).unwrap();
-        assert!(knobs.apply(patch).is_err());
-        assert_eq!(knobs.latency_ms, 0, "nothing applied");
-        let patch: KnobsPatch =
-            serde_json::from_value(json!({"callbacks": "out_of_order", "deposit_callback_url": "http://127.0.0.1:9/cb"}))
-                .unwrap();
-        knobs.apply(patch).unwrap();
-        assert_eq!(knobs.callbacks, CallbackMode::OutOfOrder);
-        assert_eq!(knobs.deposit_callback_url.as_deref(), Some("http://127.0.0.1:9/cb"));
-        assert!(serde_json::from_value::<KnobsPatch>(json!({"latncy_ms": 1})).is_err(), "typos refused");
     }
 
     #[test]

@@ -19,7 +19,8 @@ use actix_web::HttpRequest;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::common::{KnobsPatch, ADVANCE_S_MAX};
+use crate::common::ADVANCE_S_MAX;
+use crate::knobs::KnobsPatch;
 use crate::server::{finish, Fake, Reply};
 
 pub fn handle(fake: &Fake, req: &HttpRequest, body: &[u8]) -> Reply {
@@ -41,8 +42,7 @@ fn error(status: u16, message: impl Into<String>) -> Reply {
 
 fn transactions(fake: &Fake) -> Reply {
     let state = fake.lock();
-    let list: Vec<Value> =
-        state.txns.iter().map(|t| t.summary(fake.status_name(t), fake.is_pawapay())).collect();
+    let list: Vec<Value> = state.txns.iter().map(|t| t.summary(fake.status_name(t), fake.is_pawapay())).collect();
     Reply::json(200, Value::Array(list))
 }
 

@@ -15,7 +15,8 @@
 //! # Layout
 //! - `main.rs`: flags, defaults, startup.
 //! - `server.rs`: the one request handler, the shared state, the ticker that settles transactions.
-//! - `common.rs`: clock, knobs, request log, the bounded transaction store, validators.
+//! - `common.rs`: clock, request log, the bounded transaction store, validators.
+//! - `knobs.rs`: the behaviour switches and their checks.
 //! - `control.rs`: the `/__fake/*` control API (requests, transactions, knobs, complete, clock).
 //! - `callbacks.rs`: the bounded callback sender and the callback modes.
 //! - `pawapay/`: the pawaPay v2 fake. `mtn/`: the MTN MoMo fake.
@@ -23,6 +24,7 @@
 mod callbacks;
 mod common;
 mod control;
+mod knobs;
 mod mtn;
 mod pawapay;
 mod server;
@@ -34,7 +36,8 @@ use std::sync::Mutex;
 use actix_web::{web, App, HttpServer};
 use clap::{Args, Parser, Subcommand};
 
-use common::{Clock, Knobs};
+use common::Clock;
+use knobs::Knobs;
 use server::{Fake, Provider, State};
 
 pub const DEFAULT_PAWAPAY_TOKEN: &str = "fake-pawapay-token";
@@ -169,8 +172,11 @@ fn build(command: Command) -> Result<(Common, Provider, Knobs), String> {
     Ok((common, provider, knobs))
 }
 
+/// An API user and its key.
+type Credentials = (String, String);
+
 /// (collection's, disbursement's) API user and key from the repeated flags.
-fn pairs(users: &[String], keys: &[String]) -> Result<((String, String), (String, String)), String> {
+fn pairs(users: &[String], keys: &[String]) -> Result<(Credentials, Credentials), String> {
     if users.len() != keys.len() || users.len() > 2 {
         return Err("give --api-user and --api-key the same number of times: once (both products) or twice".into());
     }
@@ -196,12 +202,11 @@ async fn run(common: Common, provider: Provider, knobs: Knobs) -> std::io::Resul
         callbacks: sender,
     });
     let app_fake = fake.clone();
-    let server = HttpServer::new(move || {
-        App::new().app_data(app_fake.clone()).default_service(web::to(server::handle))
-    })
-    .workers(2)
-    .shutdown_timeout(1)
-    .bind(&common.listen)?;
+    let server =
+        HttpServer::new(move || App::new().app_data(app_fake.clone()).default_service(web::to(server::handle)))
+            .workers(2)
+            .shutdown_timeout(1)
+            .bind(&common.listen)?;
     let address = server
         .addrs()
         .first()

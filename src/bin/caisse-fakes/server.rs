@@ -16,7 +16,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::Value;
 
 use crate::callbacks::{self, Outgoing};
-use crate::common::{provider_reference, Clock, Knobs, RecordedRequest, Stage, Store, Txn, REQUESTS_MAX};
+use crate::common::{provider_reference, Clock, RecordedRequest, Stage, Store, Txn, REQUESTS_MAX};
+use crate::knobs::Knobs;
 use crate::{control, mtn, pawapay};
 
 /// How long a "never answer" call is held before the fake gives up on it; the client has long gone by then.
@@ -160,13 +161,8 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
         reply.headers.push(("Retry-After", "1".into()));
         return reply.into_response();
     }
-    let call = Call {
-        method: req.method(),
-        path: req.path(),
-        query: req.query_string(),
-        headers: req.headers(),
-        body: &body,
-    };
+    let call =
+        Call { method: req.method(), path: req.path(), query: req.query_string(), headers: req.headers(), body: &body };
     let reply = match &fake.provider {
         Provider::Pawapay(config) => pawapay::handle(&fake, config, &call),
         Provider::Mtn(config) => mtn::handle(&fake, config, &call),

@@ -26,7 +26,8 @@ use rand::RngCore;
 use serde_json::{json, Value};
 
 use crate::callbacks::{self, Outgoing, Variant};
-use crate::common::{Knobs, Stage, Txn};
+use crate::common::{Stage, Txn};
+use crate::knobs::Knobs;
 use crate::server::{Call, Fake, Reply};
 
 /// Tokens kept at once; issuing one more forgets the oldest.
@@ -133,9 +134,10 @@ fn token(fake: &Fake, product: &Product, product_name: &str, call: &Call) -> Rep
         .and_then(|h| h.strip_prefix("Basic "))
         .and_then(|b| BASE64.decode(b.trim()).ok())
         .and_then(|bytes| String::from_utf8(bytes).ok());
-    let known = credentials.as_deref().and_then(|c| c.split_once(':')).is_some_and(|(user, key)| {
-        product.users.iter().any(|(u, k)| u == user && k == key)
-    });
+    let known = credentials
+        .as_deref()
+        .and_then(|c| c.split_once(':'))
+        .is_some_and(|(user, key)| product.users.iter().any(|(u, k)| u == user && k == key));
     if !known {
         return Reply::json(500, json!({"error": "login_failed"}));
     }

@@ -64,7 +64,7 @@ fn amount_units(raw: &str) -> Option<u128> {
         None => (raw, None),
     };
     let whole_ok = whole == "0" || (is_digits(whole) && whole.len() <= 18 && !whole.starts_with('0'));
-    let fraction_ok = fraction.map_or(true, |f| is_digits(f) && f.len() <= 4);
+    let fraction_ok = fraction.is_none_or(|f| is_digits(f) && f.len() <= 4);
     if !whole_ok || !fraction_ok {
         return None;
     }

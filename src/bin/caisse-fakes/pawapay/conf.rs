@@ -4,7 +4,9 @@
 
 use serde_json::{json, Value};
 
+use super::failure;
 use crate::common::{is_digits, Plan};
+use crate::server::Reply;
 
 /// Smallest and largest amount the fake accepts for every provider and operation (XOF/XAF, no decimals).
 pub const AMOUNT_MIN: u64 = 100;
@@ -24,7 +26,9 @@ pub const COUNTRIES: &[Country] = &[
     Country { code: "BEN", prefix: "229", name_en: "Benin", name_fr: "Bénin", national_lengths: &[8, 10] },
     Country { code: "BFA", prefix: "226", name_en: "Burkina Faso", name_fr: "Burkina Faso", national_lengths: &[8] },
     Country { code: "CMR", prefix: "237", name_en: "Cameroon", name_fr: "Cameroun", national_lengths: &[9] },
-    Country { code: "CIV", prefix: "225", name_en: "Côte d'Ivoire", name_fr: "Côte d'Ivoire", national_lengths: &[10] },
+    Country {
+        code: "CIV", prefix: "225", name_en: "Côte d'Ivoire", name_fr: "Côte d'Ivoire", national_lengths: &[10]
+    },
     Country { code: "SEN", prefix: "221", name_en: "Senegal", name_fr: "Sénégal", national_lengths: &[9] },
 ];
 
@@ -106,13 +110,12 @@ pub fn payout_plan(phone: &str) -> Plan {
 
 /// `GET /v2/active-conf`, optionally narrowed by `country` and `operationType` query parameters.
 pub fn active_conf(query: &str) -> Value {
-    let param = |name: &str| {
-        query.split('&').find_map(|kv| kv.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
-    };
+    let param =
+        |name: &str| query.split('&').find_map(|kv| kv.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')));
     let (only_country, only_operation) = (param("country"), param("operationType"));
     let countries: Vec<Value> = COUNTRIES
         .iter()
-        .filter(|c| only_country.map_or(true, |o| o == c.code))
+        .filter(|c| only_country.is_none_or(|o| o == c.code))
         .map(|c| {
             let providers: Vec<Value> =
                 PROVIDERS.iter().filter(|p| p.country == c.code).map(|p| provider_conf(p, only_operation)).collect();
@@ -180,8 +183,9 @@ pub fn predict(raw: &str) -> Option<Value> {
                 "MTN_MOMO_BEN"
             }
         }
-        "BFA" if ["05", "06", "07", "54", "55", "56", "57", "64", "65", "66", "67", "74", "75", "76", "77"]
-            .contains(&two) =>
+        "BFA"
+            if ["05", "06", "07", "54", "55", "56", "57", "64", "65", "66", "67", "74", "75", "76", "77"]
+                .contains(&two) =>
         {
             "ORANGE_BFA"
         }
@@ -194,6 +198,36 @@ pub fn predict(raw: &str) -> Option<Value> {
         _ => "ORANGE_SEN",
     };
     Some(json!({"country": country.code, "provider": provider, "phoneNumber": phone}))
+}
+
+/// `POST /v2/predict-provider` `{"phoneNumber"}`.
+pub fn predict_provider(body: &[u8]) -> Reply {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let Some(phone) = parsed.as_ref().and_then(|v| v.get("phoneNumber")).and_then(Value::as_str) else {
+        return Reply::json(400, failure("INVALID_INPUT", "We are unable to parse the body of the request."));
+    };
+    match predict(phone) {
+        Some(prediction) => Reply::json(200, prediction),
+        None => {
+            Reply::json(400, failure("INVALID_PHONE_NUMBER", "The phone number is not valid for any served country."))
+        }
+    }
+}
+
+/// `GET /v2/availability`: every provider operational.
+pub fn availability() -> Value {
+    let countries: Vec<Value> = COUNTRIES
+        .iter()
+        .map(|c| {
+            let providers: Vec<Value> = PROVIDERS
+                .iter()
+                .filter(|p| p.country == c.code)
+                .map(|p| json!({"provider": p.code, "operationTypes": {"DEPOSIT": "OPERATIONAL", "PAYOUT": "OPERATIONAL", "REFUND": "OPERATIONAL"}}))
+                .collect();
+            json!({"country": c.code, "providers": providers})
+        })
+        .collect();
+    Value::Array(countries)
 }
 
 #[cfg(test)]

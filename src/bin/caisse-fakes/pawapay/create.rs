@@ -1,4 +1,5 @@
-//! Creating pawaPay transactions: `POST /v2/deposits`, `/v2/payouts`, `/v2/payouts/bulk`, `/v2/refunds`.
+//! Creating pawaPay deposits and payouts (`POST /v2/deposits`, `/v2/payouts`, `/v2/payouts/bulk`), and the
+//! checks refunds (`refunds.rs`) share.
 //!
 //! The order of the checks follows pawaPay's split between technical failures and rejections: a body that
 //! does not parse, a missing or unsupported field or a malformed id is a 400 (`INVALID_INPUT`,
@@ -31,14 +32,13 @@ const DEPOSIT_FIELDS: &[&str] = &[
 ];
 const PAYOUT_FIELDS: &[&str] =
     &["payoutId", "amount", "currency", "recipient", "clientReferenceId", "customerMessage", "metadata"];
-const REFUND_FIELDS: &[&str] = &["refundId", "depositId", "amount", "currency", "metadata"];
 
 /// A refusal before anything is stored.
-struct Refusal(Reply);
+pub(super) struct Refusal(pub(super) Reply);
 
-type Checked<T> = Result<T, Refusal>;
+pub(super) type Checked<T> = Result<T, Refusal>;
 
-fn bad(field: &str, id: Option<&str>, code: &str, message: String) -> Refusal {
+pub(super) fn bad(field: &str, id: Option<&str>, code: &str, message: String) -> Refusal {
     let mut body = failure(code, &message);
     if let (Some(id), Some(map)) = (id, body.as_object_mut()) {
         map.insert(field.into(), json!(id));
@@ -47,12 +47,13 @@ fn bad(field: &str, id: Option<&str>, code: &str, message: String) -> Refusal {
     Refusal(Reply::json(400, body))
 }
 
-fn rejected(field: &str, id: &str, code: &str, message: &str) -> Refusal {
-    let body = json!({field: id, "status": "REJECTED", "failureReason": {"failureCode": code, "failureMessage": message}});
+pub(super) fn rejected(field: &str, id: &str, code: &str, message: &str) -> Refusal {
+    let body =
+        json!({field: id, "status": "REJECTED", "failureReason": {"failureCode": code, "failureMessage": message}});
     Refusal(Reply::json(200, body))
 }
 
-fn object(body: &[u8], field: &str) -> Checked<Map<String, Value>> {
+pub(super) fn object(body: &[u8], field: &str) -> Checked<Map<String, Value>> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         _ => Err(bad(field, None, "INVALID_INPUT", "We were unable to parse the payload of the request.".into())),
@@ -60,7 +61,7 @@ fn object(body: &[u8], field: &str) -> Checked<Map<String, Value>> {
 }
 
 /// The id field: present, a string, a UUIDv4; and no field outside `allowed`.
-fn id_of<'a>(map: &'a Map<String, Value>, field: &str, allowed: &[&str]) -> Checked<&'a str> {
+pub(super) fn id_of<'a>(map: &'a Map<String, Value>, field: &str, allowed: &[&str]) -> Checked<&'a str> {
     let id = map.get(field).and_then(Value::as_str);
     if let Some(extra) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(bad(field, id, "UNSUPPORTED_PARAMETER", format!("Parameter '{extra}' is not supported.")));
@@ -73,7 +74,7 @@ fn id_of<'a>(map: &'a Map<String, Value>, field: &str, allowed: &[&str]) -> Chec
 }
 
 /// An optional string field (400 when present but not a string).
-fn text<'a>(map: &'a Map<String, Value>, name: &str, field: &str, id: &str) -> Checked<Option<&'a str>> {
+pub(super) fn text<'a>(map: &'a Map<String, Value>, name: &str, field: &str, id: &str) -> Checked<Option<&'a str>> {
     match map.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -81,14 +82,14 @@ fn text<'a>(map: &'a Map<String, Value>, name: &str, field: &str, id: &str) -> C
     }
 }
 
-fn required<'a>(map: &'a Map<String, Value>, name: &str, field: &str, id: &str) -> Checked<&'a str> {
+pub(super) fn required<'a>(map: &'a Map<String, Value>, name: &str, field: &str, id: &str) -> Checked<&'a str> {
     text(map, name, field, id)?
         .ok_or_else(|| bad(field, Some(id), "MISSING_PARAMETER", format!("Parameter '{name}' is missing.")))
 }
 
 /// The optional fields every kind shares: customerMessage (4 to 22 characters) and metadata (a list of at
 /// most ten objects).
-fn common_optional(map: &Map<String, Value>, field: &str, id: &str) -> Checked<()> {
+pub(super) fn common_optional(map: &Map<String, Value>, field: &str, id: &str) -> Checked<()> {
     if let Some(message) = text(map, "customerMessage", field, id)? {
         if !(4..=22).contains(&message.chars().count()) {
             let text = "Parameter 'customerMessage' must be 4 to 22 characters.".to_owned();
@@ -161,7 +162,7 @@ fn store(fake: &Fake, txn: Txn, accepted: Value) -> Reply {
     Reply::json(200, accepted).created()
 }
 
-fn new_txn(fake: &Fake, kind: &'static str, id: &str, map: Map<String, Value>, plan: Plan) -> Txn {
+pub(super) fn new_txn(fake: &Fake, kind: &'static str, id: &str, map: Map<String, Value>, plan: Plan) -> Txn {
     let now = fake.clock.now_ms();
     let settle_at_ms = (plan != Plan::Stuck).then(|| now.saturating_add(fake.settle_ms));
     Txn {
@@ -184,7 +185,7 @@ fn new_txn(fake: &Fake, kind: &'static str, id: &str, map: Map<String, Value>, p
     }
 }
 
-fn answer(result: Checked<Reply>) -> Reply {
+pub(super) fn answer(result: Checked<Reply>) -> Reply {
     result.unwrap_or_else(|Refusal(reply)| reply)
 }
 
@@ -205,7 +206,9 @@ fn money_out_or_in(fake: &Fake, map: Map<String, Value>, kind: &'static str) -> 
     let raw_amount = match map.get("amount") {
         None => return Err(bad(field, Some(&id), "MISSING_PARAMETER", "Parameter 'amount' is missing.".into())),
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(bad(field, Some(&id), "INVALID_PARAMETER", "Parameter 'amount' must be a string.".into())),
+        Some(_) => {
+            return Err(bad(field, Some(&id), "INVALID_PARAMETER", "Parameter 'amount' must be a string.".into()))
+        }
     };
     let currency = required(&map, "currency", field, &id)?.to_owned();
     common_optional(&map, field, &id)?;
@@ -257,68 +260,4 @@ pub fn bulk(fake: &Fake, body: &[u8]) -> Reply {
     } else {
         reply
     }
-}
-
-pub fn refund(fake: &Fake, body: &[u8]) -> Reply {
-    answer(object(body, "refundId").and_then(|map| refund_checked(fake, map)))
-}
-
-fn refund_checked(fake: &Fake, map: Map<String, Value>) -> Checked<Reply> {
-    let field = "refundId";
-    let id = id_of(&map, field, REFUND_FIELDS)?.to_owned();
-    let deposit_id = required(&map, "depositId", field, &id)?.to_owned();
-    if !is_uuid_v4(&deposit_id) {
-        return Err(bad(field, Some(&id), "INVALID_PARAMETER", "Parameter 'depositId' must be a UUIDv4.".into()));
-    }
-    let asked = text(&map, "amount", field, &id)?.map(str::to_owned);
-    let currency = text(&map, "currency", field, &id)?.map(str::to_owned);
-    common_optional(&map, field, &id)?;
-    let mut state = fake.lock();
-    if state.txns.contains(&id) {
-        return Ok(Reply::json(200, json!({field: id, "status": "DUPLICATE_IGNORED"})));
-    }
-    let Some(deposit) = state.txns.get(&deposit_id).filter(|t| t.kind == "deposit").cloned() else {
-        return Err(rejected(field, &id, "DEPOSIT_NOT_FOUND", "The deposit to refund was not found."));
-    };
-    if deposit.stage != Stage::Succeeded {
-        return Err(rejected(field, &id, "DEPOSIT_NOT_COMPLETED", "Only a completed deposit can be refunded."));
-    }
-    let siblings = || state.txns.iter().filter(|t| t.kind == "refund" && t.parent.as_deref() == Some(&deposit_id));
-    if siblings().any(|t| !t.stage.is_final()) {
-        return Err(rejected(field, &id, "REFUND_IN_PROGRESS", "Another refund of this deposit is in progress."));
-    }
-    let refunded: u64 =
-        siblings().filter(|t| t.stage == Stage::Succeeded).filter_map(|t| t.amount.parse::<u64>().ok()).sum();
-    let remaining = deposit.amount.parse::<u64>().unwrap_or(0).saturating_sub(refunded);
-    if remaining == 0 {
-        return Err(rejected(field, &id, "DEPOSIT_ALREADY_REFUNDED", "The deposit has already been fully refunded."));
-    }
-    if currency.as_ref().is_some_and(|c| *c != deposit.currency) {
-        return Err(rejected(field, &id, "INVALID_CURRENCY", "The currency is not the deposit's."));
-    }
-    let value = match asked {
-        None => remaining,
-        Some(raw) => {
-            // The limits of a refund are the deposit's remainder, not the provider's minimum.
-            let valid = raw.bytes().all(|b| b.is_ascii_digit()) && !raw.is_empty() && raw.len() <= 18;
-            match raw.parse::<u64>() {
-                Ok(v) if valid && v > 0 => v,
-                _ => return Err(rejected(field, &id, "INVALID_AMOUNT", "The amount is not valid for this provider.")),
-            }
-        }
-    };
-    if value > remaining {
-        return Err(rejected(field, &id, "AMOUNT_TOO_LARGE", "The amount is larger than what is left to refund."));
-    }
-    // Stored under the same lock as the checks, so two refunds of one deposit cannot both pass them.
-    let mut txn = new_txn(fake, "refund", &id, map, Plan::Succeed);
-    txn.amount = value.to_string();
-    txn.currency = deposit.currency;
-    txn.phone = deposit.phone;
-    txn.route = deposit.route;
-    txn.parent = Some(deposit_id);
-    let accepted = json!({field: id, "status": "ACCEPTED", "created": txn.created_at});
-    tracing::info!(id = %txn.id, amount = %txn.amount, "refund created");
-    state.txns.insert(txn);
-    Ok(Reply::json(200, accepted).created())
 }

@@ -3,7 +3,8 @@
 //! # Layout
 //! - `mod.rs`: routing, the bearer token check, status queries, resend-callback, fail-enqueued, the wire
 //!   form of a transaction and its callbacks.
-//! - `create.rs`: deposits, payouts (single and bulk) and refunds: validation, rejections, idempotency.
+//! - `create.rs`: deposits and payouts (single and bulk): validation, rejections, idempotency.
+//! - `refunds.rs`: partial refunds and their rules.
 //! - `conf.rs`: providers, limits, magic test numbers, active-conf and predict-provider.
 //! - `signing.rs`: RFC 9421 callback signatures and the key served at `/v2/public-key/http`.
 //!
@@ -13,6 +14,7 @@
 
 mod conf;
 mod create;
+mod refunds;
 pub mod signing;
 
 use actix_web::http::Method;
@@ -20,10 +22,9 @@ use awc::http::Method as OutMethod;
 use serde_json::{json, Value};
 
 use crate::callbacks::{self, Outgoing, Variant};
-use crate::common::{is_uuid_v4, Knobs, Stage, Txn};
+use crate::common::{is_uuid_v4, Stage, Txn};
+use crate::knobs::Knobs;
 use crate::server::{Call, Fake, Reply};
-
-pub use conf::PROVIDERS;
 
 pub struct Config {
     pub token: String,
@@ -59,12 +60,15 @@ pub fn handle(fake: &Fake, config: &Config, call: &Call) -> Reply {
         (&Method::GET, ["v2", "public-key", "http"]) => {
             return Reply::json(200, json!([{"id": signing::KEY_ID, "key": config.signer.public_pem()}]))
         }
-        (&Method::GET, ["v2", "availability"]) => return Reply::json(200, availability()),
+        (&Method::GET, ["v2", "availability"]) => return Reply::json(200, conf::availability()),
         _ => {}
     }
     match call.header("authorization").map(str::trim) {
         None | Some("") => {
-            return Reply::json(401, failure("NO_AUTHENTICATION", "We did not find the API token in the request headers."))
+            return Reply::json(
+                401,
+                failure("NO_AUTHENTICATION", "We did not find the API token in the request headers."),
+            )
         }
         Some(value) if value.strip_prefix("Bearer ").map(str::trim) != Some(config.token.as_str()) => {
             let message = "The API token specified for authentication is not valid or missing.";
@@ -76,7 +80,7 @@ pub fn handle(fake: &Fake, config: &Config, call: &Call) -> Reply {
         (&Method::POST, ["v2", "deposits"]) => create::deposit(fake, call.body),
         (&Method::POST, ["v2", "payouts"]) => create::payout(fake, call.body),
         (&Method::POST, ["v2", "payouts", "bulk"]) => create::bulk(fake, call.body),
-        (&Method::POST, ["v2", "refunds"]) => create::refund(fake, call.body),
+        (&Method::POST, ["v2", "refunds"]) => refunds::refund(fake, call.body),
         (&Method::GET, ["v2", "deposits", id]) => status(fake, "deposit", id),
         (&Method::GET, ["v2", "payouts", id]) => status(fake, "payout", id),
         (&Method::GET, ["v2", "refunds", id]) => status(fake, "refund", id),
@@ -85,7 +89,7 @@ pub fn handle(fake: &Fake, config: &Config, call: &Call) -> Reply {
         (&Method::POST, ["v2", "refunds", "resend-callback", id]) => resend(fake, config, "refund", id),
         (&Method::POST, ["v2", "payouts", "fail-enqueued", id]) => fail_enqueued(fake, config, id),
         (&Method::GET, ["v2", "active-conf"]) => Reply::json(200, conf::active_conf(call.query)),
-        (&Method::POST, ["v2", "predict-provider"]) => predict(call.body),
+        (&Method::POST, ["v2", "predict-provider"]) => conf::predict_provider(call.body),
         (_, ["v2", "deposits" | "payouts" | "refunds" | "active-conf" | "predict-provider", ..]) => {
             Reply::empty(405).because("method not allowed")
         }
@@ -154,7 +158,10 @@ pub fn render(txn: &Txn, variant: Variant) -> Value {
         let code = txn.reason.as_deref().unwrap_or("UNKNOWN_ERROR");
         map.insert("failureReason".into(), json!({"failureCode": code, "failureMessage": failure_message(code)}));
     }
-    if txn.kind == "deposit" && status_name(txn) == "ACCEPTED" && conf::provider_info(&txn.route).is_some_and(|p| p.auth_type == "REDIRECT_AUTH") {
+    if txn.kind == "deposit"
+        && status_name(txn) == "ACCEPTED"
+        && conf::provider_info(&txn.route).is_some_and(|p| p.auth_type == "REDIRECT_AUTH")
+    {
         map.insert("authorizationUrl".into(), json!(format!("https://pay.wave.example/fake/{}", txn.id)));
     }
     if let Some(metadata) = txn.request.get("metadata").and_then(Value::as_array) {
@@ -227,7 +234,10 @@ fn resend(fake: &Fake, config: &Config, kind: &'static str, id: &str) -> Reply {
         return Reply::json(400, failure("INVALID_PARAMETER", &format!("{field} must be a UUIDv4.")));
     }
     let rejected = |code: &str, message: String| {
-        Reply::json(200, json!({field: id, "status": "REJECTED", "failureReason": {"failureCode": code, "failureMessage": message}}))
+        Reply::json(
+            200,
+            json!({field: id, "status": "REJECTED", "failureReason": {"failureCode": code, "failureMessage": message}}),
+        )
     };
     let list = {
         let state = fake.lock();
@@ -248,7 +258,10 @@ fn fail_enqueued(fake: &Fake, config: &Config, id: &str) -> Reply {
         return Reply::json(400, failure("INVALID_PARAMETER", "payoutId must be a UUIDv4."));
     }
     let rejected = |code: &str, message: String| {
-        Reply::json(200, json!({"payoutId": id, "status": "REJECTED", "failureReason": {"failureCode": code, "failureMessage": message}}))
+        Reply::json(
+            200,
+            json!({"payoutId": id, "status": "REJECTED", "failureReason": {"failureCode": code, "failureMessage": message}}),
+        )
     };
     let list = {
         let mut state = fake.lock();
@@ -264,30 +277,4 @@ fn fail_enqueued(fake: &Fake, config: &Config, id: &str) -> Reply {
     };
     fake.callbacks.send_all(list);
     Reply::json(200, json!({"payoutId": id, "status": "ACCEPTED"}))
-}
-
-fn predict(body: &[u8]) -> Reply {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let Some(phone) = parsed.as_ref().and_then(|v| v.get("phoneNumber")).and_then(Value::as_str) else {
-        return Reply::json(400, failure("INVALID_INPUT", "We are unable to parse the body of the request."));
-    };
-    match conf::predict(phone) {
-        Some(prediction) => Reply::json(200, prediction),
-        None => Reply::json(400, failure("INVALID_PHONE_NUMBER", "The phone number is not valid for any served country.")),
-    }
-}
-
-fn availability() -> Value {
-    let countries: Vec<Value> = conf::COUNTRIES
-        .iter()
-        .map(|c| {
-            let providers: Vec<Value> = PROVIDERS
-                .iter()
-                .filter(|p| p.country == c.code)
-                .map(|p| json!({"provider": p.code, "operationTypes": {"DEPOSIT": "OPERATIONAL", "PAYOUT": "OPERATIONAL", "REFUND": "OPERATIONAL"}}))
-                .collect();
-            json!({"country": c.code, "providers": providers})
-        })
-        .collect();
-    Value::Array(countries)
 }
