@@ -185,6 +185,18 @@ async fn mtn_protocol() {
     })
     .await;
     assert_eq!((hit.method.as_str(), hit.json()["status"].as_str()), ("PUT", Some("SUCCESSFUL")));
+    // Out of order: the final callback, then a stale PENDING one the adapter must ignore.
+    mtn.fake.control("knobs", json!({"callbacks": "out_of_order", "callback_method": "POST"})).await;
+    let shuffled = uuid();
+    let callback = format!("{}/momo/{shuffled}", receiver.url);
+    mtn.create("/collection/v1_0/requesttopay", &shuffled, Some(&callback), &rtp("22997000000", "1000", "XOF")).await;
+    let hits = eventually("two callbacks", || async {
+        let hits: Vec<_> = receiver.hits().into_iter().filter(|h| h.path == format!("/momo/{shuffled}")).collect();
+        (hits.len() >= 2).then_some(hits)
+    })
+    .await;
+    let statuses: Vec<Value> = hits.iter().map(|h| h.json()["status"].clone()).collect();
+    assert_eq!(statuses, [json!("SUCCESSFUL"), json!("PENDING")]);
     mtn.fake.control("clock/advance", json!({"seconds": 3600})).await;
     let expired = mtn.call("GET", &format!("/collection/v1_0/requesttopay/{id}"), &[], None).await;
     assert_eq!(expired.status, 401, "tokens expire on the fake clock");

@@ -116,6 +116,15 @@ async fn pawapay_knobs() {
     create(&fake, "deposits", &deposit(&twice, "22951345789", "MTN_MOMO_BEN", "1000")).await;
     receiver.wait_for(&twice, 2).await;
 
+    // Late callbacks leave two seconds after the final state.
+    fake.control("knobs", json!({"callbacks": "late"})).await;
+    let late = uuid();
+    create(&fake, "deposits", &deposit(&late, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    wait_status(&fake, "deposits", &late, "COMPLETED").await;
+    actix_web::rt::time::sleep(Duration::from_millis(1000)).await;
+    assert!(receiver.hits_for(&late).is_empty(), "not yet");
+    receiver.wait_for(&late, 1).await;
+
     // In reconciliation until settled by the control API.
     fake.control("knobs", json!({"callbacks": "once", "in_reconciliation": true})).await;
     let held = uuid();

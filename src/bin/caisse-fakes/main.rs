@@ -202,11 +202,15 @@ async fn run(common: Common, provider: Provider, knobs: Knobs) -> std::io::Resul
         callbacks: sender,
     });
     let app_fake = fake.clone();
-    let server =
-        HttpServer::new(move || App::new().app_data(app_fake.clone()).default_service(web::to(server::handle)))
-            .workers(2)
-            .shutdown_timeout(1)
-            .bind(&common.listen)?;
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(app_fake.clone())
+            .app_data(web::PayloadConfig::new(server::BODY_MAX))
+            .default_service(web::to(server::handle))
+    })
+    .workers(2)
+    .shutdown_timeout(1)
+    .bind(&common.listen)?;
     let address = server
         .addrs()
         .first()

@@ -22,6 +22,10 @@ use crate::{control, mtn, pawapay};
 
 /// How long a "never answer" call is held before the fake gives up on it; the client has long gone by then.
 const NEVER_ANSWER_HOLD: Duration = Duration::from_secs(600);
+/// Request bodies larger than this are refused (413); provider requests are a few hundred bytes.
+pub const BODY_MAX: usize = 64 * 1024;
+/// The request log keeps at most this much of each body.
+const RECORDED_BODY_MAX: usize = 16 * 1024;
 /// How often the ticker looks for transactions due to move.
 pub const TICK: Duration = Duration::from_millis(20);
 
@@ -213,7 +217,10 @@ fn record(state: &mut State, req: &HttpRequest, body: &[u8]) {
     if state.requests.len() >= REQUESTS_MAX {
         state.requests.pop_front();
     }
-    let body = String::from_utf8_lossy(body).into_owned();
+    let mut body = String::from_utf8_lossy(&body[..body.len().min(RECORDED_BODY_MAX)]).into_owned();
+    if body.len() > RECORDED_BODY_MAX {
+        body.push_str("…[truncated]");
+    }
     state.requests.push_back(RecordedRequest { method: req.method().to_string(), path, headers, body });
 }
 
