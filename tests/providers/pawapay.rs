@@ -1,0 +1,192 @@
+//! A production-mode server routed to pawaPay, against the local pawaPay fake: what the merchant sees through
+//! the API, and what pawaPay received.
+
+use caisse::config::{Environment, PawapaySettings, Secret};
+use serde_json::{json, Value};
+
+use crate::fake::Fake;
+use crate::support::{free_port, spawn_app_with, TestApp};
+
+const TOKEN: &str = "pawapay-test-token";
+/// MTN Benin test numbers of pawaPay's sandbox (the fake follows them).
+const COMPLETES: &str = "+22951345789";
+const PAYER_NOT_FOUND: &str = "+22951345029";
+const STUCK: &str = "+22951345129";
+const RECIPIENT_NOT_FOUND: &str = "+22951345089";
+
+/// The fake, and a production server whose mtn_momo, moov_money and orange_money go to it.
+pub async fn start() -> (Fake, TestApp) {
+    let port = free_port();
+    let callback = format!("http://127.0.0.1:{port}/v1/notifications/pawapay");
+    let fake = Fake::start(&[
+        "pawapay",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--settle-ms",
+        "200",
+        "--deposit-callback-url",
+        &callback,
+        "--payout-callback-url",
+        &callback,
+        "--refund-callback-url",
+        &callback,
+    ]);
+    let base_url = fake.base.clone();
+    let app = spawn_app_with(move |s| {
+        s.environment = Environment::Production;
+        s.listen = format!("127.0.0.1:{port}").parse().expect("a loopback address");
+        s.adapters.pawapay = Some(PawapaySettings { base_url, api_token: Secret::new(TOKEN.into()) });
+        for p in &mut s.providers {
+            if ["mtn_momo", "moov_money", "orange_money"].contains(&p.code.as_str()) {
+                p.adapter = Some("pawapay".into());
+            }
+        }
+    })
+    .await;
+    (fake, app)
+}
+
+fn payment(amount: i64, phone: &str) -> Value {
+    json!({"montant": amount, "devise": "XOF", "fournisseur": "mtn_momo", "client_telephone": phone})
+}
+
+/// The requests pawaPay received at `path` with `method`, as JSON bodies with their headers.
+async fn received(fake: &Fake, method: &str, path: &str) -> Vec<Value> {
+    fake.requests().await.into_iter().filter(|r| r["method"] == method && r["path"] == path).collect()
+}
+
+fn is_uuid_v4(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.iter().map(|g| g.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12]
+        && text.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit())
+        && groups[2].starts_with('4')
+}
+
+fn body_of(request: &Value) -> Value {
+    serde_json::from_str(request["body"].as_str().unwrap_or("null")).unwrap_or(Value::Null)
+}
+
+#[actix_web::test]
+async fn a_payment_completes_and_credits_once_even_with_duplicated_callbacks() {
+    let (fake, app) = start().await;
+    fake.knobs(json!({"callbacks": "duplicate"})).await;
+    let created = app.initiate(&payment(1_000, COMPLETES)).await;
+    let reference = created["reference"].as_str().expect("a reference").to_owned();
+    let paid = app.wait_payment(&reference, "succes").await;
+    assert_eq!((paid["montant"].as_i64(), paid["montant_net"].as_i64()), (Some(1_000), Some(985)));
+    // Let the duplicated callbacks arrive, then check nothing moved twice.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert_eq!(app.balance("XOF").await, (985, 0, 985));
+
+    // What pawaPay received: exactly the protocol's deposit.
+    let deposits = received(&fake, "POST", "/v2/deposits").await;
+    assert_eq!(deposits.len(), 1, "one request: {deposits:?}");
+    let headers = &deposits[0]["headers"];
+    assert_eq!(headers["authorization"], format!("Bearer {TOKEN}"));
+    let sent = body_of(&deposits[0]);
+    let deposit_id = sent["depositId"].as_str().expect("depositId");
+    assert!(is_uuid_v4(deposit_id), "{deposit_id}");
+    assert_eq!(sent["amount"], "1000", "a string without decimals for XOF");
+    assert_eq!(sent["currency"], "XOF");
+    assert_eq!(sent["payer"]["type"], "MMO");
+    assert_eq!(sent["payer"]["accountDetails"]["phoneNumber"], "22951345789", "no '+'");
+    assert_eq!(sent["payer"]["accountDetails"]["provider"], "MTN_MOMO_BEN", "the phone's country's provider");
+    assert_eq!(sent["clientReferenceId"], paid["transaction_id"]);
+    assert_eq!(fake.transactions().await.len(), 1);
+}
+
+#[actix_web::test]
+async fn a_500_from_pawapay_after_creating_still_ends_succes_with_one_transaction() {
+    let (fake, app) = start().await;
+    fake.knobs(json!({"create_500_but_created": 1})).await;
+    let created = app.initiate(&payment(2_000, COMPLETES)).await;
+    let reference = created["reference"].as_str().expect("a reference").to_owned();
+    app.wait_payment(&reference, "succes").await;
+    let deposits = received(&fake, "POST", "/v2/deposits").await;
+    assert!(deposits.len() >= 2, "the 500 was retried: {deposits:?}");
+    let ids: std::collections::BTreeSet<String> =
+        deposits.iter().map(|d| body_of(d)["depositId"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(ids.len(), 1, "always the same depositId");
+    assert_eq!(fake.transactions().await.len(), 1, "one transaction at pawaPay");
+    assert_eq!(app.balance("XOF").await.0, 1_970);
+}
+
+#[actix_web::test]
+async fn a_payer_without_an_account_ends_echec_with_its_code() {
+    let (_fake, app) = start().await;
+    let created = app.initiate(&payment(1_000, PAYER_NOT_FOUND)).await;
+    let reference = created["reference"].as_str().expect("a reference").to_owned();
+    let failed = app.wait_payment(&reference, "echec").await;
+    assert_eq!(failed["failure_code"], "payer_not_found");
+    assert_eq!(app.balance("XOF").await, (0, 0, 0));
+}
+
+#[actix_web::test]
+async fn a_forged_callback_never_credits_and_unknown_ones_are_ignored() {
+    let (fake, app) = start().await;
+    let created = app.initiate(&payment(1_000, STUCK)).await;
+    let reference = created["reference"].as_str().expect("a reference").to_owned();
+    let tx = created["transaction_id"].as_str().expect("a transaction id").to_owned();
+    let deposit_id = caisse_engine::domain::ids::uuid_of(&tx).expect("our id as a UUID");
+    let callback = |body: Value| app.post("/v1/notifications/pawapay").no_auth().json(&body);
+
+    // Claims success, but pawaPay's own status says otherwise: nothing moves.
+    let forged = json!({"depositId": deposit_id, "clientReferenceId": tx, "status": "COMPLETED"});
+    app.send(callback(forged)).await.expect(200);
+    assert_ne!(app.get_payment(&reference).await["statut"], "succes");
+    assert_eq!(app.balance("XOF").await.0, 0);
+    // Names our transaction under another pawaPay id: refused.
+    let other =
+        json!({"depositId": "6f1c2a4e-0000-4000-8000-000000000000", "clientReferenceId": tx, "status": "COMPLETED"});
+    app.send(callback(other)).await.expect(401);
+    // About something that is not ours: acknowledged so pawaPay stops, and nothing changes.
+    let foreign = json!({"depositId": "6f1c2a4e-0000-4000-8000-000000000001", "status": "COMPLETED"});
+    app.send(callback(foreign)).await.expect(200);
+    assert_eq!(app.balance("XOF").await, (0, 0, 0));
+    assert_eq!(fake.transactions().await.len(), 1);
+}
+
+#[actix_web::test]
+async fn without_callbacks_a_payment_completes_by_polling() {
+    let (fake, app) = start().await;
+    fake.knobs(json!({"callbacks": "never"})).await;
+    let created = app.initiate(&payment(1_000, COMPLETES)).await;
+    let reference = created["reference"].as_str().expect("a reference").to_owned();
+    app.wait_payment(&reference, "succes").await;
+    assert_eq!(app.balance("XOF").await.0, 985);
+}
+
+#[actix_web::test]
+async fn payouts_are_sent_and_refusals_come_back_with_their_reason() {
+    let (_fake, app) = start().await;
+    let funded = app.initiate(&payment(10_000, COMPLETES)).await;
+    app.wait_payment(funded["reference"].as_str().expect("a reference"), "succes").await;
+    let payout = |phone: &str| json!({"montant": 1_000, "devise": "XOF", "fournisseur": "mtn_momo", "beneficiaire_telephone": phone});
+    let sent = app.payout(&payout(COMPLETES)).await;
+    let sent = app.wait_payout(sent["id"].as_str().expect("an id"), "traite").await;
+    assert_eq!(sent["statut"], "traite");
+    let refused = app.payout(&payout(RECIPIENT_NOT_FOUND)).await;
+    let refused = app.wait_payout(refused["id"].as_str().expect("an id"), "rejete").await;
+    assert_eq!(refused["motif_rejet"], "recipient_not_found");
+    // 9,850 credited, 1,000 + its fee paid out, the refused payout's reservation released.
+    assert_eq!(app.balance("XOF").await, (9_850 - 1_000, 0, 9_850 - 1_000));
+}
+
+#[actix_web::test]
+async fn a_partial_refund_goes_through_pawapay() {
+    let (fake, app) = start().await;
+    let created = app.initiate(&payment(5_000, COMPLETES)).await;
+    let reference = created["reference"].as_str().expect("a reference").to_owned();
+    let paid = app.wait_payment(&reference, "succes").await;
+    app.post_refund(&reference, &json!({"montant": 2_000})).await.expect(200);
+    app.wait_refund(&reference, "succes").await;
+    let refunds = received(&fake, "POST", "/v2/refunds").await;
+    assert_eq!(refunds.len(), 1);
+    let sent = body_of(&refunds[0]);
+    assert_eq!(sent["amount"], "2000");
+    let deposit_id = caisse_engine::domain::ids::uuid_of(paid["transaction_id"].as_str().expect("tx"));
+    assert_eq!(sent["depositId"].as_str(), deposit_id.as_deref(), "the refund names the deposit");
+    assert!(is_uuid_v4(sent["refundId"].as_str().expect("refundId")));
+}

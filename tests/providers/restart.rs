@@ -1,0 +1,108 @@
+//! The real `caisse` binary in production mode against the pawaPay fake, killed with SIGKILL while a deposit
+//! request is at pawaPay without an answer: the restart asks pawaPay about the same id, sends nothing twice,
+//! and the payment ends `succes`, credited once.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::fake::Fake;
+use crate::support::{free_port, sleep_ms, Api};
+
+const BIN: &str = env!("CARGO_BIN_EXE_caisse");
+const TOKEN: &str = "pawapay-restart-token";
+
+/// A configuration routing mtn_momo to pawaPay for Benin.
+const CONFIG: &str = r#"
+[[providers]]
+code = "mtn_momo"
+nom = "MTN Mobile Money"
+pays = ["BJ"]
+devises = ["XOF"]
+operations = ["paiement", "remboursement", "retrait"]
+frais = { pourcentage_bps = 150, fixe = 0 }
+limites = { XOF = [100, 2000000] }
+adapter = "pawapay"
+"#;
+
+fn caisse(work: &Path, fake: &Fake, port: u16) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(work)
+        .arg("--config")
+        .arg(work.join("caisse.toml"))
+        .env("CAISSE_ENVIRONMENT", "production")
+        .env("CAISSE_DATA_DIR", work.join("data"))
+        .env("CAISSE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("CAISSE_LOG", "warn")
+        .env("CAISSE_HTTP_WORKERS", "2")
+        .env("CAISSE_ADAPTERS_PAWAPAY_BASE_URL", &fake.base)
+        .env("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN", TOKEN)
+        .stdin(Stdio::null());
+    command
+}
+
+/// Starts `caisse serve` and waits until it listens.
+async fn serve(work: &Path, fake: &Fake, port: u16) -> Child {
+    let mut child = caisse(work, fake, port).arg("serve").stdout(Stdio::null()).spawn().expect("caisse serve starts");
+    let started = Instant::now();
+    loop {
+        assert!(child.try_wait().expect("the server's state").is_none(), "caisse serve exited at start");
+        if TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok() {
+            return child;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "caisse serve is not listening");
+        sleep_ms(20).await;
+    }
+}
+
+#[actix_web::test]
+async fn a_kill_9_while_a_deposit_is_at_pawapay_then_a_restart_sends_nothing_twice() {
+    let work = tempfile::tempdir().expect("work dir");
+    std::fs::write(work.path().join("caisse.toml"), CONFIG).expect("config");
+    let port = free_port();
+    let callback = format!("http://127.0.0.1:{port}/v1/notifications/pawapay");
+    let fake =
+        Fake::start(&["pawapay", "--listen", "127.0.0.1:0", "--token", TOKEN, "--deposit-callback-url", &callback]);
+    let created = caisse(work.path(), &fake, port)
+        .args(["merchant", "create", "--name", "Boutique", "--email", "b@example.com", "--json"])
+        .output()
+        .expect("merchant create runs");
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let merchant: serde_json::Value = serde_json::from_slice(&created.stdout).expect("one JSON object");
+    let api = Api::new(&format!("http://127.0.0.1:{port}"), merchant["secret_key"].as_str().expect("a key"));
+
+    // pawaPay takes the deposit but its answer never comes; the server dies while it waits.
+    fake.knobs(json!({"never_answer": 1})).await;
+    let mut server = serve(work.path(), &fake, port).await;
+    let body = json!({"montant": 1000, "devise": "XOF", "fournisseur": "mtn_momo",
+        "client_telephone": "+22951345789", "reference": "order-kill-1"});
+    let request = api.post("/v1/paiement/initier").json(&body);
+    let pending = actix_web::rt::spawn({
+        let api = api.clone();
+        async move { api.send(request).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !fake.requests().await.iter().any(|r| r["method"] == "POST" && r["path"] == "/v2/deposits") {
+        assert!(Instant::now() < deadline, "the deposit never reached pawaPay");
+        sleep_ms(20).await;
+    }
+    server.kill().expect("SIGKILL");
+    server.wait().expect("reaped");
+    pending.abort();
+
+    // The restart asks pawaPay about the payment it had sent and applies the answer.
+    let mut server = serve(work.path(), &fake, port).await;
+    let paid = api.wait_payment("order-kill-1", "succes").await;
+    assert_eq!(paid["montant_net"], 985);
+    assert_eq!(api.balance("XOF").await.0, 985);
+    let deposits: Vec<_> =
+        fake.requests().await.into_iter().filter(|r| r["method"] == "POST" && r["path"] == "/v2/deposits").collect();
+    assert_eq!(deposits.len(), 1, "nothing was sent twice: {deposits:?}");
+    assert_eq!(fake.transactions().await.len(), 1);
+    server.kill().expect("SIGKILL");
+    server.wait().expect("reaped");
+}
