@@ -1,7 +1,6 @@
 //! A provider's answer: authenticated, located, confirmed with a status query, then applied through the
 //! merchant's actor. Duplicates and stale answers change nothing.
 
-use actix_web::http::header::HeaderMap;
 use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::TransactionType;
@@ -11,7 +10,7 @@ use caisse_engine::{Command, Engine, EngineError, Executed, PaymentNotice, Payou
 use super::Flow;
 use std::sync::Arc;
 
-use crate::providers::{Adapter, ProviderError, ProviderStatus};
+use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus};
 
 /// Why a provider's notice was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -34,35 +33,33 @@ pub enum NoticeError {
 
 impl Flow {
     /// Handles one notice of the sandbox simulator, sent to `/v1/fournisseurs/{code}/notifications`.
-    pub async fn provider_notice(&self, code: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), NoticeError> {
+    pub async fn provider_notice(&self, code: &str, callback: Callback) -> Result<(), NoticeError> {
         self.providers.get(code).ok_or_else(|| NoticeError::UnknownProvider(code.to_owned()))?;
         let adapter =
             self.providers.adapter("sandbox").ok_or_else(|| NoticeError::InactiveProvider(code.to_owned()))?;
-        self.confirm_and_apply(adapter, headers, None, body, false).await
+        self.confirm_and_apply(adapter, callback, None, false).await
     }
 
     /// Handles one callback of a provider's adapter, sent to `/v1/notifications/{adapter}`. A callback about a
     /// transaction that is not Caisse's is answered 200 and changes nothing, so the provider stops sending it.
-    pub async fn adapter_notice(
-        &self,
-        name: &str,
-        token: Option<&str>,
-        headers: &HeaderMap,
-        body: &[u8],
-    ) -> Result<(), NoticeError> {
+    pub async fn adapter_notice(&self, name: &str, token: Option<&str>, callback: Callback) -> Result<(), NoticeError> {
         let adapter = self.providers.adapter(name).ok_or_else(|| NoticeError::UnknownProvider(name.to_owned()))?;
-        self.confirm_and_apply(adapter, headers, token, body, true).await
+        self.confirm_and_apply(adapter, callback, token, true).await
     }
 
     async fn confirm_and_apply(
         &self,
         adapter: Arc<dyn Adapter>,
-        headers: &HeaderMap,
+        callback: Callback,
         token: Option<&str>,
-        body: &[u8],
         unknown_is_fine: bool,
     ) -> Result<(), NoticeError> {
-        let notice = match adapter.parse_notice(headers, token, body) {
+        adapter.authenticate(callback.clone()).await.map_err(|e| match e {
+            ProviderError::Unauthenticated(why) => NoticeError::Unauthenticated(why),
+            ProviderError::Unreachable(why) => NoticeError::Unconfirmed(why),
+            other => NoticeError::Malformed(other.to_string()),
+        })?;
+        let notice = match adapter.parse_notice(&callback.headers, token, &callback.body) {
             Ok(notice) => notice,
             Err(ProviderError::Unauthenticated(why)) => return Err(NoticeError::Unauthenticated(why)),
             Err(ProviderError::NotOurs(id)) if unknown_is_fine => {

@@ -12,6 +12,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::read_body;
 use super::AppState;
 use crate::flow::notice::NoticeError;
+use crate::providers::Callback;
 
 /// Provider notices (not a merchant endpoint): authenticated by the provider's signature.
 #[utoipa::path(post, path = "/v1/fournisseurs/{code}/notifications", tag = "fournisseurs",
@@ -30,7 +31,7 @@ pub async fn notification(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload).await?;
-    state.flow.provider_notice(&path, req.headers(), &body).await.map_err(notice_error)?;
+    state.flow.provider_notice(&path, callback(&req, body)).await.map_err(notice_error)?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
 }
 
@@ -53,7 +54,7 @@ pub async fn adapter_notification(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload).await?;
-    state.flow.adapter_notice(&path, None, req.headers(), &body).await.map_err(notice_error)?;
+    state.flow.adapter_notice(&path, None, callback(&req, body)).await.map_err(notice_error)?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
 }
 
@@ -77,8 +78,13 @@ pub async fn adapter_notification_with_token(
 ) -> Result<HttpResponse, ApiError> {
     let (adapter, token) = path.into_inner();
     let body = read_body(&req, payload).await?;
-    state.flow.adapter_notice(&adapter, Some(&token), req.headers(), &body).await.map_err(notice_error)?;
+    state.flow.adapter_notice(&adapter, Some(&token), callback(&req, body)).await.map_err(notice_error)?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true })))
+}
+
+/// The callback as it arrived, for adapters that check a signature over the request.
+fn callback(req: &HttpRequest, body: web::Bytes) -> Callback {
+    Callback { method: req.method().to_string(), path: req.path().to_owned(), headers: req.headers().clone(), body }
 }
 
 fn notice_error(e: NoticeError) -> ApiError {

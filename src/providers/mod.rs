@@ -15,6 +15,7 @@ pub mod chaos;
 pub mod http;
 pub mod mtn_momo;
 pub mod pawapay;
+pub mod rfc9421;
 pub mod sandbox;
 
 use std::collections::BTreeMap;
@@ -80,8 +81,24 @@ pub enum ProviderError {
     NotOurs(String),
 }
 
+/// A callback as it arrived, for an adapter that authenticates signatures over the request itself.
+#[derive(Clone)]
+pub struct Callback {
+    pub method: String,
+    /// The request's path, as the provider addressed it.
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: actix_web::web::Bytes,
+}
+
 /// Everything Caisse asks of one provider.
 pub trait Adapter: Send + Sync {
+    /// Checks a callback's signature where the provider signs them (pawaPay's RFC 9421); runs before
+    /// [`Adapter::parse_notice`]. Providers that do not sign accept everything here.
+    fn authenticate(&self, _callback: Callback) -> LocalFuture<Result<(), ProviderError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// Whether this adapter carries `fournisseur` for this phone's country; checked before anything is created.
     fn serves(&self, _fournisseur: &str, _phone: &Phone) -> bool {
         true

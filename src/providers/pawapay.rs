@@ -26,8 +26,10 @@ use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde_json::{json, Value};
 
 use super::http::{Answer, Call, Outbound};
-use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
+use super::{rfc9421, Adapter, Callback, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
 use crate::config::PawapaySettings;
+use p256::ecdsa::VerifyingKey;
+use p256::pkcs8::DecodePublicKey;
 
 /// (fournisseur, country, pawaPay provider code) for the countries pawaPay serves among Caisse's.
 pub const PROVIDER_CODES: &[(&str, &str, &str)] = &[
@@ -52,11 +54,17 @@ const REFUND_METADATA_KEY: &str = "caisseTransactionId";
 pub struct Pawapay {
     settings: PawapaySettings,
     outbound: std::sync::Arc<Outbound>,
+    /// pawaPay's callback signing keys by id, from `GET /v2/public-key/http`, fetched when a callback names one
+    /// not seen yet (a key rotation included).
+    keys: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, VerifyingKey>>>,
 }
+
+/// Keys one answer of `/v2/public-key/http` may hold; more is not an answer of pawaPay's.
+const MAX_KEYS: usize = 16;
 
 impl Pawapay {
     pub fn new(settings: PawapaySettings) -> Pawapay {
-        Pawapay { settings, outbound: std::sync::Arc::new(Outbound::new("pawapay")) }
+        Pawapay { settings, outbound: std::sync::Arc::new(Outbound::new("pawapay")), keys: Default::default() }
     }
 
     fn call(&self, method: Method, path: &str, body: Option<Value>, idempotent: bool) -> Call<'static> {
@@ -172,7 +180,69 @@ fn refund_reference(object: &Value) -> Option<&str> {
     }
 }
 
+/// Reads `/v2/public-key/http`: `[{"id", "key": PEM}]`.
+fn read_keys(answer: &Answer) -> Result<Vec<(String, VerifyingKey)>, ProviderError> {
+    if answer.status != StatusCode::OK {
+        return Err(ProviderError::Unreachable(format!("public keys answered {}", answer.status)));
+    }
+    let list = answer.json()?;
+    let items = list.as_array().ok_or_else(|| ProviderError::Unreachable("public keys: not a list".into()))?;
+    Ok(items
+        .iter()
+        .take(MAX_KEYS)
+        .filter_map(|item| {
+            let id = item["id"].as_str()?.to_owned();
+            let key = VerifyingKey::from_public_key_pem(item["key"].as_str()?).ok()?;
+            Some((id, key))
+        })
+        .collect())
+}
+
 impl Adapter for Pawapay {
+    /// Unsigned callbacks are accepted (nothing moves before the status query); a signed one must verify
+    /// against pawaPay's key of that id, fetched when not known yet.
+    fn authenticate(&self, callback: Callback) -> LocalFuture<Result<(), ProviderError>> {
+        let header = |name: &str| callback.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let Some(input) = header("signature-input") else {
+            return Box::pin(std::future::ready(Ok(())));
+        };
+        let input = match rfc9421::parse_input(&input) {
+            Ok(input) => input,
+            Err(why) => return Box::pin(std::future::ready(Err(ProviderError::Unauthenticated(why)))),
+        };
+        let keyid = input.keyid.clone().unwrap_or_default();
+        let known = self.keys.read().ok().and_then(|keys| keys.get(&keyid).copied());
+        let fetch = known.is_none().then(|| self.call(Method::GET, "/v2/public-key/http", None, true));
+        let (keys, outbound) = (self.keys.clone(), self.outbound.clone());
+        Box::pin(async move {
+            let key = match (known, fetch) {
+                (Some(key), _) => key,
+                (None, Some(fetch)) => {
+                    let fetched = read_keys(&outbound.send(fetch).await?)?;
+                    if let Ok(mut cache) = keys.write() {
+                        cache.extend(fetched.iter().cloned());
+                    }
+                    fetched
+                        .into_iter()
+                        .find(|(id, _)| *id == keyid)
+                        .map(|(_, key)| key)
+                        .ok_or_else(|| ProviderError::Unauthenticated(format!("no pawaPay key {keyid:?}")))?
+                }
+                (None, None) => return Err(ProviderError::Unauthenticated("no key".into())),
+            };
+            let header = |name: &str| callback.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let authority = header("host").unwrap_or_default();
+            let request = rfc9421::Received {
+                method: &callback.method,
+                authority: &authority,
+                path: &callback.path,
+                header: &header,
+                body: &callback.body,
+            };
+            rfc9421::verify(&request, &input, &key).map_err(ProviderError::Unauthenticated)
+        })
+    }
+
     fn serves(&self, fournisseur: &str, phone: &Phone) -> bool {
         provider_code(fournisseur, phone).is_some()
     }
@@ -242,9 +312,9 @@ impl Adapter for Pawapay {
         self.create("/v2/payouts", body)
     }
 
-    /// A callback: the final transaction object. Unsigned callbacks are accepted because nothing is applied
-    /// before pawaPay's own status answer confirms it; the one check here is that the transaction it names is
-    /// ours and that its pawaPay id is the one our id maps to.
+    /// A callback: the final transaction object (its signature, when it has one, was checked by
+    /// `authenticate`). The check here is that the transaction it names is ours and that its pawaPay id is the
+    /// one our id maps to; nothing is applied before pawaPay's own status answer confirms it.
     fn parse_notice(
         &self,
         _headers: &HeaderMap,

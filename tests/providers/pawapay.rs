@@ -16,6 +16,10 @@ const RECIPIENT_NOT_FOUND: &str = "+22951345089";
 
 /// The fake, and a production server whose mtn_momo, moov_money and orange_money go to it.
 pub async fn start() -> (Fake, TestApp) {
+    start_with_ttl(crate::support::PAYMENT_TTL_MS).await
+}
+
+async fn start_with_ttl(ttl_ms: u64) -> (Fake, TestApp) {
     let port = free_port();
     let callback = format!("http://127.0.0.1:{port}/v1/notifications/pawapay");
     let fake = Fake::start(&[
@@ -36,6 +40,7 @@ pub async fn start() -> (Fake, TestApp) {
     let base_url = fake.base.clone();
     let app = spawn_app_with(move |s| {
         s.environment = Environment::Production;
+        s.payment_ttl_ms = ttl_ms;
         s.listen = format!("127.0.0.1:{port}").parse().expect("a loopback address");
         s.adapters.pawapay = Some(PawapaySettings { base_url, api_token: Secret::new(TOKEN.into()) });
         for p in &mut s.providers {
@@ -189,4 +194,34 @@ async fn a_partial_refund_goes_through_pawapay() {
     let deposit_id = caisse_engine::domain::ids::uuid_of(paid["transaction_id"].as_str().expect("tx"));
     assert_eq!(sent["depositId"].as_str(), deposit_id.as_deref(), "the refund names the deposit");
     assert!(is_uuid_v4(sent["refundId"].as_str().expect("refundId")));
+}
+
+#[actix_web::test]
+async fn signed_callbacks_are_verified_against_pawapays_key() {
+    // A TTL far away, so that a payment completing quickly completed through its (verified) callback.
+    let (fake, app) = start_with_ttl(30_000).await;
+    for encoding in ["raw", "der"] {
+        fake.knobs(json!({"signed": true, "signature_encoding": encoding})).await;
+        let created = app.initiate(&payment(1_000, COMPLETES)).await;
+        app.wait_payment(created["reference"].as_str().expect("a reference"), "succes").await;
+    }
+    assert!(!received(&fake, "GET", "/v2/public-key/http").await.is_empty(), "the key was fetched");
+
+    // A callback signed with another key is refused before anything is read.
+    let body = json!({"depositId": "6f1c2a4e-0000-4000-8000-000000000002", "status": "COMPLETED"}).to_string();
+    let digest = {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        format!("sha-512=:{}:", base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(body.as_bytes())))
+    };
+    let input = r#"sig-pp=("@method" "@authority" "@path" "signature-date" "content-digest" "content-type" "content-length");alg="ecdsa-p256-sha256";keyid="HTTP_EC_P256_KEY:1""#;
+    let forged = app
+        .post("/v1/notifications/pawapay")
+        .no_auth()
+        .header("Signature-Date", "2026-11-25T10:00:00Z")
+        .header("Content-Digest", &digest)
+        .header("Signature-Input", input)
+        .header("Signature", &format!("sig-pp=:{}:", "A".repeat(86) + "=="))
+        .raw(Some("application/json"), body);
+    app.send(forged).await.expect(401);
 }
