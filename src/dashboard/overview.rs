@@ -1,6 +1,7 @@
 //! `GET /`: the overview. Balances per currency (disponible, en_attente, total, as docs/api.md § Balances
 //! defines them), read through the merchant's actor like `GET /v1/soldes` so they include every acknowledged
-//! change; then the latest transactions and the number of webhook notifications that ended failed.
+//! change; then the latest transactions and the number of webhook notifications that ended failed. A provider
+//! whose calls are paused after repeated failures is named at the top.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
@@ -26,8 +27,15 @@ pub async fn show(state: web::Data<AppState>, user: LoggedIn) -> Result<HttpResp
     } else {
         failed.data.len().to_string()
     };
+    let degraded = state.providers.degraded();
     let body = html! {
         h1 { "Vue d'ensemble" }
+        @if !degraded.is_empty() {
+            p.alert.warn role="status" {
+                "Fournisseur en difficulté : " strong { (degraded.join(", ")) }
+                ". Les paiements restent enregistrés ; leurs résultats arriveront dès qu'il répondra à nouveau."
+            }
+        }
         section {
             h2 { "Soldes" }
             @if balances.0.is_empty() {

@@ -93,6 +93,11 @@ pub struct Callback {
 
 /// Everything Caisse asks of one provider.
 pub trait Adapter: Send + Sync {
+    /// True while calls to this provider are paused after repeated failures (its circuit is open).
+    fn degraded(&self) -> bool {
+        false
+    }
+
     /// Checks a callback's signature where the provider signs them (pawaPay's RFC 9421); runs before
     /// [`Adapter::parse_notice`]. Providers that do not sign accept everything here.
     fn authenticate(&self, _callback: Callback) -> LocalFuture<Result<(), ProviderError>> {
@@ -280,6 +285,11 @@ impl Providers {
     pub fn new(providers: impl IntoIterator<Item = Provider>, simulator: Option<Arc<sandbox::Simulator>>) -> Providers {
         let by_code = providers.into_iter().map(|p| (p.settings.code.as_str().to_owned(), p)).collect();
         Providers { by_code: Arc::new(by_code), adapters: Arc::new(BTreeMap::new()), simulator }
+    }
+
+    /// The adapters whose calls are paused after repeated failures, by name: what the dashboard warns about.
+    pub fn degraded(&self) -> Vec<String> {
+        self.adapters.iter().filter(|(_, a)| a.degraded()).map(|(name, _)| name.clone()).collect()
     }
 
     /// An active adapter by name (`pawapay`, `sandbox`, ...), for its callbacks.

@@ -252,6 +252,10 @@ fn read_status(answer: &Answer) -> Result<ProviderStatus, ProviderError> {
 }
 
 impl Adapter for MtnMomo {
+    fn degraded(&self) -> bool {
+        self.outbound.degraded()
+    }
+
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
         let body = json!({
             "amount": amount_text(payment.amount, payment.currency),

@@ -199,6 +199,10 @@ fn read_keys(answer: &Answer) -> Result<Vec<(String, VerifyingKey)>, ProviderErr
 }
 
 impl Adapter for Pawapay {
+    fn degraded(&self) -> bool {
+        self.outbound.degraded()
+    }
+
     /// Unsigned callbacks are accepted (nothing moves before the status query); a signed one must verify
     /// against pawaPay's key of that id, fetched when not known yet.
     fn authenticate(&self, callback: Callback) -> LocalFuture<Result<(), ProviderError>> {
