@@ -187,3 +187,41 @@ impl Outbound {
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_failures_open_the_circuit_and_a_success_resets_the_count() {
+        let outbound = Outbound::new("test");
+        let failed = || Err(ProviderError::Unreachable("down".into()));
+        let ok = || Ok(Answer { status: StatusCode::OK, body: Vec::new() });
+        for _ in 0..CIRCUIT_FAILURES - 1 {
+            outbound.record(&failed());
+        }
+        outbound.record(&ok());
+        for _ in 0..CIRCUIT_FAILURES - 1 {
+            outbound.record(&failed());
+        }
+        assert!(!outbound.degraded(), "a success in between resets the count");
+        outbound.record(&Ok(Answer { status: StatusCode::BAD_GATEWAY, body: Vec::new() }));
+        assert!(outbound.degraded(), "{CIRCUIT_FAILURES} failures in a row open it");
+    }
+
+    #[actix_web::test]
+    async fn an_open_circuit_fails_calls_at_once() {
+        let outbound = Outbound::new("test");
+        outbound.open_until_ms.store(now_ms() + 60_000, Ordering::Release);
+        let call = Call {
+            method: Method::GET,
+            url: "http://127.0.0.1:9/x".into(),
+            headers: Vec::new(),
+            body: None,
+            idempotent: true,
+        };
+        let started = std::time::Instant::now();
+        assert!(matches!(outbound.send(call).await, Err(ProviderError::Unreachable(why)) if why.contains("degraded")));
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}
