@@ -220,8 +220,7 @@ mod tests {
             body: None,
             idempotent: true,
         };
-        let started = std::time::Instant::now();
+        // Nothing listens on port 9: reaching it would fail differently; the circuit answers first.
         assert!(matches!(outbound.send(call).await, Err(ProviderError::Unreachable(why)) if why.contains("degraded")));
-        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }
