@@ -11,8 +11,9 @@ use p256::pkcs8::DecodePublicKey;
 use serde_json::json;
 use sha2::{Digest, Sha512};
 
-use crate::pawapay::{create, deposit, spawn, wait_status, AUTH};
-use crate::support::{get, post, send, uuid, Hit, Receiver};
+use crate::pawapay::{create, deposit, spawn, wait_status, AUTH, TOKEN};
+use crate::support::{always, Hit, Receiver};
+use crate::uuid;
 
 /// Verifies a callback as a merchant would (RFC 9421 with pawaPay's covered components).
 fn verifies(hit: &Hit, receiver: &Receiver, key: &VerifyingKey) -> bool {
@@ -23,7 +24,7 @@ fn verifies(hit: &Hit, receiver: &Receiver, key: &VerifyingKey) -> bool {
     }
     let params = header("signature-input").strip_prefix("sig-pp=").unwrap_or_default().to_owned();
     assert!(params.contains(r#";alg="ecdsa-p256-sha256";keyid="HTTP_EC_P256_KEY:1""#), "{params}");
-    let authority = receiver.url.trim_start_matches("http://");
+    let authority = receiver.base.trim_start_matches("http://");
     let base = format!(
         "\"@method\": {}\n\"@authority\": {authority}\n\"@path\": {}\n\"signature-date\": {}\n\"content-digest\": {}\n\
 \"content-type\": {}\n\"content-length\": {}\n\"@signature-params\": {params}",
@@ -43,95 +44,97 @@ fn verifies(hit: &Hit, receiver: &Receiver, key: &VerifyingKey) -> bool {
 
 #[actix_web::test]
 async fn pawapay_signed_callbacks() {
-    let receiver = Receiver::start();
+    let receiver = Receiver::start(always(200));
     let fake = spawn(&receiver);
-    let (status, keys) = get(&format!("{}/v2/public-key/http", fake.url), &[]).await;
-    assert_eq!((status, keys[0]["id"].as_str()), (200, Some("HTTP_EC_P256_KEY:1")), "served without a token");
+    let api = fake.api(TOKEN);
+    let answer = api.fetch(api.get("/v2/public-key/http").no_auth()).await;
+    let keys = answer.json;
+    assert_eq!((answer.status, keys[0]["id"].as_str()), (200, Some("HTTP_EC_P256_KEY:1")), "served without a token");
     let key = VerifyingKey::from_public_key_pem(keys[0]["key"].as_str().unwrap_or_default()).expect("a PEM key");
 
-    fake.control("knobs", json!({"signed": true})).await;
+    fake.knobs(json!({"signed": true})).await;
     let raw = uuid();
-    create(&fake, "deposits", &deposit(&raw, "22951345789", "MTN_MOMO_BEN", "1000")).await;
-    let hit = receiver.wait_for(&raw, 1).await.remove(0);
+    create(&api, "deposits", &deposit(&raw, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    let hit = receiver.wait_hits_for(&raw, 1).await.remove(0);
     assert!(verifies(&hit, &receiver, &key), "raw r||s signature verifies");
     let encoded = hit.header("signature").unwrap_or_default().len();
     assert_eq!(encoded, "sig-pp=::".len() + 88, "64 bytes of r||s in base64");
 
-    fake.control("knobs", json!({"signature_encoding": "der"})).await;
+    fake.knobs(json!({"signature_encoding": "der"})).await;
     let der = uuid();
-    create(&fake, "deposits", &deposit(&der, "22951345789", "MTN_MOMO_BEN", "1000")).await;
-    assert!(verifies(&receiver.wait_for(&der, 1).await[0], &receiver, &key), "DER signature verifies");
+    create(&api, "deposits", &deposit(&der, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    assert!(verifies(&receiver.wait_hits_for(&der, 1).await[0], &receiver, &key), "DER signature verifies");
 
     // Forged: claims success for a failed deposit, with a signature that does not verify.
-    fake.control("knobs", json!({"callbacks": "forged", "signature_encoding": "raw"})).await;
+    fake.knobs(json!({"callbacks": "forged", "signature_encoding": "raw"})).await;
     let forged = uuid();
-    create(&fake, "deposits", &deposit(&forged, "22951345039", "MTN_MOMO_BEN", "1000")).await;
-    let hit = receiver.wait_for(&forged, 1).await.remove(0);
+    create(&api, "deposits", &deposit(&forged, "22951345039", "MTN_MOMO_BEN", "1000")).await;
+    let hit = receiver.wait_hits_for(&forged, 1).await.remove(0);
     assert_eq!(hit.json()["status"], "COMPLETED");
     assert!(!verifies(&hit, &receiver, &key), "a forged callback's signature must not verify");
     assert_eq!(
-        wait_status(&fake, "deposits", &forged, "FAILED").await["failureReason"]["failureCode"],
+        wait_status(&api, "deposits", &forged, "FAILED").await["failureReason"]["failureCode"],
         "PAYMENT_NOT_APPROVED"
     );
 }
 
 #[actix_web::test]
 async fn pawapay_knobs() {
-    let receiver = Receiver::start();
+    let receiver = Receiver::start(always(200));
     let fake = spawn(&receiver);
-    let url = |path: &str| format!("{}{path}", fake.url);
+    let api = fake.api(TOKEN);
 
     // 500 although created: the status says FOUND and a retry with the same id is DUPLICATE_IGNORED.
-    fake.control("knobs", json!({"create_500_but_created": 1})).await;
+    fake.knobs(json!({"create_500_but_created": 1})).await;
     let id = uuid();
-    let (status, body) = create(&fake, "deposits", &deposit(&id, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    let (status, body) = create(&api, "deposits", &deposit(&id, "22951345789", "MTN_MOMO_BEN", "1000")).await;
     assert_eq!((status, body["failureReason"]["failureCode"].as_str()), (500, Some("UNKNOWN_ERROR")));
-    let (_, body) = get(&url(&format!("/v2/deposits/{id}")), &[AUTH]).await;
+    let body = api.fetch(api.get(&format!("/v2/deposits/{id}"))).await.json;
     assert_eq!(body["status"], "FOUND");
-    let (_, body) = create(&fake, "deposits", &deposit(&id, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    let (_, body) = create(&api, "deposits", &deposit(&id, "22951345789", "MTN_MOMO_BEN", "1000")).await;
     assert_eq!(body["status"], "DUPLICATE_IGNORED");
 
     // 429, then back to normal.
-    fake.control("knobs", json!({"too_many_requests": 1})).await;
-    assert_eq!(get(&url("/v2/active-conf"), &[AUTH]).await.0, 429);
-    assert_eq!(get(&url("/v2/active-conf"), &[AUTH]).await.0, 200);
+    fake.knobs(json!({"too_many_requests": 1})).await;
+    assert_eq!(api.fetch(api.get("/v2/active-conf")).await.status, 429);
+    assert_eq!(api.fetch(api.get("/v2/active-conf")).await.status, 200);
 
     // Never answer: the client times out, yet the deposit exists.
-    fake.control("knobs", json!({"never_answer": 1})).await;
+    fake.knobs(json!({"never_answer": 1})).await;
     let hung = uuid();
     let body = deposit(&hung, "22951345789", "MTN_MOMO_BEN", "1000").to_string();
     let sent = awc::Client::default()
-        .post(url("/v2/deposits"))
+        .post(format!("{}/v2/deposits", fake.base))
         .insert_header(AUTH)
         .insert_header(("Content-Type", "application/json"))
         .timeout(Duration::from_millis(500))
         .send_body(body)
         .await;
     assert!(sent.is_err(), "no answer within the client's timeout");
-    wait_status(&fake, "deposits", &hung, "COMPLETED").await;
+    wait_status(&api, "deposits", &hung, "COMPLETED").await;
 
     // Duplicate callbacks.
-    fake.control("knobs", json!({"callbacks": "duplicate"})).await;
+    fake.knobs(json!({"callbacks": "duplicate"})).await;
     let twice = uuid();
-    create(&fake, "deposits", &deposit(&twice, "22951345789", "MTN_MOMO_BEN", "1000")).await;
-    receiver.wait_for(&twice, 2).await;
+    create(&api, "deposits", &deposit(&twice, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    receiver.wait_hits_for(&twice, 2).await;
 
     // Late callbacks leave two seconds after the final state.
-    fake.control("knobs", json!({"callbacks": "late"})).await;
+    fake.knobs(json!({"callbacks": "late"})).await;
     let late = uuid();
-    create(&fake, "deposits", &deposit(&late, "22951345789", "MTN_MOMO_BEN", "1000")).await;
-    wait_status(&fake, "deposits", &late, "COMPLETED").await;
+    create(&api, "deposits", &deposit(&late, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    wait_status(&api, "deposits", &late, "COMPLETED").await;
     actix_web::rt::time::sleep(Duration::from_millis(1000)).await;
     assert!(receiver.hits_for(&late).is_empty(), "not yet");
-    receiver.wait_for(&late, 1).await;
+    receiver.wait_hits_for(&late, 1).await;
 
     // In reconciliation until settled by the control API.
-    fake.control("knobs", json!({"callbacks": "once", "in_reconciliation": true})).await;
+    fake.knobs(json!({"callbacks": "once", "in_reconciliation": true})).await;
     let held = uuid();
-    create(&fake, "deposits", &deposit(&held, "22951345789", "MTN_MOMO_BEN", "1000")).await;
-    wait_status(&fake, "deposits", &held, "IN_RECONCILIATION").await;
-    fake.control(&format!("complete/{held}"), json!({"outcome": "success"})).await;
-    wait_status(&fake, "deposits", &held, "COMPLETED").await;
+    create(&api, "deposits", &deposit(&held, "22951345789", "MTN_MOMO_BEN", "1000")).await;
+    wait_status(&api, "deposits", &held, "IN_RECONCILIATION").await;
+    fake.complete(&held, "success", None).await;
+    wait_status(&api, "deposits", &held, "COMPLETED").await;
 
     // Payouts: a magic failure; then ENQUEUED and cancelled with fail-enqueued.
     let payout = |id: &str, phone: &str| {
@@ -139,21 +142,21 @@ async fn pawapay_knobs() {
                "recipient": {"type": "MMO", "accountDetails": {"phoneNumber": phone, "provider": "MTN_MOMO_BEN"}}})
     };
     let missing = uuid();
-    create(&fake, "payouts", &payout(&missing, "22951345089")).await;
-    let data = wait_status(&fake, "payouts", &missing, "FAILED").await;
+    create(&api, "payouts", &payout(&missing, "22951345089")).await;
+    let data = wait_status(&api, "payouts", &missing, "FAILED").await;
     assert_eq!(data["failureReason"]["failureCode"], "RECIPIENT_NOT_FOUND");
-    assert_eq!(receiver.wait_for(&missing, 1).await[0].path, "/payout");
-    fake.control("knobs", json!({"payouts_enqueued": true})).await;
+    assert_eq!(receiver.wait_hits_for(&missing, 1).await[0].path, "/payout");
+    fake.knobs(json!({"payouts_enqueued": true})).await;
     let queued = uuid();
-    create(&fake, "payouts", &payout(&queued, "22951345789")).await;
-    wait_status(&fake, "payouts", &queued, "ENQUEUED").await;
-    let (_, body) = post(&url(&format!("/v2/payouts/fail-enqueued/{queued}")), &[AUTH], &json!({})).await;
+    create(&api, "payouts", &payout(&queued, "22951345789")).await;
+    wait_status(&api, "payouts", &queued, "ENQUEUED").await;
+    let body = api.fetch(api.post(&format!("/v2/payouts/fail-enqueued/{queued}")).json(&json!({}))).await.json;
     assert_eq!(body["status"], "ACCEPTED");
-    let data = wait_status(&fake, "payouts", &queued, "FAILED").await;
+    let data = wait_status(&api, "payouts", &queued, "FAILED").await;
     assert_eq!(data["failureReason"]["failureCode"], "MANUALLY_CANCELLED");
 
     // Control API errors are plain.
-    let answer = send("POST", &url("/__fake/knobs"), &[], Some(&json!({"no_such_knob": 1}))).await;
+    let answer = fake.control_answer("knobs", json!({"no_such_knob": 1})).await;
     assert_eq!(answer.status, 400);
     let transactions = fake.transactions().await;
     assert!(transactions.iter().any(|t| t["id"] == queued && t["kind"] == "payout" && t["status"] == "FAILED"));

@@ -5,8 +5,8 @@ use caisse::config::{Environment, MtnProduct, MtnSettings, Secret};
 use caisse_engine::domain::ids::uuid_of;
 use serde_json::{json, Value};
 
-use crate::fake::Fake;
-use crate::support::{free_port, spawn_app_with, TestApp};
+use crate::support::{free_port, spawn_app_with, Fake, TestApp};
+use crate::{pay, payment};
 
 const TARGET: &str = "mtnbenin";
 const API_USER: &str = "5f1f1b8e-6f0c-4d2a-9a57-0c5b6d7e8f90";
@@ -45,19 +45,6 @@ async fn start() -> (Fake, TestApp) {
     (fake, app)
 }
 
-fn payment(amount: i64, phone: &str) -> Value {
-    json!({"montant": amount, "devise": "XOF", "fournisseur": "mtn_momo", "client_telephone": phone})
-}
-
-async fn received(fake: &Fake, method: &str, path: &str) -> Vec<Value> {
-    fake.requests().await.into_iter().filter(|r| r["method"] == method && r["path"] == path).collect()
-}
-
-async fn pay(app: &TestApp, amount: i64, phone: &str, status: &str) -> Value {
-    let created = app.initiate(&payment(amount, phone)).await;
-    app.wait_payment(created["reference"].as_str().expect("a reference"), status).await
-}
-
 #[actix_web::test]
 async fn a_payment_completes_with_the_protocols_headers_and_a_put_callback() {
     let (fake, app) = start().await;
@@ -65,10 +52,10 @@ async fn a_payment_completes_with_the_protocols_headers_and_a_put_callback() {
     let paid = pay(&app, 1_000, "+22997000000", "succes").await;
     assert_eq!(app.balance("XOF").await, (985, 0, 985));
 
-    let tokens = received(&fake, "POST", "/collection/token/").await;
+    let tokens = fake.received("POST", "/collection/token/").await;
     assert_eq!(tokens.len(), 1, "the token is cached");
     assert!(tokens[0]["headers"]["authorization"].as_str().is_some_and(|a| a.starts_with("Basic ")));
-    let requests = received(&fake, "POST", "/collection/v1_0/requesttopay").await;
+    let requests = fake.received("POST", "/collection/v1_0/requesttopay").await;
     assert_eq!(requests.len(), 1);
     let headers = &requests[0]["headers"];
     let tx = paid["transaction_id"].as_str().expect("a transaction id");
@@ -91,7 +78,7 @@ async fn a_payer_without_an_account_ends_echec_and_a_500_after_creating_still_su
     assert_eq!(failed["failure_code"], "payer_not_found");
     fake.knobs(json!({"create_500_but_created": 1})).await;
     pay(&app, 2_000, "+22997000001", "succes").await;
-    let requests = received(&fake, "POST", "/collection/v1_0/requesttopay").await;
+    let requests = fake.received("POST", "/collection/v1_0/requesttopay").await;
     assert_eq!(requests.len(), 3, "the 500 was retried under the same id and answered 409");
     assert_eq!(fake.transactions().await.len(), 2);
     assert_eq!(app.balance("XOF").await.0, 1_970);
@@ -103,7 +90,7 @@ async fn callbacks_need_their_token_and_never_credit_on_their_own() {
     let created = app.initiate(&payment(1_000, "+22997000053")).await;
     let reference = created["reference"].as_str().expect("a reference").to_owned();
     let tx = created["transaction_id"].as_str().expect("a transaction id").to_owned();
-    let requests = received(&fake, "POST", "/collection/v1_0/requesttopay").await;
+    let requests = fake.received("POST", "/collection/v1_0/requesttopay").await;
     let url = requests[0]["headers"]["x-callback-url"].as_str().expect("a callback URL").to_owned();
     let path = url.trim_start_matches(&app.address).to_owned();
     let claim =
@@ -130,7 +117,7 @@ async fn payouts_and_refunds_go_through_disbursement_with_tokens_renewed() {
     // Tokens expire on MTN's clock: the next collection call gets a 401 and fetches a new one.
     fake.advance_clock(4_000).await;
     pay(&app, 1_000, "+22997000003", "succes").await;
-    assert_eq!(received(&fake, "POST", "/collection/token/").await.len(), 2, "a fresh token after a 401");
+    assert_eq!(fake.received("POST", "/collection/token/").await.len(), 2, "a fresh token after a 401");
     let payout = |phone: &str| json!({"montant": 1_000, "devise": "XOF", "fournisseur": "mtn_momo", "beneficiaire_telephone": phone});
     let sent = app.payout(&payout("+22997000002")).await;
     app.wait_payout(sent["id"].as_str().expect("an id"), "traite").await;
@@ -140,7 +127,7 @@ async fn payouts_and_refunds_go_through_disbursement_with_tokens_renewed() {
     let reference = paid["reference"].as_str().expect("a reference");
     app.post_refund(reference, &json!({"montant": 2_000})).await.expect(200);
     app.wait_refund(reference, "succes").await;
-    let refunds = received(&fake, "POST", "/disbursement/v2_0/refund").await;
+    let refunds = fake.received("POST", "/disbursement/v2_0/refund").await;
     assert_eq!(refunds.len(), 1);
     let sent_refund: Value = serde_json::from_str(refunds[0]["body"].as_str().expect("a body")).expect("JSON");
     assert_eq!(
@@ -148,5 +135,5 @@ async fn payouts_and_refunds_go_through_disbursement_with_tokens_renewed() {
         uuid_of(paid["transaction_id"].as_str().expect("tx")).as_deref()
     );
     assert_eq!(sent_refund["amount"], "2000");
-    assert_eq!(received(&fake, "POST", "/disbursement/token/").await.len(), 1, "the disbursement token is cached");
+    assert_eq!(fake.received("POST", "/disbursement/token/").await.len(), 1, "the disbursement token is cached");
 }

@@ -4,8 +4,8 @@
 use caisse::config::{Environment, PawapaySettings, Secret};
 use serde_json::{json, Value};
 
-use crate::fake::Fake;
-use crate::support::{free_port, spawn_app_with, TestApp};
+use crate::support::{free_port, spawn_app_with, Fake, TestApp};
+use crate::{pay, payment};
 
 const TOKEN: &str = "pawapay-test-token";
 /// MTN Benin test numbers of pawaPay's sandbox (the fake follows them).
@@ -53,15 +53,6 @@ async fn start_with_ttl(ttl_ms: u64) -> (Fake, TestApp) {
     (fake, app)
 }
 
-fn payment(amount: i64, phone: &str) -> Value {
-    json!({"montant": amount, "devise": "XOF", "fournisseur": "mtn_momo", "client_telephone": phone})
-}
-
-/// The requests pawaPay received at `path` with `method`, as JSON bodies with their headers.
-async fn received(fake: &Fake, method: &str, path: &str) -> Vec<Value> {
-    fake.requests().await.into_iter().filter(|r| r["method"] == method && r["path"] == path).collect()
-}
-
 fn is_uuid_v4(text: &str) -> bool {
     let groups: Vec<&str> = text.split('-').collect();
     groups.iter().map(|g| g.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12]
@@ -77,16 +68,14 @@ fn body_of(request: &Value) -> Value {
 async fn a_payment_completes_and_credits_once_even_with_duplicated_callbacks() {
     let (fake, app) = start().await;
     fake.knobs(json!({"callbacks": "duplicate"})).await;
-    let created = app.initiate(&payment(1_000, COMPLETES)).await;
-    let reference = created["reference"].as_str().expect("a reference").to_owned();
-    let paid = app.wait_payment(&reference, "succes").await;
+    let paid = pay(&app, 1_000, COMPLETES, "succes").await;
     assert_eq!((paid["montant"].as_i64(), paid["montant_net"].as_i64()), (Some(1_000), Some(985)));
     // Let the duplicated callbacks arrive, then check nothing moved twice.
     actix_web::rt::time::sleep(std::time::Duration::from_millis(700)).await;
     assert_eq!(app.balance("XOF").await, (985, 0, 985));
 
     // What pawaPay received: exactly the protocol's deposit.
-    let deposits = received(&fake, "POST", "/v2/deposits").await;
+    let deposits = fake.received("POST", "/v2/deposits").await;
     assert_eq!(deposits.len(), 1, "one request: {deposits:?}");
     let headers = &deposits[0]["headers"];
     assert_eq!(headers["authorization"], format!("Bearer {TOKEN}"));
@@ -106,10 +95,8 @@ async fn a_payment_completes_and_credits_once_even_with_duplicated_callbacks() {
 async fn a_500_from_pawapay_after_creating_still_ends_succes_with_one_transaction() {
     let (fake, app) = start().await;
     fake.knobs(json!({"create_500_but_created": 1})).await;
-    let created = app.initiate(&payment(2_000, COMPLETES)).await;
-    let reference = created["reference"].as_str().expect("a reference").to_owned();
-    app.wait_payment(&reference, "succes").await;
-    let deposits = received(&fake, "POST", "/v2/deposits").await;
+    pay(&app, 2_000, COMPLETES, "succes").await;
+    let deposits = fake.received("POST", "/v2/deposits").await;
     assert!(deposits.len() >= 2, "the 500 was retried: {deposits:?}");
     let ids: std::collections::BTreeSet<String> =
         deposits.iter().map(|d| body_of(d)["depositId"].as_str().unwrap_or_default().to_owned()).collect();
@@ -121,9 +108,7 @@ async fn a_500_from_pawapay_after_creating_still_ends_succes_with_one_transactio
 #[actix_web::test]
 async fn a_payer_without_an_account_ends_echec_with_its_code() {
     let (_fake, app) = start().await;
-    let created = app.initiate(&payment(1_000, PAYER_NOT_FOUND)).await;
-    let reference = created["reference"].as_str().expect("a reference").to_owned();
-    let failed = app.wait_payment(&reference, "echec").await;
+    let failed = pay(&app, 1_000, PAYER_NOT_FOUND, "echec").await;
     assert_eq!(failed["failure_code"], "payer_not_found");
     assert_eq!(app.balance("XOF").await, (0, 0, 0));
 }
@@ -157,17 +142,14 @@ async fn a_forged_callback_never_credits_and_unknown_ones_are_ignored() {
 async fn without_callbacks_a_payment_completes_by_polling() {
     let (fake, app) = start().await;
     fake.knobs(json!({"callbacks": "never"})).await;
-    let created = app.initiate(&payment(1_000, COMPLETES)).await;
-    let reference = created["reference"].as_str().expect("a reference").to_owned();
-    app.wait_payment(&reference, "succes").await;
+    pay(&app, 1_000, COMPLETES, "succes").await;
     assert_eq!(app.balance("XOF").await.0, 985);
 }
 
 #[actix_web::test]
 async fn payouts_are_sent_and_refusals_come_back_with_their_reason() {
     let (_fake, app) = start().await;
-    let funded = app.initiate(&payment(10_000, COMPLETES)).await;
-    app.wait_payment(funded["reference"].as_str().expect("a reference"), "succes").await;
+    pay(&app, 10_000, COMPLETES, "succes").await;
     let payout = |phone: &str| json!({"montant": 1_000, "devise": "XOF", "fournisseur": "mtn_momo", "beneficiaire_telephone": phone});
     let sent = app.payout(&payout(COMPLETES)).await;
     let sent = app.wait_payout(sent["id"].as_str().expect("an id"), "traite").await;
@@ -182,12 +164,11 @@ async fn payouts_are_sent_and_refusals_come_back_with_their_reason() {
 #[actix_web::test]
 async fn a_partial_refund_goes_through_pawapay() {
     let (fake, app) = start().await;
-    let created = app.initiate(&payment(5_000, COMPLETES)).await;
-    let reference = created["reference"].as_str().expect("a reference").to_owned();
-    let paid = app.wait_payment(&reference, "succes").await;
-    app.post_refund(&reference, &json!({"montant": 2_000})).await.expect(200);
-    app.wait_refund(&reference, "succes").await;
-    let refunds = received(&fake, "POST", "/v2/refunds").await;
+    let paid = pay(&app, 5_000, COMPLETES, "succes").await;
+    let reference = paid["reference"].as_str().expect("a reference");
+    app.post_refund(reference, &json!({"montant": 2_000})).await.expect(200);
+    app.wait_refund(reference, "succes").await;
+    let refunds = fake.received("POST", "/v2/refunds").await;
     assert_eq!(refunds.len(), 1);
     let sent = body_of(&refunds[0]);
     assert_eq!(sent["amount"], "2000");
@@ -202,10 +183,9 @@ async fn signed_callbacks_are_verified_against_pawapays_key() {
     let (fake, app) = start_with_ttl(30_000).await;
     for encoding in ["raw", "der"] {
         fake.knobs(json!({"signed": true, "signature_encoding": encoding})).await;
-        let created = app.initiate(&payment(1_000, COMPLETES)).await;
-        app.wait_payment(created["reference"].as_str().expect("a reference"), "succes").await;
+        pay(&app, 1_000, COMPLETES, "succes").await;
     }
-    assert!(!received(&fake, "GET", "/v2/public-key/http").await.is_empty(), "the key was fetched");
+    assert!(!fake.received("GET", "/v2/public-key/http").await.is_empty(), "the key was fetched");
 
     // A callback signed with another key is refused before anything is read.
     let body = json!({"depositId": "6f1c2a4e-0000-4000-8000-000000000002", "status": "COMPLETED"}).to_string();

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::fake::Fake;
-use crate::support::{free_port, sleep_ms, Api};
+use crate::support::{free_port, sleep_ms, Api, Fake};
 
 const BIN: &str = env!("CARGO_BIN_EXE_caisse");
 const TOKEN: &str = "pawapay-restart-token";

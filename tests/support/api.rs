@@ -3,7 +3,8 @@
 //! [`TestApp`](super::TestApp) (which dereferences to its demo merchant's client) or a real `caisse` process.
 //!
 //! Every answer read through [`Api::send`] is checked for a `Request-Id` header (every API answer carries
-//! one, errors included), so every test that calls the API also checks that rule.
+//! one, errors included), so every test that calls the API also checks that rule. [`Api::fetch`] checks
+//! nothing: it speaks to servers that are not Caisse, such as a provider fake ([`Fake`](super::Fake)).
 
 use std::time::Duration;
 
@@ -149,6 +150,18 @@ impl Api {
 
     /// Sends a request and reads the whole answer; asserts the `Request-Id` header.
     pub async fn send(&self, req: Req) -> Resp {
+        let (method, path) = (req.method.clone(), req.path.clone());
+        let resp = self.fetch(req).await;
+        let request_id = resp
+            .header("request-id")
+            .unwrap_or_else(|| panic!("{method} {path} answered {} without a Request-Id header", resp.status));
+        assert!(request_id.starts_with("req_") && request_id.len() > 4, "Request-Id `{request_id}`");
+        resp
+    }
+
+    /// Sends a request and reads the whole answer, checking nothing of it: for a server that is not Caisse
+    /// (a provider fake, [`Fake`](super::Fake)), whose answers carry no `Request-Id`.
+    pub async fn fetch(&self, req: Req) -> Resp {
         let url = format!("{}{}", self.address, req.path);
         let mut builder = self.client.request(req.method.clone(), &url);
         if let Some(key) = &req.auth {
@@ -163,17 +176,12 @@ impl Api {
         }
         .unwrap_or_else(|e| panic!("{} {}: {e}", req.method, req.path));
         let body = response.body().limit(BODY_LIMIT).await.expect("answer body");
-        let resp = Resp {
+        Resp {
             status: response.status().as_u16(),
             headers: response.headers().clone(),
             json: serde_json::from_slice(&body).unwrap_or(Value::Null),
             body,
-        };
-        let request_id = resp.header("request-id").unwrap_or_else(|| {
-            panic!("{} {} answered {} without a Request-Id header", req.method, req.path, resp.status)
-        });
-        assert!(request_id.starts_with("req_") && request_id.len() > 4, "Request-Id `{request_id}`");
-        resp
+        }
     }
 
     /// GET, expecting 200; returns the JSON.

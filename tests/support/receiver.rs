@@ -229,6 +229,22 @@ impl Receiver {
         .await
     }
 
+    /// The requests whose body names `id` anywhere (a provider's callbacks about one transaction), in order.
+    pub fn hits_for(&self, id: &str) -> Vec<Hit> {
+        self.hits().into_iter().filter(|h| h.text().contains(id)).collect()
+    }
+
+    /// Waits until `count` requests name `id` in their body, and returns them.
+    pub async fn wait_hits_for(&self, id: &str, count: usize) -> Vec<Hit> {
+        let names = |h: &Hit| h.text().contains(id);
+        let hits = self
+            .wait(&format!("{count} request(s) naming {id}"), DEADLINE, |hits| {
+                hits.iter().filter(|h| names(h)).count() >= count
+            })
+            .await;
+        hits.into_iter().filter(names).collect()
+    }
+
     /// Waits for a webhook about `reference` with `event`, and returns it.
     pub async fn wait_for(&self, reference: &str, event: &str) -> Hit {
         let about = |h: &Hit| h.event() == event && h.reference() == reference;
