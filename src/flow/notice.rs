@@ -10,7 +10,7 @@ use caisse_engine::{Command, Engine, EngineError, Executed, PaymentNotice, Payou
 use super::Flow;
 use std::sync::Arc;
 
-use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus};
+use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus, Routed};
 
 /// Why a provider's notice was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -37,19 +37,35 @@ impl Flow {
         self.providers.get(code).ok_or_else(|| NoticeError::UnknownProvider(code.to_owned()))?;
         let adapter =
             self.providers.adapter("sandbox").ok_or_else(|| NoticeError::InactiveProvider(code.to_owned()))?;
-        self.confirm_and_apply(adapter, callback, None, false).await
+        self.confirm_and_apply(adapter, Door::Provider(code), callback, None, false).await
     }
 
     /// Handles one callback of a provider's adapter, sent to `/v1/notifications/{adapter}`. A callback about a
     /// transaction that is not Caisse's is answered 200 and changes nothing, so the provider stops sending it.
     pub async fn adapter_notice(&self, name: &str, token: Option<&str>, callback: Callback) -> Result<(), NoticeError> {
         let adapter = self.providers.adapter(name).ok_or_else(|| NoticeError::UnknownProvider(name.to_owned()))?;
-        self.confirm_and_apply(adapter, callback, token, true).await
+        self.confirm_and_apply(adapter, Door::Adapter(name), callback, token, true).await
+    }
+
+    /// True when the transaction is one that this door's provider carries: the fournisseur named in the path,
+    /// or the adapter its route for the phone's country goes to.
+    fn came_through(&self, door: &Door<'_>, record: &Record) -> bool {
+        let (code, phone) = match record {
+            Record::Payment(p) => (p.provider.as_str(), &p.customer_phone),
+            Record::Payout(o) => (o.provider.as_str(), &o.beneficiary_phone),
+        };
+        match door {
+            Door::Provider(path_code) => *path_code == code,
+            Door::Adapter(name) => self.providers.get(code).is_some_and(
+                |p| matches!(p.route(phone.country()), Routed::Active { adapter_name, .. } if adapter_name == *name),
+            ),
+        }
     }
 
     async fn confirm_and_apply(
         &self,
         adapter: Arc<dyn Adapter>,
+        door: Door<'_>,
         callback: Callback,
         token: Option<&str>,
         unknown_is_fine: bool,
@@ -71,6 +87,11 @@ impl Flow {
         let Some((merchant, located)) = self.engine.owner_of_transaction(&notice.transaction_id)? else {
             return if unknown_is_fine { Ok(()) } else { Err(NoticeError::UnknownTransaction) };
         };
+        // A notice at another provider's door changes nothing, whatever the provider it reached would answer.
+        if !self.came_through(&door, &located.record) {
+            tracing::warn!(tx = %notice.transaction_id, "notice about a transaction of another provider; ignored");
+            return Ok(());
+        }
         // A notice says only that something changed: what changed is asked of the provider.
         let confirmed = adapter.status(notice.subject, &notice.transaction_id).await.map_err(|e| {
             tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
@@ -79,6 +100,12 @@ impl Flow {
         apply_provider_status(&self.engine, &merchant, &located, &confirmed, false).await?;
         Ok(())
     }
+}
+
+/// Where a notice came in: the sandbox's path names a fournisseur, a provider's callback path an adapter.
+enum Door<'a> {
+    Provider(&'a str),
+    Adapter(&'a str),
 }
 
 /// Applies a confirmed provider status to the record it is about. `expire` is set by the TTL sweep: a

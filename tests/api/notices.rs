@@ -7,7 +7,7 @@ use std::time::Duration;
 use caisse::providers::sandbox::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use serde_json::{json, Value};
 
-use crate::support::{assert_error, spawn_app_with, text, TestApp};
+use crate::support::{assert_error, spawn_app_with, text, until, TestApp};
 
 fn now_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs()
@@ -89,4 +89,35 @@ async fn an_authentic_notice_is_confirmed_with_the_provider_before_money_moves()
     assert_error(&notify(&app, "paypal", &claim, &secret, now_s()).await, 404, "not_found", None);
     let malformed = json!({"hello": "world"});
     assert_error(&notify(&app, "mtn_momo", &malformed, &secret, now_s()).await, 400, "invalid_json", None);
+}
+
+/// A notice at another provider's door changes nothing, even when the provider it reached would confirm it.
+#[actix_web::test]
+async fn a_notice_at_another_providers_path_changes_nothing() {
+    let app = spawn_app_with(|s| s.payment_ttl_ms = 60_000).await;
+    let secret = app.state.settings.sandbox_secret.clone();
+    // Two payments the provider completes at the same time, their notices lost: only a notice (or the TTL)
+    // settles them.
+    let mut body = crate::support::payment_body(10_000, "00");
+    body["metadata"] = json!({"sandbox_chaos": "lost"});
+    let (a, b) = (app.initiate(&body).await, app.initiate(&body).await);
+    let claim = |p: &Value| json!({"subject": "payment", "transaction_id": p["transaction_id"], "statut": "succeeded"});
+    // The right door settles the first once the provider has completed it, so the second is complete too.
+    let a_reference = text(&a["reference"]).to_owned();
+    until("the first payment is confirmed", || async {
+        notify(&app, "mtn_momo", &claim(&a), &secret, now_s()).await.expect(200);
+        app.get_ok(&format!("/v1/paiement/{a_reference}")).await["statut"] == "succes"
+    })
+    .await;
+    // The second, at the wrong door: nothing moves.
+    let b_reference = text(&b["reference"]).to_owned();
+    notify(&app, "wave", &claim(&b), &secret, now_s()).await.expect(200);
+    assert_ne!(app.get_ok(&format!("/v1/paiement/{b_reference}")).await["statut"], "succes");
+    assert_eq!(app.balance("XOF").await.0, 9_850, "only the first payment is credited");
+    // At its own door it is confirmed and applied.
+    until("the second payment is confirmed at its own door", || async {
+        notify(&app, "mtn_momo", &claim(&b), &secret, now_s()).await.expect(200);
+        app.get_ok(&format!("/v1/paiement/{b_reference}")).await["statut"] == "succes"
+    })
+    .await;
 }
