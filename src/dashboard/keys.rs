@@ -113,7 +113,7 @@ fn render(state: &AppState, user: &LoggedIn, view: View<'_>) -> Markup {
                 }
                 p.muted #webhook_url_help {
                     @if production {
-                        "Production : https:// uniquement, et jamais une adresse de bouclage, privée, link-local ou non spécifiée."
+                        "Production : https:// uniquement, et jamais une adresse non publique (bouclage, privée, link-local, non spécifiée, réservée ou multicast)."
                     } @else {
                         "Sandbox : http:// et https:// sont acceptées. Laissez vide pour ne plus recevoir de webhooks."
                     }
@@ -210,7 +210,7 @@ fn reason(e: &UrlError) -> String {
         UrlError::Scheme => "L'URL doit commencer par https:// (ou http:// en sandbox).".into(),
         UrlError::HttpInProduction => "En production, la Webhook URL doit utiliser https:// (http:// est refusé).".into(),
         UrlError::ForbiddenAddress(host) => format!(
-            "L'hôte {host} est ou désigne une adresse de bouclage, privée, link-local ou non spécifiée : refusé en production."
+            "L'hôte {host} est ou désigne une adresse non publique (bouclage, privée, link-local, non spécifiée, réservée ou multicast) : refusé en production."
         ),
         UrlError::Unresolvable(host) => format!("L'hôte {host} ne se résout pas (DNS)."),
     }
