@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use crate::support::{assert_error, int, payment_body, spawn_app, text, TestApp};
 
-const PAYMENT_FIELDS: [&str; 18] = [
+const PAYMENT_FIELDS: [&str; 20] = [
     "client_email",
     "client_nom",
     "client_telephone",
@@ -19,11 +19,13 @@ const PAYMENT_FIELDS: [&str; 18] = [
     "montant",
     "montant_net",
     "paid_at",
+    "pays",
     "reference",
     "remboursement",
     "statut",
     "transaction_id",
     "updated_at",
+    "url_paiement",
 ];
 
 #[track_caller]

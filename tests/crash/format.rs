@@ -8,16 +8,16 @@ fn a_data_directory_of_another_format_is_refused_with_what_to_do() {
     let work = tempfile::tempdir().expect("temp dir");
     let data = work.path().join("data");
 
-    // A directory of a format version this build does not read.
+    // A directory of a format version this build does not read: the one before it.
     std::fs::create_dir_all(&data).expect("data dir");
-    std::fs::write(data.join("FORMAT"), "caisse-store 0\n").expect("stamp");
+    std::fs::write(data.join("FORMAT"), "caisse-store 1\n").expect("stamp");
     for args in [&["serve"][..], &["merchant", "create", "--name", "A", "--email", "a@example.com"][..]] {
         let (status, stderr) = run_to_end(work.path(), &data, args);
         assert!(!status.success(), "{args:?} started on format 0");
-        assert!(stderr.contains("holds store format 0") && stderr.contains("reads format 1 only"), "{stderr}");
+        assert!(stderr.contains("holds store format 1") && stderr.contains("reads format 2 only"), "{stderr}");
         assert!(stderr.contains("empty data directory"), "{stderr}");
     }
-    assert_eq!(std::fs::read_to_string(data.join("FORMAT")).expect("stamp"), "caisse-store 0\n", "left as it was");
+    assert_eq!(std::fs::read_to_string(data.join("FORMAT")).expect("stamp"), "caisse-store 1\n", "left as it was");
     assert!(!data.join("db").exists(), "nothing was written");
 
     // What the build before format versions left: the store's files and no stamp.

@@ -43,6 +43,8 @@ impl Ctx<'_> {
             paid_at: None,
             failure_code: None,
             refund: None,
+            country: new.customer_phone.country().map(str::to_owned),
+            payment_url: None,
         };
         let balances = self.balances_after(&[], new.currency, Amount::ZERO)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payment(&payment), ids)?;

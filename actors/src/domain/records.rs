@@ -112,6 +112,14 @@ pub struct Payment {
     pub failure_code: Option<String>,
     #[serde(rename = "remboursement")]
     pub refund: Option<Refund>,
+    /// ISO 3166 alpha-2 country of the customer's phone, which routes the payment; null for a calling code
+    /// Caisse does not know.
+    #[serde(rename = "pays")]
+    pub country: Option<String>,
+    /// Where the customer approves the payment, for providers that need the browser; null for those that
+    /// prompt the phone (USSD push), which are all the adapters built so far.
+    #[serde(rename = "url_paiement")]
+    pub payment_url: Option<String>,
 }
 
 /// A payout, exactly the API's object.
@@ -430,6 +438,8 @@ mod tests {
             paid_at: Some(at),
             failure_code: None,
             refund: None,
+            country: Some("BJ".into()),
+            payment_url: None,
         }
     }
 
@@ -472,8 +482,10 @@ mod tests {
     #[test]
     fn payment_serializes_nulls_not_missing_fields() {
         let value = serde_json::to_value(sample_payment()).unwrap();
-        assert_eq!(value.as_object().unwrap().len(), 18);
+        assert_eq!(value.as_object().unwrap().len(), 20);
         assert!(value["client_nom"].is_null());
+        assert_eq!(value["pays"], "BJ");
+        assert!(value["url_paiement"].is_null());
         assert!(value["remboursement"].is_null());
         let back: Payment = serde_json::from_value(value).unwrap();
         assert_eq!(back, sample_payment());

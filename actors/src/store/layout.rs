@@ -89,7 +89,7 @@ pub(super) const APPLY_ORDER: [ApplyStep; 14] = [
 
 /// The version of everything this file lays out: trees, keys and value encodings. A data directory stamped
 /// with another version is refused at open (`sled_store::stamp`); raise it with any change to what is stored.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
 pub(super) const BINARY_V1: u8 = 1;
@@ -356,6 +356,8 @@ mod tests {
                 created_at: at(1_500),
                 completed_at: Some(at(2_000)),
             }),
+            country: Some("BJ".into()),
+            payment_url: None,
         }
     }
 
@@ -489,7 +491,8 @@ mod tests {
                 "0106636d642d34321d74785f30314a443030303030303030303030303030303030303030303105904e03584f469601fa4c08\
                  6d746e5f6d6f6d6f0c2b3232393937303030303031010f617761406578616d706c652e636f6d0109417761204b6f6ec3a900\
                  0108636f6d6d616e64650c412d31372022c3a974c3a922fbbae886a034cbcae886a03401e3c2e886a03400011e726d625f30\
-                 314a4430303030303030303030303030303030303030303032904e01067265746f757201d7c6e886a03401cbcae886a034",
+                 314a4430303030303030303030303030303030303030303032904e01067265746f757201d7c6e886a03401cbcae886a034\
+                 0102424a00",
                 "011e6576745f30314a44303030303030303030303030303030303030303030341e6d63685f30314a44303030303030303030\
                  303030303030303030303030300206636d642d3432587b226576656e74223a227061796d656e742e73756363656564656422\
                  2c2264617461223a7b227265666572656e6365223a22636d642d3432222c226d65746164617461223a7b226e6f7465223a22\
@@ -638,7 +641,7 @@ mod tests {
                 "notifications",
             ]
         );
-        assert_eq!(FORMAT_VERSION, 1);
+        assert_eq!(FORMAT_VERSION, 2);
     }
 
     #[test]
