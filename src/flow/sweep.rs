@@ -130,7 +130,15 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
     let Record::Payment(payment) = &located.record else { return };
     let adapter = flow.adapter(payment.provider.as_str(), &payment.customer_phone);
     let status = match adapter {
-        Some(a) => a.status(Subject::Payment, &payment.transaction_id).await.unwrap_or(ProviderStatus::Pending),
+        // A timeout or a 5xx decides nothing, not even an expiry: the provider may have taken the money. The next
+        // pass asks again; only an answer (a final one, or "not created"/"still pending") settles it.
+        Some(a) => match a.status(Subject::Payment, &payment.transaction_id).await {
+            Ok(status) => status,
+            Err(e) => {
+                return tracing::warn!(error = %e, reference = %item.owner, "last status query failed; asked again next pass")
+            }
+        },
+        // No active route to ask any more (the configuration changed): nothing can settle it but the TTL.
         None => ProviderStatus::Pending,
     };
     if let Err(e) = apply_provider_status(&flow.engine, &item.merchant, &located, &status, true).await {
@@ -225,6 +233,8 @@ mod tests {
         in_flight: AtomicUsize,
         most: AtomicUsize,
         calls: AtomicUsize,
+        /// While set, status queries fail as a provider that is down does.
+        down: std::sync::atomic::AtomicBool,
     }
 
     impl SlowProvider {
@@ -249,6 +259,9 @@ mod tests {
             self.0.call(Ok(()))
         }
         fn status(&self, _: Subject, _: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+            if self.0.down.load(Ordering::SeqCst) {
+                return self.0.call(Err(ProviderError::Unreachable("down".into())));
+            }
             self.0.call(Ok(ProviderStatus::Pending))
         }
         fn refund(&self, _: &Payment, _: &Refund) -> LocalFuture<Result<(), ProviderError>> {
@@ -307,6 +320,27 @@ mod tests {
         assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} status queries at once");
         assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);
         for item in waiting {
+            let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+            assert_eq!(payment.status, PaymentStatus::Expired, "{}", item.owner);
+        }
+    }
+
+    /// A provider that cannot answer decides nothing: the payments wait past their TTL until it answers.
+    #[actix_web::test]
+    async fn a_provider_that_cannot_answer_expires_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let waiting = flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1_000).unwrap();
+        slow.down.store(true, Ordering::SeqCst);
+        sweep(&flow, 0).await;
+        for item in &waiting {
+            let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+            assert_eq!(payment.status, PaymentStatus::Initiated, "{}", item.owner);
+        }
+        slow.down.store(false, Ordering::SeqCst);
+        sweep(&flow, 0).await;
+        for item in &waiting {
             let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
             assert_eq!(payment.status, PaymentStatus::Expired, "{}", item.owner);
         }
