@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use actix_web::http::header::HeaderMap;
 use awc::http::{Method, StatusCode};
 use caisse_engine::domain::ids::uuid_of;
+use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
@@ -212,6 +213,20 @@ async fn bearer(
     Ok(token.to_owned())
 }
 
+/// The body every MTN creation shares (amount as a string, currency, our id as `externalId`, the messages),
+/// with the one field that differs: the payer, the payee, or the request to refund.
+fn body(amount: Amount, currency: Currency, external_id: &str, (key, value): (&str, Value)) -> Value {
+    let mut body = json!({
+        "amount": amount_text(amount, currency),
+        "currency": currency.code(),
+        "externalId": external_id,
+        "payerMessage": PAYER_MESSAGE,
+        "payeeNote": PAYEE_NOTE,
+    });
+    body[key] = value;
+    body
+}
+
 fn read_creation(answer: &Answer) -> Result<(), ProviderError> {
     match answer.status {
         // 409: this X-Reference-Id was already used, by us, for this very transaction.
@@ -257,14 +272,8 @@ impl Adapter for MtnMomo {
     }
 
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
-        let body = json!({
-            "amount": amount_text(payment.amount, payment.currency),
-            "currency": payment.currency.code(),
-            "externalId": payment.transaction_id,
-            "payer": {"partyIdType": "MSISDN", "partyId": payment.customer_phone.digits()},
-            "payerMessage": PAYER_MESSAGE,
-            "payeeNote": PAYEE_NOTE,
-        });
+        let party = json!({"partyIdType": "MSISDN", "partyId": payment.customer_phone.digits()});
+        let body = body(payment.amount, payment.currency, &payment.transaction_id, ("payer", party));
         self.create(Product::Collection, "/collection/v1_0/requesttopay", &payment.transaction_id, body)
     }
 
@@ -286,26 +295,13 @@ impl Adapter for MtnMomo {
             return Box::pin(std::future::ready(Err(ProviderError::Malformed(payment.transaction_id.clone()))));
         };
         let transaction_id = refund.transaction_id();
-        let body = json!({
-            "amount": amount_text(refund.amount, payment.currency),
-            "currency": payment.currency.code(),
-            "externalId": transaction_id,
-            "payerMessage": PAYER_MESSAGE,
-            "payeeNote": PAYEE_NOTE,
-            "referenceIdToRefund": original,
-        });
+        let body = body(refund.amount, payment.currency, &transaction_id, ("referenceIdToRefund", json!(original)));
         self.create(Product::Disbursement, "/disbursement/v2_0/refund", &transaction_id, body)
     }
 
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
-        let body = json!({
-            "amount": amount_text(payout.amount, payout.currency),
-            "currency": payout.currency.code(),
-            "externalId": payout.transaction_id,
-            "payee": {"partyIdType": "MSISDN", "partyId": payout.beneficiary_phone.digits()},
-            "payerMessage": PAYER_MESSAGE,
-            "payeeNote": PAYEE_NOTE,
-        });
+        let party = json!({"partyIdType": "MSISDN", "partyId": payout.beneficiary_phone.digits()});
+        let body = body(payout.amount, payout.currency, &payout.transaction_id, ("payee", party));
         self.create(Product::Disbursement, "/disbursement/v1_0/transfer", &payout.transaction_id, body)
     }
 
