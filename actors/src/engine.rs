@@ -22,11 +22,12 @@ use dashmap::mapref::entry::Entry;
 use crate::core::{Command, JournalEvent};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
+use crate::domain::provider::ProviderTrail;
 use crate::domain::records::{Merchant, Notification, Payment, Payout, Transaction, TransactionType};
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 use crate::merchant::{
-    ActorSettings, Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor,
+    ActorSettings, Execute, Executed, ProviderNote, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor,
 };
 use crate::registry::Registry;
 use crate::store::{AuditReport, AwaitingProvider, Located, Page, SledStore, Store, StoreError};
@@ -212,7 +213,19 @@ impl Engine {
         command: Command,
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
-        self.ask(merchant, Execute { command, idempotency }).await
+        self.execute_noted(merchant, command, idempotency, ProviderNote::default()).await
+    }
+
+    /// Applies one change with what it says about the provider side of its transaction (the route of a
+    /// transaction it creates, the provider's reference in an answer), written in the same durable write.
+    pub async fn execute_noted(
+        &self,
+        merchant: &MerchantId,
+        command: Command,
+        idempotency: Option<Idempotency>,
+        note: ProviderNote,
+    ) -> Result<Executed, EngineError> {
+        self.ask(merchant, Execute { command, idempotency, note }).await
     }
 
     // ----- Reads of durable state that need no actor: lists, lookups and the sweeps' index -----
@@ -247,6 +260,12 @@ impl Engine {
     /// The merchant and record behind one of our transaction ids (what providers quote back).
     pub fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, EngineError> {
         Ok(self.inner.store.owner_of_transaction(transaction_id)?)
+    }
+
+    /// What is kept about a transaction's provider side: the route fixed at its creation and the provider's
+    /// reference for it.
+    pub fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, EngineError> {
+        Ok(self.inner.store.provider_trail(transaction_id)?)
     }
 
     /// Work of `kind` still waiting for a provider, created before `created_before`, oldest first, after

@@ -29,4 +29,4 @@ pub mod webhook;
 pub use crate::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, Record, RefundOutcome, Rejection};
 pub use crate::engine::{Engine, EngineConfig};
 pub use crate::error::EngineError;
-pub use crate::merchant::{ActorSettings, Executed, Idempotency};
+pub use crate::merchant::{ActorSettings, Executed, Idempotency, ProviderNote};

@@ -964,6 +964,8 @@ fn the_checker_catches_lost_doubled_and_regressed_changes() {
             outbox: Vec::new(),
             idempotency: None,
             snapshot: None,
+            route: None,
+            provider_reference: None,
         };
         let ticket = store.commit(change, &Arc::new(AtomicBool::new(false))).unwrap();
         ticket.await.unwrap().unwrap();

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use caisse_engine::core::{decide, Decided, PaymentNotice, PayoutOutcome};
 use caisse_engine::domain::ids::{new_id, MerchantId};
 use caisse_engine::domain::ledger::Balances;
+use caisse_engine::domain::provider::{AdapterName, ProviderReference, ProviderRoute, ProviderTrail, ReturnUrl};
 use caisse_engine::domain::records::{DeliveryState, Merchant, TransactionType};
 use caisse_engine::domain::status::{EventKind, PaymentStatus};
 use caisse_engine::domain::text::{IdempotencyKey, Reference};
@@ -103,6 +104,8 @@ impl Shop {
             outbox: decision.outbox,
             idempotency,
             snapshot: seq.is_multiple_of(2).then(|| Snapshot { seq, balances: decision.balances.clone() }),
+            route: None,
+            provider_reference: None,
         };
         (change, decision.balances)
     }
@@ -371,6 +374,46 @@ fn everything_survives_a_reopen_and_the_audit_agrees(backend: &dyn Backend) {
     assert_eq!((report.merchants, report.events), (2, a.seq + b.seq));
 }
 
+/// The provider side of a transaction is written with the change that carries it and read by transaction id:
+/// the route with the creation, the provider's reference with an answer; a transaction without them has none.
+fn provider_trails_are_kept_with_their_change(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut shop = Shop::new();
+    let route = ProviderRoute {
+        adapter: AdapterName::parse("pawapay").unwrap(),
+        return_url: Some(ReturnUrl::parse("https://shop.example/merci", true).unwrap()),
+    };
+    let reference = ProviderReference::parse("MP250101.1200.A00001").unwrap();
+    let transaction_id = {
+        let store = backend.open(dir.path());
+        let (mut change, balances) = shop.change(&Command::InitiatePayment(new_payment(2_000, Some("routed"))), None);
+        let Record::Payment(payment) = change.record.clone() else { unreachable!() };
+        change.route = Some((payment.transaction_id.clone(), route.clone()));
+        wait(store.commit(change, &shop.latch).unwrap());
+        shop.seq += 1;
+        shop.balances = balances;
+        shop.records.insert("routed".into(), Record::Payment(payment.clone()));
+        let trail = store.provider_trail(&payment.transaction_id).unwrap();
+        assert_eq!((trail.route.as_ref(), trail.reference.as_ref()), (Some(&route), None));
+
+        let notice = Command::PaymentNotice {
+            reference: Reference::parse("routed").unwrap(),
+            notice: PaymentNotice::Confirmed,
+        };
+        let (mut change, _) = shop.change(&notice, None);
+        change.provider_reference = Some((payment.transaction_id.clone(), reference.clone()));
+        wait(store.commit(change, &shop.latch).unwrap());
+
+        let Record::Payment(plain) = shop.pay(&*store, 1_000, "plain") else { unreachable!() };
+        assert_eq!(store.provider_trail(&plain.transaction_id).unwrap(), ProviderTrail::default());
+        payment.transaction_id
+    };
+    let store = backend.open(dir.path());
+    let trail = store.provider_trail(&transaction_id).unwrap();
+    assert_eq!(trail, ProviderTrail { route: Some(route), reference: Some(reference) });
+    assert_eq!(store.provider_trail("tx_01JD0000000000000000000000").unwrap(), ProviderTrail::default());
+}
+
 /// Every check above as a test of one backend.
 macro_rules! conformance {
     ($module:ident, $backend:expr) => {
@@ -405,6 +448,11 @@ macro_rules! conformance {
             #[test]
             fn a_tripped_latch_refuses_the_write() {
                 super::a_tripped_latch_refuses_the_write(&$backend);
+            }
+
+            #[test]
+            fn provider_trails_are_kept_with_their_change() {
+                super::provider_trails_are_kept_with_their_change(&$backend);
             }
 
             #[test]

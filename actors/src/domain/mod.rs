@@ -3,12 +3,14 @@
 //! Each submodule owns one family of checked types (money, phone numbers, text, identifiers,
 //! time). Values are validated once, when they are built or deserialised, so the rest of the
 //! engine can rely on them without re-checking. `status` holds the state machines as data,
-//! `ledger` the double-entry rules, `records` the stored records and the webhook body.
+//! `ledger` the double-entry rules, `records` the stored records and the webhook body, `provider` what is kept about a transaction's
+//! provider side.
 
 pub mod ids;
 pub mod ledger;
 pub mod money;
 pub mod phone;
+pub mod provider;
 pub mod records;
 pub mod status;
 pub mod text;

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use actix::prelude::*;
 
 use super::{Execute, Executed, MerchantActor};
-use crate::core::{decide, Decided, Record, Target};
+use crate::core::{decide, Command, Decided, Record, Target};
 use crate::domain::ids::new_id;
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
@@ -95,6 +95,11 @@ impl MerchantActor {
             outbox: decision.outbox,
             idempotency,
             snapshot,
+            route: msg.note.route.and_then(|route| Some((decision.created.as_ref()?.transaction_id.clone(), route))),
+            provider_reference: msg
+                .note
+                .reference
+                .map(|reference| (answered_transaction(&msg.command, &decision.record), reference)),
         };
         // Queue first: if the store refuses, nothing in memory has changed.
         let ticket = self.store.commit(change, &self.guard)?;
@@ -148,6 +153,18 @@ impl MerchantActor {
             tracing::warn!(merchant = %self.id, "stopping after a failed write; the next message reloads from the store");
             self.retire(ctx);
         }
+    }
+}
+
+/// The transaction a provider's answer is about: the refund's for a refund notice, else the record's own.
+fn answered_transaction(command: &Command, record: &Record) -> String {
+    match (command, record) {
+        (Command::RefundNotice { .. }, Record::Payment(p)) => match &p.refund {
+            Some(refund) => refund.transaction_id(),
+            None => p.transaction_id.clone(),
+        },
+        (_, Record::Payment(p)) => p.transaction_id.clone(),
+        (_, Record::Payout(o)) => o.transaction_id.clone(),
     }
 }
 

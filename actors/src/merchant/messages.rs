@@ -1,11 +1,12 @@
 //! What callers send the merchant actor and what it answers: [`Execute`] for every change the API names,
-//! with its [`Idempotency`] part and its [`Executed`] answer, and the reads of a payment, a payout and the
+//! with its [`Idempotency`] part, its [`ProviderNote`] and its [`Executed`] answer, and the reads of a payment, a payout and the
 //! balances.
 
 use actix::prelude::*;
 
 use crate::core::{Command, Record};
 use crate::domain::ledger::Balances;
+use crate::domain::provider::{ProviderReference, ProviderRoute};
 use crate::domain::records::{Payment, Payout};
 use crate::domain::text::IdempotencyKey;
 use crate::error::EngineError;
@@ -38,6 +39,17 @@ pub enum Executed {
 pub struct Execute {
     pub command: Command,
     pub idempotency: Option<Idempotency>,
+    pub note: ProviderNote,
+}
+
+/// What a command tells the store about the provider side of its transaction. The core decides nothing on it:
+/// it is written in the same durable write as the change it comes with, and only when that change is written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderNote {
+    /// With a command that creates a transaction: the route it takes to its provider.
+    pub route: Option<ProviderRoute>,
+    /// With a provider's answer: its reference for the transaction the answer is about.
+    pub reference: Option<ProviderReference>,
 }
 
 /// Read a payment, as durable.

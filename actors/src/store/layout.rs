@@ -18,6 +18,10 @@
 //! list is a range scan of whole records, and a notification costs sled one key, not a record plus an index
 //! entry (sled's per-key work, not its bytes, is what the store's applier spends its time on). The due index
 //! `outbox_due` is keyed `due time ++ id` and its value is the merchant's id, which finds the record.
+//!
+//! What is kept about a transaction's provider side (`domain::provider`) is keyed by transaction id alone, as
+//! provider callbacks name it: `routes` holds the route fixed at creation, `provider_references` the
+//! provider's reference once an answer carried one. Both are written by the change they come with.
 
 use std::ops::Range;
 
@@ -49,7 +53,9 @@ pub(super) const IDEMPOTENCY: usize = 10;
 pub(super) const OUTBOX_DUE: usize = 11;
 pub(super) const PENDING: usize = 12;
 pub(super) const NOTIFICATIONS: usize = 13;
-pub(super) const TREE_NAMES: [&str; 14] = [
+pub(super) const ROUTES: usize = 14;
+pub(super) const PROVIDER_REFERENCES: usize = 15;
+pub(super) const TREE_NAMES: [&str; 16] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -64,13 +70,15 @@ pub(super) const TREE_NAMES: [&str; 14] = [
     "outbox_due",
     "pending",
     "notifications",
+    "routes",
+    "provider_references",
 ];
 
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
 /// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
-pub(super) const APPLY_ORDER: [ApplyStep; 14] = [
+pub(super) const APPLY_ORDER: [ApplyStep; 16] = [
     ApplyStep::plain(MERCHANTS),
     ApplyStep::plain(MERCHANT_KEYS),
     ApplyStep::plain(MERCHANT_EMAILS),
@@ -78,6 +86,8 @@ pub(super) const APPLY_ORDER: [ApplyStep; 14] = [
     ApplyStep::plain(SNAPSHOTS),
     ApplyStep::plain(PAYMENTS),
     ApplyStep::plain(PAYOUTS),
+    ApplyStep::plain(ROUTES),
+    ApplyStep::plain(PROVIDER_REFERENCES),
     ApplyStep::plain(IDEMPOTENCY),
     ApplyStep::plain(REFS),
     ApplyStep::plain(TX_OWNER),
@@ -89,7 +99,11 @@ pub(super) const APPLY_ORDER: [ApplyStep; 14] = [
 
 /// The version of everything this file lays out: trees, keys and value encodings. A data directory stamped
 /// with another version is refused at open (`sled_store::stamp`); raise it with any change to what is stored.
-pub(crate) const FORMAT_VERSION: u32 = 2;
+pub(crate) const FORMAT_VERSION: u32 = 3;
+
+/// Earlier versions whose directories this build opens and restamps: each later version only added trees, so
+/// their data reads the same (format 3 added `routes` and `provider_references`).
+pub(crate) const UPGRADED_IN_PLACE: [u32; 1] = [2];
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
 pub(super) const BINARY_V1: u8 = 1;
@@ -639,9 +653,11 @@ mod tests {
                 "outbox_due",
                 "pending",
                 "notifications",
+                "routes",
+                "provider_references",
             ]
         );
-        assert_eq!(FORMAT_VERSION, 2);
+        assert_eq!(FORMAT_VERSION, 3);
     }
 
     #[test]

@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 use crate::core::{JournalEvent, NewTransaction, OutboxItem, Record};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
+use crate::domain::provider::{ProviderReference, ProviderRoute};
 use crate::domain::records::TransactionType;
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
@@ -75,6 +76,10 @@ pub struct Change {
     pub outbox: Vec<OutboxItem>,
     pub idempotency: Option<(IdempotencyKey, IdempotencyRecord)>,
     pub snapshot: Option<Snapshot>,
+    /// The route a created transaction takes to its provider, by transaction id.
+    pub route: Option<(String, ProviderRoute)>,
+    /// A provider's reference for a transaction, by transaction id.
+    pub provider_reference: Option<(String, ProviderReference)>,
 }
 
 /// Set by the store when one of an actor's writes failed: the store refuses every later write carrying the

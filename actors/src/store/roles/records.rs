@@ -2,6 +2,7 @@
 
 use crate::core::JournalEvent;
 use crate::domain::ids::MerchantId;
+use crate::domain::provider::ProviderTrail;
 use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
@@ -45,6 +46,8 @@ pub trait Records: Send + Sync {
         after: Option<&AwaitingProvider>,
         limit: usize,
     ) -> Result<Vec<AwaitingProvider>, StoreError>;
+    /// What is kept about a transaction's provider side: its route and the provider's reference.
+    fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, StoreError>;
     /// This merchant's journal from position `from_seq`, in order, at most `limit` events.
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
 }

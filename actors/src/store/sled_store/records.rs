@@ -7,6 +7,7 @@ use std::ops::Bound;
 use super::{SledStore, MAX_SCAN};
 use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use crate::domain::provider::ProviderTrail;
 use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
@@ -191,6 +192,13 @@ impl Records for SledStore {
             });
         }
         Ok(found)
+    }
+
+    fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, StoreError> {
+        Ok(ProviderTrail {
+            route: self.get(ROUTES, transaction_id.as_bytes())?,
+            reference: self.get(PROVIDER_REFERENCES, transaction_id.as_bytes())?,
+        })
     }
 
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-use crate::store::layout::FORMAT_VERSION;
+use crate::store::layout::{FORMAT_VERSION, UPGRADED_IN_PLACE};
 use crate::store::StoreError;
 
 /// The stamp's file name, at the root of the data directory.
@@ -42,6 +42,11 @@ fn check(dir: &Path, text: &str) -> Result<(), StoreError> {
     let found = text.trim().strip_prefix(STAMP_PREFIX).and_then(|n| n.parse::<u32>().ok());
     match found {
         Some(FORMAT_VERSION) => Ok(()),
+        // Restamped before sled opens: from here on the directory may hold what the older build cannot read.
+        Some(older) if UPGRADED_IN_PLACE.contains(&older) => {
+            tracing::info!(dir = %dir.display(), from = older, to = FORMAT_VERSION, "store format upgraded in place");
+            write(dir)
+        }
         Some(other) => Err(StoreError::Format(format!(
             "{} holds store format {other}; this build reads format {FORMAT_VERSION} only. Run the build that \
              wrote it, or start with an empty data directory (move this one aside).",
@@ -98,6 +103,16 @@ mod tests {
         assert!(message.contains("before data directories carried a format version"), "{message}");
         assert!(message.contains("Start with an empty data directory"), "{message}");
         assert!(!dir.path().join(STAMP_FILE).exists(), "a refused directory is left as it was");
+    }
+
+    #[test]
+    fn a_version_that_only_lacks_trees_is_restamped() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(SledStore::open(dir.path()).unwrap());
+        std::fs::write(dir.path().join(STAMP_FILE), format!("caisse-store {}\n", UPGRADED_IN_PLACE[0])).unwrap();
+        drop(SledStore::open(dir.path()).unwrap());
+        let stamp = std::fs::read_to_string(dir.path().join(STAMP_FILE)).unwrap();
+        assert_eq!(stamp, format!("caisse-store {FORMAT_VERSION}\n"));
     }
 
     #[test]

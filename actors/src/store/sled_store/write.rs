@@ -57,6 +57,12 @@ impl SledStore {
         if let Some((key, record)) = &change.idempotency {
             ops.push(Op::Insert(IDEMPOTENCY, mkey(m, key.as_str().as_bytes()), encode(record)?));
         }
+        if let Some((transaction_id, route)) = &change.route {
+            ops.push(Op::Insert(ROUTES, transaction_id.as_bytes().to_vec(), encode(route)?));
+        }
+        if let Some((transaction_id, reference)) = &change.provider_reference {
+            ops.push(Op::Insert(PROVIDER_REFERENCES, transaction_id.as_bytes().to_vec(), encode(reference)?));
+        }
         if let Some(snapshot) = &change.snapshot {
             ops.push(Op::Insert(SNAPSHOTS, m.as_bytes().to_vec(), encode(snapshot)?));
         }
