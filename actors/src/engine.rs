@@ -27,7 +27,7 @@ use crate::domain::records::{Merchant, Notification, Payment, Payout, Transactio
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 use crate::merchant::{
-    ActorSettings, Execute, Executed, ProviderNote, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor,
+    ActorSettings, Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor, ProviderNote,
 };
 use crate::registry::Registry;
 use crate::store::{AuditReport, AwaitingProvider, Located, Page, SledStore, Store, StoreError};

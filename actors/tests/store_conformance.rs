@@ -396,10 +396,8 @@ fn provider_trails_are_kept_with_their_change(backend: &dyn Backend) {
         let trail = store.provider_trail(&payment.transaction_id).unwrap();
         assert_eq!((trail.route.as_ref(), trail.reference.as_ref()), (Some(&route), None));
 
-        let notice = Command::PaymentNotice {
-            reference: Reference::parse("routed").unwrap(),
-            notice: PaymentNotice::Confirmed,
-        };
+        let notice =
+            Command::PaymentNotice { reference: Reference::parse("routed").unwrap(), notice: PaymentNotice::Confirmed };
         let (mut change, _) = shop.change(&notice, None);
         change.provider_reference = Some((payment.transaction_id.clone(), reference.clone()));
         wait(store.commit(change, &shop.latch).unwrap());

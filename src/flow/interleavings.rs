@@ -93,7 +93,7 @@ async fn run(events: Vec<Event>, succeeds: bool) -> Result<(), TestCaseError> {
         let merchant = merchant.clone();
         async move {
             let located = engine.locate(&merchant, "order-1").ok().flatten().expect("the payment is stored");
-            apply_provider_status(&engine, &merchant, &located, &status, expire).await.map(drop)
+            apply_provider_status(&engine, &merchant, &located, &status.into(), expire).await.map(drop)
         }
     };
     for event in events.into_iter().chain([Event::Advance, Event::Advance, Event::Poll]) {

@@ -22,17 +22,28 @@ pub mod sweep;
 use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::provider::{AdapterName, ProviderRoute};
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::store::Located;
-use caisse_engine::{Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout};
+use caisse_engine::{Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout, ProviderNote};
 
 use self::notice::apply_provider_status;
-use crate::providers::{Adapter, ProviderError, ProviderStatus, Providers};
+use crate::providers::{Adapter, ProviderError, ProviderStatus, Providers, Routed, Subject};
 
 /// How long a merchant's request waits for the provider's answer to the request Caisse sends it. Beyond it the
 /// answer goes out with the transaction as it is (created, durable), and the provider's answer comes later by
 /// callback or status query; dropping the wait is safe because a retry or a query reuses the same id.
 const REQUEST_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Who carries one transaction ([`Flow::carrier`]).
+pub struct Carrier {
+    pub adapter: std::sync::Arc<dyn Adapter>,
+    pub name: AdapterName,
+    /// What the transaction is to its provider.
+    pub subject: Subject,
+    /// Our id for it, from which the provider's idempotency id is derived.
+    pub transaction_id: String,
+}
 
 /// The engine and the providers, which every step of a payment's life needs together. Cheap to clone.
 #[derive(Clone)]
@@ -46,9 +57,51 @@ impl Flow {
         Flow { engine, providers }
     }
 
-    /// The adapter that carries `code` for this phone's country, when its route is active.
-    pub fn adapter(&self, code: &str, phone: &Phone) -> Option<std::sync::Arc<dyn Adapter>> {
-        self.providers.get(code).and_then(|p| p.adapter_for(phone))
+    /// The route `code` takes for this phone's country now, when it is active: what a new transaction keeps.
+    pub fn route(&self, code: &str, phone: &Phone) -> Option<ProviderRoute> {
+        match self.providers.get(code)?.route(phone.country()) {
+            Routed::Active { adapter_name, .. } => match AdapterName::parse(&adapter_name) {
+                Ok(adapter) => Some(ProviderRoute { adapter, return_url: None }),
+                Err(e) => {
+                    tracing::error!(adapter = %adapter_name, error = %e, "adapter name refused");
+                    None
+                }
+            },
+            _ => None,
+        }
+    }
+
+    /// Who carries one of our transactions: the adapter its route named when it was created (a refund takes
+    /// its payment's), so that a later change of the routes cannot send its queries to another provider.
+    /// A transaction created before routes were kept goes by the current route for its phone.
+    pub fn carrier(&self, record: &Record, kind: TransactionType) -> Option<Carrier> {
+        let (subject, transaction_id, code, phone, parent) = match (record, kind) {
+            (Record::Payment(p), TransactionType::Refund) => {
+                let refund = p.refund.as_ref()?;
+                (Subject::Refund, refund.transaction_id(), &p.provider, &p.customer_phone, Some(&p.transaction_id))
+            }
+            (Record::Payment(p), _) => {
+                (Subject::Payment, p.transaction_id.clone(), &p.provider, &p.customer_phone, None)
+            }
+            (Record::Payout(o), _) => {
+                (Subject::Payout, o.transaction_id.clone(), &o.provider, &o.beneficiary_phone, None)
+            }
+        };
+        let kept = |tx: &str| match self.engine.provider_trail(tx) {
+            Ok(trail) => trail.route.map(|r| r.adapter),
+            Err(e) => {
+                tracing::warn!(tx, error = %e, "could not read the transaction's route");
+                None
+            }
+        };
+        let name = kept(&transaction_id)
+            .or_else(|| parent.and_then(|tx| kept(tx)))
+            .or_else(|| self.route(code.as_str(), phone).map(|r| r.adapter))?;
+        let Some(adapter) = self.providers.adapter(name.as_str()) else {
+            tracing::warn!(tx = %transaction_id, adapter = %name, "the transaction's adapter is not configured any more");
+            return None;
+        };
+        Some(Carrier { adapter, name, subject, transaction_id })
     }
 
     /// Applies a provider's refusal of a request: the transaction fails with the provider's code. Answers
@@ -65,7 +118,8 @@ impl Flow {
             other => Some(other.key().to_owned()),
         }?;
         let located = Located { kind, reference: key, record: record.clone() };
-        match apply_provider_status(&self.engine, merchant, &located, &ProviderStatus::Failed { code }, false).await {
+        let refused = ProviderStatus::Failed { code }.into();
+        match apply_provider_status(&self.engine, merchant, &located, &refused, false).await {
             Ok(executed) => executed,
             Err(e) => {
                 tracing::warn!(error = %e, "could not apply the provider's refusal; the sweeps ask again");
@@ -106,18 +160,20 @@ impl Flow {
         }
     }
 
-    /// Creates the payment, durably, then asks its provider for the customer's approval.
+    /// Creates the payment with its route, durably, then asks its provider for the customer's approval.
     pub async fn initiate_payment(
         &self,
         merchant: &MerchantId,
         new: NewPayment,
+        route: Option<ProviderRoute>,
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
-        let executed = self.engine.execute(merchant, Command::InitiatePayment(new), idempotency).await?;
+        let note = ProviderNote { route, reference: None };
+        let executed = self.engine.execute_noted(merchant, Command::InitiatePayment(new), idempotency, note).await?;
         // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
         let sent = match &executed {
-            Executed::Done(Record::Payment(p)) => match self.adapter(p.provider.as_str(), &p.customer_phone) {
-                Some(adapter) => Self::within_budget(adapter.request_to_pay(p)).await,
+            Executed::Done(record @ Record::Payment(p)) => match self.carrier(record, TransactionType::Payment) {
+                Some(carrier) => Self::within_budget(carrier.adapter.request_to_pay(p)).await,
                 None => Ok(()),
             },
             _ => Ok(()),
@@ -132,12 +188,25 @@ impl Flow {
         command: Command,
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
-        let executed = self.engine.execute(merchant, command, idempotency).await?;
+        // The refund goes the way its payment went.
+        let route = match &command {
+            Command::RequestRefund { reference, .. } => {
+                match self.engine.payment(merchant, reference.as_str()).await? {
+                    Some(p) => self
+                        .carrier(&Record::Payment(p), TransactionType::Payment)
+                        .map(|carrier| ProviderRoute { adapter: carrier.name, return_url: None }),
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        let note = ProviderNote { route, reference: None };
+        let executed = self.engine.execute_noted(merchant, command, idempotency, note).await?;
         // Reserved and durable; the reconciliation asks the provider again if this call is lost.
         let sent = match &executed {
-            Executed::Done(Record::Payment(p)) => {
-                match (self.adapter(p.provider.as_str(), &p.customer_phone), &p.refund) {
-                    (Some(adapter), Some(refund)) => Self::within_budget(adapter.refund(p, refund)).await,
+            Executed::Done(record @ Record::Payment(p)) => {
+                match (self.carrier(record, TransactionType::Refund), &p.refund) {
+                    (Some(carrier), Some(refund)) => Self::within_budget(carrier.adapter.refund(p, refund)).await,
                     _ => Ok(()),
                 }
             }
@@ -146,17 +215,19 @@ impl Flow {
         Ok(self.after_request(merchant, executed, TransactionType::Refund, sent).await)
     }
 
-    /// Records the payout (the amount reserved), durably, then asks the provider to send it.
+    /// Records the payout (the amount reserved) with its route, durably, then asks the provider to send it.
     pub async fn create_payout(
         &self,
         merchant: &MerchantId,
         new: NewPayout,
+        route: Option<ProviderRoute>,
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
-        let executed = self.engine.execute(merchant, Command::CreatePayout(new), idempotency).await?;
+        let note = ProviderNote { route, reference: None };
+        let executed = self.engine.execute_noted(merchant, Command::CreatePayout(new), idempotency, note).await?;
         let sent = match &executed {
-            Executed::Done(Record::Payout(o)) => match self.adapter(o.provider.as_str(), &o.beneficiary_phone) {
-                Some(adapter) => Self::within_budget(adapter.payout(o)).await,
+            Executed::Done(record @ Record::Payout(o)) => match self.carrier(record, TransactionType::Payout) {
+                Some(carrier) => Self::within_budget(carrier.adapter.payout(o)).await,
                 None => Ok(()),
             },
             _ => Ok(()),

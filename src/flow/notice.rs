@@ -5,12 +5,14 @@ use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::store::Located;
-use caisse_engine::{Command, Engine, EngineError, Executed, PaymentNotice, PayoutOutcome, RefundOutcome};
+use caisse_engine::{
+    Command, Engine, EngineError, Executed, PaymentNotice, PayoutOutcome, ProviderNote, RefundOutcome,
+};
 
 use super::Flow;
 use std::sync::Arc;
 
-use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus, Routed};
+use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus, Report};
 
 /// Why a provider's notice was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -48,17 +50,19 @@ impl Flow {
     }
 
     /// True when the transaction is one that this door's provider carries: the fournisseur named in the path,
-    /// or the adapter its route for the phone's country goes to.
-    fn came_through(&self, door: &Door<'_>, record: &Record) -> bool {
-        let (code, phone) = match record {
-            Record::Payment(p) => (p.provider.as_str(), &p.customer_phone),
-            Record::Payout(o) => (o.provider.as_str(), &o.beneficiary_phone),
-        };
+    /// or the adapter that carries the transaction ([`Flow::carrier`]).
+    fn came_through(&self, door: &Door<'_>, located: &Located) -> bool {
         match door {
-            Door::Provider(path_code) => *path_code == code,
-            Door::Adapter(name) => self.providers.get(code).is_some_and(
-                |p| matches!(p.route(phone.country()), Routed::Active { adapter_name, .. } if adapter_name == *name),
-            ),
+            Door::Provider(path_code) => {
+                let code = match &located.record {
+                    Record::Payment(p) => p.provider.as_str(),
+                    Record::Payout(o) => o.provider.as_str(),
+                };
+                *path_code == code
+            }
+            Door::Adapter(name) => {
+                self.carrier(&located.record, located.kind).is_some_and(|carrier| carrier.name.as_str() == *name)
+            }
         }
     }
 
@@ -88,7 +92,7 @@ impl Flow {
             return if unknown_is_fine { Ok(()) } else { Err(NoticeError::UnknownTransaction) };
         };
         // A notice at another provider's door changes nothing, whatever the provider it reached would answer.
-        if !self.came_through(&door, &located.record) {
+        if !self.came_through(&door, &located) {
             tracing::warn!(tx = %notice.transaction_id, "notice about a transaction of another provider; ignored");
             return Ok(());
         }
@@ -108,15 +112,17 @@ enum Door<'a> {
     Adapter(&'a str),
 }
 
-/// Applies a confirmed provider status to the record it is about. `expire` is set by the TTL sweep: a
-/// payment with no final answer then expires. Returns `None` when the status asks for nothing.
+/// Applies a confirmed provider status to the record it is about, keeping the provider's reference with the
+/// change it causes. `expire` is set by the TTL sweep: a payment with no final answer then expires. Returns
+/// `None` when the status asks for nothing.
 pub async fn apply_provider_status(
     engine: &Engine,
     merchant: &MerchantId,
     located: &Located,
-    status: &ProviderStatus,
+    report: &Report,
     expire: bool,
 ) -> Result<Option<Executed>, EngineError> {
+    let status = &report.status;
     let command = match (&located.record, located.kind) {
         (Record::Payment(p), TransactionType::Payment) => {
             let notice = match status {
@@ -145,8 +151,9 @@ pub async fn apply_provider_status(
             outcome.map(|outcome| Command::PayoutNotice { id: o.id.clone(), outcome })
         }
     };
+    let note = ProviderNote { route: None, reference: report.reference.clone() };
     match command {
-        Some(command) => engine.execute(merchant, command, None).await.map(Some),
+        Some(command) => engine.execute_noted(merchant, command, None, note).await.map(Some),
         None => Ok(None),
     }
 }

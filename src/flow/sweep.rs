@@ -26,9 +26,9 @@ use futures_util::stream::{self, StreamExt};
 use caisse_engine::store::{AwaitingProvider, Located};
 
 use super::notice::apply_provider_status;
-use super::Flow;
+use super::{Carrier, Flow};
 use crate::config::{sweep_every_ms, RECONCILE_EVERY_PASSES};
-use crate::providers::{ProviderStatus, Subject};
+use crate::providers::{ProviderStatus, Report, Subject};
 
 /// Payments one sweep pass handles at most; the next pass continues.
 const SWEEP_BATCH: usize = 500;
@@ -87,17 +87,12 @@ async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
         Ok(None) => return,
         Err(e) => return tracing::error!(error = %e, owner = %item.owner, "reconciliation lookup failed"),
     };
-    let (adapter, subject, transaction_id) = match (&located.record, item.kind) {
-        (Record::Payment(p), TransactionType::Refund) => match &p.refund {
-            Some(r) => (flow.adapter(p.provider.as_str(), &p.customer_phone), Subject::Refund, r.transaction_id()),
-            None => return,
-        },
-        (Record::Payout(o), TransactionType::Payout) => {
-            (flow.adapter(o.provider.as_str(), &o.beneficiary_phone), Subject::Payout, o.transaction_id.clone())
-        }
-        _ => return,
+    if !matches!((&located.record, item.kind), (Record::Payment(_), TransactionType::Refund) | (Record::Payout(_), _)) {
+        return;
+    }
+    let Some(Carrier { adapter, subject, transaction_id, .. }) = flow.carrier(&located.record, item.kind) else {
+        return;
     };
-    let Some(adapter) = adapter else { return };
     let status = match adapter.status(subject, &transaction_id).await {
         Ok(status) => status,
         Err(e) => return tracing::warn!(error = %e, owner = %item.owner, "reconciliation status query failed"),
@@ -128,18 +123,17 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
         Err(e) => return tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed"),
     };
     let Record::Payment(payment) = &located.record else { return };
-    let adapter = flow.adapter(payment.provider.as_str(), &payment.customer_phone);
-    let status = match adapter {
+    let status = match flow.carrier(&located.record, TransactionType::Payment) {
         // A timeout or a 5xx decides nothing, not even an expiry: the provider may have taken the money. The next
         // pass asks again; only an answer (a final one, or "not created"/"still pending") settles it.
-        Some(a) => match a.status(Subject::Payment, &payment.transaction_id).await {
+        Some(carrier) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id).await {
             Ok(status) => status,
             Err(e) => {
                 return tracing::warn!(error = %e, reference = %item.owner, "last status query failed; asked again next pass")
             }
         },
-        // No active route to ask any more (the configuration changed): nothing can settle it but the TTL.
-        None => ProviderStatus::Pending,
+        // No adapter to ask any more (the configuration changed): nothing can settle it but the TTL.
+        None => ProviderStatus::Pending.into(),
     };
     if let Err(e) = apply_provider_status(&flow.engine, &item.merchant, &located, &status, true).await {
         tracing::warn!(error = %e, reference = %item.owner, "expiry failed; the next pass retries");
@@ -166,22 +160,10 @@ async fn resubmit_pending(flow: &Flow) {
 /// that lost its memory) is sent again under the same id, so nothing is ever created twice.
 async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider) {
     let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
-    let (adapter, subject, transaction_id) = match (&located.record, kind) {
-        (Record::Payment(p), TransactionType::Refund) => match &p.refund {
-            Some(r) => (flow.adapter(p.provider.as_str(), &p.customer_phone), Subject::Refund, r.transaction_id()),
-            None => return,
-        },
-        (Record::Payment(p), _) => {
-            (flow.adapter(p.provider.as_str(), &p.customer_phone), Subject::Payment, p.transaction_id.clone())
-        }
-        (Record::Payout(o), _) => {
-            (flow.adapter(o.provider.as_str(), &o.beneficiary_phone), Subject::Payout, o.transaction_id.clone())
-        }
-    };
-    let Some(adapter) = adapter else { return };
+    let Some(Carrier { adapter, subject, transaction_id, .. }) = flow.carrier(&located.record, kind) else { return };
     let located = Located { kind, ..located };
     let result = match adapter.status(subject, &transaction_id).await {
-        Ok(ProviderStatus::Pending) => match &located.record {
+        Ok(Report { status: ProviderStatus::Pending, .. }) => match &located.record {
             Record::Payment(p) => match (&p.refund, subject) {
                 (Some(r), Subject::Refund) => adapter.refund(p, r).await,
                 _ => adapter.request_to_pay(p).await,
@@ -196,7 +178,7 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
     };
     match result {
         Err(crate::providers::ProviderError::Rejected { code }) => {
-            let failed = ProviderStatus::Failed { code };
+            let failed = ProviderStatus::Failed { code }.into();
             if let Err(e) = apply_provider_status(&flow.engine, &item.merchant, &located, &failed, false).await {
                 tracing::warn!(owner = %item.owner, error = %e, "could not apply the provider's refusal");
             }
@@ -258,11 +240,11 @@ mod tests {
         fn request_to_pay(&self, _: &Payment) -> LocalFuture<Result<(), ProviderError>> {
             self.0.call(Ok(()))
         }
-        fn status(&self, _: Subject, _: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+        fn status(&self, _: Subject, _: &str) -> LocalFuture<Result<Report, ProviderError>> {
             if self.0.down.load(Ordering::SeqCst) {
                 return self.0.call(Err(ProviderError::Unreachable("down".into())));
             }
-            self.0.call(Ok(ProviderStatus::Pending))
+            self.0.call(Ok(ProviderStatus::Pending.into()))
         }
         fn refund(&self, _: &Payment, _: &Refund) -> LocalFuture<Result<(), ProviderError>> {
             self.0.call(Ok(()))

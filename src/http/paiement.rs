@@ -10,6 +10,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::provider::{AdapterName, ProviderRoute, ReturnUrl};
 use caisse_engine::domain::text::{Description, Email, Metadata, Name, Reason, Reference};
 use caisse_engine::{Command, NewPayment};
 use serde::Deserialize;
@@ -17,7 +18,7 @@ use serde::Deserialize;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{authenticate, idempotency, parse_json, read_body, respond};
 use super::AppState;
-use crate::config::Operation;
+use crate::config::{Environment, Operation};
 use crate::providers::{Provider, Routed};
 use caisse_engine::domain::records::Payment;
 
@@ -39,6 +40,9 @@ pub(crate) struct InitiateBody {
     description: Option<String>,
     metadata: Option<BTreeMap<String, String>>,
     reference: Option<String>,
+    /// Where a provider that needs the customer's browser sends it afterwards (https in production).
+    #[serde(rename = "url_retour")]
+    return_url: Option<String>,
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -67,8 +71,9 @@ pub(super) fn metadata(value: Option<BTreeMap<String, String>>) -> Result<Metada
 }
 
 /// Checks that the fournisseur has an active route for the phone's country, and that the route's adapter
-/// carries this fournisseur there; `field` names the phone in the error.
-pub(super) fn check_route(provider: &Provider, phone: &Phone, field: &str) -> Result<(), ApiError> {
+/// carries this fournisseur there; `field` names the phone in the error. Answers the route, which the new
+/// transaction keeps.
+pub(super) fn check_route(provider: &Provider, phone: &Phone, field: &str) -> Result<ProviderRoute, ApiError> {
     let code = provider.settings.code.as_str();
     let unsupported = |message: String| {
         ApiError::new(StatusCode::BAD_REQUEST, "unsupported_provider", message).with_field(field.to_owned())
@@ -77,7 +82,8 @@ pub(super) fn check_route(provider: &Provider, phone: &Phone, field: &str) -> Re
     match provider.route(country) {
         Routed::Active { adapter, adapter_name } if adapter.serves(code, phone) => {
             tracing::debug!(provider = code, adapter = %adapter_name, "routed");
-            Ok(())
+            let adapter = AdapterName::parse(&adapter_name).map_err(|e| ApiError::internal("route", e))?;
+            Ok(ProviderRoute { adapter, return_url: None })
         }
         Routed::Active { adapter_name, .. } => Err(unsupported(format!(
             "`{code}` is not offered for {} numbers on this server ({adapter_name} does not carry it there)",
@@ -156,24 +162,23 @@ pub async fn initiate(
     let b: InitiateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
     let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payment)?;
+    let production = state.settings.environment == Environment::Production;
+    let return_url = optional("url_retour", b.return_url, |text| ReturnUrl::parse(text, production))?;
+    let phone = Phone::parse(&b.customer_phone).map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?;
+    let route = ProviderRoute { return_url, ..check_route(provider, &phone, "client_telephone")? };
     let new = NewPayment {
         reference: optional("reference", b.reference, Reference::parse)?,
         amount,
         currency,
         provider: provider.settings.code.clone(),
         fee: provider.settings.fee,
-        customer_phone: {
-            let phone =
-                Phone::parse(&b.customer_phone).map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?;
-            check_route(provider, &phone, "client_telephone")?;
-            phone
-        },
+        customer_phone: phone,
         customer_email: optional("client_email", b.customer_email, Email::parse)?,
         customer_name: optional("client_nom", b.customer_name, Name::parse)?,
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
     };
-    let executed = state.flow.initiate_payment(&merchant.id, new, idem).await?;
+    let executed = state.flow.initiate_payment(&merchant.id, new, Some(route), idem).await?;
     respond(executed, StatusCode::CREATED)
 }
 

@@ -54,22 +54,20 @@ pub async fn create(
     let b: CreateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
     let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payout)?;
+    let phone =
+        Phone::parse(&b.beneficiary_phone).map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?;
+    let route = check_route(provider, &phone, "beneficiaire_telephone")?;
     let new = NewPayout {
         amount,
         currency,
         provider: provider.settings.code.clone(),
         fee: provider.settings.fee,
-        beneficiary_phone: {
-            let phone = Phone::parse(&b.beneficiary_phone)
-                .map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?;
-            check_route(provider, &phone, "beneficiaire_telephone")?;
-            phone
-        },
+        beneficiary_phone: phone,
         beneficiary_name: optional("beneficiaire_nom", b.beneficiary_name, Name::parse)?,
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
     };
-    let executed = state.flow.create_payout(&merchant.id, new, idem).await?;
+    let executed = state.flow.create_payout(&merchant.id, new, Some(route), idem).await?;
     respond(executed, StatusCode::CREATED)
 }
 

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use actix_web::http::header::HeaderMap;
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::provider::ProviderReference;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +55,33 @@ pub enum ProviderStatus {
     Failed {
         code: String,
     },
+}
+
+/// A provider's answer to a status query: the status, and the provider's own reference for the transaction
+/// when the answer carries one (kept and shown on the dashboard, never decided on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub status: ProviderStatus,
+    pub reference: Option<ProviderReference>,
+}
+
+impl Report {
+    /// A report with the provider's reference, when the answer's text is one (a malformed one is dropped with a
+    /// warning: it is informative, and a provider's answer is untrusted input).
+    pub fn with_reference(status: ProviderStatus, reference: Option<&str>) -> Report {
+        let reference = reference.and_then(|text| {
+            ProviderReference::parse(text)
+                .inspect_err(|e| tracing::warn!(error = %e, "the provider's reference is not kept"))
+                .ok()
+        });
+        Report { status, reference }
+    }
+}
+
+impl From<ProviderStatus> for Report {
+    fn from(status: ProviderStatus) -> Report {
+        Report { status, reference: None }
+    }
 }
 
 /// An authenticated notice: which transaction it is about (our transaction id).
@@ -109,7 +137,7 @@ pub trait Adapter: Send + Sync {
         true
     }
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>>;
-    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>>;
+    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>>;
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>>;
     /// Authenticates and parses an inbound notice; anything unauthenticated is refused before parsing.
@@ -283,8 +311,14 @@ impl Providers {
 
     /// A catalogue of exactly these providers (the tests build one around a provider of their own).
     pub fn new(providers: impl IntoIterator<Item = Provider>, simulator: Option<Arc<sandbox::Simulator>>) -> Providers {
-        let by_code = providers.into_iter().map(|p| (p.settings.code.as_str().to_owned(), p)).collect();
-        Providers { by_code: Arc::new(by_code), adapters: Arc::new(BTreeMap::new()), simulator }
+        let by_code: BTreeMap<String, Provider> =
+            providers.into_iter().map(|p| (p.settings.code.as_str().to_owned(), p)).collect();
+        let adapters = by_code
+            .values()
+            .flat_map(|p| &p.routes)
+            .filter_map(|r| Some((r.adapter_name.clone(), r.adapter.clone()?)))
+            .collect();
+        Providers { by_code: Arc::new(by_code), adapters: Arc::new(adapters), simulator }
     }
 
     /// The adapters whose calls are paused after repeated failures, by name: what the dashboard warns about.

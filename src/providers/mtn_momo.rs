@@ -29,7 +29,7 @@ use sha2::Sha256;
 
 use super::http::{Answer, Call, Outbound};
 use super::pawapay::amount_text;
-use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
+use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
 use crate::config::{MtnProduct, MtnSettings};
 
 /// A token is fetched again this long before MTN says it expires.
@@ -257,11 +257,14 @@ fn status_of(object: &Value) -> ProviderStatus {
     }
 }
 
-fn read_status(answer: &Answer) -> Result<ProviderStatus, ProviderError> {
+fn read_status(answer: &Answer) -> Result<Report, ProviderError> {
     match answer.status {
-        StatusCode::OK => Ok(status_of(&answer.json()?)),
+        StatusCode::OK => {
+            let object = answer.json()?;
+            Ok(Report::with_reference(status_of(&object), object["financialTransactionId"].as_str()))
+        }
         // Unknown, or not visible yet right after a 202: never a failure.
-        StatusCode::NOT_FOUND => Ok(ProviderStatus::Pending),
+        StatusCode::NOT_FOUND => Ok(ProviderStatus::Pending.into()),
         status => Err(ProviderError::Unreachable(format!("MTN status query answered {status}"))),
     }
 }
@@ -277,7 +280,7 @@ impl Adapter for MtnMomo {
         self.create(Product::Collection, "/collection/v1_0/requesttopay", &payment.transaction_id, body)
     }
 
-    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>> {
         let Some(id) = uuid_of(transaction_id) else {
             return Box::pin(std::future::ready(Err(ProviderError::Malformed(format!("`{transaction_id}`")))));
         };
@@ -366,7 +369,17 @@ mod tests {
         assert!(read_creation(&answer(202)).is_ok());
         assert!(read_creation(&answer(409)).is_ok(), "a repeated reference id is our own earlier request");
         assert!(matches!(read_creation(&answer(500)), Err(ProviderError::Unreachable(_))), "a 500 fails nothing");
-        assert_eq!(read_status(&answer(404)).unwrap(), ProviderStatus::Pending, "404 right after 202 is pending");
+        assert_eq!(
+            read_status(&answer(404)).unwrap().status,
+            ProviderStatus::Pending,
+            "404 right after 202 is pending"
+        );
+        let done = Answer {
+            status: StatusCode::OK,
+            body: json!({"status": "SUCCESSFUL", "financialTransactionId": "1234567890"}).to_string().into_bytes(),
+        };
+        let report = read_status(&done).unwrap();
+        assert_eq!((report.status, report.reference.unwrap().as_str()), (ProviderStatus::Succeeded, "1234567890"));
     }
 
     #[test]

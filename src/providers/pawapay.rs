@@ -26,7 +26,7 @@ use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde_json::{json, Value};
 
 use super::http::{Answer, Call, Outbound};
-use super::{rfc9421, Adapter, Callback, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
+use super::{rfc9421, Adapter, Callback, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
 use crate::config::PawapaySettings;
 use p256::ecdsa::VerifyingKey;
 use p256::pkcs8::DecodePublicKey;
@@ -149,15 +149,18 @@ fn status_of(object: &Value) -> ProviderStatus {
     }
 }
 
-fn read_status(answer: &Answer) -> Result<ProviderStatus, ProviderError> {
+fn read_status(answer: &Answer) -> Result<Report, ProviderError> {
     if answer.status != StatusCode::OK {
         return Err(ProviderError::Unreachable(format!("status query answered {}", answer.status)));
     }
     let body = answer.json()?;
     match body["status"].as_str() {
-        Some("FOUND") => Ok(status_of(&body["data"])),
+        Some("FOUND") => {
+            let data = &body["data"];
+            Ok(Report::with_reference(status_of(data), data["providerTransactionId"].as_str()))
+        }
         // Never created: nothing happened at pawaPay, and the same id may be sent again.
-        Some("NOT_FOUND") => Ok(ProviderStatus::Pending),
+        Some("NOT_FOUND") => Ok(ProviderStatus::Pending.into()),
         other => Err(ProviderError::Unreachable(format!("unexpected status answer {other:?}"))),
     }
 }
@@ -270,7 +273,7 @@ impl Adapter for Pawapay {
         self.create("/v2/deposits", body)
     }
 
-    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>> {
         let id = match id_of(transaction_id) {
             Ok(id) => id,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
@@ -382,7 +385,12 @@ mod tests {
             status: StatusCode::from_u16(status).unwrap(),
             body: serde_json::to_vec(&body).unwrap(),
         };
-        assert_eq!(read_status(&answer(200, json!({"status": "NOT_FOUND"}))).unwrap(), ProviderStatus::Pending);
+        assert_eq!(read_status(&answer(200, json!({"status": "NOT_FOUND"}))).unwrap().status, ProviderStatus::Pending);
+        let found = json!({"status": "FOUND", "data": {"status": "COMPLETED", "providerTransactionId": "MP1.2"}});
+        let report = read_status(&answer(200, found)).unwrap();
+        assert_eq!((report.status, report.reference.unwrap().as_str()), (ProviderStatus::Succeeded, "MP1.2"));
+        let hostile = json!({"status": "FOUND", "data": {"status": "COMPLETED", "providerTransactionId": "a b\n"}});
+        assert_eq!(read_status(&answer(200, hostile)).unwrap().reference, None, "a malformed reference is dropped");
         assert!(read_status(&answer(500, json!({}))).is_err(), "a 500 decides nothing");
         assert!(read_creation(&answer(200, json!({"status": "DUPLICATE_IGNORED"}))).is_ok());
         let rejected =

@@ -40,7 +40,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 
 use super::chaos::{self, Action, Batch, Chaos, Mode, Step};
-use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Subject};
+use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
 use crate::config::{reconcile_every_ms, sweep_every_ms};
 
 pub const SIGNATURE_HEADER: &str = "X-Sandbox-Signature";
@@ -294,9 +294,9 @@ impl Adapter for Simulator {
         Box::pin(async { Ok(()) })
     }
 
-    fn status(&self, _subject: Subject, transaction_id: &str) -> LocalFuture<Result<ProviderStatus, ProviderError>> {
+    fn status(&self, _subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>> {
         let status = self.known.get(transaction_id).map(|s| s.clone()).unwrap_or(ProviderStatus::Pending);
-        Box::pin(async move { Ok(status) })
+        Box::pin(async move { Ok(status.into()) })
     }
 
     /// A refund follows its payment's chaos modes: refunds carry no metadata of their own.

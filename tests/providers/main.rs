@@ -8,6 +8,8 @@ mod support;
 
 use support::TestApp;
 
+#[path = "../dashboard/agent.rs"]
+mod agent;
 mod mtn;
 mod pawapay;
 mod restart;

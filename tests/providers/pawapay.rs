@@ -91,6 +91,51 @@ async fn a_payment_completes_and_credits_once_even_with_duplicated_callbacks() {
     assert_eq!(fake.transactions().await.len(), 1);
 }
 
+/// The provider's reference and the route are kept with the transaction and shown on the dashboard; a change
+/// of the routes afterwards does not move a waiting transaction's queries to another adapter.
+#[actix_web::test]
+async fn the_route_and_pawapays_reference_are_kept_and_shown() {
+    let (fake, app) = start().await;
+    let paid = pay(&app, 1_000, COMPLETES, "succes").await;
+    let tx = paid["transaction_id"].as_str().expect("a transaction id");
+    let at_pawapay = fake.transactions().await;
+    let given = at_pawapay[0]["provider_reference"].as_str().expect("pawaPay gave a reference").to_owned();
+    let trail = app.state.engine.provider_trail(tx).expect("readable");
+    assert_eq!(trail.route.as_ref().map(|r| r.adapter.as_str()), Some("pawapay"));
+    assert_eq!(trail.reference.as_ref().map(|r| r.as_str()), Some(given.as_str()));
+
+    let reference = paid["reference"].as_str().expect("a reference");
+    app.post_refund(reference, &json!({"montant": 400})).await.expect(200);
+    let refunded = app.wait_refund(reference, "succes").await;
+    let refund_tx = caisse_engine::domain::records::sibling_transaction_id(
+        refunded["remboursement"]["reference"].as_str().expect("a refund reference"),
+    );
+    let refund_trail = app.state.engine.provider_trail(&refund_tx).expect("readable");
+    assert_eq!(refund_trail.route.map(|r| r.adapter.as_str().to_owned()).as_deref(), Some("pawapay"));
+    assert!(refund_trail.reference.is_some(), "the refund's reference is kept too");
+
+    let mut agent = app.logged_in().await;
+    let page = agent.get(&format!("/transactions/{reference}")).await;
+    page.expect(200).contains("Côté fournisseur").contains("pawapay").contains(&given);
+}
+
+#[actix_web::test]
+async fn a_return_url_is_checked_and_kept() {
+    let (_fake, app) = start().await;
+    let mut body = payment(1_000, COMPLETES);
+    body["url_retour"] = json!("http://shop.example/merci");
+    let refused = app.post_payment(&body).await;
+    refused.expect(400);
+    let error = &refused.json["error"];
+    assert_eq!((error["code"].as_str(), error["field"].as_str()), (Some("invalid_request"), Some("url_retour")));
+    body["url_retour"] = json!("https://shop.example/merci?commande=42");
+    let created = app.initiate(&body).await;
+    let trail = app.state.engine.provider_trail(created["transaction_id"].as_str().expect("tx")).expect("readable");
+    let kept = trail.route.and_then(|r| r.return_url).map(|u| u.as_str().to_owned());
+    assert_eq!(kept.as_deref(), Some("https://shop.example/merci?commande=42"));
+    assert!(created.get("url_retour").is_none(), "not part of the payment object");
+}
+
 #[actix_web::test]
 async fn a_500_from_pawapay_after_creating_still_ends_succes_with_one_transaction() {
     let (fake, app) = start().await;

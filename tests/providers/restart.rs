@@ -1,6 +1,7 @@
 //! The real `caisse` binary in production mode against the pawaPay fake, killed with SIGKILL while a deposit
 //! request is at pawaPay without an answer: the restart asks pawaPay about the same id, sends nothing twice,
-//! and the payment ends `succes`, credited once.
+//! and the payment ends `succes`, credited once. The restart comes with mtn_momo routed to MTN direct: the
+//! waiting deposit keeps the route it was created with.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -27,6 +28,11 @@ limites = { XOF = [100, 2000000] }
 adapter = "pawapay"
 "#;
 
+/// The operator moves mtn_momo to MTN direct while the deposit waits at pawaPay.
+fn rerouted() -> String {
+    CONFIG.replace(r#"adapter = "pawapay""#, r#"adapter = "mtn_momo""#)
+}
+
 fn caisse(work: &Path, fake: &Fake, port: u16) -> Command {
     let mut command = Command::new(BIN);
     command
@@ -40,18 +46,42 @@ fn caisse(work: &Path, fake: &Fake, port: u16) -> Command {
         .env("CAISSE_HTTP_WORKERS", "2")
         .env("CAISSE_ADAPTERS_PAWAPAY_BASE_URL", &fake.base)
         .env("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN", TOKEN)
+        // MTN direct, configured but unreachable: a query sent there would never settle the deposit.
+        .env("CAISSE_ADAPTERS_MTN_MOMO_BASE_URL", format!("http://127.0.0.1:{}", free_port()))
+        .env("CAISSE_ADAPTERS_MTN_MOMO_TARGET_ENVIRONMENT", "mtnbenin")
+        .env("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_SUBSCRIPTION_KEY", "sub")
+        .env("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_API_USER", "6f0a3c1e-9a55-4c1b-8d8e-0b1f2a3c4d5e")
+        .env("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_API_KEY", "key")
         .stdin(Stdio::null());
     command
 }
 
+/// A running `caisse serve`, killed when dropped, so a failing test leaves no server behind.
+struct Server(Child);
+
+impl Server {
+    fn kill(&mut self) {
+        self.0.kill().expect("SIGKILL");
+        self.0.wait().expect("reaped");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `caisse serve` and waits until it listens.
-async fn serve(work: &Path, fake: &Fake, port: u16) -> Child {
-    let mut child = caisse(work, fake, port).arg("serve").stdout(Stdio::null()).spawn().expect("caisse serve starts");
+async fn serve(work: &Path, fake: &Fake, port: u16) -> Server {
+    let child = caisse(work, fake, port).arg("serve").stdout(Stdio::null()).spawn().expect("caisse serve starts");
+    let mut server = Server(child);
     let started = Instant::now();
     loop {
-        assert!(child.try_wait().expect("the server's state").is_none(), "caisse serve exited at start");
+        assert!(server.0.try_wait().expect("the server's state").is_none(), "caisse serve exited at start");
         if TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok() {
-            return child;
+            return server;
         }
         assert!(started.elapsed() < Duration::from_secs(30), "caisse serve is not listening");
         sleep_ms(20).await;
@@ -89,11 +119,11 @@ async fn a_kill_9_while_a_deposit_is_at_pawapay_then_a_restart_sends_nothing_twi
         assert!(Instant::now() < deadline, "the deposit never reached pawaPay");
         sleep_ms(20).await;
     }
-    server.kill().expect("SIGKILL");
-    server.wait().expect("reaped");
+    server.kill();
     pending.abort();
 
-    // The restart asks pawaPay about the payment it had sent and applies the answer.
+    // The restart, under the new routes, asks pawaPay about the payment it had sent and applies the answer.
+    std::fs::write(work.path().join("caisse.toml"), rerouted()).expect("config");
     let mut server = serve(work.path(), &fake, port).await;
     let paid = api.wait_payment("order-kill-1", "succes").await;
     assert_eq!(paid["montant_net"], 985);
@@ -102,6 +132,5 @@ async fn a_kill_9_while_a_deposit_is_at_pawapay_then_a_restart_sends_nothing_twi
         fake.requests().await.into_iter().filter(|r| r["method"] == "POST" && r["path"] == "/v2/deposits").collect();
     assert_eq!(deposits.len(), 1, "nothing was sent twice: {deposits:?}");
     assert_eq!(fake.transactions().await.len(), 1);
-    server.kill().expect("SIGKILL");
-    server.wait().expect("reaped");
+    server.kill();
 }

@@ -139,6 +139,7 @@ impl Txn {
             "reason": self.reason,
             "created": self.created_at,
             "parent": self.parent,
+            "provider_reference": self.provider_txn_id,
         })
     }
 }

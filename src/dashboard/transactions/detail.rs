@@ -34,6 +34,7 @@ pub async fn detail(
         Record::Payment(p) => (p.reference.as_str().to_owned(), p.created_at, payment_summary(p)),
         Record::Payout(o) => (o.id.clone(), o.created_at, payout_summary(o)),
     };
+    let providers = provider_side(&state, &located.record)?;
     let (events, truncated) = history(store, &user.merchant.id, &owner, created_at)?;
     let deliveries = store
         .notifications(&user.merchant.id, None, DELIVERIES_MAX, &mut |n: &Notification| n.reference == owner)?
@@ -45,6 +46,7 @@ pub async fn detail(
             (layout::notice("info", &format!("{reference} est le remboursement de ce paiement.")))
         }
         (summary)
+        (providers)
         section #history {
             h2 { "Historique" }
             table.list {
@@ -123,6 +125,47 @@ fn payment_summary(p: &Payment) -> Markup {
         }
         @if let Ok(meta) = serde_json::to_string(&p.metadata) { @if meta != "{}" { p { "Metadata : " code { (meta) } } } }
     }
+}
+
+/// The provider side of the record's transactions (the payment and its refund, or the payout): which adapter
+/// carries each, and the provider's reference once an answer gave one. That reference is what the customer's
+/// receipt and the provider's support desk quote.
+fn provider_side(state: &AppState, record: &Record) -> Result<Markup, DashError> {
+    let mut rows = Vec::new();
+    match record {
+        Record::Payment(p) => {
+            rows.push(("paiement", p.transaction_id.clone()));
+            if let Some(r) = &p.refund {
+                rows.push(("remboursement", r.transaction_id()));
+            }
+        }
+        Record::Payout(o) => rows.push(("retrait", o.transaction_id.clone())),
+    }
+    let mut trails = Vec::with_capacity(rows.len());
+    for (kind, tx) in rows {
+        trails.push((kind, state.engine.provider_trail(&tx)?, tx));
+    }
+    Ok(html! {
+        section #provider {
+            h2 { "Côté fournisseur" }
+            table.list {
+                thead { tr { th { "Transaction" } th { "Adaptateur" } th { "Référence du fournisseur" } th { "URL de retour" } } }
+                tbody {
+                    @for (kind, trail, tx) in &trails {
+                        tr {
+                            (cell("Transaction", html! { (kind) " " code { (tx) } }))
+                            (cell("Adaptateur", text(trail.route.as_ref().map(|r| r.adapter.as_str()).unwrap_or("—"))))
+                            (cell("Référence du fournisseur", match &trail.reference {
+                                Some(reference) => html! { code { (reference.as_str()) } },
+                                None => text("— (pas encore donnée)"),
+                            }))
+                            (cell("URL de retour", text(trail.route.as_ref().and_then(|r| r.return_url.as_ref()).map(|u| u.as_str()).unwrap_or("—"))))
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
 fn payout_summary(o: &Payout) -> Markup {

@@ -48,9 +48,10 @@ fn check(dir: &Path, text: &str) -> Result<(), StoreError> {
             write(dir)
         }
         Some(other) => Err(StoreError::Format(format!(
-            "{} holds store format {other}; this build reads format {FORMAT_VERSION} only. Run the build that \
-             wrote it, or start with an empty data directory (move this one aside).",
-            dir.display()
+            "{} holds store format {other}; this build reads format {FORMAT_VERSION} only (and upgrades {:?} in \
+             place). Run the build that wrote it, or start with an empty data directory (move this one aside).",
+            dir.display(),
+            UPGRADED_IN_PLACE
         ))),
         None => Err(StoreError::Format(format!(
             "{}/{STAMP_FILE} does not name a store format (it says {:?}); expected \"{STAMP_PREFIX}{FORMAT_VERSION}\"",
