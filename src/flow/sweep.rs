@@ -1,5 +1,6 @@
 //! Background work that keeps pending transactions moving: the TTL sweep, the reconciliation of refunds and
-//! payouts, and the resubmission of pending work after a restart.
+//! payouts, and the resubmission of pending work after a restart; each pass also lets the adapters refresh
+//! what they keep of their providers' published configuration (pawaPay's limits).
 //!
 //! The sweep reads the engine's list of work awaiting a provider (oldest first), so each pass touches only
 //! payments whose TTL has passed. Each gets one last status query (docs/api.md § Payments): a final answer is
@@ -40,16 +41,25 @@ const PROVIDER_CALLS_IN_FLIGHT: usize = 16;
 pub fn start(flow: Flow, ttl_ms: u64) {
     let every = Duration::from_millis(sweep_every_ms(ttl_ms));
     actix_web::rt::spawn(async move {
+        refresh_adapters(&flow).await;
         resubmit_pending(&flow).await;
         let mut cursors = Cursors::default();
         for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
+            refresh_adapters(&flow).await;
             sweep(&flow, ttl_ms).await;
             if pass % RECONCILE_EVERY_PASSES == 0 {
                 reconcile(&flow, ttl_ms, &mut cursors).await;
             }
         }
     });
+}
+
+/// Lets each adapter refresh what it keeps of its provider's published configuration (each decides whether it
+/// is due, and each call is bounded by the adapter's outbound timeout).
+async fn refresh_adapters(flow: &Flow) {
+    let refreshes: Vec<_> = flow.providers.adapters().map(|adapter| adapter.refresh()).collect();
+    futures_util::future::join_all(refreshes).await;
 }
 
 /// Where the reconciliation stopped in the `pending` index, per kind; `None` starts from the oldest.

@@ -70,10 +70,22 @@ pub(super) fn metadata(value: Option<BTreeMap<String, String>>) -> Result<Metada
     }
 }
 
-/// Checks that the fournisseur has an active route for the phone's country, and that the route's adapter
-/// carries this fournisseur there; `field` names the phone in the error. Answers the route, which the new
-/// transaction keeps.
-pub(super) fn check_route(provider: &Provider, phone: &Phone, field: &str) -> Result<ProviderRoute, ApiError> {
+/// What a new transaction asks of its route: an operation on an amount.
+pub(super) struct Ask {
+    pub operation: Operation,
+    pub currency: Currency,
+    pub amount: Amount,
+}
+
+/// Checks that the fournisseur has an active route for the phone's country, that the route's adapter carries
+/// this fournisseur there, and that the provider's own limits take the amount; `field` names the phone in the
+/// error. Answers the route, which the new transaction keeps.
+pub(super) fn check_route(
+    provider: &Provider,
+    phone: &Phone,
+    field: &str,
+    ask: &Ask,
+) -> Result<ProviderRoute, ApiError> {
     let code = provider.settings.code.as_str();
     let unsupported = |message: String| {
         ApiError::new(StatusCode::BAD_REQUEST, "unsupported_provider", message).with_field(field.to_owned())
@@ -82,6 +94,9 @@ pub(super) fn check_route(provider: &Provider, phone: &Phone, field: &str) -> Re
     match provider.route(country) {
         Routed::Active { adapter, adapter_name } if adapter.serves(code, phone) => {
             tracing::debug!(provider = code, adapter = %adapter_name, "routed");
+            adapter
+                .check_amount(code, phone, ask.operation, ask.currency, ask.amount)
+                .map_err(|why| ApiError::invalid("montant", why))?;
             let adapter = AdapterName::parse(&adapter_name).map_err(|e| ApiError::internal("route", e))?;
             Ok(ProviderRoute { adapter, return_url: None })
         }
@@ -165,7 +180,8 @@ pub async fn initiate(
     let production = state.settings.environment == Environment::Production;
     let return_url = optional("url_retour", b.return_url, |text| ReturnUrl::parse(text, production))?;
     let phone = Phone::parse(&b.customer_phone).map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?;
-    let route = ProviderRoute { return_url, ..check_route(provider, &phone, "client_telephone")? };
+    let ask = Ask { operation: Operation::Payment, currency, amount };
+    let route = ProviderRoute { return_url, ..check_route(provider, &phone, "client_telephone", &ask)? };
     let new = NewPayment {
         reference: optional("reference", b.reference, Reference::parse)?,
         amount,

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{authenticate, idempotency, parse_json, parse_query, read_body, respond};
-use super::paiement::{check_route, metadata, optional, provider_for};
+use super::paiement::{check_route, metadata, optional, provider_for, Ask};
 use super::transactions::{page_params, Listed};
 use super::AppState;
 use crate::config::Operation;
@@ -56,7 +56,8 @@ pub async fn create(
     let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payout)?;
     let phone =
         Phone::parse(&b.beneficiary_phone).map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?;
-    let route = check_route(provider, &phone, "beneficiaire_telephone")?;
+    let ask = Ask { operation: Operation::Payout, currency, amount };
+    let route = check_route(provider, &phone, "beneficiaire_telephone", &ask)?;
     let new = NewPayout {
         amount,
         currency,

@@ -136,6 +136,25 @@ pub trait Adapter: Send + Sync {
     fn serves(&self, _fournisseur: &str, _phone: &Phone) -> bool {
         true
     }
+
+    /// Whether the provider's own published limits take this amount (pawaPay's `active-conf`); checked before
+    /// anything is created, so the merchant gets a clear refusal. `Err` says why, in words a merchant reads.
+    fn check_amount(
+        &self,
+        _fournisseur: &str,
+        _phone: &Phone,
+        _operation: Operation,
+        _currency: Currency,
+        _amount: Amount,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Refreshes what the adapter keeps of the provider's published configuration, when it is due; the sweep
+    /// calls it every pass.
+    fn refresh(&self) -> LocalFuture<()> {
+        Box::pin(std::future::ready(()))
+    }
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>>;
     fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>>;
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
@@ -324,6 +343,11 @@ impl Providers {
     /// The adapters whose calls are paused after repeated failures, by name: what the dashboard warns about.
     pub fn degraded(&self) -> Vec<String> {
         self.adapters.iter().filter(|(_, a)| a.degraded()).map(|(name, _)| name.clone()).collect()
+    }
+
+    /// Every active adapter.
+    pub fn adapters(&self) -> impl Iterator<Item = &Arc<dyn Adapter>> {
+        self.adapters.values()
     }
 
     /// An active adapter by name (`pawapay`, `sandbox`, ...), for its callbacks.

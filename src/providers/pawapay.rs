@@ -27,7 +27,10 @@ use serde_json::{json, Value};
 
 use super::http::{Answer, Call, Outbound};
 use super::{rfc9421, Adapter, Callback, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
-use crate::config::PawapaySettings;
+use crate::config::{Operation, PawapaySettings};
+use std::time::Instant;
+
+mod active_conf;
 use p256::ecdsa::VerifyingKey;
 use p256::pkcs8::DecodePublicKey;
 
@@ -53,6 +56,8 @@ const REFUND_METADATA_KEY: &str = "caisseTransactionId";
 
 pub struct Pawapay {
     settings: PawapaySettings,
+    /// pawaPay's limits per provider code and operation, refreshed in the background.
+    conf: std::sync::Arc<std::sync::Mutex<active_conf::ActiveConf>>,
     outbound: std::sync::Arc<Outbound>,
     /// pawaPay's callback signing keys by id, from `GET /v2/public-key/http`, fetched when a callback names one
     /// not seen yet (a key rotation included).
@@ -64,7 +69,12 @@ const MAX_KEYS: usize = 16;
 
 impl Pawapay {
     pub fn new(settings: PawapaySettings) -> Pawapay {
-        Pawapay { settings, outbound: std::sync::Arc::new(Outbound::new("pawapay")), keys: Default::default() }
+        Pawapay {
+            settings,
+            conf: Default::default(),
+            outbound: std::sync::Arc::new(Outbound::new("pawapay")),
+            keys: Default::default(),
+        }
     }
 
     fn call(&self, method: Method, path: &str, body: Option<Value>, idempotent: bool) -> Call<'static> {
@@ -252,6 +262,50 @@ impl Adapter for Pawapay {
 
     fn serves(&self, fournisseur: &str, phone: &Phone) -> bool {
         provider_code(fournisseur, phone).is_some()
+    }
+
+    fn check_amount(
+        &self,
+        fournisseur: &str,
+        phone: &Phone,
+        operation: Operation,
+        currency: Currency,
+        amount: Amount,
+    ) -> Result<(), String> {
+        let Some(code) = provider_code(fournisseur, phone) else { return Ok(()) };
+        match self.conf.lock() {
+            Ok(conf) => conf.check(code, currency, operation, amount),
+            // A poisoned lock only loses the pre-check: pawaPay's own answer still decides.
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Fetches `active-conf` when the last answer is older than [`active_conf::REFRESH_EVERY`].
+    fn refresh(&self) -> LocalFuture<()> {
+        let due = self.conf.lock().map(|mut conf| conf.start_refresh(Instant::now())).unwrap_or(false);
+        if !due {
+            return Box::pin(std::future::ready(()));
+        }
+        let (conf, outbound) = (self.conf.clone(), self.outbound.clone());
+        let call = self.call(Method::GET, "/v2/active-conf", None, true);
+        Box::pin(async move {
+            let answer = match outbound.send(call).await {
+                Ok(answer) if answer.status == StatusCode::OK => {
+                    answer.json().ok().and_then(|b| active_conf::parse(&b))
+                }
+                Ok(answer) => {
+                    tracing::warn!(status = %answer.status, "pawaPay active-conf answered with an error");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pawaPay active-conf could not be read");
+                    None
+                }
+            };
+            if let Ok(mut conf) = conf.lock() {
+                conf.finish_refresh(Instant::now(), answer);
+            }
+        })
     }
 
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {

@@ -2,9 +2,10 @@
 //! the API, and what pawaPay received.
 
 use caisse::config::{Environment, PawapaySettings, Secret};
+use caisse_engine::domain::money::Amount;
 use serde_json::{json, Value};
 
-use crate::support::{free_port, spawn_app_with, Fake, TestApp};
+use crate::support::{eventually, free_port, spawn_app_with, until, Fake, TestApp, DEADLINE};
 use crate::{pay, payment};
 
 const TOKEN: &str = "pawapay-test-token";
@@ -20,6 +21,11 @@ pub async fn start() -> (Fake, TestApp) {
 }
 
 async fn start_with_ttl(ttl_ms: u64) -> (Fake, TestApp) {
+    start_with(move |s| s.payment_ttl_ms = ttl_ms).await
+}
+
+/// The fake, and a production server routed to it with `tweak` applied to its settings last.
+async fn start_with(tweak: impl FnOnce(&mut caisse::config::Settings) + 'static) -> (Fake, TestApp) {
     let port = free_port();
     let callback = format!("http://127.0.0.1:{port}/v1/notifications/pawapay");
     let fake = Fake::start(&[
@@ -40,7 +46,7 @@ async fn start_with_ttl(ttl_ms: u64) -> (Fake, TestApp) {
     let base_url = fake.base.clone();
     let app = spawn_app_with(move |s| {
         s.environment = Environment::Production;
-        s.payment_ttl_ms = ttl_ms;
+        s.payment_ttl_ms = crate::support::PAYMENT_TTL_MS;
         s.listen = format!("127.0.0.1:{port}").parse().expect("a loopback address");
         s.adapters.pawapay = Some(PawapaySettings { base_url, api_token: Secret::new(TOKEN.into()) });
         for p in &mut s.providers {
@@ -48,6 +54,7 @@ async fn start_with_ttl(ttl_ms: u64) -> (Fake, TestApp) {
                 p.adapter = Some("pawapay".into());
             }
         }
+        tweak(s);
     })
     .await;
     (fake, app)
@@ -134,6 +141,42 @@ async fn a_return_url_is_checked_and_kept() {
     let kept = trail.route.and_then(|r| r.return_url).map(|u| u.as_str().to_owned());
     assert_eq!(kept.as_deref(), Some("https://shop.example/merci?commande=42"));
     assert!(created.get("url_retour").is_none(), "not part of the payment object");
+}
+
+/// pawaPay's own limits (its `active-conf`) refuse an amount the configuration would let through, before
+/// anything is created, with a message naming them.
+#[actix_web::test]
+async fn pawapays_published_limits_refuse_an_amount_before_anything_is_created() {
+    let (fake, app) = start_with(|s| {
+        for p in &mut s.providers {
+            let xof = caisse_engine::domain::money::Currency::parse("XOF").expect("XOF");
+            let wide = (Amount::positive(1).expect("1"), Amount::positive(10_000_000).expect("10 M"));
+            p.limits.insert(xof, wide);
+        }
+    })
+    .await;
+    until("pawaPay's active-conf is asked for", || async { !fake.received("GET", "/v2/active-conf").await.is_empty() })
+        .await;
+    // Its answer is read a moment after the fake saw the request.
+    let refused = eventually("a payment below pawaPay's minimum is refused", DEADLINE, || async {
+        let answer = app.post_payment(&payment(50, COMPLETES)).await;
+        if answer.status == 400 {
+            Ok(answer)
+        } else {
+            Err(format!("answered {}", answer.status))
+        }
+    })
+    .await;
+    let error = &refused.json["error"];
+    assert_eq!((error["code"].as_str(), error["field"].as_str()), (Some("invalid_request"), Some("montant")));
+    assert!(error["message"].as_str().unwrap_or_default().contains("at least 100"), "{error}");
+    let payout =
+        json!({"montant": 3_000_000, "devise": "XOF", "fournisseur": "mtn_momo", "beneficiaire_telephone": COMPLETES});
+    let refused = app.post_payout(&payout).await;
+    refused.expect(400);
+    assert!(refused.json["error"]["message"].as_str().unwrap_or_default().contains("at most"), "{}", refused.json);
+    assert!(fake.received("POST", "/v2/payouts").await.is_empty(), "nothing above the maximum reached pawaPay");
+    pay(&app, 150, COMPLETES, "succes").await;
 }
 
 #[actix_web::test]
