@@ -330,6 +330,26 @@ impl Engine {
         Ok(self.inner.store.merchant_count()?)
     }
 
+    /// Merchants in creation order, after `after` when given, at most `limit`.
+    pub fn merchants(&self, after: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, EngineError> {
+        Ok(self.inner.store.merchants(after, limit)?)
+    }
+
+    /// When the merchant was suspended by an operator; `None` while it is active.
+    pub fn suspended_since(&self, id: &MerchantId) -> Result<Option<Timestamp>, EngineError> {
+        Ok(self.inner.store.suspended_since(id)?)
+    }
+
+    /// Suspends a merchant (`Some(at)`) or lifts its suspension (`None`); answers once durable. Work already
+    /// accepted for the merchant goes on: only new requests are refused.
+    pub async fn set_suspended(&self, id: &MerchantId, at: Option<Timestamp>) -> Result<(), EngineError> {
+        let ticket = self.inner.store.set_suspended(id, at)?;
+        match ticket.await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(EngineError::from(StoreError::Closed)),
+        }
+    }
+
     /// Changes whenever a merchant record changes, once the change is visible (for caches of merchants).
     pub fn merchants_generation(&self) -> u64 {
         self.inner.store.merchants_generation()

@@ -322,6 +322,22 @@ fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
     let refused = store.put_merchant(thief, None).map(|ticket| ticket.blocking_recv());
     assert!(matches!(refused, Err(StoreError::Conflict(_)) | Ok(Ok(Err(StoreError::Conflict(_))))), "{refused:?}");
     assert_eq!(store.merchant_count().unwrap(), 1);
+
+    // Listed in creation order, a page at a time; suspended and resumed.
+    let second = account(&MerchantId::new(), 3);
+    wait(store.put_merchant(second.clone(), None).unwrap());
+    let all: Vec<MerchantId> = store.merchants(None, 10).unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(all, [id.clone(), second.id.clone()]);
+    let rest: Vec<MerchantId> = store.merchants(Some(&id), 10).unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(rest, [second.id.clone()]);
+    assert_eq!(store.merchants(None, 1).unwrap().len(), 1);
+    assert_eq!(store.suspended_since(&id).unwrap(), None);
+    let at = Timestamp::from_unix_ms(1_800_000_000_000);
+    wait(store.set_suspended(&id, Some(at)).unwrap());
+    assert_eq!(store.suspended_since(&id).unwrap(), Some(at));
+    assert_eq!(store.suspended_since(&second.id).unwrap(), None, "only that merchant");
+    wait(store.set_suspended(&id, None).unwrap());
+    assert_eq!(store.suspended_since(&id).unwrap(), None);
 }
 
 /// Once a write of an actor failed (its latch is set), every later write carrying the latch is refused at

@@ -6,6 +6,7 @@ use std::ops::Bound;
 use super::{io, SledStore};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Merchant;
+use crate::domain::time::Timestamp;
 use crate::store::op::Op;
 use crate::store::{Accounts, StoreError, Ticket};
 
@@ -70,5 +71,31 @@ impl Accounts for SledStore {
             }
         }
         Ok(count)
+    }
+
+    fn merchants(&self, after: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, StoreError> {
+        let start = match after {
+            Some(id) => Bound::Excluded(id.as_bytes()),
+            None => Bound::Unbounded,
+        };
+        let mut merchants = Vec::with_capacity(limit.min(100));
+        for item in self.scan(MERCHANTS, start, Bound::Unbounded, false)?.take(limit) {
+            let (_, value) = item?;
+            merchants.push(decode(TREE_NAMES[MERCHANTS], &value)?);
+        }
+        Ok(merchants)
+    }
+
+    fn set_suspended(&self, id: &MerchantId, at: Option<Timestamp>) -> Result<Ticket, StoreError> {
+        let key = id.as_bytes().to_vec();
+        let op = match at {
+            Some(at) => Op::Insert(MERCHANT_SUSPENSIONS, key, encode(&at)?),
+            None => Op::Remove(MERCHANT_SUSPENSIONS, key),
+        };
+        self.writer.submit(vec![op], None, Vec::new())
+    }
+
+    fn suspended_since(&self, id: &MerchantId) -> Result<Option<Timestamp>, StoreError> {
+        self.get(MERCHANT_SUSPENSIONS, id.as_bytes())
     }
 }
