@@ -11,6 +11,7 @@ use caisse_engine::{Engine, EngineConfig, EngineError};
 use caisse_engine::webhook::delivery::{DeliveryConfig, DeliveryError};
 use caisse_engine::webhook::schedule::RetrySchedule;
 
+use crate::admin;
 use crate::config::{Environment, Settings};
 use crate::dashboard::{self, DashboardState};
 use crate::flow::{sweep, Flow};
@@ -43,6 +44,8 @@ pub fn delivery_config(settings: &Settings) -> DeliveryConfig {
 pub struct Application {
     server: Server,
     port: u16,
+    /// The admin API's server and port, when an admin token is set.
+    admin: Option<(Server, u16)>,
     state: web::Data<AppState>,
     /// The merchant created on first start (store without merchants), with its password.
     pub demo: Option<Created>,
@@ -56,7 +59,9 @@ impl Application {
         let mut config = EngineConfig::new(&settings.data_dir);
         config.store_cache_bytes = settings.store_cache_bytes;
         let engine = Engine::open(config)?;
-        let demo = if engine.merchant_count()? == 0 {
+        // A demo account is for trying the sandbox; production starts empty (merchants come from the admin
+        // API or `caisse merchant create`), and prints no key.
+        let demo = if settings.environment == Environment::Sandbox && engine.merchant_count()? == 0 {
             let new = NewMerchant {
                 name: "Boutique démo".into(),
                 email: "demo@caisse.local".into(),
@@ -88,10 +93,11 @@ impl Application {
         let app_state = state.clone();
         // One dashboard state for every worker: sessions and login throttling must be seen by all of them.
         let dashboard_state = web::Data::new(DashboardState::new(settings.environment));
+        let dashboard_for_app = dashboard_state.clone();
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
-                .app_data(dashboard_state.clone())
+                .app_data(dashboard_for_app.clone())
                 .wrap_fn(http::request_log)
                 .configure(http::configure)
                 .configure(dashboard::configure)
@@ -102,19 +108,46 @@ impl Application {
             server = server.workers(settings.http_workers);
         }
         let server = server.run();
+        let admin = match &settings.admin_token {
+            Some(token) => {
+                let (admin, port) = admin::start(settings.admin_listen, token.clone(), state.clone(), dashboard_state)
+                    .map_err(|source| StartError::Bind { addr: settings.admin_listen.to_string(), source })?;
+                tracing::info!(port, "admin API listening");
+                Some((admin, port))
+            }
+            None => {
+                tracing::info!("no admin token set: the admin API and /metrics are off");
+                None
+            }
+        };
         sweep::start(flow, settings.payment_ttl_ms);
-        Ok(Application { server, port: bound.port(), state, demo })
+        Ok(Application { server, port: bound.port(), admin, state, demo })
     }
 
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// The admin API's port, when it runs.
+    pub fn admin_port(&self) -> Option<u16> {
+        self.admin.as_ref().map(|(_, port)| *port)
+    }
+
     pub fn state(&self) -> web::Data<AppState> {
         self.state.clone()
     }
 
+    /// Runs until the API server stops (a signal stops both servers).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        match self.admin {
+            Some((admin, _)) => {
+                let handle = admin.handle();
+                let served = self.server.await;
+                handle.stop(true).await;
+                let _ = admin.await;
+                served
+            }
+            None => self.server.await,
+        }
     }
 }

@@ -11,6 +11,8 @@
 //!   answer confirmed and applied, the TTL sweep, the reconciliation and the resubmission after a restart.
 //! - [`providers`]: the provider adapter trait, the catalogue, the sandbox simulator.
 //! - [`merchants`]: merchant accounts (keys, password hashes, webhook URLs).
+//! - [`admin`]: the admin API on its own listener (merchant accounts while running, `GET /metrics`);
+//!   [`metrics`] holds the server's counters and renders every metric.
 //! - [`sandbox_modes`]: the sandbox's chaos modes as a setting, below both the configuration and the simulator.
 //!
 //! The engine itself (merchant actors, ledger, store) is the `caisse-engine` crate in `actors/`. A payment
@@ -18,11 +20,13 @@
 //! engine's group commit, goes to the provider ([`providers`]), and comes back as a provider notice that
 //! [`flow`] confirms and applies; each status change leaves a webhook notification in the engine's outbox.
 
+pub mod admin;
 pub mod app;
 pub mod config;
 pub mod dashboard;
 pub mod flow;
 pub mod http;
 pub mod merchants;
+pub mod metrics;
 pub mod providers;
 pub mod sandbox_modes;

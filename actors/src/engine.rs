@@ -330,9 +330,9 @@ impl Engine {
         Ok(self.inner.store.merchant_count()?)
     }
 
-    /// Merchants in creation order, after `after` when given, at most `limit`.
-    pub fn merchants(&self, after: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, EngineError> {
-        Ok(self.inner.store.merchants(after, limit)?)
+    /// Merchants newest first, from before `before` when given, at most `limit`.
+    pub fn merchants(&self, before: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, EngineError> {
+        Ok(self.inner.store.merchants(before, limit)?)
     }
 
     /// When the merchant was suspended by an operator; `None` while it is active.

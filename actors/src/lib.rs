@@ -20,6 +20,7 @@ pub mod domain;
 pub mod engine;
 pub mod error;
 pub mod merchant;
+pub mod metrics;
 #[cfg(feature = "openapi")]
 mod openapi;
 pub mod registry;

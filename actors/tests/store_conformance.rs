@@ -323,13 +323,14 @@ fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
     assert!(matches!(refused, Err(StoreError::Conflict(_)) | Ok(Ok(Err(StoreError::Conflict(_))))), "{refused:?}");
     assert_eq!(store.merchant_count().unwrap(), 1);
 
-    // Listed in creation order, a page at a time; suspended and resumed.
+    // Listed newest first, a page at a time; suspended and resumed.
+    std::thread::sleep(std::time::Duration::from_millis(2));
     let second = account(&MerchantId::new(), 3);
     wait(store.put_merchant(second.clone(), None).unwrap());
     let all: Vec<MerchantId> = store.merchants(None, 10).unwrap().into_iter().map(|m| m.id).collect();
-    assert_eq!(all, [id.clone(), second.id.clone()]);
-    let rest: Vec<MerchantId> = store.merchants(Some(&id), 10).unwrap().into_iter().map(|m| m.id).collect();
-    assert_eq!(rest, [second.id.clone()]);
+    assert_eq!(all, [second.id.clone(), id.clone()]);
+    let rest: Vec<MerchantId> = store.merchants(Some(&second.id), 10).unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(rest, [id.clone()]);
     assert_eq!(store.merchants(None, 1).unwrap().len(), 1);
     assert_eq!(store.suspended_since(&id).unwrap(), None);
     let at = Timestamp::from_unix_ms(1_800_000_000_000);

@@ -121,7 +121,21 @@ pub struct Settings {
     pub public_url: String,
     /// The adapters that have their credentials.
     pub adapters: AdapterSettings,
+    pub log_format: LogFormat,
+    /// Where the admin API listens; it starts only with a token.
+    pub admin_listen: SocketAddr,
+    pub admin_token: Option<Secret>,
 }
+
+/// How log lines are written (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Shortest admin token accepted: a guessable one would open every merchant's account.
+pub const ADMIN_TOKEN_MIN_LEN: usize = 32;
 
 /// One source's values, each optional.
 #[derive(Debug, Default, Deserialize)]
@@ -141,6 +155,13 @@ pub struct Layer {
     providers: Option<Vec<ProviderLayer>>,
     public_url: Option<String>,
     adapters: Option<adapters::AdaptersLayer>,
+    log_format: Option<String>,
+    admin_listen: Option<String>,
+    /// Only from the environment (`CAISSE_ADMIN_TOKEN`): a token belongs in a file or the environment, not in
+    /// a configuration file that is copied around.
+    #[serde(skip)]
+    admin_token: Option<String>,
+    admin_token_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -234,6 +255,10 @@ impl Layer {
             providers: None,
             public_url: get("CAISSE_PUBLIC_URL"),
             adapters: adapters::AdaptersLayer::from_env(&get),
+            log_format: get("CAISSE_LOG_FORMAT"),
+            admin_listen: get("CAISSE_ADMIN_LISTEN"),
+            admin_token: get("CAISSE_ADMIN_TOKEN"),
+            admin_token_file: get("CAISSE_ADMIN_TOKEN_FILE"),
         })
     }
 
@@ -260,6 +285,10 @@ impl Layer {
             providers,
             public_url,
             adapters,
+            log_format,
+            admin_listen,
+            admin_token,
+            admin_token_file,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -278,6 +307,10 @@ impl Layer {
         win(&mut self.store_cache_mib, store_cache_mib);
         win(&mut self.providers, providers);
         win(&mut self.public_url, public_url);
+        win(&mut self.log_format, log_format);
+        win(&mut self.admin_listen, admin_listen);
+        win(&mut self.admin_token, admin_token);
+        win(&mut self.admin_token_file, admin_token_file);
         if let Some(theirs) = adapters {
             self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
         }
@@ -395,6 +428,18 @@ impl Settings {
             return Err(bad("public_url", format!("`{public_url}` is not an http(s) URL")));
         }
         let adapters = adapters::resolve(layer.adapters, environment)?;
+        let log_format = match layer.log_format.as_deref().unwrap_or("text") {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(bad("log_format", format!("`{other}` is neither text nor json"))),
+        };
+        let admin_text = need(layer.admin_listen, "admin_listen")?;
+        let admin_listen =
+            admin_text.parse().map_err(|_| bad("admin_listen", format!("`{admin_text}` is not host:port")))?;
+        let admin_token = adapters::secret("admin_token", layer.admin_token, layer.admin_token_file)?;
+        if admin_token.as_ref().is_some_and(|t| t.expose().len() < ADMIN_TOKEN_MIN_LEN) {
+            return Err(bad("admin_token", format!("at least {ADMIN_TOKEN_MIN_LEN} characters (`caisse keygen` makes one)")));
+        }
         Ok(Settings {
             listen,
             data_dir,
@@ -413,6 +458,9 @@ impl Settings {
             providers,
             public_url,
             adapters,
+            log_format,
+            admin_listen,
+            admin_token,
         })
     }
 
@@ -422,6 +470,7 @@ impl Settings {
         layer.listen = Some("127.0.0.1:0".into());
         layer.data_dir = Some(data_dir.to_string_lossy().into_owned());
         layer.log = Some("warn".into());
+        layer.admin_listen = Some("127.0.0.1:0".into());
         Settings::resolve(layer)
     }
 

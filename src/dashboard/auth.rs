@@ -151,6 +151,11 @@ impl Sessions {
         self.map.remove(&digest(id));
     }
 
+    /// Ends every session of a merchant (suspended, or its password was reset).
+    pub fn remove_merchant(&self, merchant: &MerchantId) {
+        self.map.retain(|_, s| s.merchant != *merchant);
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -253,6 +258,10 @@ fn logged_in(req: &HttpRequest) -> Result<LoggedIn, DashError> {
     let session_id = cookie(req, SESSION_COOKIE).ok_or(DashError::Login)?;
     let (merchant_id, csrf) = dash.sessions.get(&session_id, Instant::now()).ok_or(DashError::Login)?;
     let merchant = state.engine.merchant(&merchant_id)?.ok_or(DashError::Login)?;
+    if state.engine.suspended_since(&merchant_id)?.is_some() {
+        dash.sessions.remove(&session_id);
+        return Err(DashError::Login);
+    }
     Ok(LoggedIn { merchant, csrf, session_id })
 }
 
@@ -344,6 +353,11 @@ pub async fn login(
     .await
     .map_err(|e| DashError::internal("password check", e))?;
     match merchant {
+        Some(merchant) if valid && verified && state.engine.suspended_since(&merchant.id)?.is_some() => {
+            tracing::info!(target: "caisse::dashboard", merchant = %merchant.id.as_str(), "login of a suspended merchant refused");
+            let message = "Ce compte est suspendu. Contactez l'opérateur du service.".to_owned();
+            Ok(login_page(&dash, &req, StatusCode::FORBIDDEN, &email, Some(message)))
+        }
         Some(merchant) if valid && verified => {
             dash.by_account.clear(&email);
             dash.by_address.clear(&address);

@@ -59,6 +59,13 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, A
         .merchant_by_key(key)?
         .filter(|m| bool::from(m.secret_key.as_bytes().ct_eq(key.as_bytes())))
         .ok_or_else(|| ApiError::unauthorized("unknown secret key"))?;
+    if state.engine.suspended_since(&merchant.id)?.is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "merchant_suspended",
+            "this merchant account is suspended; contact the operator of this service",
+        ));
+    }
     state.rate_limiter.check(&merchant.id)?;
     Ok(merchant)
 }

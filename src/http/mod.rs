@@ -155,6 +155,7 @@ where
     let request_id = new_id(IdKind::Event).replacen("evt_", "req_", 1);
     let method = req.method().clone();
     let path = req.path().to_owned();
+    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let call = srv.call(req);
     async move {
         let mut response = call.await?;
@@ -162,7 +163,9 @@ where
             response.headers_mut().insert(HeaderName::from_static("request-id"), value);
         }
         let status = response.status().as_u16();
-        let latency_us = started.elapsed().as_micros() as u64;
+        let elapsed = started.elapsed();
+        crate::metrics::METRICS.request(&route, status, elapsed);
+        let latency_us = elapsed.as_micros() as u64;
         tracing::info!(target: "caisse::http", %method, %path, status, latency_us, request_id = %request_id, "request");
         Ok(response)
     }

@@ -18,6 +18,7 @@ use awc::http::{Method, StatusCode};
 use rand::Rng;
 
 use super::ProviderError;
+use crate::metrics::METRICS;
 
 /// The whole exchange, connect to last byte of the answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
@@ -111,6 +112,7 @@ impl Outbound {
     /// (4xx and the last 5xx included) is returned for the adapter to read; `Err` means no answer at all.
     pub async fn send(&self, call: Call<'_>) -> Result<Answer, ProviderError> {
         if self.degraded() {
+            METRICS.provider_call(self.name, "circuit_open");
             return Err(ProviderError::Unreachable(format!("{} is degraded; calls resume shortly", self.name)));
         }
         let _permit = self
@@ -137,6 +139,14 @@ impl Outbound {
             }
         }
         self.record(&last);
+        let outcome = match &last {
+            Ok(answer) if answer.status.is_server_error() || answer.status == StatusCode::TOO_MANY_REQUESTS => {
+                "http_error"
+            }
+            Ok(_) => "ok",
+            Err(_) => "unreachable",
+        };
+        METRICS.provider_call(self.name, outcome);
         last
     }
 

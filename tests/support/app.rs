@@ -26,6 +26,8 @@ pub const WEBHOOK_RETRY_MS: u64 = 100;
 /// `app.send(app.get(..))`, `app.fund(..)`, `app.key` and `app.address` read as calls of the API.
 pub struct TestApp {
     pub port: u16,
+    /// The admin API's port, when the test set an admin token.
+    pub admin_port: Option<u16>,
     pub state: web::Data<AppState>,
     /// The demo merchant made on first start, with its password.
     pub demo: Created,
@@ -74,13 +76,27 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     let dir = tempfile::TempDir::new().expect("temp dir");
     let mut settings = test_settings(dir.path());
     tweak(&mut settings);
+    let env = settings.environment;
     let app = Application::build(settings).await.expect("application starts");
     let port = app.port();
+    let admin_port = app.admin_port();
     let state = app.state();
-    let demo = app.demo.clone().expect("a fresh store gets a demo merchant");
+    // The sandbox makes a demo merchant on first start; production starts empty, so the test makes one.
+    let demo = match app.demo.clone() {
+        Some(demo) => demo,
+        None => {
+            let new = NewMerchant {
+                name: "Boutique".into(),
+                email: "boutique@example.com".into(),
+                password: None,
+                webhook_url: None,
+            };
+            merchants::create(&state.engine, env, new).await.expect("a first merchant")
+        }
+    };
     let api = Api::new(&format!("http://127.0.0.1:{port}"), &demo.merchant.secret_key);
     let server = actix_web::rt::spawn(app.run_until_stopped());
-    TestApp { port, state, demo, api, server, _dir: dir }
+    TestApp { port, admin_port, state, demo, api, server, _dir: dir }
 }
 
 impl TestApp {

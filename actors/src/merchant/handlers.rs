@@ -7,7 +7,8 @@ use actix::prelude::*;
 
 use super::execute::Reply;
 use super::{Execute, Executed, GetBalances, GetPayment, GetPayout, MerchantActor};
-use crate::core::Record;
+use crate::core::{Command, Record};
+use crate::metrics::METRICS;
 use crate::domain::ledger::Balances;
 use crate::domain::records::{Payment, Payout};
 use crate::error::EngineError;
@@ -18,6 +19,12 @@ impl Handler<Execute> for MerchantActor {
 
     fn handle(&mut self, msg: Execute, _ctx: &mut Self::Context) -> Self::Result {
         self.last_message = Instant::now();
+        let queued = self.last_message;
+        // A payment's status counts when a command that moves it is durable; a refund request does not.
+        let moves_payment = matches!(
+            msg.command,
+            Command::InitiatePayment(_) | Command::PaymentNotice { .. } | Command::RefundNotice { .. }
+        );
         match self.execute(msg) {
             Err(err) => Box::pin(fut::ready(Err(err))),
             // A duplicate notice or an idempotent replay changes nothing, but the state it reports may come
@@ -38,7 +45,13 @@ impl Handler<Execute> for MerchantActor {
                     };
                     act.finish_commit(seq, &keys, idempotency_key.as_ref(), result.is_ok(), ctx);
                     match result {
-                        Ok(()) => Ok(Executed::Done(record)),
+                        Ok(()) => {
+                            METRICS.commit_latency.observe(queued.elapsed());
+                            if let (true, Record::Payment(p)) = (moves_payment, &record) {
+                                METRICS.payment_reached(p.provider.as_str(), p.status.as_str());
+                            }
+                            Ok(Executed::Done(record))
+                        }
                         Err(err) => {
                             tracing::error!(merchant = %act.id, seq, error = %err, "change not durable");
                             Err(EngineError::from(err))

@@ -87,11 +87,16 @@ impl Dispatcher {
     fn offer(&mut self, n: Notification) {
         if !self.backlog.is_empty() {
             self.queue(n);
-            return;
-        }
-        if let Err(n) = self.dispatch(n) {
+        } else if let Err(n) = self.dispatch(n) {
             self.queue(n);
         }
+        self.gauge();
+    }
+
+    /// Publishes how many notifications this dispatcher holds (`caisse_webhook_queue_depth`).
+    fn gauge(&self) {
+        let held = self.in_flight.len() + self.backlog.len();
+        crate::metrics::METRICS.webhook_queue.store(held as i64, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn queue(&mut self, n: Notification) {
@@ -173,6 +178,7 @@ impl Handler<Settled> for Dispatcher {
     fn handle(&mut self, msg: Settled, ctx: &mut Self::Context) {
         self.in_flight.remove(&msg.0);
         self.drain_backlog();
+        self.gauge();
         if self.backlog.is_empty() && !self.scan_soon && self.in_flight.len() < self.budget() / 2 {
             self.scan_soon = true;
             ctx.run_later(Duration::from_millis(20), |act, _| act.scan());

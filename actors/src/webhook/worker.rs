@@ -22,6 +22,7 @@ use awc::http::Uri;
 use super::config::DeliveryConfig;
 use super::messages::{Deliver, Settled};
 use super::schedule::{after_attempt, jitter_unit, AttemptOutcome};
+use crate::metrics::{DeliveryResult, METRICS};
 use super::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::url::forbidden;
 use crate::domain::ids::MerchantId;
@@ -168,6 +169,11 @@ impl Worker {
     /// instead until the wait the schedule gave this attempt (at least a second), as if the save had worked.
     fn record_attempt(&mut self, n: Notification, outcome: AttemptOutcome, ctx: &mut Context<Self>) {
         let after = after_attempt(&n, &outcome, &self.config.schedule, jitter_unit());
+        METRICS.delivery(match after.state {
+            DeliveryState::Delivered => DeliveryResult::Delivered,
+            DeliveryState::Failed => DeliveryResult::GivenUp,
+            DeliveryState::Pending => DeliveryResult::Failed,
+        });
         let hold = after
             .next_attempt_at
             .map_or(MAX_UNSAVED_HOLD, |at| {

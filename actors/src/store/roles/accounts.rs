@@ -19,8 +19,8 @@ pub trait Accounts: Send + Sync {
     /// The merchant with this e-mail, compared without case.
     fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError>;
     fn merchant_count(&self) -> Result<u64, StoreError>;
-    /// Merchants in id order (which is creation order), after `after` when given, at most `limit`.
-    fn merchants(&self, after: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, StoreError>;
+    /// Merchants newest first (ids sort by creation), from before `before` when given, at most `limit`.
+    fn merchants(&self, before: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, StoreError>;
     /// Suspends a merchant from `at` (`Some`) or lifts its suspension (`None`), durably once the ticket completes.
     fn set_suspended(&self, id: &MerchantId, at: Option<Timestamp>) -> Result<Ticket, StoreError>;
     /// When the merchant was suspended; `None` while it is active.

@@ -73,13 +73,13 @@ impl Accounts for SledStore {
         Ok(count)
     }
 
-    fn merchants(&self, after: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, StoreError> {
-        let start = match after {
+    fn merchants(&self, before: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, StoreError> {
+        let end = match before {
             Some(id) => Bound::Excluded(id.as_bytes()),
             None => Bound::Unbounded,
         };
         let mut merchants = Vec::with_capacity(limit.min(100));
-        for item in self.scan(MERCHANTS, start, Bound::Unbounded, false)?.take(limit) {
+        for item in self.scan(MERCHANTS, Bound::Unbounded, end, true)?.take(limit) {
             let (_, value) = item?;
             merchants.push(decode(TREE_NAMES[MERCHANTS], &value)?);
         }

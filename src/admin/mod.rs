@@ -1,0 +1,82 @@
+//! The admin API (docs/operations.md § Admin API): merchant accounts managed while the server runs, and
+//! `GET /metrics`, on a listener of its own (`admin_listen`) that starts only when an admin token is set.
+//!
+//! Everything here needs `Authorization: Bearer <admin token>`, compared in constant time. Errors have the
+//! API's shape (docs/api.md § Errors). The listener is meant for the operator's network only: it is never
+//! routed from the public reverse proxy.
+
+mod merchants;
+pub mod metrics;
+
+use std::net::TcpListener;
+
+use actix_web::dev::Server;
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use subtle::ConstantTimeEq;
+
+use crate::config::Secret;
+use crate::dashboard::DashboardState;
+use crate::http::{AppState, ApiError};
+
+/// What the admin handlers share: the service's state, the dashboard's (to end a merchant's sessions) and
+/// the token.
+pub struct AdminState {
+    pub app: web::Data<AppState>,
+    pub dashboard: web::Data<DashboardState>,
+    token: Secret,
+}
+
+/// Binds the admin listener and starts its server (one worker: an operator's requests are few). Answers the
+/// server and the port it listens on.
+pub fn start(
+    listen: std::net::SocketAddr,
+    token: Secret,
+    app: web::Data<AppState>,
+    dashboard: web::Data<DashboardState>,
+) -> std::io::Result<(Server, u16)> {
+    let listener = TcpListener::bind(listen)?;
+    let port = listener.local_addr()?.port();
+    let state = web::Data::new(AdminState { app, dashboard, token });
+    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure))
+        .workers(1)
+        .listen(listener)?
+        .run();
+    Ok((server, port))
+}
+
+fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/admin/merchants").route(web::post().to(merchants::create)).route(web::get().to(merchants::list)),
+    )
+    .service(web::resource("/admin/merchants/{id}").route(web::get().to(merchants::get)))
+    .service(web::resource("/admin/merchants/{id}/suspendre").route(web::post().to(merchants::suspend)))
+    .service(web::resource("/admin/merchants/{id}/reactiver").route(web::post().to(merchants::resume)))
+    .service(web::resource("/admin/merchants/{id}/mot-de-passe").route(web::post().to(merchants::reset_password)))
+    .service(web::resource("/metrics").route(web::get().to(metrics::render)))
+    .default_service(web::to(|| async {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint").into_response()
+    }));
+}
+
+/// Checks `Authorization: Bearer <admin token>` in constant time.
+fn authorize(state: &AdminState, req: &HttpRequest) -> Result<(), ApiError> {
+    let given = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| v[7..].trim()))
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <admin token>"))?;
+    if bool::from(given.as_bytes().ct_eq(state.token.expose().as_bytes())) {
+        Ok(())
+    } else {
+        tracing::warn!(peer = ?req.peer_addr(), "admin request with a wrong token");
+        Err(ApiError::unauthorized("wrong admin token"))
+    }
+}
+
+impl ApiError {
+    fn into_response(self) -> HttpResponse {
+        actix_web::ResponseError::error_response(&self)
+    }
+}
