@@ -44,8 +44,8 @@ pub fn delivery_config(settings: &Settings) -> DeliveryConfig {
 pub struct Application {
     server: Server,
     port: u16,
-    /// The admin API's server and port, when an admin token is set.
-    admin: Option<(Server, u16)>,
+    /// The admin API's server (running on its own task) and port, when an admin token is set.
+    admin: Option<(actix_web::dev::ServerHandle, u16)>,
     state: web::Data<AppState>,
     /// The merchant created on first start (store without merchants), with its password.
     pub demo: Option<Created>,
@@ -113,7 +113,10 @@ impl Application {
                 let (admin, port) = admin::start(settings.admin_listen, token.clone(), state.clone(), dashboard_state)
                     .map_err(|source| StartError::Bind { addr: settings.admin_listen.to_string(), source })?;
                 tracing::info!(port, "admin API listening");
-                Some((admin, port))
+                // A server runs while its future is polled: the admin one gets a task of its own.
+                let handle = admin.handle();
+                actix_web::rt::spawn(admin);
+                Some((handle, port))
             }
             None => {
                 tracing::info!("no admin token set: the admin API and /metrics are off");
@@ -139,15 +142,10 @@ impl Application {
 
     /// Runs until the API server stops (a signal stops both servers).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        match self.admin {
-            Some((admin, _)) => {
-                let handle = admin.handle();
-                let served = self.server.await;
-                handle.stop(true).await;
-                let _ = admin.await;
-                served
-            }
-            None => self.server.await,
+        let served = self.server.await;
+        if let Some((admin, _)) = self.admin {
+            admin.stop(true).await;
         }
+        served
     }
 }

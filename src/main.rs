@@ -3,12 +3,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
+use caisse::admin::client;
 use caisse::app::Application;
 use caisse::config::{Layer, Settings};
-use caisse::merchants::{self, Created, NewMerchant};
-use caisse_engine::store::{SledStore, Store, StoreError};
+use caisse::merchants::{Created, NewMerchant};
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc: the actor and HTTP threads allocate small, short-lived buffers all the
@@ -40,7 +39,11 @@ enum Commands {
         #[arg(long)]
         listen: Option<String>,
     },
-    /// Manage merchant accounts (the server must be stopped: the embedded store is single-process).
+    /// Print a new random secret: 32 bytes from the operating system's generator, base64. Use one as the admin
+    /// token.
+    Keygen,
+    /// Manage merchant accounts: through the running server's admin API when it answers (the same admin
+    /// token and admin_listen), else on the store (the server stopped).
     Merchant {
         #[command(subcommand)]
         command: MerchantCommand,
@@ -64,14 +67,30 @@ enum MerchantCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List merchants, newest first.
+    List {
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Suspend a merchant: its key answers 403 and its dashboard is closed; work in flight finishes.
+    Suspend { id: String },
+    /// Lift a merchant's suspension.
+    Resume { id: String },
+    /// Give a merchant a new generated dashboard password, printed once.
+    ResetPassword { id: String },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let listen = match &cli.command {
         Commands::Serve { listen } => listen.clone(),
-        Commands::Merchant { .. } => None,
+        Commands::Merchant { .. } | Commands::Keygen => None,
     };
+    if let Commands::Keygen = cli.command {
+        println!("{}", keygen());
+        return ExitCode::SUCCESS;
+    }
     let flags = Layer::from_flags(listen, cli.data_dir.clone(), cli.environment.clone());
     let settings = match Settings::load(cli.config.as_deref(), |k| std::env::var(k).ok(), flags) {
         Ok(settings) => settings,
@@ -83,9 +102,8 @@ fn main() -> ExitCode {
     init_logs(&settings.log);
     let result = match cli.command {
         Commands::Serve { .. } => serve(settings),
-        Commands::Merchant { command: MerchantCommand::Create { name, email, password, webhook_url, json } } => {
-            create_merchant(settings, NewMerchant { name, email, password, webhook_url }, json)
-        }
+        Commands::Merchant { command } => merchant(&settings, command),
+        Commands::Keygen => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -94,6 +112,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// 32 random bytes of the operating system's generator, in standard base64.
+fn keygen() -> String {
+    use base64::Engine as _;
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 fn init_logs(filter: &str) {
@@ -117,28 +144,35 @@ fn serve(settings: Settings) -> Result<(), String> {
     })
 }
 
-fn create_merchant(settings: Settings, new: NewMerchant, json: bool) -> Result<(), String> {
-    let store: Arc<dyn Store> = match SledStore::open_with_cache(&settings.data_dir, settings.store_cache_bytes) {
-        Ok(store) => Arc::new(store),
-        Err(StoreError::Locked(_)) => {
-            return Err(format!(
-                "the store in {} is in use, most likely by a running `caisse serve`; stop it, then run this again",
-                settings.data_dir.display()
-            ))
+fn merchant(settings: &Settings, command: MerchantCommand) -> Result<(), String> {
+    let (command, json) = match command {
+        MerchantCommand::Create { name, email, password, webhook_url, json } => {
+            (client::Command::Create(NewMerchant { name, email, password, webhook_url }), json)
         }
-        Err(e) => return Err(format!("cannot open the store in {}: {e}", settings.data_dir.display())),
+        MerchantCommand::List { json } => (client::Command::List, json),
+        MerchantCommand::Suspend { id } => (client::Command::Suspend(id), false),
+        MerchantCommand::Resume { id } => (client::Command::Resume(id), false),
+        MerchantCommand::ResetPassword { id } => (client::Command::ResetPassword(id), false),
     };
-    // No server runs (it would hold the store's lock), so the account goes straight to the store.
-    let created = merchants::prepare(settings.environment, new).map_err(|e| e.to_string())?;
-    let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
-    let ticket = store.put_merchant(created.merchant.clone(), None).map_err(|e| e.to_string())?;
-    match runtime.block_on(ticket) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err(StoreError::Closed.to_string()),
+    for value in client::run(settings, command)? {
+        if json {
+            println!("{value}");
+        } else {
+            print_fields(&value);
+        }
     }
-    print_created(&created, json);
     Ok(())
+}
+
+/// A merchant or a result as `field: value` lines, then a blank line.
+fn print_fields(value: &serde_json::Value) {
+    if let Some(object) = value.as_object() {
+        for (field, v) in object {
+            let text = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+            println!("{:<14}{text}", format!("{field}:"));
+        }
+        println!();
+    }
 }
 
 fn print_created(created: &Created, json: bool) {

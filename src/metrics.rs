@@ -14,7 +14,6 @@ use std::time::Duration;
 use caisse_engine::metrics::{DeliveryResult, Histogram, HistogramSnapshot, METRICS as ENGINE};
 use dashmap::DashMap;
 
-
 /// The server's counters.
 #[derive(Default)]
 pub struct ServerMetrics {
@@ -64,11 +63,17 @@ pub fn text(actors: usize) -> String {
     let mut routes: Vec<_> = m.durations.iter().map(|e| (e.key().clone(), e.value().snapshot())).collect();
     routes.sort_by(|a, b| a.0.cmp(&b.0));
     for (route, snapshot) in routes {
-        histogram(&mut out, "caisse_http_request_duration_seconds", &format!("route=\"{}\"", escape(&route)), &snapshot);
+        histogram(
+            &mut out,
+            "caisse_http_request_duration_seconds",
+            &format!("route=\"{}\"", escape(&route)),
+            &snapshot,
+        );
     }
 
     header(&mut out, "caisse_payments_total", "counter", "Payments that reached a status, by fournisseur and statut.");
-    let mut rows: Vec<_> = ENGINE.payments.iter().map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed))).collect();
+    let mut rows: Vec<_> =
+        ENGINE.payments.iter().map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed))).collect();
     rows.sort();
     for ((provider, status), n) in rows {
         let _ = writeln!(out, "caisse_payments_total{{fournisseur=\"{}\",statut=\"{status}\"}} {n}", escape(&provider));
@@ -76,7 +81,12 @@ pub fn text(actors: usize) -> String {
 
     header(&mut out, "caisse_webhook_deliveries_total", "counter", "Webhook delivery attempts, by result.");
     for result in DeliveryResult::ALL {
-        let _ = writeln!(out, "caisse_webhook_deliveries_total{{result=\"{}\"}} {}", result.as_str(), ENGINE.deliveries(result));
+        let _ = writeln!(
+            out,
+            "caisse_webhook_deliveries_total{{result=\"{}\"}} {}",
+            result.as_str(),
+            ENGINE.deliveries(result)
+        );
     }
 
     header(&mut out, "caisse_webhook_queue_depth", "gauge", "Notifications being delivered or waiting for a worker.");
@@ -87,7 +97,11 @@ pub fn text(actors: usize) -> String {
         m.provider_calls.iter().map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed))).collect();
     rows.sort();
     for ((adapter, outcome), n) in rows {
-        let _ = writeln!(out, "caisse_provider_requests_total{{adapter=\"{}\",outcome=\"{outcome}\"}} {n}", escape(&adapter));
+        let _ = writeln!(
+            out,
+            "caisse_provider_requests_total{{adapter=\"{}\",outcome=\"{outcome}\"}} {n}",
+            escape(&adapter)
+        );
     }
 
     header(&mut out, "caisse_store_commit_duration_seconds", "histogram", "From a change queued to its durability.");
@@ -129,9 +143,9 @@ mod tests {
         METRICS.provider_call("pawa\"pay", "ok");
         let text = text(3);
         for line in text.lines() {
-            let sample = line.rsplit_once(' ').is_some_and(|(series, value)| {
-                value.parse::<f64>().is_ok() && series.starts_with("caisse_")
-            });
+            let sample = line
+                .rsplit_once(' ')
+                .is_some_and(|(series, value)| value.parse::<f64>().is_ok() && series.starts_with("caisse_"));
             assert!(line.starts_with("# HELP ") || line.starts_with("# TYPE ") || sample, "{line}");
         }
         assert!(text.contains("caisse_http_requests_total{route=\"/v1/ping\",status=\"200\"}"));

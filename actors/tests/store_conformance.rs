@@ -330,7 +330,7 @@ fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
     let all: Vec<MerchantId> = store.merchants(None, 10).unwrap().into_iter().map(|m| m.id).collect();
     assert_eq!(all, [second.id.clone(), id.clone()]);
     let rest: Vec<MerchantId> = store.merchants(Some(&second.id), 10).unwrap().into_iter().map(|m| m.id).collect();
-    assert_eq!(rest, [id.clone()]);
+    assert_eq!(rest, std::slice::from_ref(&id));
     assert_eq!(store.merchants(None, 1).unwrap().len(), 1);
     assert_eq!(store.suspended_since(&id).unwrap(), None);
     let at = Timestamp::from_unix_ms(1_800_000_000_000);

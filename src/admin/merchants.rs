@@ -54,8 +54,12 @@ pub async fn create(
     let body = read_body(&req, payload).await?;
     let b: CreateBody = parse_json(&req, &body, false)?;
     if state.app.engine.merchant_by_email(&b.email)?.is_some() {
-        return Err(ApiError::new(StatusCode::CONFLICT, "duplicate_email", "a merchant with this e-mail already exists")
-            .with_field("email"));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "duplicate_email",
+            "a merchant with this e-mail already exists",
+        )
+        .with_field("email"));
     }
     let env = state.app.settings.environment;
     let new = NewMerchant { name: b.name, email: b.email, password: b.password, webhook_url: b.webhook_url };

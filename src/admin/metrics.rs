@@ -11,4 +11,3 @@ pub async fn render(state: web::Data<AdminState>, req: HttpRequest) -> Result<Ht
     let actors = state.app.engine.running_actors();
     Ok(HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(crate::metrics::text(actors)))
 }
-

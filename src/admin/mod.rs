@@ -5,6 +5,7 @@
 //! API's shape (docs/api.md § Errors). The listener is meant for the operator's network only: it is never
 //! routed from the public reverse proxy.
 
+pub mod client;
 mod merchants;
 pub mod metrics;
 
@@ -17,7 +18,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
 use crate::dashboard::DashboardState;
-use crate::http::{AppState, ApiError};
+use crate::http::{ApiError, AppState};
 
 /// What the admin handlers share: the service's state, the dashboard's (to end a merchant's sessions) and
 /// the token.
@@ -47,7 +48,9 @@ pub fn start(
 
 fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
-        web::resource("/admin/merchants").route(web::post().to(merchants::create)).route(web::get().to(merchants::list)),
+        web::resource("/admin/merchants")
+            .route(web::post().to(merchants::create))
+            .route(web::get().to(merchants::list)),
     )
     .service(web::resource("/admin/merchants/{id}").route(web::get().to(merchants::get)))
     .service(web::resource("/admin/merchants/{id}/suspendre").route(web::post().to(merchants::suspend)))

@@ -224,7 +224,11 @@ fn base_url(setting: &str, url: &str) -> Result<String, ConfigError> {
 }
 
 /// A secret given inline or in a file named by `<key>_file` (the file wins; surrounding whitespace dropped).
-pub(super) fn secret(setting: &str, inline: Option<String>, file: Option<String>) -> Result<Option<Secret>, ConfigError> {
+pub(super) fn secret(
+    setting: &str,
+    inline: Option<String>,
+    file: Option<String>,
+) -> Result<Option<Secret>, ConfigError> {
     let value = match file.filter(|f| !f.is_empty()) {
         Some(path) => std::fs::read_to_string(&path)
             .map_err(|e| bad(format!("{setting}_file"), format!("cannot read {path}: {e}")))?

@@ -438,7 +438,10 @@ impl Settings {
             admin_text.parse().map_err(|_| bad("admin_listen", format!("`{admin_text}` is not host:port")))?;
         let admin_token = adapters::secret("admin_token", layer.admin_token, layer.admin_token_file)?;
         if admin_token.as_ref().is_some_and(|t| t.expose().len() < ADMIN_TOKEN_MIN_LEN) {
-            return Err(bad("admin_token", format!("at least {ADMIN_TOKEN_MIN_LEN} characters (`caisse keygen` makes one)")));
+            return Err(bad(
+                "admin_token",
+                format!("at least {ADMIN_TOKEN_MIN_LEN} characters (`caisse keygen` makes one)"),
+            ));
         }
         Ok(Settings {
             listen,

@@ -8,10 +8,10 @@ use actix::prelude::*;
 use super::execute::Reply;
 use super::{Execute, Executed, GetBalances, GetPayment, GetPayout, MerchantActor};
 use crate::core::{Command, Record};
-use crate::metrics::METRICS;
 use crate::domain::ledger::Balances;
 use crate::domain::records::{Payment, Payout};
 use crate::error::EngineError;
+use crate::metrics::METRICS;
 use crate::store::StoreError;
 
 impl Handler<Execute> for MerchantActor {

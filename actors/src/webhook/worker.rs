@@ -22,12 +22,12 @@ use awc::http::Uri;
 use super::config::DeliveryConfig;
 use super::messages::{Deliver, Settled};
 use super::schedule::{after_attempt, jitter_unit, AttemptOutcome};
-use crate::metrics::{DeliveryResult, METRICS};
 use super::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::url::forbidden;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
+use crate::metrics::{DeliveryResult, METRICS};
 use crate::store::{Accounts, Outbox};
 
 #[derive(Default)]

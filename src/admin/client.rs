@@ -1,0 +1,193 @@
+//! The `caisse merchant ...` commands: through the running server's admin API when one answers at
+//! `admin_listen`, else straight on the embedded store (which only one process may open, so a running server
+//! without an admin token is reported with what to do).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use caisse_engine::domain::ids::{random_base62, MerchantId};
+use caisse_engine::domain::time::Timestamp;
+use caisse_engine::store::{SledStore, Store, StoreError};
+use serde_json::{json, Value};
+
+use crate::config::Settings;
+use crate::merchants::{self, NewMerchant};
+
+/// What the operator asked for.
+pub enum Command {
+    Create(NewMerchant),
+    List,
+    Suspend(String),
+    Resume(String),
+    ResetPassword(String),
+}
+
+/// How long one admin request may take (creation hashes a password).
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// Pages `list` reads at most (100 merchants each).
+const MAX_PAGES: usize = 1_000;
+
+/// Runs the command and answers what to print: one JSON value per merchant or result.
+pub fn run(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
+    if let Some(token) = &settings.admin_token {
+        let address = format!("http://{}", settings.admin_listen);
+        match through_admin(&address, token.expose(), &command)? {
+            Some(values) => return Ok(values),
+            None => tracing::debug!(%address, "no server answers; using the store"),
+        }
+    }
+    on_store(settings, command)
+}
+
+/// `None` when nothing listens at the admin address.
+fn through_admin(address: &str, token: &str, command: &Command) -> Result<Option<Vec<Value>>, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (method, path, body) = match command {
+        Command::Create(new) => (
+            awc::http::Method::POST,
+            "/admin/merchants".to_owned(),
+            Some(
+                json!({"name": new.name, "email": new.email, "password": new.password, "webhook_url": new.webhook_url}),
+            ),
+        ),
+        Command::List => (awc::http::Method::GET, "/admin/merchants?limit=100".to_owned(), None),
+        Command::Suspend(id) => (awc::http::Method::POST, format!("/admin/merchants/{id}/suspendre"), None),
+        Command::Resume(id) => (awc::http::Method::POST, format!("/admin/merchants/{id}/reactiver"), None),
+        Command::ResetPassword(id) => (awc::http::Method::POST, format!("/admin/merchants/{id}/mot-de-passe"), None),
+    };
+    let list = matches!(command, Command::List);
+    let (address, token) = (address.to_owned(), token.to_owned());
+    actix_web::rt::System::new().block_on(async move {
+        let client = awc::Client::builder().timeout(TIMEOUT).disable_redirects().finish();
+        let send = |path: String| {
+            let request = client
+                .request(method.clone(), format!("{address}{path}"))
+                .insert_header(("Authorization", format!("Bearer {token}")));
+            let body = body.clone();
+            async move {
+                let mut response = match body {
+                    Some(body) => request.send_json(&body).await,
+                    None => request.send().await,
+                }?;
+                let bytes = response.body().limit(1 << 20).await?;
+                Ok::<_, Box<dyn std::error::Error>>((response.status(), bytes))
+            }
+        };
+        let mut values = Vec::new();
+        let mut next = path;
+        for _ in 0..MAX_PAGES {
+            let (status, bytes) = match send(next.clone()).await {
+                Ok(answer) => answer,
+                Err(e) if values.is_empty() && refused(&*e) => return Ok(None),
+                Err(e) => return Err(format!("the admin API at {address}: {e}")),
+            };
+            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if !status.is_success() {
+                let message = value["error"]["message"].as_str().unwrap_or("no message");
+                return Err(format!("the admin API answered {status}: {message}"));
+            }
+            if !list {
+                return Ok(Some(vec![value]));
+            }
+            values.extend(value["data"].as_array().cloned().unwrap_or_default());
+            match value["next_cursor"].as_str() {
+                Some(cursor) => next = format!("/admin/merchants?limit=100&starting_after={cursor}"),
+                None => break,
+            }
+        }
+        Ok(Some(values))
+    })
+}
+
+/// True when the error is a connection refused: no server listens there.
+fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let text = error.to_string().to_lowercase();
+    text.contains("refused") || text.contains("failed to connect")
+}
+
+fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
+    let store: Arc<dyn Store> = match SledStore::open_with_cache(&settings.data_dir, settings.store_cache_bytes) {
+        Ok(store) => Arc::new(store),
+        Err(StoreError::Locked(_)) => {
+            return Err(format!(
+                "the store in {} is in use by a running `caisse serve`; set an admin token (CAISSE_ADMIN_TOKEN or \
+                 admin_token_file) for both the server and this command to manage merchants while it runs, or \
+                 stop the server",
+                settings.data_dir.display()
+            ))
+        }
+        Err(e) => return Err(format!("cannot open the store in {}: {e}", settings.data_dir.display())),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
+    let durable = |ticket: Result<caisse_engine::store::Ticket, StoreError>| -> Result<(), String> {
+        match runtime.block_on(ticket.map_err(|e| e.to_string())?) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(StoreError::Closed.to_string()),
+        }
+    };
+    let find = |id: &str| -> Result<caisse_engine::domain::records::Merchant, String> {
+        let parsed = MerchantId::parse(id).map_err(|_| format!("`{id}` is not a merchant id"))?;
+        store.merchant(&parsed).map_err(|e| e.to_string())?.ok_or_else(|| format!("no merchant {id}"))
+    };
+    let view = |m: &caisse_engine::domain::records::Merchant, suspended: Option<Timestamp>| {
+        json!({
+            "id": m.id.as_str(), "name": m.name, "email": m.email, "webhook_url": m.webhook_url,
+            "statut": if suspended.is_some() { "suspendu" } else { "actif" },
+            "created_at": m.created_at, "suspended_at": suspended,
+        })
+    };
+    match command {
+        Command::Create(new) => {
+            if store.merchant_by_email(&new.email).map_err(|e| e.to_string())?.is_some() {
+                return Err(format!("a merchant with e-mail {} already exists", new.email));
+            }
+            let created = merchants::prepare(settings.environment, new).map_err(|e| e.to_string())?;
+            durable(store.put_merchant(created.merchant.clone(), None))?;
+            let m = &created.merchant;
+            Ok(vec![json!({
+                "id": m.id.as_str(), "name": m.name, "email": m.email, "password": created.password,
+                "secret_key": m.secret_key, "webhook_url": m.webhook_url, "statut": "actif",
+            })])
+        }
+        Command::List => {
+            let mut values = Vec::new();
+            let mut before: Option<MerchantId> = None;
+            for _ in 0..MAX_PAGES {
+                let page = store.merchants(before.as_ref(), 100).map_err(|e| e.to_string())?;
+                for m in &page {
+                    values.push(view(m, store.suspended_since(&m.id).map_err(|e| e.to_string())?));
+                }
+                match page.last() {
+                    Some(last) if page.len() == 100 => before = Some(last.id.clone()),
+                    _ => break,
+                }
+            }
+            Ok(values)
+        }
+        Command::Suspend(id) => {
+            let m = find(&id)?;
+            let since = match store.suspended_since(&m.id).map_err(|e| e.to_string())? {
+                Some(since) => since,
+                None => {
+                    let now = Timestamp::now();
+                    durable(store.set_suspended(&m.id, Some(now)))?;
+                    now
+                }
+            };
+            Ok(vec![view(&m, Some(since))])
+        }
+        Command::Resume(id) => {
+            let m = find(&id)?;
+            durable(store.set_suspended(&m.id, None))?;
+            Ok(vec![view(&m, None)])
+        }
+        Command::ResetPassword(id) => {
+            let mut m = find(&id)?;
+            let password = random_base62(16);
+            m.password_hash = merchants::hash_password(&password).map_err(|e| e.to_string())?;
+            durable(store.put_merchant(m.clone(), None))?;
+            Ok(vec![json!({"id": m.id.as_str(), "email": m.email, "password": password})])
+        }
+    }
+}

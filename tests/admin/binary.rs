@@ -1,0 +1,124 @@
+//! The real `caisse` binary in production: it starts without a demo merchant and prints no key, and the
+//! `caisse merchant` commands manage accounts through the running server's admin API, or on the store once it
+//! is stopped.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{free_port, sleep_ms, Api};
+use crate::TOKEN;
+
+const BIN: &str = env!("CARGO_BIN_EXE_caisse");
+
+fn caisse(work: &Path, port: u16, admin_port: u16, token: Option<&str>) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(work)
+        .env("CAISSE_ENVIRONMENT", "production")
+        .env("CAISSE_DATA_DIR", work.join("data"))
+        .env("CAISSE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("CAISSE_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
+        .env("CAISSE_LOG", "warn")
+        .env("CAISSE_HTTP_WORKERS", "1")
+        .env_remove("CAISSE_ADMIN_TOKEN")
+        .stdin(Stdio::null());
+    if let Some(token) = token {
+        command.env("CAISSE_ADMIN_TOKEN", token);
+    }
+    command
+}
+
+/// A running `caisse serve`, killed when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn listening(server: &mut Server, port: u16) {
+    let started = Instant::now();
+    loop {
+        assert!(server.0.try_wait().expect("the server's state").is_none(), "caisse serve exited at start");
+        if TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok() {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "nothing listens on {port}");
+        sleep_ms(20).await;
+    }
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("caisse runs")
+}
+
+fn json_lines(output: &Output) -> Vec<Value> {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).expect("one JSON object")).collect()
+}
+
+#[actix_web::test]
+async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
+    let work = tempfile::tempdir().expect("work dir");
+    let (port, admin_port) = (free_port(), free_port());
+    let stdout = work.path().join("stdout");
+    let mut server = Server(
+        caisse(work.path(), port, admin_port, Some(TOKEN))
+            .arg("serve")
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .spawn()
+            .expect("caisse serve starts"),
+    );
+    listening(&mut server, port).await;
+    listening(&mut server, admin_port).await;
+    let admin = Api::new(&format!("http://127.0.0.1:{admin_port}"), TOKEN);
+    let listed = admin.fetch(admin.get("/admin/merchants")).await;
+    assert_eq!(listed.json["data"], serde_json::json!([]), "production starts without a demo merchant");
+
+    let created = json_lines(&run(caisse(work.path(), port, admin_port, Some(TOKEN)).args([
+        "merchant",
+        "create",
+        "--name",
+        "Boutique",
+        "--email",
+        "b@example.com",
+        "--json",
+    ])));
+    let key = created[0]["secret_key"].as_str().expect("a key");
+    assert!(key.starts_with("sk_live_"));
+    let id = created[0]["id"].as_str().expect("an id").to_owned();
+    let api = Api::new(&format!("http://127.0.0.1:{port}"), key);
+    api.send(api.get("/v1/soldes")).await.expect(200);
+
+    let suspended = run(caisse(work.path(), port, admin_port, Some(TOKEN)).args(["merchant", "suspend", &id]));
+    assert!(suspended.status.success(), "{}", String::from_utf8_lossy(&suspended.stderr));
+    api.send(api.get("/v1/soldes")).await.expect(403);
+    let listed =
+        json_lines(&run(caisse(work.path(), port, admin_port, Some(TOKEN)).args(["merchant", "list", "--json"])));
+    assert_eq!((listed.len(), listed[0]["statut"].as_str()), (1, Some("suspendu")));
+
+    // Without the token the command cannot reach the server, and the store is the server's: it says what to do.
+    let refused = run(caisse(work.path(), port, admin_port, None).args(["merchant", "list"]));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("admin token"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    drop(server);
+    let printed = std::fs::read_to_string(&stdout).expect("stdout");
+    assert!(!printed.contains(key) && !printed.contains("sk_live_"), "no key on stdout: {printed}");
+
+    // Stopped: the same commands work on the store.
+    let resumed = run(caisse(work.path(), port, admin_port, Some(TOKEN)).args(["merchant", "resume", &id]));
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let listed = json_lines(&run(caisse(work.path(), port, admin_port, None).args(["merchant", "list", "--json"])));
+    assert_eq!(listed[0]["statut"], "actif");
+}
