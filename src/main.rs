@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use caisse::admin::client;
 use caisse::app::Application;
-use caisse::config::{Layer, Settings};
+use caisse::config::{Layer, LogFormat, Settings};
 use caisse::merchants::{Created, NewMerchant};
 use clap::{Parser, Subcommand};
 
@@ -99,7 +99,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logs(&settings.log);
+    init_logs(&settings.log, settings.log_format);
     let result = match cli.command {
         Commands::Serve { .. } => serve(settings),
         Commands::Merchant { command } => merchant(&settings, command),
@@ -123,11 +123,19 @@ fn keygen() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn init_logs(filter: &str) {
+/// Logs to stderr: readable lines, or one JSON object per line (`timestamp`, `level`, `target`, `message` and
+/// the event's fields at the top level) for a log collector.
+fn init_logs(filter: &str, format: LogFormat) {
     let filter =
         tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            builder.with_ansi(ansi).init();
+        }
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init(),
+    }
 }
 
 fn serve(settings: Settings) -> Result<(), String> {

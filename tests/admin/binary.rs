@@ -68,10 +68,14 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
     let work = tempfile::tempdir().expect("work dir");
     let (port, admin_port) = (free_port(), free_port());
     let stdout = work.path().join("stdout");
+    let stderr = work.path().join("stderr");
     let mut server = Server(
         caisse(work.path(), port, admin_port, Some(TOKEN))
             .arg("serve")
+            .env("CAISSE_LOG_FORMAT", "json")
+            .env("CAISSE_LOG", "info")
             .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
             .spawn()
             .expect("caisse serve starts"),
     );
@@ -115,6 +119,19 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
     drop(server);
     let printed = std::fs::read_to_string(&stdout).expect("stdout");
     assert!(!printed.contains(key) && !printed.contains("sk_live_"), "no key on stdout: {printed}");
+    // log_format = "json": every line an object with the four fields, the request lines with theirs.
+    let logs = std::fs::read_to_string(&stderr).expect("stderr");
+    let lines: Vec<Value> =
+        logs.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    assert!(lines.len() >= 3, "{logs}");
+    for line in &lines {
+        for field in ["timestamp", "level", "target", "message"] {
+            assert!(line.get(field).is_some_and(Value::is_string), "{field} missing: {line}");
+        }
+    }
+    let request = lines.iter().find(|l| l["message"] == "request" && l["path"] == "/v1/soldes").expect("a request line");
+    assert!(request["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{request}");
+    assert!(!logs.contains(key), "no key in the logs");
 
     // Stopped: the same commands work on the store.
     let resumed = run(caisse(work.path(), port, admin_port, Some(TOKEN)).args(["merchant", "resume", &id]));
