@@ -41,6 +41,9 @@ pub fn delivery_config(settings: &Settings) -> DeliveryConfig {
     }
 }
 
+/// Seconds a stopping server gives requests in flight before it closes their connections.
+pub const SHUTDOWN_GRACE_S: u64 = 10;
+
 pub struct Application {
     server: Server,
     port: u16,
@@ -104,6 +107,8 @@ impl Application {
         })
         .listen(listener)
         .map_err(|source| StartError::Bind { addr: bound.to_string(), source })?;
+        // A stop lets requests in flight finish for this long, then closes their connections.
+        server = server.shutdown_timeout(SHUTDOWN_GRACE_S);
         if settings.http_workers > 0 {
             server = server.workers(settings.http_workers);
         }

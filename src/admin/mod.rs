@@ -41,6 +41,7 @@ pub fn start(
     let state = web::Data::new(AdminState { app, dashboard, token });
     let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure))
         .workers(1)
+        .shutdown_timeout(crate::app::SHUTDOWN_GRACE_S)
         .listen(listener)?
         .run();
     Ok((server, port))

@@ -129,7 +129,8 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
             assert!(line.get(field).is_some_and(Value::is_string), "{field} missing: {line}");
         }
     }
-    let request = lines.iter().find(|l| l["message"] == "request" && l["path"] == "/v1/soldes").expect("a request line");
+    let request =
+        lines.iter().find(|l| l["message"] == "request" && l["path"] == "/v1/soldes").expect("a request line");
     assert!(request["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{request}");
     assert!(!logs.contains(key), "no key in the logs");
 

@@ -45,6 +45,7 @@ mod load;
 mod receiver;
 mod selftest;
 mod server;
+mod sigterm;
 mod store;
 
 use std::collections::BTreeSet;

@@ -127,6 +127,28 @@ impl Server {
         }
     }
 
+    /// SIGTERM, then waits for the process to exit on its own, at most `bound`. Answers how long it took and
+    /// whether it exited successfully; `Err` when it was still running at the bound (it is then killed).
+    pub fn terminate(mut self, bound: Duration) -> Result<(Duration, bool), String> {
+        let sent = Instant::now();
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .map_err(|e| format!("kill -TERM: {e}"))?;
+        if !status.success() {
+            return Err(format!("kill -TERM answered {status}"));
+        }
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| format!("waiting: {e}"))? {
+                return Ok((sent.elapsed(), status.success()));
+            }
+            if sent.elapsed() > bound {
+                return Err(format!("still running {bound:?} after SIGTERM:\n{}", self.output().join("\n")));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     pub fn output(&self) -> Vec<String> {
         self.output.lock().expect("output lines").clone()
     }
