@@ -27,6 +27,8 @@ pub enum StartError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot create the demo merchant: {0}")]
     Demo(#[from] CreateError),
+    #[error("{}", crate::config::MASTER_KEY_MISSING)]
+    MasterKey,
     #[error("cannot start webhook delivery: {0}")]
     Webhooks(#[from] DeliveryError),
 }
@@ -58,9 +60,13 @@ impl Application {
     /// Opens the store (running the startup audit), creates the demo merchant on first start, binds the
     /// listener and starts the background sweeps. Must run inside an actix System.
     pub async fn build(settings: Settings) -> Result<Application, StartError> {
+        if settings.environment == Environment::Production && settings.master_key.is_none() {
+            return Err(StartError::MasterKey);
+        }
         let settings = Arc::new(settings);
         let mut config = EngineConfig::new(&settings.data_dir);
         config.store_cache_bytes = settings.store_cache_bytes;
+        config.master_key = settings.master_key.clone();
         let engine = Engine::open(config)?;
         // A demo account is for trying the sandbox; production starts empty (merchants come from the admin
         // API or `caisse merchant create`), and prints no key.

@@ -82,6 +82,11 @@ enum MerchantCommand {
 }
 
 fn main() -> ExitCode {
+    // Everything this process creates (the store's files, the stamp, the log files) is its user's only.
+    // SAFETY: umask only sets the process's file-creation mask; it cannot fail and touches no memory.
+    unsafe {
+        libc::umask(0o077);
+    }
     let cli = Cli::parse();
     let listen = match &cli.command {
         Commands::Serve { listen } => listen.clone(),

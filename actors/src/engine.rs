@@ -30,6 +30,7 @@ use crate::merchant::{
     ActorSettings, Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor, ProviderNote,
 };
 use crate::registry::Registry;
+use crate::store::sealing::MasterKey;
 use crate::store::{AuditReport, AwaitingProvider, Located, Page, SledStore, Store, StoreError};
 use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
 
@@ -41,6 +42,8 @@ pub struct EngineConfig {
     pub actors: ActorSettings,
     /// sled's page cache, in bytes.
     pub store_cache_bytes: u64,
+    /// Seals the merchants' secret keys at rest (required in production, see the server's settings).
+    pub master_key: Option<MasterKey>,
 }
 
 impl EngineConfig {
@@ -50,6 +53,7 @@ impl EngineConfig {
             shards: 0,
             actors: ActorSettings::default(),
             store_cache_bytes: crate::store::sled_store::DEFAULT_CACHE_BYTES,
+            master_key: None,
         }
     }
 }
@@ -91,6 +95,7 @@ impl Engine {
             crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
             other => EngineError::from(other),
         })?;
+        let store = store.with_master_key(config.master_key.clone());
         Engine::with_store(Arc::new(store), config)
     }
 

@@ -107,7 +107,7 @@ fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
 
 fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
     let store: Arc<dyn Store> = match SledStore::open_with_cache(&settings.data_dir, settings.store_cache_bytes) {
-        Ok(store) => Arc::new(store),
+        Ok(store) => Arc::new(store.with_master_key(settings.master_key.clone())),
         Err(StoreError::Locked(_)) => {
             return Err(format!(
                 "the store in {} is in use by a running `caisse serve`; set an admin token (CAISSE_ADMIN_TOKEN or \

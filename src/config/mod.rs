@@ -19,6 +19,7 @@ use crate::sandbox_modes::Chaos;
 pub mod adapters;
 
 pub use adapters::{AdapterSettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret};
+pub use caisse_engine::store::sealing::MasterKey;
 
 /// The compiled-in defaults: the commented file at the repository's root.
 pub const DEFAULTS: &str = include_str!("../../caisse.default.toml");
@@ -125,6 +126,8 @@ pub struct Settings {
     /// Where the admin API listens; it starts only with a token.
     pub admin_listen: SocketAddr,
     pub admin_token: Option<Secret>,
+    /// Seals the merchants' secret keys at rest; required in production.
+    pub master_key: Option<MasterKey>,
 }
 
 /// How log lines are written (`log_format`).
@@ -132,6 +135,25 @@ pub struct Settings {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// Why a production server does not start without a master key, and what to do.
+pub const MASTER_KEY_MISSING: &str = "production seals the merchants' secret keys under a master key: run `caisse \
+     keygen` and give its output through master_key_file (CAISSE_MASTER_KEY_FILE) or CAISSE_MASTER_KEY";
+
+/// The master key of [`Settings::for_tests`].
+pub const TEST_MASTER_KEY: &str = "dGVzdHMtb25seS1tYXN0ZXIta2V5LTMyLWJ5dGVzISE=";
+
+/// A master key as `caisse keygen` prints it: 32 bytes in standard base64.
+fn parse_master_key(text: &str) -> Result<MasterKey, ConfigError> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|_| bad("master_key", "not base64 (`caisse keygen` prints one)"))?;
+    let bytes: [u8; 32] = bytes
+        .try_into()
+        .map_err(|b: Vec<u8>| bad("master_key", format!("{} bytes; a master key is 32 (`caisse keygen`)", b.len())))?;
+    Ok(MasterKey::from_bytes(bytes))
 }
 
 /// Shortest admin token accepted: a guessable one would open every merchant's account.
@@ -162,6 +184,10 @@ pub struct Layer {
     #[serde(skip)]
     admin_token: Option<String>,
     admin_token_file: Option<String>,
+    /// Only from the environment (`CAISSE_MASTER_KEY`) or a file, for the same reason.
+    #[serde(skip)]
+    master_key: Option<String>,
+    master_key_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -259,6 +285,8 @@ impl Layer {
             admin_listen: get("CAISSE_ADMIN_LISTEN"),
             admin_token: get("CAISSE_ADMIN_TOKEN"),
             admin_token_file: get("CAISSE_ADMIN_TOKEN_FILE"),
+            master_key: get("CAISSE_MASTER_KEY"),
+            master_key_file: get("CAISSE_MASTER_KEY_FILE"),
         })
     }
 
@@ -289,6 +317,8 @@ impl Layer {
             admin_listen,
             admin_token,
             admin_token_file,
+            master_key,
+            master_key_file,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -311,6 +341,8 @@ impl Layer {
         win(&mut self.admin_listen, admin_listen);
         win(&mut self.admin_token, admin_token);
         win(&mut self.admin_token_file, admin_token_file);
+        win(&mut self.master_key, master_key);
+        win(&mut self.master_key_file, master_key_file);
         if let Some(theirs) = adapters {
             self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
         }
@@ -443,6 +475,12 @@ impl Settings {
                 format!("at least {ADMIN_TOKEN_MIN_LEN} characters (`caisse keygen` makes one)"),
             ));
         }
+        let master_key = adapters::secret("master_key", layer.master_key, layer.master_key_file)?
+            .map(|text| parse_master_key(text.expose()))
+            .transpose()?;
+        if environment == Environment::Production && master_key.is_none() {
+            return Err(bad("master_key", MASTER_KEY_MISSING));
+        }
         Ok(Settings {
             listen,
             data_dir,
@@ -464,6 +502,7 @@ impl Settings {
             log_format,
             admin_listen,
             admin_token,
+            master_key,
         })
     }
 
@@ -474,6 +513,8 @@ impl Settings {
         layer.data_dir = Some(data_dir.to_string_lossy().into_owned());
         layer.log = Some("warn".into());
         layer.admin_listen = Some("127.0.0.1:0".into());
+        // Tests seal keys like production does (a fixed key: what it protects lives in a temporary directory).
+        layer.master_key = Some(TEST_MASTER_KEY.into());
         Settings::resolve(layer)
     }
 

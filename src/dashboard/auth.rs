@@ -12,11 +12,15 @@
 //! anything. The login form has no session yet, so it uses a double-submit token: the same random value in a
 //! `SameSite=Strict` cookie and in the form, which another site can neither read nor set.
 //!
-//! Failed logins are counted per account (e-mail) and per client address, [`MAX_FAILURES`] in
-//! [`FAILURE_WINDOW`] each; beyond that the login answers 429 without checking the password. The address is
-//! the TCP peer, never a forwarded header a client could forge. Both maps are bounded like the sessions'.
-//! The password check (argon2, deliberately slow) runs on a blocking thread, and an unknown e-mail is checked
-//! against a dummy hash so that the answer's timing does not say which e-mails have accounts.
+//! Login attempts are counted before the password is checked, per (account, address) pair ([`MAX_FAILURES`]
+//! in [`FAILURE_WINDOW`]: what locks an attacker out while the merchant, from its own address, still logs
+//! in), per address ([`MAX_ADDRESS_ATTEMPTS`]) and per account from all addresses ([`MAX_ACCOUNT_ATTEMPTS`] in
+//! the short [`ACCOUNT_WINDOW`]); beyond any of them the login answers 429 without checking. A success
+//! gives its attempt back and clears only its own pair. The address is the TCP peer, never a forwarded header
+//! a client could forge. The maps are bounded and, when full, refuse new keys rather than forget counts.
+//! At most [`MAX_CONCURRENT_CHECKS`] password checks (argon2, deliberately slow) run at once, on blocking
+//! threads; a login beyond them is answered 503 at once. An unknown e-mail is checked against a dummy hash so
+//! that the answer's timing does not say which e-mails have accounts.
 
 use std::future::{ready, Ready};
 use std::sync::OnceLock;
@@ -43,10 +47,23 @@ const LOGIN_COOKIE: &str = "caisse_login";
 pub const SESSION_IDLE: Duration = Duration::from_secs(12 * 60 * 60);
 pub const SESSION_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 pub const MAX_SESSIONS: usize = 10_000;
+/// Sessions one merchant may hold; a new login beyond it ends that merchant's least recently used one.
+pub const MAX_SESSIONS_PER_MERCHANT: usize = 20;
+/// Attempts one account may make from one address within [`FAILURE_WINDOW`].
 pub const MAX_FAILURES: u32 = 5;
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
-/// Accounts and addresses tracked for throttling, each.
-pub const MAX_TRACKED: usize = 10_000;
+/// Attempts from one address, whatever the accounts (an office behind one NAT holds several merchants).
+pub const MAX_ADDRESS_ATTEMPTS: u32 = 30;
+/// Attempts on one account from every address together within [`ACCOUNT_WINDOW`]: it slows a brute force
+/// spread over many addresses, and locks the real merchant out for at most this short window.
+pub const MAX_ACCOUNT_ATTEMPTS: u32 = 30;
+pub const ACCOUNT_WINDOW: Duration = Duration::from_secs(60);
+/// Keys tracked for throttling, per map. A full map refuses attempts for new keys rather than forget what it
+/// counts, so a flood cannot evict the counters it wants gone.
+pub const MAX_TRACKED: usize = 100_000;
+/// Password checks (argon2: 19 MiB and tens of milliseconds each) running at once; beyond, a login is answered
+/// 503 at once instead of queueing, so a flood of logins costs bounded memory and leaves the API its cores.
+pub const MAX_CONCURRENT_CHECKS: usize = 2;
 const TOKEN_LEN: usize = 32;
 /// Longer inputs cannot be a valid account, and are refused before any hashing.
 const MAX_EMAIL_LEN: usize = 254;
@@ -55,8 +72,12 @@ const MAX_PASSWORD_LEN: usize = 128;
 /// The dashboard's own state, shared by every worker of the server.
 pub struct DashboardState {
     pub sessions: Sessions,
+    /// Attempts per (account, address): what locks an attacker out without locking the merchant out.
+    pub by_pair: Throttle,
     pub by_account: Throttle,
     pub by_address: Throttle,
+    /// Permits for the password checks running at once.
+    checks: tokio::sync::Semaphore,
     /// Held while a merchant account is read, changed and written back (key roll, webhook URL).
     pub merchant_updates: tokio::sync::Mutex<()>,
     /// `Secure` on cookies: production runs behind https.
@@ -69,8 +90,10 @@ impl DashboardState {
     pub fn new(environment: Environment) -> DashboardState {
         DashboardState {
             sessions: Sessions::new(MAX_SESSIONS),
-            by_account: Throttle::new(MAX_FAILURES, FAILURE_WINDOW, MAX_TRACKED),
-            by_address: Throttle::new(MAX_FAILURES, FAILURE_WINDOW, MAX_TRACKED),
+            by_pair: Throttle::new(MAX_FAILURES, FAILURE_WINDOW, MAX_TRACKED),
+            by_account: Throttle::new(MAX_ACCOUNT_ATTEMPTS, ACCOUNT_WINDOW, MAX_TRACKED),
+            by_address: Throttle::new(MAX_ADDRESS_ATTEMPTS, FAILURE_WINDOW, MAX_TRACKED),
+            checks: tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS),
             merchant_updates: tokio::sync::Mutex::new(()),
             secure_cookies: environment == Environment::Production,
             dummy_hash: OnceLock::new(),
@@ -122,6 +145,17 @@ impl Sessions {
             let oldest = self.map.iter().min_by_key(|entry| entry.value().last_seen).map(|entry| *entry.key());
             if let Some(key) = oldest {
                 self.map.remove(&key);
+            }
+        }
+        let mine: Vec<([u8; 32], Instant)> = self
+            .map
+            .iter()
+            .filter(|entry| entry.value().merchant == merchant)
+            .map(|entry| (*entry.key(), entry.value().last_seen))
+            .collect();
+        if mine.len() >= MAX_SESSIONS_PER_MERCHANT {
+            if let Some((key, _)) = mine.iter().min_by_key(|(_, seen)| *seen) {
+                self.map.remove(key);
             }
         }
         let id = random_base62(TOKEN_LEN);
@@ -177,46 +211,60 @@ struct Failures {
     since: Instant,
 }
 
-/// Failed logins per key (an account or an address) within a fixed window.
+/// Login attempts per key (an address, an account, or the pair) within a fixed window. An attempt is
+/// reserved before its password is checked, in one step with the check of the limit, so attempts sent in
+/// parallel cannot all pass a check made before any of them counted; a successful login gives its
+/// reservation back.
 pub struct Throttle {
     map: DashMap<String, Failures>,
-    max_failures: u32,
+    max_attempts: u32,
     window: Duration,
     max_keys: usize,
 }
 
 impl Throttle {
-    pub fn new(max_failures: u32, window: Duration, max_keys: usize) -> Throttle {
-        Throttle { map: DashMap::new(), max_failures, window, max_keys: max_keys.max(1) }
+    pub fn new(max_attempts: u32, window: Duration, max_keys: usize) -> Throttle {
+        Throttle { map: DashMap::new(), max_attempts, window, max_keys: max_keys.max(1) }
     }
 
-    /// How long `key` must still wait, when it has used up its failures.
-    pub fn blocked(&self, key: &str, now: Instant) -> Option<Duration> {
-        let entry = self.map.get(key)?;
-        let elapsed = now.saturating_duration_since(entry.since);
-        (entry.count >= self.max_failures && elapsed < self.window).then(|| self.window - elapsed)
-    }
-
-    pub fn fail(&self, key: &str, now: Instant) {
-        let window = self.window;
+    /// Counts an attempt for `key`, or answers how long it must wait when it has used them up.
+    pub fn reserve(&self, key: &str, now: Instant) -> Result<(), Duration> {
         if !self.map.contains_key(key) && self.map.len() >= self.max_keys {
+            let window = self.window;
             self.map.retain(|_, f| now.saturating_duration_since(f.since) < window);
             if self.map.len() >= self.max_keys {
-                let oldest = self.map.iter().min_by_key(|entry| entry.value().since).map(|entry| entry.key().clone());
-                if let Some(oldest) = oldest {
-                    self.map.remove(&oldest);
-                }
+                tracing::warn!(target: "caisse::dashboard", "login throttling table full: refusing new keys");
+                return Err(self.window);
             }
         }
         let mut entry = self.map.entry(key.to_owned()).or_insert(Failures { count: 0, since: now });
-        if now.saturating_duration_since(entry.since) >= window {
+        let elapsed = now.saturating_duration_since(entry.since);
+        if elapsed >= self.window {
             *entry = Failures { count: 0, since: now };
+        } else if entry.count >= self.max_attempts {
+            return Err(self.window - elapsed);
         }
-        entry.count = entry.count.saturating_add(1);
+        entry.count += 1;
+        Ok(())
+    }
+
+    /// Gives back one reserved attempt (the login succeeded, or its password was never checked).
+    pub fn forgive(&self, key: &str) {
+        if let Some(mut entry) = self.map.get_mut(key) {
+            entry.count = entry.count.saturating_sub(1);
+        }
     }
 
     pub fn clear(&self, key: &str) {
         self.map.remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 }
 
@@ -329,13 +377,39 @@ pub async fn login(
     let email = form.get("email").unwrap_or("").trim().to_lowercase();
     let password = form.get("password").unwrap_or("").to_owned();
     let address = req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into());
+    let pair = format!("{email}\n{address}");
     let now = Instant::now();
-    if let Some(wait) = dash.by_account.blocked(&email, now).or_else(|| dash.by_address.blocked(&address, now)) {
+    // Reserved before the password is checked, address first: one address cannot fill the other maps.
+    let reserved = dash
+        .by_address
+        .reserve(&address, now)
+        .and_then(|()| dash.by_pair.reserve(&pair, now).inspect_err(|_| dash.by_address.forgive(&address)));
+    let reserved = reserved.and_then(|()| {
+        dash.by_account.reserve(&email, now).inspect_err(|_| {
+            dash.by_pair.forgive(&pair);
+            dash.by_address.forgive(&address);
+        })
+    });
+    if let Err(wait) = reserved {
         tracing::warn!(target: "caisse::dashboard", %address, "login throttled");
         let minutes = wait.as_secs().div_ceil(60).max(1);
         let message = format!("Trop de tentatives échouées. Réessayez dans {minutes} min.");
         return Ok(login_page(&dash, &req, StatusCode::TOO_MANY_REQUESTS, &email, Some(message)));
     }
+    let give_back = || {
+        dash.by_pair.forgive(&pair);
+        dash.by_account.forgive(&email);
+        dash.by_address.forgive(&address);
+    };
+    let Ok(_permit) = dash.checks.try_acquire() else {
+        give_back();
+        tracing::warn!(target: "caisse::dashboard", %address, "login refused: password checks all busy");
+        let message = "Trop de connexions en cours. Réessayez dans un instant.".to_owned();
+        let mut page = login_page(&dash, &req, StatusCode::SERVICE_UNAVAILABLE, &email, Some(message));
+        page.headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static("1"));
+        return Ok(page);
+    };
     let merchant = if email.len() <= MAX_EMAIL_LEN { state.engine.merchant_by_email(&email)? } else { None };
     let valid = password.len() <= MAX_PASSWORD_LEN && merchant.is_some();
     let hash = merchant.as_ref().map(|m| m.password_hash.clone());
@@ -354,13 +428,17 @@ pub async fn login(
     .map_err(|e| DashError::internal("password check", e))?;
     match merchant {
         Some(merchant) if valid && verified && state.engine.suspended_since(&merchant.id)?.is_some() => {
+            give_back();
             tracing::info!(target: "caisse::dashboard", merchant = %merchant.id.as_str(), "login of a suspended merchant refused");
             let message = "Ce compte est suspendu. Contactez l'opérateur du service.".to_owned();
             Ok(login_page(&dash, &req, StatusCode::FORBIDDEN, &email, Some(message)))
         }
         Some(merchant) if valid && verified => {
-            dash.by_account.clear(&email);
-            dash.by_address.clear(&address);
+            // The merchant's own pair starts afresh; the address and the account only get this attempt back,
+            // so a success of one account never wipes the failures counted against others.
+            dash.by_pair.clear(&pair);
+            dash.by_account.forgive(&email);
+            dash.by_address.forgive(&address);
             let session_id = dash.sessions.create(merchant.id.clone(), Instant::now());
             tracing::info!(target: "caisse::dashboard", merchant = %merchant.id.as_str(), "dashboard login");
             let mut response = redirect("/");
@@ -375,8 +453,6 @@ pub async fn login(
             Ok(response)
         }
         _ => {
-            dash.by_account.fail(&email, now);
-            dash.by_address.fail(&address, now);
             tracing::info!(target: "caisse::dashboard", %address, "dashboard login failed");
             let message = "E-mail ou mot de passe incorrect.".to_owned();
             Ok(login_page(&dash, &req, StatusCode::UNAUTHORIZED, &email, Some(message)))
@@ -448,33 +524,65 @@ mod tests {
     }
 
     #[test]
-    fn throttle_blocks_after_the_limit_until_the_window_ends() {
+    fn throttle_counts_before_the_check_until_the_window_ends() {
         let throttle = Throttle::new(3, Duration::from_secs(900), 100);
         let t0 = Instant::now();
-        for _ in 0..2 {
-            throttle.fail("a@example.com", t0);
+        for _ in 0..3 {
+            assert!(throttle.reserve("a@example.com", t0).is_ok());
         }
-        assert!(throttle.blocked("a@example.com", t0).is_none());
-        throttle.fail("a@example.com", t0);
-        assert_eq!(throttle.blocked("a@example.com", t0 + Duration::from_secs(100)), Some(Duration::from_secs(800)));
-        assert!(throttle.blocked("b@example.com", t0).is_none());
-        assert!(throttle.blocked("a@example.com", t0 + Duration::from_secs(900)).is_none());
-        throttle.fail("a@example.com", t0 + Duration::from_secs(901));
-        assert!(throttle.blocked("a@example.com", t0 + Duration::from_secs(901)).is_none(), "a new window");
-        throttle.fail("a@example.com", t0);
+        assert_eq!(throttle.reserve("a@example.com", t0 + Duration::from_secs(100)), Err(Duration::from_secs(800)));
+        assert!(throttle.reserve("b@example.com", t0).is_ok(), "keys are apart");
+        // A success gives its attempt back; only that one.
+        throttle.forgive("a@example.com");
+        assert!(throttle.reserve("a@example.com", t0).is_ok());
+        assert!(throttle.reserve("a@example.com", t0).is_err());
+        assert!(throttle.reserve("a@example.com", t0 + Duration::from_secs(900)).is_ok(), "a new window");
         throttle.clear("a@example.com");
-        assert!(throttle.blocked("a@example.com", t0).is_none());
+        assert!(throttle.reserve("a@example.com", t0).is_ok());
+    }
+
+    /// Reservations made from many threads at once never exceed the limit.
+    #[test]
+    fn parallel_reservations_stop_at_the_limit() {
+        let throttle = std::sync::Arc::new(Throttle::new(5, Duration::from_secs(900), 100));
+        let t0 = Instant::now();
+        let granted: usize = (0..8)
+            .map(|_| {
+                let throttle = throttle.clone();
+                std::thread::spawn(move || (0..50).filter(|_| throttle.reserve("victim", t0).is_ok()).count())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().expect("a thread"))
+            .sum();
+        assert_eq!(granted, 5);
     }
 
     #[test]
-    fn throttle_is_bounded() {
+    fn a_full_throttle_refuses_new_keys_and_keeps_its_counts() {
         let throttle = Throttle::new(1, Duration::from_secs(900), 50);
         let t0 = Instant::now();
+        assert!(throttle.reserve("victim", t0).is_ok());
         for i in 0..500u64 {
-            throttle.fail(&format!("10.0.0.{i}"), t0 + Duration::from_millis(i));
+            let _ = throttle.reserve(&format!("10.0.0.{i}"), t0 + Duration::from_millis(i));
         }
-        assert!(throttle.map.len() <= 50);
-        assert!(throttle.blocked("10.0.0.499", t0 + Duration::from_secs(1)).is_some());
+        assert!(throttle.len() <= 50);
+        assert!(throttle.reserve("victim", t0 + Duration::from_secs(1)).is_err(), "the flood evicted nothing");
+        assert!(throttle.reserve("newcomer", t0 + Duration::from_secs(1)).is_err(), "full: new keys wait");
+        assert!(throttle.reserve("newcomer", t0 + Duration::from_secs(901)).is_ok(), "expired entries make room");
+    }
+
+    #[test]
+    fn a_merchant_holds_a_bounded_number_of_sessions() {
+        let sessions = Sessions::new(1_000);
+        let t0 = Instant::now();
+        let m = merchant();
+        let ids: Vec<String> = (0..MAX_SESSIONS_PER_MERCHANT + 3)
+            .map(|i| sessions.create(m.clone(), t0 + Duration::from_secs(i as u64)))
+            .collect();
+        assert_eq!(sessions.len(), MAX_SESSIONS_PER_MERCHANT);
+        assert!(sessions.get(&ids[0], t0).is_none(), "the oldest went");
+        assert!(sessions.get(ids.last().expect("one"), t0).is_some());
     }
 
     #[test]

@@ -19,6 +19,7 @@ fn caisse(work: &Path, port: u16, admin_port: u16, token: Option<&str>) -> Comma
     command
         .current_dir(work)
         .env("CAISSE_ENVIRONMENT", "production")
+        .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
         .env("CAISSE_DATA_DIR", work.join("data"))
         .env("CAISSE_LISTEN", format!("127.0.0.1:{port}"))
         .env("CAISSE_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
@@ -61,6 +62,51 @@ fn run(command: &mut Command) -> Output {
 fn json_lines(output: &Output) -> Vec<Value> {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).expect("one JSON object")).collect()
+}
+
+/// Walks the data directory: no file holds `key` (nor its random part) in clear, the directory is 0700 and
+/// every file is its owner's only.
+fn secrets_sealed_and_private(data: &Path, key: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let random = key.trim_start_matches("sk_live_").as_bytes();
+    let mut files = 0;
+    let mut pending = vec![data.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let mode = std::fs::metadata(&dir).expect("a directory").permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", dir.display());
+        for entry in std::fs::read_dir(&dir).expect("readable") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let mode = std::fs::metadata(&path).expect("a file").permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+            let bytes = std::fs::read(&path).expect("readable");
+            assert!(!bytes.windows(random.len()).any(|w| w == random), "{} holds the key in clear", path.display());
+            files += 1;
+        }
+    }
+    assert!(files > 3, "the store's files were read");
+}
+
+#[test]
+fn production_refuses_to_start_without_a_master_key() {
+    let work = tempfile::tempdir().expect("work dir");
+    let output =
+        caisse(work.path(), free_port(), free_port(), None).env_remove("CAISSE_MASTER_KEY").arg("serve").output();
+    let output = output.expect("caisse runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("master_key") && stderr.contains("caisse keygen"), "{stderr}");
+    assert!(!work.path().join("data").exists(), "nothing was created");
+    let bad =
+        caisse(work.path(), free_port(), free_port(), None).env("CAISSE_MASTER_KEY", "c2hvcnQ=").arg("serve").output();
+    let stderr = String::from_utf8_lossy(&bad.expect("caisse runs").stderr).into_owned();
+    assert!(stderr.contains("5 bytes; a master key is 32"), "{stderr}");
+    let key = Command::new(BIN).arg("keygen").output().expect("caisse keygen runs");
+    let printed = String::from_utf8_lossy(&key.stdout);
+    assert_eq!(printed.trim().len(), 44, "32 bytes in base64: {printed}");
 }
 
 #[actix_web::test]
@@ -133,6 +179,9 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
         lines.iter().find(|l| l["message"] == "request" && l["path"] == "/v1/soldes").expect("a request line");
     assert!(request["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{request}");
     assert!(!logs.contains(key), "no key in the logs");
+
+    // At rest: the key is nowhere in the data directory's bytes, which only the service's user can read.
+    secrets_sealed_and_private(&work.path().join("data"), key);
 
     // Stopped: the same commands work on the store.
     let resumed = run(caisse(work.path(), port, admin_port, Some(TOKEN)).args(["merchant", "resume", &id]));

@@ -86,6 +86,15 @@ impl Agent {
         Agent { client, base: base.to_owned(), cookies: BTreeMap::new() }
     }
 
+    /// An agent whose connections leave from `local` (another loopback address, `127.0.0.2`): another client
+    /// address for the server.
+    pub fn from_address(base: &str, local: std::net::IpAddr) -> Agent {
+        let connector = awc::Connector::new().local_address(local);
+        let client =
+            awc::Client::builder().connector(connector).disable_redirects().timeout(Duration::from_secs(10)).finish();
+        Agent { client, base: base.to_owned(), cookies: BTreeMap::new() }
+    }
+
     pub async fn get(&mut self, path: &str) -> Page {
         let request = self.client.get(format!("{}{}", self.base, path));
         self.send(request, None).await

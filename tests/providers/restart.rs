@@ -40,6 +40,7 @@ fn caisse(work: &Path, fake: &Fake, port: u16) -> Command {
         .arg("--config")
         .arg(work.join("caisse.toml"))
         .env("CAISSE_ENVIRONMENT", "production")
+        .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
         .env("CAISSE_DATA_DIR", work.join("data"))
         .env("CAISSE_LISTEN", format!("127.0.0.1:{port}"))
         .env("CAISSE_LOG", "warn")

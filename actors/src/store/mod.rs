@@ -19,6 +19,7 @@ mod layout;
 mod op;
 mod overlay;
 mod roles;
+pub mod sealing;
 pub mod sled_store;
 mod wal;
 mod writer;

@@ -8,10 +8,23 @@ use crate::domain::ids::MerchantId;
 use crate::domain::records::Merchant;
 use crate::domain::time::Timestamp;
 use crate::store::op::Op;
+use crate::store::sealing;
 use crate::store::{Accounts, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
+
+impl SledStore {
+    /// A merchant record with its secret key opened.
+    fn read_merchant(&self, id: &[u8]) -> Result<Option<Merchant>, StoreError> {
+        self.get::<Merchant>(MERCHANTS, id)?.map(|m| self.opened(m)).transpose()
+    }
+
+    fn opened(&self, mut merchant: Merchant) -> Result<Merchant, StoreError> {
+        merchant.secret_key = sealing::open(self.master_key.as_ref(), &merchant.id, &merchant.secret_key)?;
+        Ok(merchant)
+    }
+}
 
 impl Accounts for SledStore {
     fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError> {
@@ -21,8 +34,13 @@ impl Accounts for SledStore {
                 return Err(StoreError::Conflict(format!("a merchant with e-mail {email} already exists")));
             }
         }
+        // The record holds the key sealed when a master key is set; its lookup entry is the hash of the key.
+        let mut stored = merchant.clone();
+        if let Some(key) = &self.master_key {
+            stored.secret_key = key.seal(&merchant.id, &merchant.secret_key)?;
+        }
         let mut ops = vec![
-            Op::Insert(MERCHANTS, merchant.id.as_bytes().to_vec(), encode(&merchant)?),
+            Op::Insert(MERCHANTS, merchant.id.as_bytes().to_vec(), encode(&stored)?),
             Op::Insert(MERCHANT_KEYS, key_hash(&merchant.secret_key), merchant.id.as_bytes().to_vec()),
             Op::Insert(MERCHANT_EMAILS, email.into_bytes(), merchant.id.as_bytes().to_vec()),
         ];
@@ -33,7 +51,7 @@ impl Accounts for SledStore {
     }
 
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {
-        self.get(MERCHANTS, id.as_bytes())
+        self.read_merchant(id.as_bytes())
     }
 
     fn merchants_generation(&self) -> u64 {
@@ -46,7 +64,7 @@ impl Accounts for SledStore {
         let Some(id) = self.raw(MERCHANT_KEYS, &key_hash(secret_key))? else {
             return Ok(None);
         };
-        self.get(MERCHANTS, &id)
+        self.read_merchant(&id)
     }
 
     fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, StoreError> {
@@ -54,7 +72,7 @@ impl Accounts for SledStore {
         let Some(id) = self.raw(MERCHANT_EMAILS, key.as_bytes())? else {
             return Ok(None);
         };
-        self.get(MERCHANTS, &id)
+        self.read_merchant(&id)
     }
 
     fn merchant_count(&self) -> Result<u64, StoreError> {
@@ -81,7 +99,7 @@ impl Accounts for SledStore {
         let mut merchants = Vec::with_capacity(limit.min(100));
         for item in self.scan(MERCHANTS, Bound::Unbounded, end, true)?.take(limit) {
             let (_, value) = item?;
-            merchants.push(decode(TREE_NAMES[MERCHANTS], &value)?);
+            merchants.push(self.opened(decode(TREE_NAMES[MERCHANTS], &value)?)?);
         }
         Ok(merchants)
     }

@@ -29,6 +29,7 @@ use super::writer::Writer;
 use super::{Audit, AuditReport, Change, Commits, FailureLatch, Recovered, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
+use crate::store::sealing::MasterKey;
 
 pub use open::DEFAULT_CACHE_BYTES;
 pub use stamp::STAMP_FILE;
@@ -43,6 +44,8 @@ pub struct SledStore {
     writer: Writer,
     healthy: Arc<AtomicBool>,
     feed: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Notification>>>,
+    /// Seals secret keys at rest when set ([`crate::store::sealing`]).
+    master_key: Option<MasterKey>,
 }
 
 fn io(context: &str) -> impl Fn(sled::Error) -> StoreError + '_ {
@@ -53,6 +56,12 @@ fn io(context: &str) -> impl Fn(sled::Error) -> StoreError + '_ {
 type Scan = Box<dyn Iterator<Item = Result<(sled::IVec, sled::IVec), StoreError>> + Send>;
 
 impl SledStore {
+    /// Seals the merchants' secret keys under `key` from now on; keys written in clear still read.
+    pub fn with_master_key(mut self, key: Option<MasterKey>) -> SledStore {
+        self.master_key = key;
+        self
+    }
+
     fn get<T: DeserializeOwned>(&self, tree: usize, key: &[u8]) -> Result<Option<T>, StoreError> {
         match self.raw(tree, key)? {
             Some(bytes) => decode(TREE_NAMES[tree], &bytes).map(Some),

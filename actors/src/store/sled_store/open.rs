@@ -58,6 +58,12 @@ impl SledStore {
     /// [`SledStore::open`] with sled's page cache set to `cache_bytes`.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
+        // The directory holds the merchants' keys and the ledger: its owner only.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| StoreError::Io(format!("chmod 0700 {}: {e}", dir.display())))?;
+        }
         super::stamp::check_or_stamp(dir)?;
         let started = std::time::Instant::now();
         let db = open_when_unlocked(dir, cache_bytes)?;
@@ -87,6 +93,6 @@ impl SledStore {
             healthy.clone(),
             feed_tx,
         )?;
-        Ok(SledStore { trees, overlay, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)) })
+        Ok(SledStore { trees, overlay, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)), master_key: None })
     }
 }
