@@ -13,6 +13,7 @@
 //! - [`merchants`]: merchant accounts (keys, password hashes, webhook URLs).
 //! - [`admin`]: the admin API on its own listener (merchant accounts while running, `GET /metrics`);
 //!   [`metrics`] holds the server's counters and renders every metric.
+//! - [`client_address`]: who the client is behind the operator's trusted proxies.
 //! - [`sandbox_modes`]: the sandbox's chaos modes as a setting, below both the configuration and the simulator.
 //!
 //! The engine itself (merchant actors, ledger, store) is the `caisse-engine` crate in `actors/`. A payment
@@ -22,6 +23,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod client_address;
 pub mod config;
 pub mod dashboard;
 pub mod flow;

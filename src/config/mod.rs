@@ -18,6 +18,7 @@ use crate::sandbox_modes::Chaos;
 
 pub mod adapters;
 
+use crate::client_address::Cidr;
 pub use adapters::{AdapterSettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret};
 pub use caisse_engine::store::sealing::MasterKey;
 
@@ -128,6 +129,8 @@ pub struct Settings {
     pub admin_token: Option<Secret>,
     /// Seals the merchants' secret keys at rest; required in production.
     pub master_key: Option<MasterKey>,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 /// How log lines are written (`log_format`).
@@ -188,6 +191,7 @@ pub struct Layer {
     #[serde(skip)]
     master_key: Option<String>,
     master_key_file: Option<String>,
+    trusted_proxies: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -287,6 +291,8 @@ impl Layer {
             admin_token_file: get("CAISSE_ADMIN_TOKEN_FILE"),
             master_key: get("CAISSE_MASTER_KEY"),
             master_key_file: get("CAISSE_MASTER_KEY_FILE"),
+            trusted_proxies: get("CAISSE_TRUSTED_PROXIES")
+                .map(|v| v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect()),
         })
     }
 
@@ -319,6 +325,7 @@ impl Layer {
             admin_token_file,
             master_key,
             master_key_file,
+            trusted_proxies,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -343,6 +350,7 @@ impl Layer {
         win(&mut self.admin_token_file, admin_token_file);
         win(&mut self.master_key, master_key);
         win(&mut self.master_key_file, master_key_file);
+        win(&mut self.trusted_proxies, trusted_proxies);
         if let Some(theirs) = adapters {
             self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
         }
@@ -481,6 +489,12 @@ impl Settings {
         if environment == Environment::Production && master_key.is_none() {
             return Err(bad("master_key", MASTER_KEY_MISSING));
         }
+        let trusted_proxies = layer
+            .trusted_proxies
+            .unwrap_or_default()
+            .iter()
+            .map(|p| Cidr::parse(p).map_err(|e| bad("trusted_proxies", e)))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Settings {
             listen,
             data_dir,
@@ -503,6 +517,7 @@ impl Settings {
             admin_listen,
             admin_token,
             master_key,
+            trusted_proxies,
         })
     }
 
@@ -664,14 +679,30 @@ mod tests {
 
     #[test]
     fn production_turns_the_simulator_off_unless_asked() {
-        let s = Settings::load(None, env(&[("CAISSE_ENVIRONMENT", "production")]), Layer::default()).unwrap();
+        let production = ("CAISSE_ENVIRONMENT", "production");
+        let key = ("CAISSE_MASTER_KEY", TEST_MASTER_KEY);
+        let s = Settings::load(None, env(&[production, key]), Layer::default()).unwrap();
         assert!(!s.sandbox_simulator);
-        let s = Settings::load(
-            None,
-            env(&[("CAISSE_ENVIRONMENT", "production"), ("CAISSE_SANDBOX_SIMULATOR", "true")]),
-            Layer::default(),
-        )
-        .unwrap();
+        let s = Settings::load(None, env(&[production, key, ("CAISSE_SANDBOX_SIMULATOR", "true")]), Layer::default())
+            .unwrap();
         assert!(s.sandbox_simulator);
+    }
+
+    #[test]
+    fn production_needs_a_master_key_of_32_bytes_and_proxies_are_cidr_blocks() {
+        let production = ("CAISSE_ENVIRONMENT", "production");
+        let err = Settings::load(None, env(&[production]), Layer::default()).unwrap_err();
+        assert_eq!(err.setting, "master_key");
+        assert!(err.reason.contains("caisse keygen"), "{err}");
+        let err = Settings::load(None, env(&[production, ("CAISSE_MASTER_KEY", "c2hvcnQ=")]), Layer::default());
+        assert!(err.unwrap_err().reason.contains("5 bytes"));
+        let sandbox = Settings::load(None, env(&[]), Layer::default()).unwrap();
+        assert!(sandbox.master_key.is_none() && sandbox.trusted_proxies.is_empty(), "optional in the sandbox");
+        let proxies = env(&[("CAISSE_TRUSTED_PROXIES", "127.0.0.1, 10.0.0.0/8")]);
+        assert_eq!(Settings::load(None, proxies, Layer::default()).unwrap().trusted_proxies.len(), 2);
+        let bad = Settings::load(None, env(&[("CAISSE_TRUSTED_PROXIES", "10.0.0.0/40")]), Layer::default());
+        assert_eq!(bad.unwrap_err().setting, "trusted_proxies");
+        let short = Settings::load(None, env(&[("CAISSE_ADMIN_TOKEN", "short")]), Layer::default());
+        assert_eq!(short.unwrap_err().setting, "admin_token");
     }
 }

@@ -16,8 +16,8 @@
 //! in [`FAILURE_WINDOW`]: what locks an attacker out while the merchant, from its own address, still logs
 //! in), per address ([`MAX_ADDRESS_ATTEMPTS`]) and per account from all addresses ([`MAX_ACCOUNT_ATTEMPTS`] in
 //! the short [`ACCOUNT_WINDOW`]); beyond any of them the login answers 429 without checking. A success
-//! gives its attempt back and clears only its own pair. The address is the TCP peer, never a forwarded header
-//! a client could forge. The maps are bounded and, when full, refuse new keys rather than forget counts.
+//! gives its attempt back and clears only its own pair. The address is the TCP peer, or behind the operator's
+//! `trusted_proxies` the client they name (`crate::client_address`), never a header a client alone could forge. The maps are bounded and, when full, refuse new keys rather than forget counts.
 //! At most [`MAX_CONCURRENT_CHECKS`] password checks (argon2, deliberately slow) run at once, on blocking
 //! threads; a login beyond them is answered 503 at once. An unknown e-mail is checked against a dummy hash so
 //! that the answer's timing does not say which e-mails have accounts.
@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{html, layout, read_form, redirect, DashError, Form};
+use crate::client_address::client_address;
 use crate::config::Environment;
 use crate::http::AppState;
 use crate::merchants;
@@ -376,7 +377,9 @@ pub async fn login(
     }
     let email = form.get("email").unwrap_or("").trim().to_lowercase();
     let password = form.get("password").unwrap_or("").to_owned();
-    let address = req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into());
+    let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    let address = client_address(req.peer_addr().map(|a| a.ip()), forwarded, &state.settings.trusted_proxies)
+        .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
     let pair = format!("{email}\n{address}");
     let now = Instant::now();
     // Reserved before the password is checked, address first: one address cannot fill the other maps.

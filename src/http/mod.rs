@@ -156,6 +156,10 @@ where
     let method = req.method().clone();
     let path = req.path().to_owned();
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let trusted = req.app_data::<web::Data<AppState>>().map(|s| s.settings.trusted_proxies.as_slice()).unwrap_or(&[]);
+    let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    let client = crate::client_address::client_address(req.peer_addr().map(|a| a.ip()), forwarded, trusted)
+        .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
     let call = srv.call(req);
     async move {
         let mut response = call.await?;
@@ -166,7 +170,7 @@ where
         let elapsed = started.elapsed();
         crate::metrics::METRICS.request(&route, status, elapsed);
         let latency_us = elapsed.as_micros() as u64;
-        tracing::info!(target: "caisse::http", %method, %path, status, latency_us, request_id = %request_id, "request");
+        tracing::info!(target: "caisse::http", %method, %path, status, latency_us, %client, request_id = %request_id, "request");
         Ok(response)
     }
 }

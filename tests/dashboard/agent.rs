@@ -78,12 +78,14 @@ pub struct Agent {
     client: awc::Client,
     base: String,
     pub cookies: BTreeMap<String, String>,
+    /// Sent as `X-Forwarded-For` when set, as a reverse proxy in front of the server would.
+    pub forwarded_for: Option<String>,
 }
 
 impl Agent {
     pub fn new(base: &str) -> Agent {
         let client = awc::Client::builder().disable_redirects().timeout(Duration::from_secs(10)).finish();
-        Agent { client, base: base.to_owned(), cookies: BTreeMap::new() }
+        Agent { client, base: base.to_owned(), cookies: BTreeMap::new(), forwarded_for: None }
     }
 
     /// An agent whose connections leave from `local` (another loopback address, `127.0.0.2`): another client
@@ -92,7 +94,7 @@ impl Agent {
         let connector = awc::Connector::new().local_address(local);
         let client =
             awc::Client::builder().connector(connector).disable_redirects().timeout(Duration::from_secs(10)).finish();
-        Agent { client, base: base.to_owned(), cookies: BTreeMap::new() }
+        Agent { client, base: base.to_owned(), cookies: BTreeMap::new(), forwarded_for: None }
     }
 
     pub async fn get(&mut self, path: &str) -> Page {
@@ -108,6 +110,9 @@ impl Agent {
     }
 
     async fn send(&mut self, mut request: awc::ClientRequest, form: Option<String>) -> Page {
+        if let Some(client) = &self.forwarded_for {
+            request = request.insert_header(("X-Forwarded-For", client.as_str()));
+        }
         if !self.cookies.is_empty() {
             let header: Vec<String> = self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect();
             request = request.insert_header(("Cookie", header.join("; ")));

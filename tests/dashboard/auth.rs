@@ -1,7 +1,7 @@
 //! Login, logout, the session cookie's flags, CSRF on every form, and the throttling of failed logins.
 
 use crate::agent::Agent;
-use crate::support::{spawn_app, spawn_production_app};
+use crate::support::{spawn_app, spawn_app_with, spawn_production_app};
 use caisse::dashboard::auth::{MAX_ADDRESS_ATTEMPTS, MAX_FAILURES};
 
 #[actix_web::test]
@@ -165,6 +165,35 @@ async fn failed_logins_are_throttled_per_address_and_per_account() {
     agent.login(app.email(), app.password()).await.expect(429).contains("Réessayez dans 15 min");
     let mut own = Agent::from_address(&app.address, "127.0.0.3".parse().expect("an address"));
     own.login(app.email(), app.password()).await.expect_redirect("/");
+}
+
+/// Behind a trusted proxy, the client is the address the proxy names: a locked pair is one client's, and
+/// another client behind the same proxy logs in; a client cannot pose as another by sending the header itself.
+#[actix_web::test]
+async fn behind_a_trusted_proxy_each_client_is_counted_apart() {
+    let app = spawn_app_with(|s| {
+        s.trusted_proxies = vec![caisse::client_address::Cidr::parse("127.0.0.1").expect("a block")];
+    })
+    .await;
+    let mut attacker = app.agent();
+    attacker.forwarded_for = Some("198.51.100.1".into());
+    for _ in 0..MAX_FAILURES {
+        attacker.login(app.email(), "wrong password").await.expect(401);
+    }
+    attacker.login(app.email(), app.password()).await.expect(429);
+    let mut merchant = app.agent();
+    merchant.forwarded_for = Some("198.51.100.2".into());
+    merchant.login(app.email(), app.password()).await.expect_redirect("/");
+
+    // Without trusted proxies the header is the client's own word: ignored, the peer is locked.
+    let app = spawn_app().await;
+    let mut attacker = app.agent();
+    for n in 0..MAX_FAILURES {
+        attacker.forwarded_for = Some(format!("198.51.100.{n}"));
+        attacker.login(app.email(), "wrong password").await.expect(401);
+    }
+    attacker.forwarded_for = Some("198.51.100.200".into());
+    attacker.login(app.email(), app.password()).await.expect(429);
 }
 
 /// 200 wrong attempts at once for one account from one address: each is counted before its password is
