@@ -370,6 +370,26 @@ impl Engine {
         }
     }
 
+    /// Writes a merchant whose key was rolled, the previous key still valid until `until`; answers once
+    /// durable.
+    pub async fn put_merchant_keeping(
+        &self,
+        merchant: Merchant,
+        previous_key: String,
+        until: Timestamp,
+    ) -> Result<(), EngineError> {
+        let ticket = self.inner.store.put_merchant_keeping(merchant, previous_key, until)?;
+        match ticket.await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(EngineError::from(StoreError::Closed)),
+        }
+    }
+
+    /// Until when a rolled key still authenticates (`None`: never rolled with a grace).
+    pub fn retired_key_until(&self, secret_key: &str) -> Result<Option<Timestamp>, EngineError> {
+        Ok(self.inner.store.retired_key_until(secret_key)?)
+    }
+
     // ----- Through the merchant's actor -----
 
     pub async fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, EngineError> {

@@ -315,7 +315,17 @@ fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
     rolled.secret_key = "sk_test_rolled".into();
     wait(store.put_merchant(rolled.clone(), Some(first.secret_key.clone())).unwrap());
     assert_eq!(store.merchant_by_key("sk_test_conformance1").unwrap(), None, "the old key stops working");
-    assert_eq!(store.merchant_by_key("sk_test_rolled").unwrap(), Some(rolled));
+    assert_eq!(store.merchant_by_key("sk_test_rolled").unwrap(), Some(rolled.clone()));
+
+    // A roll with a grace: both keys find the merchant, and the old one says until when it is valid.
+    let mut graced = rolled.clone();
+    graced.secret_key = "sk_test_graced".into();
+    let until = Timestamp::from_unix_ms(1_900_000_000_000);
+    wait(store.put_merchant_keeping(graced.clone(), rolled.secret_key.clone(), until).unwrap());
+    assert_eq!(store.merchant_by_key("sk_test_graced").unwrap(), Some(graced.clone()));
+    assert_eq!(store.merchant_by_key("sk_test_rolled").unwrap(), Some(graced.clone()), "the old key still finds it");
+    assert_eq!(store.retired_key_until("sk_test_rolled").unwrap(), Some(until));
+    assert_eq!(store.retired_key_until("sk_test_graced").unwrap(), None);
 
     let mut thief = account(&MerchantId::new(), 2);
     thief.email = first.email.to_uppercase();

@@ -131,6 +131,8 @@ pub struct Settings {
     pub master_key: Option<MasterKey>,
     /// Proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<Cidr>,
+    /// How long a rolled secret key still authenticates API calls (0: it stops at once).
+    pub key_roll_grace_ms: u64,
 }
 
 /// How log lines are written (`log_format`).
@@ -192,6 +194,7 @@ pub struct Layer {
     master_key: Option<String>,
     master_key_file: Option<String>,
     trusted_proxies: Option<Vec<String>>,
+    key_roll_grace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -291,6 +294,7 @@ impl Layer {
             admin_token_file: get("CAISSE_ADMIN_TOKEN_FILE"),
             master_key: get("CAISSE_MASTER_KEY"),
             master_key_file: get("CAISSE_MASTER_KEY_FILE"),
+            key_roll_grace: get("CAISSE_KEY_ROLL_GRACE"),
             trusted_proxies: get("CAISSE_TRUSTED_PROXIES")
                 .map(|v| v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect()),
         })
@@ -326,6 +330,7 @@ impl Layer {
             master_key,
             master_key_file,
             trusted_proxies,
+            key_roll_grace,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -351,6 +356,7 @@ impl Layer {
         win(&mut self.master_key, master_key);
         win(&mut self.master_key_file, master_key_file);
         win(&mut self.trusted_proxies, trusted_proxies);
+        win(&mut self.key_roll_grace, key_roll_grace);
         if let Some(theirs) = adapters {
             self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
         }
@@ -495,6 +501,11 @@ impl Settings {
             .iter()
             .map(|p| Cidr::parse(p).map_err(|e| bad("trusted_proxies", e)))
             .collect::<Result<Vec<_>, _>>()?;
+        let grace = need(layer.key_roll_grace, "key_roll_grace")?;
+        let key_roll_grace_ms = match grace.trim() {
+            "0" => 0,
+            text => parse_duration_ms(text).map_err(|e| bad("key_roll_grace", e.to_string()))?,
+        };
         Ok(Settings {
             listen,
             data_dir,
@@ -518,6 +529,7 @@ impl Settings {
             admin_token,
             master_key,
             trusted_proxies,
+            key_roll_grace_ms,
         })
     }
 

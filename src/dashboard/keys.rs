@@ -15,6 +15,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::records::Merchant;
+use caisse_engine::domain::time::Timestamp;
 use caisse_engine::webhook::url::{UrlError, WebhookUrl, MAX_URL_LEN};
 use maud::{html, Markup};
 
@@ -130,8 +131,13 @@ pub async fn confirm_roll(state: web::Data<AppState>, user: LoggedIn) -> HttpRes
     let body = html! {
         h1 { "Changer la clé secrète ?" }
         section.card {
-            p { "Une nouvelle clé est créée et " strong { "l'ancienne cesse de fonctionner immédiatement" } " : les appels à l'API qui l'utilisent reçoivent 401, et les webhooks suivants sont signés avec la nouvelle clé." }
-            p { "Mettez à jour votre serveur juste après." }
+            @if state.settings.key_roll_grace_ms == 0 {
+                p { "Une nouvelle clé est créée et " strong { "l'ancienne cesse de fonctionner immédiatement" } " : les appels à l'API qui l'utilisent reçoivent 401, et les webhooks suivants sont signés avec la nouvelle clé." }
+                p { "Mettez à jour votre serveur juste après." }
+            } @else {
+                p { "Une nouvelle clé est créée. " strong { "L'ancienne reste valable pour l'API pendant " (grace_text(state.settings.key_roll_grace_ms)) } ", puis reçoit 401. Les webhooks suivants sont signés avec la nouvelle clé dès maintenant." }
+                p { "Mettez à jour votre serveur pendant ce délai ; si la clé a fuité, changez-la puis contactez l'opérateur." }
+            }
             form.inline method="post" action="/keys/roll" {
                 (csrf_field(&user.csrf))
                 input type="hidden" name="confirmer" value="oui";
@@ -141,6 +147,15 @@ pub async fn confirm_roll(state: web::Data<AppState>, user: LoggedIn) -> HttpRes
         }
     };
     html(StatusCode::OK, layout::page(&user, state.settings.environment, Nav::Keys, "Changer la clé", body))
+}
+
+/// A grace period in words ("24 h", "30 min", "45 s").
+fn grace_text(ms: u64) -> String {
+    match ms / 1_000 {
+        s if s >= 3_600 && s % 3_600 == 0 => format!("{} h", s / 3_600),
+        s if s >= 60 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
 }
 
 /// `POST /keys/roll`.
@@ -156,12 +171,17 @@ pub async fn roll(
         return Err(DashError::BadRequest("La confirmation manque : la clé n'a pas été changée.".into()));
     }
     let env = state.settings.environment;
-    update_merchant(&state, &dash, &user, |m| {
-        let old = std::mem::replace(&mut m.secret_key, merchants::new_secret_key(env));
-        Some(old)
-    })
-    .await?;
-    tracing::info!(target: "caisse::dashboard", merchant = %user.merchant.id.as_str(), "secret key rolled");
+    let grace_ms = state.settings.key_roll_grace_ms;
+    let _guard = dash.merchant_updates.lock().await;
+    let mut merchant = state.engine.merchant(&user.merchant.id)?.ok_or(DashError::Login)?;
+    let old = std::mem::replace(&mut merchant.secret_key, merchants::new_secret_key(env));
+    if grace_ms == 0 {
+        state.engine.put_merchant(merchant, Some(old)).await?;
+    } else {
+        let until = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(grace_ms));
+        state.engine.put_merchant_keeping(merchant, old, until).await?;
+    }
+    tracing::info!(target: "caisse::dashboard", merchant = %user.merchant.id.as_str(), grace_ms, "secret key rolled");
     Ok(redirect("/keys?info=cle_changee"))
 }
 

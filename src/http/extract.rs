@@ -8,6 +8,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::text::IdempotencyKey;
+use caisse_engine::domain::time::Timestamp;
 use caisse_engine::{Executed, Idempotency, Record};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
@@ -54,11 +55,16 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, A
             ));
         }
     }
-    let merchant = state
-        .engine
-        .merchant_by_key(key)?
-        .filter(|m| bool::from(m.secret_key.as_bytes().ct_eq(key.as_bytes())))
-        .ok_or_else(|| ApiError::unauthorized("unknown secret key"))?;
+    let unknown = || ApiError::unauthorized("unknown secret key");
+    let merchant = state.engine.merchant_by_key(key)?.ok_or_else(unknown)?;
+    if !bool::from(merchant.secret_key.as_bytes().ct_eq(key.as_bytes())) {
+        // The lookup by hash found the merchant, so this is a key it had: valid only within its roll's grace.
+        let until = state.engine.retired_key_until(key)?.ok_or_else(unknown)?;
+        if Timestamp::now() >= until {
+            return Err(ApiError::unauthorized("this secret key was replaced; use the merchant's current key"));
+        }
+        tracing::info!(merchant = %merchant.id, "API call with a rolled key, within its grace");
+    }
     if state.engine.suspended_since(&merchant.id)?.is_some() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,

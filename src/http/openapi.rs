@@ -34,7 +34,7 @@ use super::{fournisseurs, paiement, retraits, soldes, transactions, utility};
         fournisseurs::adapter_notification_put,
         document,
     ),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &Suspended)
 )]
 pub struct ApiDoc;
 
@@ -44,6 +44,28 @@ impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// Every operation a merchant's key opens may also answer 403 `merchant_suspended`.
+struct Suspended;
+
+impl Modify for Suspended {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                // Provider notices answer 401 too, but carry no merchant key.
+                if operation.security.as_ref().is_none_or(|s| s.is_empty()) {
+                    continue;
+                }
+                let responses = &mut operation.responses.responses;
+                let Some(utoipa::openapi::RefOr::T(unauthorized)) = responses.get("401").cloned() else { continue };
+                let mut suspended = unauthorized;
+                suspended.description = "merchant_suspended: the operator suspended this merchant".into();
+                responses.entry("403".into()).or_insert(utoipa::openapi::RefOr::T(suspended));
+            }
+        }
     }
 }
 

@@ -96,6 +96,8 @@ async fn a_suspended_merchant_is_refused_and_its_work_in_flight_finishes() {
     let refused = app.send(app.get("/v1/soldes")).await;
     refused.expect(403);
     assert_eq!(refused.json["error"]["code"], "merchant_suspended");
+    let document = app.send(app.get("/v1/openapi.json").no_auth()).await;
+    assert!(document.json["paths"]["/v1/soldes"]["get"]["responses"]["403"].is_object(), "the 403 is documented");
     // Its open dashboard session ended, and a new login is refused.
     assert_eq!(agent.get("/").await.status, 303);
     let page = Agent::new(&app.address).login(app.email(), app.password()).await;

@@ -2,7 +2,7 @@
 //! working on the API at once, webhooks are signed with the new one), and the Webhook URL field validated as
 //! docs/api.md § Webhook delivery says, with the reason shown next to the field.
 
-use crate::support::{always, payment_body, reference_of, spawn_app, spawn_production_app, Receiver};
+use crate::support::{always, payment_body, reference_of, spawn_app, spawn_app_with, spawn_production_app, Receiver};
 
 #[actix_web::test]
 async fn the_key_is_masked_until_revealed() {
@@ -16,6 +16,39 @@ async fn the_key_is_masked_until_revealed() {
     let revealed = agent.post("/keys/reveal", &[("csrf", &page.csrf())]).await;
     revealed.expect(200).contains(&key);
     assert_eq!(revealed.header("cache-control"), Some("no-store"));
+}
+
+/// With a grace (`key_roll_grace`), the old key keeps working for the API until it ends, then answers 401;
+/// webhooks are signed with the new key from the roll on.
+#[actix_web::test]
+async fn a_rolled_key_keeps_working_for_its_grace_then_stops() {
+    let app = spawn_app_with(|s| s.key_roll_grace_ms = 1_500).await;
+    let old = app.demo.merchant.secret_key.clone();
+    let receiver = Receiver::start(always(200));
+    let mut agent = app.logged_in().await;
+    let keys = agent.get("/keys").await;
+    agent.post("/keys/webhook", &[("csrf", &keys.csrf()), ("webhook_url", &receiver.url())]).await;
+    let confirm = agent.get("/keys/roll").await;
+    confirm.expect(200).contains("reste valable pour l'API pendant").contains("1 s");
+    agent.post("/keys/roll", &[("csrf", &confirm.csrf()), ("confirmer", "oui")]).await.expect(303);
+    let new = app.demo_merchant().secret_key;
+    assert_ne!(new, old);
+
+    // Within the grace both keys work; the webhook of a payment made with the old key is signed with the new.
+    app.send(app.get("/v1/soldes").auth(&old)).await.expect(200);
+    app.send(app.get("/v1/soldes").auth(&new)).await.expect(200);
+    let reference = reference_of(&app.with_key(&old).pay(1000, "99").await);
+    let hit = receiver.wait_for(&reference, "payment.succeeded").await;
+    assert!(hit.signed_with(&new) && !hit.signed_with(&old));
+
+    // After it, the old key is refused, saying why.
+    crate::support::until("the grace ends", || async {
+        app.send(app.get("/v1/soldes").auth(&old)).await.status == 401
+    })
+    .await;
+    let refused = app.send(app.get("/v1/soldes").auth(&old)).await;
+    assert!(refused.json["error"]["message"].as_str().unwrap_or_default().contains("replaced"), "{}", refused.json);
+    app.send(app.get("/v1/soldes").auth(&new)).await.expect(200);
 }
 
 #[actix_web::test]

@@ -59,6 +59,8 @@ pub fn test_settings(dir: &std::path::Path) -> Settings {
     settings.payment_ttl_ms = PAYMENT_TTL_MS;
     settings.webhook_retry_schedule_ms = vec![WEBHOOK_RETRY_MS];
     settings.http_workers = 2;
+    // A rolled key stops at once unless a test asks for the grace (the default is a day).
+    settings.key_roll_grace_ms = 0;
     settings
 }
 

@@ -23,6 +23,7 @@
 //! provider callbacks name it: `routes` holds the route fixed at creation, `provider_references` the
 //! provider's reference once an answer carried one. Both are written by the change they come with.
 //! `merchant_suspensions` holds, under a merchant's id, when an operator suspended it; no entry: active.
+//! `retired_keys` holds, under the SHA-256 of a rolled secret key, until when it still authenticates.
 
 use std::ops::Range;
 
@@ -57,7 +58,8 @@ pub(super) const NOTIFICATIONS: usize = 13;
 pub(super) const ROUTES: usize = 14;
 pub(super) const PROVIDER_REFERENCES: usize = 15;
 pub(super) const MERCHANT_SUSPENSIONS: usize = 16;
-pub(super) const TREE_NAMES: [&str; 17] = [
+pub(super) const RETIRED_KEYS: usize = 17;
+pub(super) const TREE_NAMES: [&str; 18] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -75,15 +77,17 @@ pub(super) const TREE_NAMES: [&str; 17] = [
     "routes",
     "provider_references",
     "merchant_suspensions",
+    "retired_keys",
 ];
 
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
 /// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
-pub(super) const APPLY_ORDER: [ApplyStep; 17] = [
+pub(super) const APPLY_ORDER: [ApplyStep; 18] = [
     ApplyStep::plain(MERCHANTS),
     ApplyStep::plain(MERCHANT_SUSPENSIONS),
+    ApplyStep::plain(RETIRED_KEYS),
     ApplyStep::plain(MERCHANT_KEYS),
     ApplyStep::plain(MERCHANT_EMAILS),
     ApplyStep { tree: JOURNAL, rewrite: Some(journal_runs) },
@@ -106,7 +110,8 @@ pub(super) const APPLY_ORDER: [ApplyStep; 17] = [
 pub(crate) const FORMAT_VERSION: u32 = 3;
 
 /// Earlier versions whose directories this build opens and restamps: each later version only added trees, so
-/// their data reads the same (format 3 added `routes`, `provider_references` and `merchant_suspensions`).
+/// their data reads the same (format 3 added `routes`, `provider_references`, `merchant_suspensions` and
+/// `retired_keys`).
 pub(crate) const UPGRADED_IN_PLACE: [u32; 1] = [2];
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
@@ -660,6 +665,7 @@ mod tests {
                 "routes",
                 "provider_references",
                 "merchant_suspensions",
+                "retired_keys",
             ]
         );
         assert_eq!(FORMAT_VERSION, 3);

@@ -10,6 +10,16 @@ pub trait Accounts: Send + Sync {
     /// Creates or updates a merchant account, durably once the ticket completes. `previous_key` is the secret
     /// key being replaced, whose lookup entry goes in the same write.
     fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError>;
+    /// Writes a merchant whose key was rolled, keeping `previous_key` valid until `until` (its lookup entry
+    /// stays, and a retirement entry says until when), in one durable write.
+    fn put_merchant_keeping(
+        &self,
+        merchant: Merchant,
+        previous_key: String,
+        until: Timestamp,
+    ) -> Result<Ticket, StoreError>;
+    /// Until when a rolled key still authenticates; `None` for a key that was never rolled with a grace.
+    fn retired_key_until(&self, secret_key: &str) -> Result<Option<Timestamp>, StoreError>;
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError>;
     /// A number that changes after any merchant record changes, once the change is visible to reads: a
     /// cache of merchants read after seeing a number is current as long as the number stays the same.

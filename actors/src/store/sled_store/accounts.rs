@@ -50,6 +50,29 @@ impl Accounts for SledStore {
         self.writer.submit(ops, None, Vec::new())
     }
 
+    fn put_merchant_keeping(
+        &self,
+        merchant: Merchant,
+        previous_key: String,
+        until: Timestamp,
+    ) -> Result<Ticket, StoreError> {
+        let mut stored = merchant.clone();
+        if let Some(key) = &self.master_key {
+            stored.secret_key = key.seal(&merchant.id, &merchant.secret_key)?;
+        }
+        // The e-mail is the merchant's own (a roll changes nothing else), so no conflict check is needed.
+        let ops = vec![
+            Op::Insert(MERCHANTS, merchant.id.as_bytes().to_vec(), encode(&stored)?),
+            Op::Insert(MERCHANT_KEYS, key_hash(&merchant.secret_key), merchant.id.as_bytes().to_vec()),
+            Op::Insert(RETIRED_KEYS, key_hash(&previous_key), encode(&until)?),
+        ];
+        self.writer.submit(ops, None, Vec::new())
+    }
+
+    fn retired_key_until(&self, secret_key: &str) -> Result<Option<Timestamp>, StoreError> {
+        self.get(RETIRED_KEYS, &key_hash(secret_key))
+    }
+
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {
         self.read_merchant(id.as_bytes())
     }
