@@ -15,7 +15,7 @@ use crate::admin;
 use crate::config::{Environment, Settings};
 use crate::dashboard::{self, DashboardState};
 use crate::flow::{sweep, Flow};
-use crate::http::{self, AppState, RateLimiter};
+use crate::http::{self, AppState, FailedAuth, RateLimiter};
 use crate::merchants::{self, CreateError, Created, NewMerchant};
 use crate::providers::Providers;
 
@@ -95,6 +95,7 @@ impl Application {
             webhooks,
             engine,
             rate_limiter: RateLimiter::new(settings.rate_limit_per_s),
+            failed_auth: FailedAuth::new(settings.failed_auth_per_minute),
             providers,
             flow: flow.clone(),
             settings: settings.clone(),

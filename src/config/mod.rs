@@ -133,6 +133,8 @@ pub struct Settings {
     pub trusted_proxies: Vec<Cidr>,
     /// How long a rolled secret key still authenticates API calls (0: it stops at once).
     pub key_roll_grace_ms: u64,
+    /// API requests failing authentication one address may make per minute (0: no limit).
+    pub failed_auth_per_minute: u32,
 }
 
 /// How log lines are written (`log_format`).
@@ -195,6 +197,7 @@ pub struct Layer {
     master_key_file: Option<String>,
     trusted_proxies: Option<Vec<String>>,
     key_roll_grace: Option<String>,
+    failed_auth_per_minute: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -295,6 +298,7 @@ impl Layer {
             master_key: get("CAISSE_MASTER_KEY"),
             master_key_file: get("CAISSE_MASTER_KEY_FILE"),
             key_roll_grace: get("CAISSE_KEY_ROLL_GRACE"),
+            failed_auth_per_minute: int("CAISSE_FAILED_AUTH_PER_MINUTE")?,
             trusted_proxies: get("CAISSE_TRUSTED_PROXIES")
                 .map(|v| v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect()),
         })
@@ -331,6 +335,7 @@ impl Layer {
             master_key_file,
             trusted_proxies,
             key_roll_grace,
+            failed_auth_per_minute,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -357,6 +362,7 @@ impl Layer {
         win(&mut self.master_key_file, master_key_file);
         win(&mut self.trusted_proxies, trusted_proxies);
         win(&mut self.key_roll_grace, key_roll_grace);
+        win(&mut self.failed_auth_per_minute, failed_auth_per_minute);
         if let Some(theirs) = adapters {
             self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
         }
@@ -506,6 +512,8 @@ impl Settings {
             "0" => 0,
             text => parse_duration_ms(text).map_err(|e| bad("key_roll_grace", e.to_string()))?,
         };
+        let failed_auth_per_minute =
+            positive(layer.failed_auth_per_minute, "failed_auth_per_minute", 1_000_000)? as u32;
         Ok(Settings {
             listen,
             data_dir,
@@ -530,6 +538,7 @@ impl Settings {
             master_key,
             trusted_proxies,
             key_roll_grace_ms,
+            failed_auth_per_minute,
         })
     }
 

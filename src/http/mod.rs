@@ -31,7 +31,7 @@ use crate::config::Settings;
 use crate::flow::Flow;
 use crate::providers::Providers;
 pub use error::ApiError;
-pub use ratelimit::RateLimiter;
+pub use ratelimit::{FailedAuth, RateLimiter};
 
 /// What every handler can reach.
 pub struct AppState {
@@ -41,7 +41,21 @@ pub struct AppState {
     /// A payment's life: starting it with the provider, applying the provider's answers.
     pub flow: Flow,
     pub rate_limiter: RateLimiter,
+    /// Requests that failed authentication, per client address.
+    pub failed_auth: FailedAuth,
     pub webhooks: WebhookPool,
+}
+
+/// A path of the API that a merchant's key opens: not the dashboard, not a provider's notices (a provider
+/// whose signatures fail must not have its own callbacks refused for it).
+fn keyed(path: &str) -> bool {
+    path.starts_with("/v1/") && !path.contains("/notifications")
+}
+
+/// What the request log does with a request: hand it on, or answer it at once.
+enum Next<F> {
+    Call(F),
+    Refused(actix_web::dev::ServiceResponse),
 }
 
 /// Every route of the API: method, path, handler. The OpenAPI test walks this same list.
@@ -147,7 +161,9 @@ fn no_such_endpoint(req: &HttpRequest) -> Result<HttpResponse, ApiError> {
 pub fn request_log<S, B>(
     req: actix_web::dev::ServiceRequest,
     srv: &S,
-) -> impl std::future::Future<Output = Result<actix_web::dev::ServiceResponse<B>, actix_web::Error>>
+) -> impl std::future::Future<
+    Output = Result<actix_web::dev::ServiceResponse<actix_web::body::EitherBody<B>>, actix_web::Error>,
+>
 where
     S: Service<actix_web::dev::ServiceRequest, Response = actix_web::dev::ServiceResponse<B>, Error = actix_web::Error>,
 {
@@ -158,15 +174,38 @@ where
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let trusted = req.app_data::<web::Data<AppState>>().map(|s| s.settings.trusted_proxies.as_slice()).unwrap_or(&[]);
     let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
-    let client = crate::client_address::client_address(req.peer_addr().map(|a| a.ip()), forwarded, trusted)
-        .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
-    let call = srv.call(req);
+    let client_ip = crate::client_address::client_address(req.peer_addr().map(|a| a.ip()), forwarded, trusted);
+    let client = client_ip.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    // An address that keeps failing authentication is answered 429 before any work.
+    let blocked = match (&state, client_ip) {
+        (Some(state), Some(ip)) if keyed(&path) => state.failed_auth.check(ip, started).err(),
+        _ => None,
+    };
+    let next = match blocked {
+        None => Next::Call(srv.call(req)),
+        Some(wait_s) => {
+            let mut error = ApiError::new(
+                actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many requests without a valid key from this address; slow down",
+            );
+            error.retry_after_s = Some(wait_s);
+            Next::Refused(req.into_response(actix_web::ResponseError::error_response(&error)))
+        }
+    };
     async move {
-        let mut response = call.await?;
+        let mut response = match next {
+            Next::Call(call) => call.await?.map_into_left_body(),
+            Next::Refused(response) => response.map_into_right_body(),
+        };
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert(HeaderName::from_static("request-id"), value);
         }
         let status = response.status().as_u16();
+        if let (401, true, Some(state), Some(ip)) = (status, keyed(&path), &state, client_ip) {
+            state.failed_auth.failed(ip, started);
+        }
         let elapsed = started.elapsed();
         crate::metrics::METRICS.request(&route, status, elapsed);
         let latency_us = elapsed.as_micros() as u64;

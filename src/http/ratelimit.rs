@@ -1,7 +1,11 @@
 //! Per-key rate limit: a token bucket per merchant, refilled at `rate_limit_per_s` with a burst of twice that.
 //! Beyond it the API answers 429 `rate_limited` with `Retry-After` (docs/api.md § Errors).
+//!
+//! [`FailedAuth`] limits the other side: requests that fail authentication, per client address, so that
+//! guessing keys or scanning costs the server a bounded amount of work per address.
 
-use std::time::Instant;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
 use caisse_engine::domain::ids::MerchantId;
@@ -46,9 +50,76 @@ impl RateLimiter {
     }
 }
 
+/// Requests answered 401 per client address: `allowed` in [`FailedAuth::WINDOW`] (`failed_auth_per_minute`);
+/// beyond, every API request from that address is answered 429 until the window ends, before any work.
+pub struct FailedAuth {
+    counts: DashMap<IpAddr, (u32, Instant)>,
+    /// 0 turns the limit off.
+    allowed: u32,
+}
+
+impl FailedAuth {
+    pub const WINDOW: Duration = Duration::from_secs(60);
+    /// Addresses tracked; when full, expired entries go and new addresses are not counted until room returns
+    /// (counts of addresses already held are never dropped early).
+    const MAX_ADDRESSES: usize = 100_000;
+
+    pub fn new(allowed: u32) -> FailedAuth {
+        FailedAuth { counts: DashMap::new(), allowed }
+    }
+
+    /// `Err` with the seconds to wait when `address` used up its failures.
+    pub fn check(&self, address: IpAddr, now: Instant) -> Result<(), u64> {
+        match self.counts.get(&address) {
+            Some(entry)
+                if self.allowed > 0
+                    && entry.0 >= self.allowed
+                    && now.saturating_duration_since(entry.1) < Self::WINDOW =>
+            {
+                Err((Self::WINDOW - now.saturating_duration_since(entry.1)).as_secs().max(1))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts one request of `address` that failed authentication.
+    pub fn failed(&self, address: IpAddr, now: Instant) {
+        if !self.counts.contains_key(&address) && self.counts.len() >= Self::MAX_ADDRESSES {
+            self.counts.retain(|_, (_, since)| now.saturating_duration_since(*since) < Self::WINDOW);
+            if self.counts.len() >= Self::MAX_ADDRESSES {
+                return;
+            }
+        }
+        let mut entry = self.counts.entry(address).or_insert((0, now));
+        if now.saturating_duration_since(entry.1) >= Self::WINDOW {
+            *entry = (0, now);
+        }
+        entry.0 = entry.0.saturating_add(1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_authentications_block_their_address_for_the_window() {
+        let limiter = FailedAuth::new(50);
+        let (a, b): (IpAddr, IpAddr) = ("198.51.100.1".parse().unwrap(), "198.51.100.2".parse().unwrap());
+        let t0 = Instant::now();
+        for _ in 0..50 {
+            assert!(limiter.check(a, t0).is_ok());
+            limiter.failed(a, t0);
+        }
+        assert_eq!(limiter.check(a, t0 + Duration::from_secs(10)), Err(50));
+        assert!(limiter.check(b, t0).is_ok(), "another address is apart");
+        assert!(limiter.check(a, t0 + FailedAuth::WINDOW).is_ok(), "the window ends");
+        let off = FailedAuth::new(0);
+        for _ in 0..100 {
+            off.failed(a, t0);
+        }
+        assert!(off.check(a, t0).is_ok(), "0 turns it off");
+    }
 
     #[test]
     fn allows_the_burst_then_refuses_with_retry_after() {

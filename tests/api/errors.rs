@@ -27,7 +27,8 @@ fn merchant_requests(app: &TestApp) -> Vec<crate::support::Req> {
 
 #[actix_web::test]
 async fn every_merchant_endpoint_needs_a_valid_key() {
-    let app = spawn_app().await;
+    // A hundred wrong keys from one address: more than the per-address allowance (tested in hostile/limits).
+    let app = spawn_app_with(|s| s.failed_auth_per_minute = 0).await;
     let live_key = format!("sk_live_{}", "aB3".repeat(10) + "xy"); // 32 alphanumerics
     let cases: Vec<(Option<String>, &str)> = vec![
         (None, "unauthorized"),

@@ -114,6 +114,25 @@ async fn the_rate_limit_comes_from_configuration_and_is_per_key() {
     app.send(app.get("/v1/soldes")).await.expect(200);
 }
 
+/// Guessing keys costs a bounded number of answers per address: past the allowance of requests that fail
+/// authentication, the address gets 429 with Retry-After before any work, whatever key it then sends; the
+/// dashboard and provider notices are not counted.
+#[actix_web::test]
+async fn an_address_that_keeps_failing_authentication_is_slowed_down() {
+    let app = spawn_app().await;
+    let guesser = app.with_key("sk_test_0000000000000000000000000000000X");
+    for _ in 0..app.state.settings.failed_auth_per_minute {
+        guesser.send(guesser.get("/v1/soldes")).await.expect(401);
+    }
+    let refused = guesser.send(guesser.get("/v1/soldes")).await;
+    assert_error(&refused, 429, "rate_limited", None);
+    assert!(refused.header("retry-after").is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s >= 1)));
+    app.send(app.get("/v1/soldes")).await.expect(429);
+    // The dashboard is the login's business, with its own throttling.
+    let login = app.fetch(app.get("/login").no_auth()).await;
+    login.expect(200);
+}
+
 #[actix_web::test]
 async fn request_heads_are_bounded_and_the_server_stays_up() {
     let app = spawn_app().await;

@@ -65,6 +65,8 @@ impl Server {
             .env("CAISSE_DATA_DIR", dir.path().join("data"))
             .env("CAISSE_LISTEN", "127.0.0.1:0")
             .env("CAISSE_LOG", "trace")
+            // The rolled key must stop at once for the test's last check.
+            .env("CAISSE_KEY_ROLL_GRACE", "0")
             .env("CAISSE_HTTP_WORKERS", "2")
             .env("CAISSE_SANDBOX_DELAY_MS", "100")
             .env("CAISSE_WEBHOOK_RETRY_SCHEDULE", "500ms,500ms,500ms")
