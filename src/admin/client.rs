@@ -130,13 +130,7 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
         let parsed = MerchantId::parse(id).map_err(|_| format!("`{id}` is not a merchant id"))?;
         store.merchant(&parsed).map_err(|e| e.to_string())?.ok_or_else(|| format!("no merchant {id}"))
     };
-    let view = |m: &caisse_engine::domain::records::Merchant, suspended: Option<Timestamp>| {
-        json!({
-            "id": m.id.as_str(), "name": m.name, "email": m.email, "webhook_url": m.webhook_url,
-            "statut": if suspended.is_some() { "suspendu" } else { "actif" },
-            "created_at": m.created_at, "suspended_at": suspended,
-        })
-    };
+    let view = super::merchants::view;
     match command {
         Command::Create(new) => {
             if store.merchant_by_email(&new.email).map_err(|e| e.to_string())?.is_some() {

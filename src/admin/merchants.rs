@@ -23,8 +23,8 @@ struct CreateBody {
     webhook_url: Option<String>,
 }
 
-/// A merchant as the admin API shows it, without its secrets.
-fn view(merchant: &Merchant, suspended_at: Option<Timestamp>) -> Value {
+/// A merchant as the admin API (and `caisse merchant list`) shows it, without its secrets.
+pub(crate) fn view(merchant: &Merchant, suspended_at: Option<Timestamp>) -> Value {
     json!({
         "id": merchant.id.as_str(),
         "name": merchant.name,
@@ -40,8 +40,12 @@ fn merchant_id(path: &str) -> Result<MerchantId, ApiError> {
     MerchantId::parse(path).map_err(|_| ApiError::not_found("merchant"))
 }
 
-fn find(state: &AdminState, id: &MerchantId) -> Result<Merchant, ApiError> {
-    state.app.engine.merchant(id)?.ok_or_else(|| ApiError::not_found("merchant"))
+/// The merchant an authorized request's path names.
+fn target(state: &AdminState, req: &HttpRequest, path: &str) -> Result<(MerchantId, Merchant), ApiError> {
+    authorize(state, req)?;
+    let id = merchant_id(path)?;
+    let merchant = state.app.engine.merchant(&id)?.ok_or_else(|| ApiError::not_found("merchant"))?;
+    Ok((id, merchant))
 }
 
 /// `POST /admin/merchants`: 201 with the secret key and the password, shown this once.
@@ -136,9 +140,7 @@ pub async fn get(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&state, &req)?;
-    let id = merchant_id(&path)?;
-    let merchant = find(&state, &id)?;
+    let (id, merchant) = target(&state, &req, &path)?;
     Ok(HttpResponse::Ok().json(view(&merchant, state.app.engine.suspended_since(&id)?)))
 }
 
@@ -149,9 +151,7 @@ pub async fn suspend(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&state, &req)?;
-    let id = merchant_id(&path)?;
-    let merchant = find(&state, &id)?;
+    let (id, merchant) = target(&state, &req, &path)?;
     let since = match state.app.engine.suspended_since(&id)? {
         Some(since) => since,
         None => {
@@ -171,9 +171,7 @@ pub async fn resume(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&state, &req)?;
-    let id = merchant_id(&path)?;
-    let merchant = find(&state, &id)?;
+    let (id, merchant) = target(&state, &req, &path)?;
     if state.app.engine.suspended_since(&id)?.is_some() {
         state.app.engine.set_suspended(&id, None).await?;
         tracing::warn!(merchant = %id, "merchant resumed");
@@ -188,9 +186,7 @@ pub async fn reset_password(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&state, &req)?;
-    let id = merchant_id(&path)?;
-    let mut merchant = find(&state, &id)?;
+    let (id, mut merchant) = target(&state, &req, &path)?;
     let password = random_base62(16);
     let hashed = password.clone();
     merchant.password_hash = web::block(move || merchants::hash_password(&hashed))

@@ -28,9 +28,7 @@ pub enum ProviderFieldError {
 
 impl AdapterName {
     pub fn parse(text: &str) -> Result<AdapterName, ProviderFieldError> {
-        let ok = (1..=32).contains(&text.len())
-            && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if ok {
+        if super::records::is_short_code(text) {
             Ok(AdapterName(text.to_owned()))
         } else {
             Err(ProviderFieldError::AdapterName)

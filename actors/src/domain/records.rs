@@ -24,11 +24,14 @@ pub struct ProviderCode(String);
 #[error("a provider code is 1 to 32 characters of a-z, 0-9 and _")]
 pub struct InvalidProviderCode;
 
+/// The grammar of Caisse's short codes (fournisseurs, adapters): 1 to 32 of a-z, 0-9 and `_`.
+pub(crate) fn is_short_code(text: &str) -> bool {
+    (1..=32).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 impl ProviderCode {
     pub fn parse(text: &str) -> Result<ProviderCode, InvalidProviderCode> {
-        let ok = (1..=32).contains(&text.len())
-            && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if ok {
+        if is_short_code(text) {
             Ok(ProviderCode(text.to_owned()))
         } else {
             Err(InvalidProviderCode)
