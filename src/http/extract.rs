@@ -162,7 +162,7 @@ fn json_error(path: &str, err: &serde_json::Error) -> ApiError {
             } else {
                 path.to_owned()
             };
-            let message = text.split(" at line ").next().unwrap_or(&text).to_owned();
+            let message = plain_words(text.split(" at line ").next().unwrap_or(&text));
             if field == "." || field.is_empty() {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
             } else {
@@ -170,6 +170,35 @@ fn json_error(path: &str, err: &serde_json::Error) -> ApiError {
             }
         }
     }
+}
+
+/// serde's message with Rust's names for types replaced by words a merchant reads ("expected i64" becomes
+/// "expected a whole number", "expected struct InitiateBody" becomes "expected an object").
+fn plain_words(message: &str) -> String {
+    let mut text = message.to_owned();
+    if let Some(at) = text.find("expected struct ") {
+        let rest = &text[at + "expected struct ".len()..];
+        let end = rest.find(|c: char| !c.is_alphanumeric() && c != '_').unwrap_or(rest.len());
+        text = format!("{}expected an object{}", &text[..at], &rest[end..]);
+    }
+    const NAMES: [(&str, &str); 12] = [
+        ("expected i64", "expected a whole number"),
+        ("expected i32", "expected a whole number"),
+        ("expected u64", "expected a whole number, zero or more"),
+        ("expected u32", "expected a whole number, zero or more"),
+        ("expected u16", "expected a whole number, zero or more"),
+        ("expected u8", "expected a whole number, zero or more"),
+        ("expected f64", "expected a number"),
+        ("expected a map", "expected an object"),
+        ("expected a sequence", "expected a list"),
+        ("expected a borrowed string", "expected a string"),
+        ("invalid type: map", "invalid type: object"),
+        ("invalid type: sequence", "invalid type: list"),
+    ];
+    for (rust, words) in NAMES {
+        text = text.replace(rust, words);
+    }
+    text
 }
 
 /// The query string as a map, refusing repeated or unexpected parameters.
@@ -218,5 +247,24 @@ pub fn respond(executed: Executed, status: StatusCode) -> Result<HttpResponse, A
                 .content_type("application/json")
                 .body(body))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_types_in_plain_words() {
+        assert_eq!(
+            plain_words("invalid type: string \"abc\", expected i64"),
+            "invalid type: string \"abc\", expected a whole number"
+        );
+        assert_eq!(
+            plain_words("invalid type: sequence, expected struct InitiateBody"),
+            "invalid type: list, expected an object"
+        );
+        let already = "invalid type: integer `5`, expected a string";
+        assert_eq!(plain_words(already), already);
     }
 }

@@ -146,11 +146,17 @@ async fn unparsable_bodies_are_invalid_json() {
             assert_error(&resp, 400, "invalid_json", None);
         }
     }
-    // Well-formed JSON of the wrong shape is invalid_request.
-    for body in ["[]", "42", "null", "\"text\""] {
+    // Well-formed JSON of the wrong shape is invalid_request, said in plain words (no Rust type names).
+    let wrong_types =
+        [r#"{"montant": "mille", "devise": "XOF", "fournisseur": "mtn_momo", "client_telephone": "+22997000000"}"#];
+    for body in ["[]", "42", "null", "\"text\"", wrong_types[0]] {
         let resp = app.send(app.post("/v1/paiement/initier").raw(Some("application/json"), body)).await;
         assert_eq!(resp.status, 400, "{body}");
         assert_eq!(resp.json["error"]["code"], "invalid_request", "{body}");
+        let message = resp.json["error"]["message"].as_str().unwrap_or_default();
+        for rust in ["i64", "u32", "struct", "sequence"] {
+            assert!(!message.contains(rust), "{body}: {message}");
+        }
     }
     let resp = app.send(app.post("/v1/paiement/initier").raw(Some("application/json"), vec![0xff, 0xfe, b'{'])).await;
     assert_error(&resp, 400, "invalid_json", None);
