@@ -39,6 +39,17 @@ enum Commands {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Write a consistent copy of the store into DIR (absent or empty): through the running server's admin
+    /// API when it answers, else on the store with the server stopped.
+    Backup {
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Copy a backup into the (empty) data directory and audit it. The server must be stopped.
+    Restore {
+        #[arg(long)]
+        from: PathBuf,
+    },
     /// Print a new random secret: 32 bytes from the operating system's generator, base64. Use one as the admin
     /// token.
     Keygen,
@@ -90,7 +101,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let listen = match &cli.command {
         Commands::Serve { listen } => listen.clone(),
-        Commands::Merchant { .. } | Commands::Keygen => None,
+        Commands::Merchant { .. } | Commands::Keygen | Commands::Backup { .. } | Commands::Restore { .. } => None,
     };
     if let Commands::Keygen = cli.command {
         println!("{}", keygen());
@@ -109,6 +120,12 @@ fn main() -> ExitCode {
         Commands::Serve { .. } => serve(settings),
         Commands::Merchant { command } => merchant(&settings, command),
         Commands::Keygen => Ok(()),
+        Commands::Backup { to } => client::run(&settings, client::Command::Backup(to)).map(|values| {
+            for value in values {
+                println!("{value}");
+            }
+        }),
+        Commands::Restore { from } => client::restore(&settings, &from).map(|value| println!("{value}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -31,7 +31,7 @@ use crate::merchant::{
 };
 use crate::registry::Registry;
 use crate::store::sealing::MasterKey;
-use crate::store::{AuditReport, AwaitingProvider, Located, Page, SledStore, Store, StoreError};
+use crate::store::{AuditReport, AwaitingProvider, BackupReport, Located, Page, SledStore, Store, StoreError};
 use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
 
 #[derive(Debug, Clone)]
@@ -144,6 +144,12 @@ impl Engine {
     /// What the startup audit found.
     pub fn audit_report(&self) -> &AuditReport {
         &self.inner.audit
+    }
+
+    /// Writes a consistent copy of the store into `to` (absent or empty). Writes wait while the copy is read.
+    /// Blocks: call it on a blocking thread.
+    pub fn backup(&self, to: &std::path::Path) -> Result<BackupReport, EngineError> {
+        Ok(self.inner.store.backup(to)?)
     }
 
     /// Merchant actors currently running.

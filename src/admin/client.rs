@@ -1,4 +1,4 @@
-//! The `caisse merchant ...` commands: through the running server's admin API when one answers at
+//! The `caisse merchant ...` and `caisse backup` commands: through the running server's admin API when one answers at
 //! `admin_listen`, else straight on the embedded store (which only one process may open, so a running server
 //! without an admin token is reported with what to do).
 
@@ -20,6 +20,8 @@ pub enum Command {
     Suspend(String),
     Resume(String),
     ResetPassword(String),
+    /// A consistent copy of the store into this directory (absent or empty).
+    Backup(std::path::PathBuf),
 }
 
 /// How long one admin request may take (creation hashes a password).
@@ -29,6 +31,11 @@ const MAX_PAGES: usize = 1_000;
 
 /// Runs the command and answers what to print: one JSON value per merchant or result.
 pub fn run(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
+    // The server reads a backup's directory from its own working directory: send it absolute.
+    let command = match command {
+        Command::Backup(to) => Command::Backup(std::path::absolute(&to).map_err(|e| format!("{}: {e}", to.display()))?),
+        other => other,
+    };
     if let Some(token) = &settings.admin_token {
         let address = format!("http://{}", settings.admin_listen);
         match through_admin(&address, token.expose(), &command)? {
@@ -54,6 +61,7 @@ fn through_admin(address: &str, token: &str, command: &Command) -> Result<Option
         Command::Suspend(id) => (awc::http::Method::POST, format!("/admin/merchants/{id}/suspendre"), None),
         Command::Resume(id) => (awc::http::Method::POST, format!("/admin/merchants/{id}/reactiver"), None),
         Command::ResetPassword(id) => (awc::http::Method::POST, format!("/admin/merchants/{id}/mot-de-passe"), None),
+        Command::Backup(to) => (awc::http::Method::POST, "/admin/backup".to_owned(), Some(json!({"to": to}))),
     };
     let list = matches!(command, Command::List);
     let (address, token) = (address.to_owned(), token.to_owned());
@@ -176,6 +184,12 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
             durable(store.set_suspended(&m.id, None))?;
             Ok(vec![view(&m, None)])
         }
+        Command::Backup(to) => {
+            let report = store.backup(&to).map_err(|e| e.to_string())?;
+            Ok(vec![json!({
+                "to": to, "keys": report.keys, "paused_ms": report.paused_ms, "elapsed_ms": report.elapsed_ms,
+            })])
+        }
         Command::ResetPassword(id) => {
             let mut m = find(&id)?;
             let password = random_base62(16);
@@ -184,4 +198,39 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
             Ok(vec![json!({"id": m.id.as_str(), "email": m.email, "password": password})])
         }
     }
+}
+
+/// `caisse restore --from DIR`: copies a backup into the configured data directory, which must be absent or
+/// empty (and no server may run on it), then opens it, which replays and audits it. Answers what the audit saw.
+pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, String> {
+    let data = &settings.data_dir;
+    if !from.join(caisse_engine::store::sled_store::STAMP_FILE).is_file() {
+        return Err(format!("{} is not a backup of a Caisse store (no format stamp)", from.display()));
+    }
+    if std::fs::read_dir(data).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(format!("{} is not empty: restore into an empty data directory", data.display()));
+    }
+    copy_tree(from, data).map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display()))?;
+    let store = SledStore::open_with_cache(data, settings.store_cache_bytes)
+        .map_err(|e| format!("the restored store does not open: {e}"))?
+        .with_master_key(settings.master_key.clone());
+    let report =
+        caisse_engine::store::Audit::audit(&store).map_err(|e| format!("the restored store fails its audit: {e}"))?;
+    Ok(json!({"restored": data, "merchants": report.merchants, "events": report.events, "audit": "passed"}))
+}
+
+/// Copies `from` into `to` file by file, each file synced, then the directories.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+            std::fs::File::open(&target)?.sync_all()?;
+        }
+    }
+    std::fs::File::open(to)?.sync_all()
 }

@@ -57,10 +57,46 @@ fn configure(cfg: &mut web::ServiceConfig) {
     .service(web::resource("/admin/merchants/{id}/suspendre").route(web::post().to(merchants::suspend)))
     .service(web::resource("/admin/merchants/{id}/reactiver").route(web::post().to(merchants::resume)))
     .service(web::resource("/admin/merchants/{id}/mot-de-passe").route(web::post().to(merchants::reset_password)))
+    .service(web::resource("/admin/backup").route(web::post().to(backup)))
     .service(web::resource("/metrics").route(web::get().to(metrics::render)))
     .default_service(web::to(|| async {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint").into_response()
     }));
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackupBody {
+    /// An absolute directory on the server's machine, absent or empty.
+    to: String,
+}
+
+/// `POST /admin/backup {"to": DIR}`: a consistent copy of the running store (docs/operations.md § Backups).
+async fn backup(
+    state: web::Data<AdminState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&state, &req)?;
+    let body = crate::http::extract::read_body(&req, payload).await?;
+    let b: BackupBody = crate::http::extract::parse_json(&req, &body, false)?;
+    let to = std::path::PathBuf::from(&b.to);
+    if !to.is_absolute() {
+        return Err(ApiError::invalid("to", "an absolute directory on the server's machine"));
+    }
+    if std::fs::read_dir(&to).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(ApiError::invalid("to", "the directory is not empty; a backup goes to a new directory"));
+    }
+    let engine = state.app.engine.clone();
+    let target = to.clone();
+    let report = web::block(move || engine.backup(&target)).await.map_err(|e| ApiError::internal("backup", e))??;
+    tracing::warn!(to = %to.display(), keys = report.keys, paused_ms = report.paused_ms, "backup made through the admin API");
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "to": b.to,
+        "keys": report.keys,
+        "paused_ms": report.paused_ms,
+        "elapsed_ms": report.elapsed_ms,
+    })))
 }
 
 /// Checks `Authorization: Bearer <admin token>` in constant time.

@@ -37,9 +37,11 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, A
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <secret key>"))?;
+    // The scheme's name is case-insensitive (RFC 9110 § 11.1): `bearer` and `BEARER` are `Bearer`.
     let key = header
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+        .map(|_| header[7..].trim())
         .ok_or_else(|| ApiError::unauthorized("the Authorization header must be Bearer <secret key>"))?;
     let env = state.settings.environment;
     let other = match env {

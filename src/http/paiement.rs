@@ -179,7 +179,8 @@ pub async fn initiate(
     let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payment)?;
     let production = state.settings.environment == Environment::Production;
     let return_url = optional("url_retour", b.return_url, |text| ReturnUrl::parse(text, production))?;
-    let phone = Phone::parse(&b.customer_phone).map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?;
+    let phone =
+        Phone::parse_written(&b.customer_phone).map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?;
     let ask = Ask { operation: Operation::Payment, currency, amount };
     let route = ProviderRoute { return_url, ..check_route(provider, &phone, "client_telephone", &ask)? };
     let new = NewPayment {

@@ -54,8 +54,8 @@ pub async fn create(
     let b: CreateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
     let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payout)?;
-    let phone =
-        Phone::parse(&b.beneficiary_phone).map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?;
+    let phone = Phone::parse_written(&b.beneficiary_phone)
+        .map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?;
     let ask = Ask { operation: Operation::Payout, currency, amount };
     let route = check_route(provider, &phone, "beneficiaire_telephone", &ask)?;
     let new = NewPayout {

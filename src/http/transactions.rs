@@ -125,7 +125,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     Ok(HttpResponse::Ok().json(Listed::one_more(page, limit, |tx| tx.transaction_id.clone())))
 }
 
-/// Retrieve a transaction by payment reference, refund reference or payout id.
+/// Retrieve a transaction by payment reference, refund reference, payout id or transaction id.
 #[utoipa::path(get, path = "/v1/transactions/{reference}", tag = "transactions",
     params(("reference" = String, Path)),
     responses((status = 200, description = "The transaction", body = Transaction), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
@@ -137,7 +137,18 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
-    let located = state.engine.locate(&merchant.id, &path)?.ok_or_else(|| ApiError::not_found("transaction"))?;
+    // A reference first (a merchant may choose one that starts with `tx_`), then one of our `tx_` ids, which
+    // must be this merchant's: another merchant's id is not found, like an unknown one.
+    let located = match state.engine.locate(&merchant.id, &path)? {
+        Some(located) => Some(located),
+        None if path.starts_with("tx_") => state
+            .engine
+            .owner_of_transaction(&path)?
+            .filter(|(owner, _)| *owner == merchant.id)
+            .map(|(_, located)| located),
+        None => None,
+    };
+    let located = located.ok_or_else(|| ApiError::not_found("transaction"))?;
     let tx = match (&located.record, located.kind) {
         (Record::Payout(o), _) => Transaction::of_payout(o),
         (Record::Payment(p), TransactionType::Refund) => match &p.refund {

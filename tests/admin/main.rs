@@ -8,6 +8,7 @@ mod support;
 #[path = "../dashboard/agent.rs"]
 mod agent;
 
+mod backup;
 mod binary;
 mod merchants;
 mod metrics;

@@ -302,3 +302,21 @@ async fn unknown_transaction_is_404() {
         assert_error(&resp, 404, "not_found", None);
     }
 }
+
+/// A transaction is also found by its `tx_` id, the merchant's own only; a payment whose reference looks like
+/// a transaction id is still found by its reference first.
+#[actix_web::test]
+async fn a_transaction_is_found_by_its_transaction_id() {
+    let app = spawn_app().await;
+    let paid = app.fund(5_000).await;
+    let tx = text(&paid["transaction_id"]).to_owned();
+    let found = app.get_ok(&format!("/v1/transactions/{tx}")).await;
+    assert_transaction_shape(&found);
+    assert_eq!((found["reference"].clone(), found["type"].clone()), (paid["reference"].clone(), json!("paiement")));
+    let other = app.create_merchant("Autre", None).await.merchant.secret_key;
+    let theirs = app.with_key(&other);
+    let refused = theirs.send(theirs.get(&format!("/v1/transactions/{tx}"))).await;
+    assert_error(&refused, 404, "not_found", None);
+    let unknown = app.send(app.get("/v1/transactions/tx_01JD0000000000000000000000")).await;
+    assert_error(&unknown, 404, "not_found", None);
+}

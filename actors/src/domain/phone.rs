@@ -2,9 +2,9 @@
 //!
 //! Mobile-money providers address people by phone number, so a malformed number must be
 //! refused at the API edge (docs/api.md § Payments, Payouts) rather than reach a provider. This module
-//! owns the one accepted spelling: `+`, then 8 to 15 digits, the first of which is not `0`.
-//! No spaces, dashes or national prefixes are normalised away, so the stored value is always the
-//! exact string the provider and the sandbox will see.
+//! owns the one stored spelling: `+`, then 8 to 15 digits, the first of which is not `0`, which is the exact
+//! string the provider and the sandbox will see. [`Phone::parse_written`] reads a number as people write it
+//! (spaces, dashes, dots, parentheses, a `00` international prefix) into that spelling.
 
 use std::fmt;
 use std::str::FromStr;
@@ -61,6 +61,25 @@ impl Phone {
     pub const MIN_DIGITS: usize = 8;
     /// Most digits accepted after the `+`, the E.164 maximum.
     pub const MAX_DIGITS: usize = 15;
+
+    /// Longest input [`Phone::parse_written`] looks at: separators included, a number is never longer.
+    const MAX_WRITTEN: usize = 40;
+
+    /// A number as people write it (`+229 97 00 00 01`, `+229-97.00.00.01`, `0022997000001`): spaces,
+    /// dashes, dots and parentheses are dropped and a leading `00` is read as `+`, then the result must be
+    /// E.164 ([`Phone::parse`]). A number without its country code cannot be read without knowing the
+    /// country, so it is refused like any other non-E.164 text.
+    pub fn parse_written(input: &str) -> Result<Phone, PhoneError> {
+        if input.len() > Self::MAX_WRITTEN {
+            return Err(PhoneError::BadLength { digits: input.len() });
+        }
+        let compact: String =
+            input.trim().chars().filter(|c| !matches!(c, ' ' | '-' | '.' | '(' | ')' | '\u{a0}')).collect();
+        match compact.strip_prefix("00") {
+            Some(rest) => Phone::parse(&format!("+{rest}")),
+            None => Phone::parse(&compact),
+        }
+    }
 
     /// Checks the E.164 shape and keeps the number exactly as written.
     pub fn parse(input: &str) -> Result<Phone, PhoneError> {
@@ -140,6 +159,23 @@ impl From<Phone> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_numbers_are_read_into_e164() {
+        for written in
+            ["+229 97 00 00 01", "+229-97-00-00-01", "+229.97.00.00.01", "0022997000001", " +229 (97) 000001 "]
+        {
+            assert_eq!(
+                Phone::parse_written(written).map(|p| p.as_str().to_owned()),
+                Ok("+22997000001".into()),
+                "{written}"
+            );
+        }
+        assert_eq!(Phone::parse_written("97 00 00 01"), Err(PhoneError::MissingPlus), "no country code");
+        assert!(Phone::parse_written("+229 97 00 00 0a").is_err());
+        assert!(Phone::parse_written(&format!("+229{}", " ".repeat(60))).is_err());
+        assert_eq!(Phone::parse("+229 97000001"), Err(PhoneError::NonDigit), "the stored form stays strict");
+    }
 
     #[test]
     fn the_country_comes_from_the_calling_code() {

@@ -127,6 +127,16 @@ pub struct AuditReport {
     pub elapsed_ms: u64,
 }
 
+/// What a backup copied, and how long writes waited for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackupReport {
+    /// Keys copied, every tree together.
+    pub keys: u64,
+    /// How long the writer was paused while the copy was read.
+    pub paused_ms: u64,
+    pub elapsed_ms: u64,
+}
+
 /// A transaction found by one of its references, and the record that holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located {

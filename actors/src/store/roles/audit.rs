@@ -1,6 +1,9 @@
-//! The audit role: whether the stored balances agree with the ledger, and whether writes succeed.
+//! The audit role: whether the stored balances agree with the ledger, whether writes succeed, and a
+//! consistent copy of the whole store.
 
-use crate::store::{AuditReport, StoreError};
+use std::path::Path;
+
+use crate::store::{AuditReport, BackupReport, StoreError};
 
 /// Checks of the whole store.
 pub trait Audit: Send + Sync {
@@ -8,4 +11,7 @@ pub trait Audit: Send + Sync {
     fn audit(&self) -> Result<AuditReport, StoreError>;
     /// True when a durable write currently succeeds.
     fn healthy(&self) -> bool;
+    /// Writes a consistent copy of the store, as of one moment, into `to` (absent or empty), durably; a store
+    /// opened there is this one as of that moment. Blocks: call it off any async runtime.
+    fn backup(&self, to: &Path) -> Result<BackupReport, StoreError>;
 }

@@ -9,6 +9,7 @@
 //! a merchant's recovery and for the startup audit.
 
 mod accounts;
+mod backup;
 mod open;
 mod outbox;
 mod records;
@@ -26,7 +27,7 @@ use serde::de::DeserializeOwned;
 use super::layout::*;
 use super::overlay::{Merged, Overlay};
 use super::writer::Writer;
-use super::{Audit, AuditReport, Change, Commits, FailureLatch, Recovered, StoreError, Ticket};
+use super::{Audit, AuditReport, BackupReport, Change, Commits, FailureLatch, Recovered, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 use crate::store::sealing::MasterKey;
@@ -110,5 +111,9 @@ impl Audit for SledStore {
 
     fn healthy(&self) -> bool {
         self.healthy.load(Ordering::Acquire)
+    }
+
+    fn backup(&self, to: &std::path::Path) -> Result<BackupReport, StoreError> {
+        self.copy_to(to)
     }
 }

@@ -74,7 +74,13 @@ struct Job {
     /// Notifications this job creates, handed to the webhook dispatcher once they are durable.
     notify: Vec<Notification>,
     done: oneshot::Sender<Result<(), StoreError>>,
+    /// A pause ([`Writer::pause`]): once this job's batch is committed the writer waits until the sender is
+    /// dropped, so nothing commits while a consistent copy is read.
+    hold: Option<std_mpsc::Receiver<()>>,
 }
+
+/// Longest a pause holds the writer, whatever its holder does.
+pub(crate) const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The handle on the writer thread. Dropping it lets the thread finish what is queued and checkpoint, then
 /// waits for it, so that sled is closed (and its lock released) when the store is dropped.
@@ -212,6 +218,21 @@ impl Writer {
         self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
     }
 
+    /// Stops the writer after everything queued before this call is committed: once the ticket completes
+    /// (Ok), nothing commits until the returned sender is dropped (or [`MAX_PAUSE`] passes), and every read
+    /// sees one moment of the store. Writes queue meanwhile, and are refused once the queue is full.
+    pub(crate) fn pause(&self) -> Result<(Ticket, std_mpsc::SyncSender<()>), StoreError> {
+        let (release, hold) = std_mpsc::sync_channel(0);
+        let (done, ticket) = oneshot::channel();
+        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, hold: Some(hold) };
+        let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
+        match queue.try_send(job) {
+            Ok(()) => Ok((ticket, release)),
+            Err(TrySendError::Full(_)) => Err(StoreError::Overloaded),
+            Err(TrySendError::Disconnected(_)) => Err(StoreError::Closed),
+        }
+    }
+
     pub(crate) fn submit(
         &self,
         ops: Vec<Op>,
@@ -222,7 +243,7 @@ impl Writer {
             return Err(StoreError::Aborted);
         }
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops, guard: guard.cloned(), notify, done };
+        let job = Job { ops, guard: guard.cloned(), notify, done, hold: None };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok(ticket),

@@ -60,7 +60,13 @@ impl WriterThread {
                             Err(_) => break,
                         }
                     }
+                    let holds: Vec<_> = batch.iter_mut().filter_map(|job| job.hold.take()).collect();
                     self.commit(batch);
+                    // Paused: the batch (everything queued before the pause) is committed; nothing more until
+                    // the holder lets go.
+                    for hold in holds {
+                        let _ = hold.recv_timeout(super::MAX_PAUSE);
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => self.idle(),
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -81,7 +87,12 @@ impl WriterThread {
         if batch.is_empty() {
             return;
         }
-        let result = self.write(&mut batch);
+        // A batch of nothing but pauses writes no log record.
+        let result = if batch.iter().all(|job| job.ops.is_empty()) {
+            self.broken.clone().map_or(Ok(()), Err)
+        } else {
+            self.write(&mut batch)
+        };
         if let Err(err) = &result {
             tracing::error!(error = %err, jobs = batch.len(), "group commit failed; its changes are refused");
         }
