@@ -107,10 +107,13 @@ fn through_admin(address: &str, token: &str, command: &Command) -> Result<Option
     })
 }
 
-/// True when the error is a connection refused: no server listens there.
+/// True when the connection was refused: no server listens there.
 fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
-    let text = error.to_string().to_lowercase();
-    text.contains("refused") || text.contains("failed to connect")
+    use awc::error::{ConnectError, SendRequestError};
+    matches!(
+        error.downcast_ref::<SendRequestError>(),
+        Some(SendRequestError::Connect(ConnectError::Io(io))) if io.kind() == std::io::ErrorKind::ConnectionRefused
+    )
 }
 
 fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
