@@ -23,25 +23,22 @@
 //! that the answer's timing does not say which e-mails have accounts.
 
 use std::future::{ready, Ready};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
-use argon2::password_hash::{PasswordHash, PasswordVerifier};
-use argon2::Argon2;
 use caisse_engine::domain::ids::{random_base62, MerchantId};
 use caisse_engine::domain::records::Merchant;
 use dashmap::DashMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::checker::Checker;
 use super::{html, layout, read_form, redirect, DashError, Form};
 use crate::client_address::client_address;
 use crate::config::Environment;
 use crate::http::AppState;
-use crate::merchants;
 
 pub const SESSION_COOKIE: &str = "caisse_session";
 const LOGIN_COOKIE: &str = "caisse_login";
@@ -79,12 +76,12 @@ pub struct DashboardState {
     pub by_address: Throttle,
     /// Permits for the password checks running at once.
     checks: tokio::sync::Semaphore,
+    /// Where they run.
+    checker: Checker,
     /// Held while a merchant account is read, changed and written back (key roll, webhook URL).
     pub merchant_updates: tokio::sync::Mutex<()>,
     /// `Secure` on cookies: production runs behind https.
     secure_cookies: bool,
-    /// An argon2 hash of nothing anybody knows, made on first use, to check unknown e-mails against.
-    dummy_hash: OnceLock<String>,
 }
 
 impl DashboardState {
@@ -95,9 +92,9 @@ impl DashboardState {
             by_account: Throttle::new(MAX_ACCOUNT_ATTEMPTS, ACCOUNT_WINDOW, MAX_TRACKED),
             by_address: Throttle::new(MAX_ADDRESS_ATTEMPTS, FAILURE_WINDOW, MAX_TRACKED),
             checks: tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS),
+            checker: Checker::start(),
             merchant_updates: tokio::sync::Mutex::new(()),
             secure_cookies: environment == Environment::Production,
-            dummy_hash: OnceLock::new(),
         }
     }
 
@@ -416,19 +413,7 @@ pub async fn login(
     let merchant = if email.len() <= MAX_EMAIL_LEN { state.engine.merchant_by_email(&email)? } else { None };
     let valid = password.len() <= MAX_PASSWORD_LEN && merchant.is_some();
     let hash = merchant.as_ref().map(|m| m.password_hash.clone());
-    let checker = dash.clone();
-    let verified = web::block(move || {
-        let hash = match hash {
-            Some(hash) => hash,
-            None => checker
-                .dummy_hash
-                .get_or_init(|| merchants::hash_password(&random_base62(TOKEN_LEN)).unwrap_or_default())
-                .clone(),
-        };
-        verify_password(&password, &hash)
-    })
-    .await
-    .map_err(|e| DashError::internal("password check", e))?;
+    let verified = dash.checker.verify(password, hash).await;
     match merchant {
         Some(merchant) if valid && verified && state.engine.suspended_since(&merchant.id)?.is_some() => {
             give_back();
@@ -460,13 +445,6 @@ pub async fn login(
             let message = "E-mail ou mot de passe incorrect.".to_owned();
             Ok(login_page(&dash, &req, StatusCode::UNAUTHORIZED, &email, Some(message)))
         }
-    }
-}
-
-fn verify_password(password: &str, hash: &str) -> bool {
-    match PasswordHash::new(hash) {
-        Ok(parsed) => Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok(),
-        Err(_) => false,
     }
 }
 
@@ -586,13 +564,5 @@ mod tests {
         assert_eq!(sessions.len(), MAX_SESSIONS_PER_MERCHANT);
         assert!(sessions.get(&ids[0], t0).is_none(), "the oldest went");
         assert!(sessions.get(ids.last().expect("one"), t0).is_some());
-    }
-
-    #[test]
-    fn passwords_are_checked_against_argon2_hashes() {
-        let hash = merchants::hash_password("correct horse").expect("hash");
-        assert!(verify_password("correct horse", &hash));
-        assert!(!verify_password("wrong horse", &hash));
-        assert!(!verify_password("correct horse", "not a hash"));
     }
 }

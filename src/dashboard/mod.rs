@@ -13,6 +13,7 @@
 //! cannot overwrite each other.
 
 pub mod auth;
+mod checker;
 mod keys;
 pub mod layout;
 mod overview;
