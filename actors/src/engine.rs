@@ -355,10 +355,7 @@ impl Engine {
     /// accepted for the merchant goes on: only new requests are refused.
     pub async fn set_suspended(&self, id: &MerchantId, at: Option<Timestamp>) -> Result<(), EngineError> {
         let ticket = self.inner.store.set_suspended(id, at)?;
-        match ticket.await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(EngineError::from(StoreError::Closed)),
-        }
+        durable(ticket).await
     }
 
     /// Changes whenever a merchant record changes, once the change is visible (for caches of merchants).
@@ -370,10 +367,7 @@ impl Engine {
     /// being replaced, if any, which stops working in the same write.
     pub async fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<(), EngineError> {
         let ticket = self.inner.store.put_merchant(merchant, previous_key)?;
-        match ticket.await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(EngineError::from(StoreError::Closed)),
-        }
+        durable(ticket).await
     }
 
     /// Writes a merchant whose key was rolled, the previous key still valid until `until`; answers once
@@ -385,10 +379,7 @@ impl Engine {
         until: Timestamp,
     ) -> Result<(), EngineError> {
         let ticket = self.inner.store.put_merchant_keeping(merchant, previous_key, until)?;
-        match ticket.await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(EngineError::from(StoreError::Closed)),
-        }
+        durable(ticket).await
     }
 
     /// Until when a rolled key still authenticates (`None`: never rolled with a grace).
@@ -408,5 +399,13 @@ impl Engine {
 
     pub async fn balances(&self, merchant: &MerchantId) -> Result<Balances, EngineError> {
         self.ask(merchant, GetBalances).await
+    }
+}
+
+/// Waits until a store write is durable (Ok) or known not to be.
+async fn durable(ticket: crate::store::Ticket) -> Result<(), EngineError> {
+    match ticket.await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(EngineError::from(StoreError::Closed)),
     }
 }

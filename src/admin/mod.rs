@@ -105,7 +105,7 @@ fn authorize(state: &AdminState, req: &HttpRequest) -> Result<(), ApiError> {
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| v[7..].trim()))
+        .and_then(crate::http::extract::bearer_token)
         .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <admin token>"))?;
     if bool::from(given.as_bytes().ct_eq(state.token.expose().as_bytes())) {
         Ok(())

@@ -1,11 +1,11 @@
 //! The "API keys" section (docs/api.md § Dashboard and operator commands): the secret key, masked with a reveal control
 //! and a roll control behind a confirmation, and the field "Webhook URL" with its save.
 //!
-//! Rolling writes the merchant with a new key and drops the old key's index entry in the same durable write
-//! ([`Store::put_merchant`](caisse_engine::store::Store::put_merchant) with the previous key), and the page
-//! answers only once that write is durable: from then on the API refuses the old key (its lookup finds
-//! nothing) and the delivery pool, which reads the merchant's current key at each attempt, signs with the new
-//! one. The Webhook URL is checked by the webhook URL rules for this server's environment; in production that
+//! Rolling writes the merchant with a new key in one durable write, and the page answers only once it is
+//! durable. With no grace (`key_roll_grace = 0`) the same write drops the old key's index entry, so the API
+//! refuses it at once; with a grace, the write keeps the entry and records until when the old key is valid
+//! (`Engine::put_merchant_keeping`), after which the API refuses it. From the roll on, the delivery pool,
+//! which reads the merchant's current key at each attempt, signs with the new one. The Webhook URL is checked by the webhook URL rules for this server's environment; in production that
 //! resolves the host, so the check runs on a blocking thread. The pool reads the URL at each attempt too,
 //! so the next delivery goes to the saved URL.
 //!
@@ -213,11 +213,7 @@ pub async fn save_webhook(
         }
     };
     let url = url.map(|u| u.as_str().to_owned());
-    update_merchant(&state, &dash, &user, move |m| {
-        m.webhook_url = url;
-        None
-    })
-    .await?;
+    update_merchant(&state, &dash, &user, move |m| m.webhook_url = url).await?;
     tracing::info!(target: "caisse::dashboard", merchant = %user.merchant.id.as_str(), "webhook URL changed");
     Ok(redirect("/keys?info=webhook_enregistre"))
 }
@@ -237,17 +233,16 @@ fn reason(e: &UrlError) -> String {
 }
 
 /// Reads the merchant afresh, applies `change` and writes it back, waiting until the write is durable.
-/// `change` returns the key the merchant had before, when it replaced it, so that key stops working.
 async fn update_merchant(
     state: &AppState,
     dash: &DashboardState,
     user: &LoggedIn,
-    change: impl FnOnce(&mut Merchant) -> Option<String>,
+    change: impl FnOnce(&mut Merchant),
 ) -> Result<(), DashError> {
     let _guard = dash.merchant_updates.lock().await;
     let mut merchant = state.engine.merchant(&user.merchant.id)?.ok_or(DashError::Login)?;
-    let previous_key = change(&mut merchant);
-    Ok(state.engine.put_merchant(merchant, previous_key).await?)
+    change(&mut merchant);
+    Ok(state.engine.put_merchant(merchant, None).await?)
 }
 
 #[cfg(test)]

@@ -37,11 +37,7 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, A
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <secret key>"))?;
-    // The scheme's name is case-insensitive (RFC 9110 § 11.1): `bearer` and `BEARER` are `Bearer`.
-    let key = header
-        .get(..7)
-        .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
-        .map(|_| header[7..].trim())
+    let key = bearer_token(header)
         .ok_or_else(|| ApiError::unauthorized("the Authorization header must be Bearer <secret key>"))?;
     let env = state.settings.environment;
     let other = match env {
@@ -76,6 +72,13 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, A
     }
     state.rate_limiter.check(&merchant.id)?;
     Ok(merchant)
+}
+
+/// The credentials of an `Authorization: Bearer <credentials>` value. The scheme's name is case-insensitive
+/// (RFC 9110 § 11.1): `bearer` and `BEARER` are `Bearer`.
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let scheme = header.get(..7)?;
+    scheme.eq_ignore_ascii_case("bearer ").then(|| header[7..].trim())
 }
 
 /// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] as soon as it is exceeded.

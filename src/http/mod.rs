@@ -172,11 +172,11 @@ where
     let method = req.method().clone();
     let path = req.path().to_owned();
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
-    let trusted = req.app_data::<web::Data<AppState>>().map(|s| s.settings.trusted_proxies.as_slice()).unwrap_or(&[]);
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let trusted = state.as_ref().map_or(&[][..], |s| s.settings.trusted_proxies.as_slice());
     let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
     let client_ip = crate::client_address::client_address(req.peer_addr().map(|a| a.ip()), forwarded, trusted);
     let client = client_ip.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
-    let state = req.app_data::<web::Data<AppState>>().cloned();
     // An address that keeps failing authentication is answered 429 before any work.
     let blocked = match (&state, client_ip) {
         (Some(state), Some(ip)) if keyed(&path) => state.failed_auth.check(ip, started).err(),

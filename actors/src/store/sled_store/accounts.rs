@@ -20,6 +20,15 @@ impl SledStore {
         self.get::<Merchant>(MERCHANTS, id)?.map(|m| self.opened(m)).transpose()
     }
 
+    /// The record as stored: its key sealed when a master key is set (its lookup entry is the key's hash).
+    fn sealed(&self, merchant: &Merchant) -> Result<Merchant, StoreError> {
+        let mut stored = merchant.clone();
+        if let Some(key) = &self.master_key {
+            stored.secret_key = key.seal(&merchant.id, &merchant.secret_key)?;
+        }
+        Ok(stored)
+    }
+
     fn opened(&self, mut merchant: Merchant) -> Result<Merchant, StoreError> {
         merchant.secret_key = sealing::open(self.master_key.as_ref(), &merchant.id, &merchant.secret_key)?;
         Ok(merchant)
@@ -34,11 +43,7 @@ impl Accounts for SledStore {
                 return Err(StoreError::Conflict(format!("a merchant with e-mail {email} already exists")));
             }
         }
-        // The record holds the key sealed when a master key is set; its lookup entry is the hash of the key.
-        let mut stored = merchant.clone();
-        if let Some(key) = &self.master_key {
-            stored.secret_key = key.seal(&merchant.id, &merchant.secret_key)?;
-        }
+        let stored = self.sealed(&merchant)?;
         let mut ops = vec![
             Op::Insert(MERCHANTS, merchant.id.as_bytes().to_vec(), encode(&stored)?),
             Op::Insert(MERCHANT_KEYS, key_hash(&merchant.secret_key), merchant.id.as_bytes().to_vec()),
@@ -56,10 +61,7 @@ impl Accounts for SledStore {
         previous_key: String,
         until: Timestamp,
     ) -> Result<Ticket, StoreError> {
-        let mut stored = merchant.clone();
-        if let Some(key) = &self.master_key {
-            stored.secret_key = key.seal(&merchant.id, &merchant.secret_key)?;
-        }
+        let stored = self.sealed(&merchant)?;
         // The e-mail is the merchant's own (a roll changes nothing else), so no conflict check is needed.
         let ops = vec![
             Op::Insert(MERCHANTS, merchant.id.as_bytes().to_vec(), encode(&stored)?),
