@@ -146,7 +146,6 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
     }
     let (latency_ms, throttled) = {
         let mut state = fake.lock();
-        record(&mut state, &req, &body);
         let throttled = state.knobs.too_many_requests > 0;
         if throttled {
             state.knobs.too_many_requests -= 1;
@@ -157,6 +156,7 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
     }
     if throttled {
+        record(&mut fake.lock(), &req, &body);
         let body = match fake.provider {
             Provider::Pawapay(_) => pawapay::too_many_requests(),
             Provider::Mtn(_) => mtn::too_many_requests(),
@@ -171,6 +171,9 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
         Provider::Pawapay(config) => pawapay::handle(&fake, config, &call),
         Provider::Mtn(config) => mtn::handle(&fake, config, &call),
     };
+    // Recorded once handled: whoever sees a request in the log also sees what it created, so a test that
+    // acts on "the request reached the provider" never races the creation.
+    record(&mut fake.lock(), &req, &body);
     if !reply.created {
         return reply.into_response();
     }
