@@ -33,6 +33,46 @@ async fn pay(engine: &Engine, m: &MerchantId, amount: i64) -> caisse_engine::dom
     payment_of(done(engine.execute(m, cmd, None).await))
 }
 
+/// Refunds one at a time: a part, a refused one, then the rest; the payment ends `rembourse` with every
+/// refund listed, and the fees stay with the service (two payments' funds pay for one full refund).
+#[actix::test]
+async fn several_refunds_take_a_payment_to_rembourse() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+    let reference = pay(&engine, &m, 10_000).await.reference;
+    pay(&engine, &m, 10_000).await;
+    let steps = [
+        (Some(4_000), RefundOutcome::Completed, PaymentStatus::PartlyRefunded),
+        (Some(1_000), RefundOutcome::Refused, PaymentStatus::PartlyRefunded),
+        (None, RefundOutcome::Completed, PaymentStatus::Refunded),
+    ];
+    for (amount, outcome, status) in steps {
+        let amount = amount.map(|a| Amount::positive(a).unwrap());
+        let cmd = Command::RequestRefund { reference: reference.clone(), amount, reason: None };
+        let p = payment_of(done(engine.execute(&m, cmd, None).await));
+        let refund = p.refund.as_ref().unwrap().reference.clone();
+        // One at a time: another refund while this one is under way is refused.
+        let again = Command::RequestRefund { reference: reference.clone(), amount: None, reason: None };
+        let refused = engine.execute(&m, again, None).await;
+        assert!(matches!(refused, Err(EngineError::Rejected(Rejection::InvalidState(_)))), "{refused:?}");
+        let cmd = Command::RefundNotice { reference: reference.clone(), refund, outcome };
+        assert_eq!(payment_of(done(engine.execute(&m, cmd, None).await)).status, status);
+    }
+    let p = engine.payment(&m, reference.as_str()).await.unwrap().unwrap();
+    let refunds: Vec<_> = p.refunds.iter().map(|r| (r.amount.minor(), r.status)).collect();
+    assert_eq!(
+        refunds,
+        [(4_000, RefundStatus::Succeeded), (1_000, RefundStatus::Failed), (6_000, RefundStatus::Succeeded)]
+    );
+    assert_eq!(p.refunded_amount.minor(), 10_000);
+    let b = engine.balances(&m).await.unwrap().get(xof());
+    assert_eq!((b.available, b.pending), (2 * 9_850 - 10_000, 0));
+    // Nothing is left to refund.
+    let cmd = Command::RequestRefund { reference: reference.clone(), amount: None, reason: None };
+    assert!(matches!(engine.execute(&m, cmd, None).await, Err(EngineError::Rejected(Rejection::InvalidState(_)))));
+}
+
 #[actix::test]
 async fn a_full_life_moves_money_and_writes_notifications() {
     let dir = tempfile::tempdir().unwrap();
@@ -61,9 +101,11 @@ async fn a_full_life_moves_money_and_writes_notifications() {
     let b = engine.balances(&m).await.unwrap().get(xof());
     assert_eq!((b.available, b.pending), (5_850, 4_000));
 
-    let cmd = Command::RefundNotice { reference: reference.clone(), outcome: RefundOutcome::Completed };
+    let refund = p.refunds[0].reference.clone();
+    let cmd = Command::RefundNotice { reference: reference.clone(), refund, outcome: RefundOutcome::Completed };
     let p = payment_of(done(engine.execute(&m, cmd, None).await));
-    assert_eq!(p.status, PaymentStatus::Refunded);
+    assert_eq!(p.status, PaymentStatus::PartlyRefunded);
+    assert_eq!(p.refunded_amount.minor(), 4_000);
 
     let o = match done(engine.execute(&m, Command::CreatePayout(new_payout(5_000)), None).await) {
         Record::Payout(o) => o,

@@ -135,12 +135,41 @@ struct Fee {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Initiate { m: usize, currency: usize, amount: i64, fee: Fee, reference: RefChoice },
-    Notice { m: usize, target: Pick, notice: NoticeKind },
-    Refund { m: usize, target: Pick, amount: RefundAmount },
-    RefundNotice { m: usize, target: Pick, completed: bool },
-    Payout { m: usize, currency: usize, amount: PayoutAmount, fee: Fee },
-    PayoutNotice { m: usize, target: Pick, sent: bool },
+    Initiate {
+        m: usize,
+        currency: usize,
+        amount: i64,
+        fee: Fee,
+        reference: RefChoice,
+    },
+    Notice {
+        m: usize,
+        target: Pick,
+        notice: NoticeKind,
+    },
+    Refund {
+        m: usize,
+        target: Pick,
+        amount: RefundAmount,
+    },
+    /// `back`: how many refunds before the latest the notice is about.
+    RefundNotice {
+        m: usize,
+        target: Pick,
+        completed: bool,
+        back: usize,
+    },
+    Payout {
+        m: usize,
+        currency: usize,
+        amount: PayoutAmount,
+        fee: Fee,
+    },
+    PayoutNotice {
+        m: usize,
+        target: Pick,
+        sent: bool,
+    },
 }
 
 fn pick() -> impl Strategy<Value = Pick> {
@@ -174,7 +203,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(NoticeKind::Expired),
     ];
     let refund_amount = prop_oneof![
-        3 => Just(RefundAmount::Full),
+        4 => Just(RefundAmount::Full),
         4 => (1i64..=1000).prop_map(RefundAmount::PerMille),
         1 => prop_oneof![Just(1i64), 1i64..=10_000].prop_map(RefundAmount::Above),
         1 => (1i64..=1_000_000).prop_map(RefundAmount::Raw),
@@ -189,9 +218,9 @@ fn op() -> impl Strategy<Value = Op> {
         25 => (m.clone(), 0..CURRENCIES.len(), amount(), fee(), reference)
             .prop_map(|(m, currency, amount, fee, reference)| Op::Initiate { m, currency, amount, fee, reference }),
         35 => (m.clone(), pick(), notice).prop_map(|(m, target, notice)| Op::Notice { m, target, notice }),
-        10 => (m.clone(), pick(), refund_amount).prop_map(|(m, target, amount)| Op::Refund { m, target, amount }),
-        10 => (m.clone(), pick(), any::<bool>())
-            .prop_map(|(m, target, completed)| Op::RefundNotice { m, target, completed }),
+        15 => (m.clone(), pick(), refund_amount).prop_map(|(m, target, amount)| Op::Refund { m, target, amount }),
+        15 => (m.clone(), pick(), any::<bool>(), prop_oneof![6 => Just(0usize), 1 => 1usize..=3])
+            .prop_map(|(m, target, completed, back)| Op::RefundNotice { m, target, completed, back }),
         10 => (m.clone(), 0..CURRENCIES.len(), payout_amount, fee())
             .prop_map(|(m, currency, amount, fee)| Op::Payout { m, currency, amount, fee }),
         10 => (m, pick(), any::<bool>()).prop_map(|(m, target, sent)| Op::PayoutNotice { m, target, sent }),
@@ -209,7 +238,10 @@ struct MPayment {
     fee: i64,
     net: i64,
     status: PaymentStatus,
-    refund: Option<MRefund>,
+    /// Every refund, oldest first.
+    refunds: Vec<MRefund>,
+    /// The sum of the completed refunds.
+    refunded: i64,
     /// How many times the merchant was credited for this payment (the invariant: at most once).
     credits: u32,
 }
@@ -219,6 +251,26 @@ struct MRefund {
     reference: String,
     amount: i64,
     status: RefundStatus,
+}
+
+/// The most refunds one payment takes (docs/api.md § Refunds).
+const MODEL_MAX_REFUNDS: usize = 50;
+
+impl MPayment {
+    fn latest(&self) -> Option<&MRefund> {
+        self.refunds.last()
+    }
+
+    /// Paid, and no refund under way: a refund may be asked for.
+    fn refund_open(&self) -> bool {
+        matches!(self.status, PaymentStatus::Succeeded | PaymentStatus::PartlyRefunded)
+            && self.latest().is_none_or(|r| r.status != RefundStatus::Processing)
+    }
+
+    /// The amount less every refund not refused.
+    fn left(&self) -> i64 {
+        self.amount - self.refunds.iter().filter(|r| r.status != RefundStatus::Failed).map(|r| r.amount).sum::<i64>()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -261,7 +313,7 @@ enum Apply {
     NewPayment(MPayment),
     PaymentStatus { reference: String, status: PaymentStatus },
     NewRefund { payment: String, amount: i64 },
-    RefundStatus { payment: String, status: RefundStatus },
+    RefundStatus { payment: String, refund: String, status: RefundStatus, payment_status: PaymentStatus },
     NewPayout(MPayout),
     PayoutStatus { id: String, status: PayoutStatus },
 }
@@ -300,6 +352,7 @@ fn payment_name(status: PaymentStatus) -> &'static str {
         PaymentStatus::Succeeded => "succes",
         PaymentStatus::Failed => "echec",
         PaymentStatus::Expired => "expire",
+        PaymentStatus::PartlyRefunded => "rembourse_partiellement",
         PaymentStatus::Refunded => "rembourse",
     }
 }
@@ -319,7 +372,7 @@ fn payment_event(status: PaymentStatus) -> EventKind {
         PaymentStatus::Processing => EventKind::PaymentProcessing,
         PaymentStatus::Succeeded => EventKind::PaymentSucceeded,
         PaymentStatus::Failed | PaymentStatus::Expired => EventKind::PaymentFailed,
-        PaymentStatus::Refunded => EventKind::PaymentRefunded,
+        PaymentStatus::PartlyRefunded | PaymentStatus::Refunded => EventKind::PaymentRefunded,
     }
 }
 
@@ -367,7 +420,8 @@ impl MMerchant {
                         fee,
                         net: amount - fee,
                         status: PaymentStatus::Initiated,
-                        refund: None,
+                        refunds: Vec::new(),
+                        refunded: 0,
                         credits: 0,
                     }),
                 })
@@ -404,12 +458,13 @@ impl MMerchant {
             }
             Command::RequestRefund { reference, amount, .. } => {
                 let Some(p) = self.payments.get(reference.as_str()) else { return Expect::Reject(Rejection::NotFound) };
-                if p.status != PaymentStatus::Succeeded || p.refund.is_some() {
+                if !p.refund_open() || p.refunds.len() >= MODEL_MAX_REFUNDS {
                     return Expect::Reject(Rejection::InvalidState(String::new()));
                 }
-                let a = amount.map_or(p.amount, Amount::minor);
-                if a > p.amount {
-                    return Expect::Reject(Rejection::RefundAboveAmount { amount_minor: p.amount });
+                let left = p.left();
+                let a = amount.map_or(left, Amount::minor);
+                if a > left || a == 0 {
+                    return Expect::Reject(Rejection::RefundAboveAmount { amount_minor: p.amount, left_minor: left });
                 }
                 let available = self.account(p.currency, Available);
                 if a > available {
@@ -429,25 +484,37 @@ impl MMerchant {
                     apply: Apply::NewRefund { payment: reference.as_str().to_owned(), amount: a },
                 })
             }
-            Command::RefundNotice { reference, outcome } => {
+            Command::RefundNotice { reference, refund, outcome } => {
                 let Some(p) = self.payments.get(reference.as_str()) else { return Expect::Reject(Rejection::NotFound) };
-                let Some(r) = &p.refund else { return Expect::Reject(Rejection::NotFound) };
+                let Some(r) = p.refunds.iter().find(|r| r.reference == *refund) else {
+                    return Expect::Reject(Rejection::NotFound);
+                };
                 if r.status != RefundStatus::Processing {
                     return Expect::Unchanged;
                 }
-                let (trigger, status, deltas, notify) = match outcome {
-                    RefundOutcome::Completed => (
-                        Trigger::RefundCompleted,
-                        RefundStatus::Succeeded,
-                        vec![(Pending, -r.amount), (RefundsOut, r.amount)],
-                        Some((EventKind::PaymentRefunded, "rembourse")),
-                    ),
-                    // A refused refund: the reservation goes back, the payment stays `succes`, no event.
+                let (trigger, status, deltas, notify, payment_status) = match outcome {
+                    // The payment is refunded in full once the completed refunds reach its amount.
+                    RefundOutcome::Completed => {
+                        let next = if p.refunded + r.amount == p.amount {
+                            PaymentStatus::Refunded
+                        } else {
+                            PaymentStatus::PartlyRefunded
+                        };
+                        (
+                            Trigger::RefundCompleted,
+                            RefundStatus::Succeeded,
+                            vec![(Pending, -r.amount), (RefundsOut, r.amount)],
+                            Some((EventKind::PaymentRefunded, payment_name(next))),
+                            next,
+                        )
+                    }
+                    // A refused refund: the reservation goes back, the payment stays as it is, no event.
                     RefundOutcome::Refused => (
                         Trigger::RefundRefused,
                         RefundStatus::Failed,
                         vec![(Pending, -r.amount), (Available, r.amount)],
                         None,
+                        p.status,
                     ),
                 };
                 change(Change {
@@ -457,7 +524,12 @@ impl MMerchant {
                     journal_reference: Key::Known(r.reference.clone()),
                     deltas,
                     notify,
-                    apply: Apply::RefundStatus { payment: reference.as_str().to_owned(), status },
+                    apply: Apply::RefundStatus {
+                        payment: reference.as_str().to_owned(),
+                        refund: refund.clone(),
+                        status,
+                        payment_status,
+                    },
                 })
             }
             Command::CreatePayout(new) => {
@@ -619,7 +691,7 @@ impl Model {
             Op::Notice { m, target, notice } => {
                 let m = m % n;
                 let open = |p: &MPayment| {
-                    !matches!(p.status, PaymentStatus::Succeeded | PaymentStatus::Failed | PaymentStatus::Refunded)
+                    matches!(p.status, PaymentStatus::Initiated | PaymentStatus::Processing | PaymentStatus::Expired)
                 };
                 let r = self.pick_key(&self.merchants[m].payments, &[&open], target);
                 let notice = match notice {
@@ -632,9 +704,13 @@ impl Model {
             }
             Op::Refund { m, target, amount } => {
                 let m = m % n;
-                let open = |p: &MPayment| p.status == PaymentStatus::Succeeded && p.refund.is_none();
-                let r = self.pick_key(&self.merchants[m].payments, &[&open], target);
-                let paid = self.merchants[m].payments.get(&r).map_or(1_000, |p| p.amount);
+                let open = |p: &MPayment| p.refund_open();
+                // Half the time a payment already refunded in part, so that sequences of refunds are common.
+                let again = |p: &MPayment| p.refund_open() && p.status == PaymentStatus::PartlyRefunded;
+                let preferred: &[&dyn Fn(&MPayment) -> bool] =
+                    if matches!(target, Pick::Open(i) if i % 2 == 0) { &[&again, &open] } else { &[&open] };
+                let r = self.pick_key(&self.merchants[m].payments, preferred, target);
+                let paid = self.merchants[m].payments.get(&r).map_or(1_000, |p| p.left().max(1));
                 let amount = match amount {
                     RefundAmount::Full => None,
                     RefundAmount::PerMille(pm) => Some((paid * pm / 1_000).max(1)),
@@ -648,13 +724,28 @@ impl Model {
                 let amount = amount.map(|a| Amount::positive(a).unwrap());
                 (m, Command::RequestRefund { reference: reference(&r), amount, reason: None })
             }
-            Op::RefundNotice { m, target, completed } => {
+            Op::RefundNotice { m, target, completed, back } => {
                 let m = m % n;
-                let open = |p: &MPayment| p.refund.as_ref().is_some_and(|r| r.status == RefundStatus::Processing);
-                let done = |p: &MPayment| p.refund.is_some();
-                let r = self.pick_key(&self.merchants[m].payments, &[&open, &done], target);
+                let open = |p: &MPayment| p.latest().is_some_and(|r| r.status == RefundStatus::Processing);
+                let done = |p: &MPayment| !p.refunds.is_empty();
+                // Half the time the second or later refund of a payment, so that sequences of refunds end.
+                let again = |p: &MPayment| open(p) && p.status == PaymentStatus::PartlyRefunded;
+                let preferred: &[&dyn Fn(&MPayment) -> bool] = if matches!(target, Pick::Open(i) if i % 2 == 0) {
+                    &[&again, &open, &done]
+                } else {
+                    &[&open, &done]
+                };
+                let r = self.pick_key(&self.merchants[m].payments, preferred, target);
                 let outcome = if completed { RefundOutcome::Completed } else { RefundOutcome::Refused };
-                (m, Command::RefundNotice { reference: reference(&r), outcome })
+                // Mostly about the latest refund; sometimes about an earlier one (a late or repeated notice),
+                // or about a refund of another payment.
+                let refunds = self.merchants[m].payments.get(&r).map(|p| p.refunds.as_slice()).unwrap_or_default();
+                let earlier = refunds.len().checked_sub(1 + back).and_then(|i| refunds.get(i));
+                let refund = match earlier.or(refunds.last()) {
+                    Some(r) => r.reference.clone(),
+                    None => choose(&self.all_keys, back, Some("rmb_00000000000000000000000000")),
+                };
+                (m, Command::RefundNotice { reference: reference(&r), refund, outcome })
             }
             Op::Payout { m, currency, amount, fee } => {
                 let m = m % n;
@@ -716,8 +807,9 @@ fn payment_move_allowed(from: PaymentStatus, to: PaymentStatus) -> bool {
         Processing => matches!(to, Succeeded | Failed | Expired),
         // A late success is the only way out of `expire`.
         Expired => to == Succeeded,
-        // Final, except that a completed refund moves `succes` to `rembourse`.
-        Succeeded => to == Refunded,
+        // Final, except that completed refunds move a paid payment on.
+        Succeeded => matches!(to, PartlyRefunded | Refunded),
+        PartlyRefunded => to == Refunded,
         Failed | Refunded => false,
     }
 }
@@ -750,7 +842,7 @@ fn check_change_shape(
     let event = match (before, after) {
         (None, Record::Payment(p)) => {
             prop_assert_eq!(p.status, PaymentStatus::Initiated);
-            prop_assert!(p.refund.is_none() && p.paid_at.is_none());
+            prop_assert!(p.refund.is_none() && p.refunds.is_empty() && p.paid_at.is_none());
             Some(EventKind::PaymentInitiated)
         }
         (None, Record::Payout(o)) => {
@@ -771,28 +863,54 @@ fn check_change_shape(
                 a.status,
                 b.status
             );
-            match (&a.refund, &b.refund) {
-                (None, None) => {}
-                (None, Some(r)) => {
-                    prop_assert_eq!(a.status, PaymentStatus::Succeeded, "refund of a payment that is not succes");
-                    prop_assert_eq!(r.status, RefundStatus::Processing);
-                    prop_assert!(r.amount <= a.amount && !r.amount.is_zero());
-                }
-                (Some(_), None) => prop_assert!(false, "a refund disappeared"),
-                (Some(ra), Some(rb)) => {
-                    prop_assert_eq!((&ra.reference, ra.amount), (&rb.reference, rb.amount), "one refund per payment");
-                    prop_assert!(
-                        ra.status == rb.status
-                            || (ra.status == RefundStatus::Processing && rb.status != RefundStatus::Processing),
-                        "illegal refund move {:?} -> {:?}",
-                        ra.status,
-                        rb.status
-                    );
-                }
+            prop_assert!(b.refunds.len() <= a.refunds.len() + 1, "one refund at a time");
+            for (ra, rb) in a.refunds.iter().zip(&b.refunds) {
+                prop_assert_eq!((&ra.reference, ra.amount), (&rb.reference, rb.amount), "a refund keeps its amount");
+                prop_assert!(
+                    ra.status == rb.status
+                        || (ra.status == RefundStatus::Processing && rb.status != RefundStatus::Processing),
+                    "illegal refund move {:?} -> {:?}",
+                    ra.status,
+                    rb.status
+                );
             }
-            let refunded = b.refund.as_ref().map(|r| r.status) == Some(RefundStatus::Succeeded);
-            prop_assert_eq!(b.status == PaymentStatus::Refunded, refunded, "rembourse iff the refund succeeded");
-            (a.status != b.status).then(|| payment_event(b.status))
+            if let Some(r) = b.refunds.get(a.refunds.len()) {
+                prop_assert!(
+                    matches!(a.status, PaymentStatus::Succeeded | PaymentStatus::PartlyRefunded),
+                    "refund of a payment that is not paid"
+                );
+                prop_assert!(
+                    a.refunds.last().is_none_or(|last| last.status != RefundStatus::Processing),
+                    "a refund while another is under way"
+                );
+                prop_assert_eq!(r.status, RefundStatus::Processing);
+                prop_assert!(!r.amount.is_zero());
+            }
+            prop_assert!(
+                b.refunds[..b.refunds.len().saturating_sub(1)].iter().all(|r| r.status != RefundStatus::Processing),
+                "only the latest refund may be under way"
+            );
+            prop_assert_eq!(b.refund.as_ref(), b.refunds.last(), "remboursement is the latest refund");
+            let held: i64 =
+                b.refunds.iter().filter(|r| r.status != RefundStatus::Failed).map(|r| r.amount.minor()).sum();
+            prop_assert!(held <= b.amount.minor(), "refunds above the payment's amount: {:?}", b.refunds);
+            let refunded: i64 =
+                b.refunds.iter().filter(|r| r.status == RefundStatus::Succeeded).map(|r| r.amount.minor()).sum();
+            prop_assert_eq!(b.refunded_amount.minor(), refunded, "montant_rembourse is the completed refunds' sum");
+            let expected = match refunded {
+                0 => None,
+                r if r == b.amount.minor() => Some(PaymentStatus::Refunded),
+                _ => Some(PaymentStatus::PartlyRefunded),
+            };
+            if let Some(status) = expected {
+                prop_assert_eq!(b.status, status, "status after {} refunded", refunded);
+            }
+            // A completed refund sends `payment.refunded` even when the status stays `rembourse_partiellement`.
+            if b.refunded_amount != a.refunded_amount {
+                Some(EventKind::PaymentRefunded)
+            } else {
+                (a.status != b.status).then(|| payment_event(b.status))
+            }
         }
         (Some(Record::Payout(a)), Record::Payout(b)) => {
             prop_assert_eq!(&a.id, &b.id);
@@ -828,9 +946,17 @@ fn check_change_shape(
                 prop_assert_eq!(&body.data.status, payment_name(p.status));
                 prop_assert_eq!(
                     body.data.paid_at.is_some(),
-                    matches!(p.status, PaymentStatus::Succeeded | PaymentStatus::Refunded)
+                    matches!(
+                        p.status,
+                        PaymentStatus::Succeeded | PaymentStatus::PartlyRefunded | PaymentStatus::Refunded
+                    )
                 );
-                prop_assert_eq!(&body.data, &WebhookData::of_payment(p));
+                if item.event == EventKind::PaymentRefunded {
+                    prop_assert_eq!(body.data.refunded_amount, Some(p.refunded_amount));
+                    prop_assert_eq!(&body.data, &WebhookData::of_refunded_payment(p));
+                } else {
+                    prop_assert_eq!(&body.data, &WebhookData::of_payment(p));
+                }
             }
             Record::Payout(o) => {
                 prop_assert_eq!(&body.data.status, payout_name(o.status));
@@ -861,9 +987,11 @@ fn check_payment(model: &MPayment, p: &Payment) -> Result<(), TestCaseError> {
         (p.currency, p.amount.minor(), p.fee.minor(), p.net_amount.minor()),
         (model.currency, model.amount, model.fee, model.net)
     );
-    let refund = p.refund.as_ref().map(|r| (r.reference.clone(), r.amount.minor(), r.status));
-    let expected = model.refund.as_ref().map(|r| (r.reference.clone(), r.amount, r.status));
-    prop_assert_eq!(refund, expected, "refund of {}", p.reference);
+    let refunds: Vec<_> = p.refunds.iter().map(|r| (r.reference.clone(), r.amount.minor(), r.status)).collect();
+    let expected: Vec<_> = model.refunds.iter().map(|r| (r.reference.clone(), r.amount, r.status)).collect();
+    prop_assert_eq!(refunds, expected, "refunds of {}", p.reference);
+    prop_assert_eq!(p.refund.as_ref(), p.refunds.last(), "remboursement of {}", p.reference);
+    prop_assert_eq!(p.refunded_amount.minor(), model.refunded, "montant_rembourse of {}", p.reference);
     prop_assert_eq!(p.paid_at.is_some(), model.credits == 1, "paid_at of {}", p.reference);
     prop_assert_eq!(
         p.failure_code.is_some(),
@@ -984,18 +1112,23 @@ impl Model {
                 prop_assert_eq!(payment, &key);
                 let refund = journal.reference.clone();
                 let p = mm.payments.get_mut(payment).unwrap();
-                p.refund =
-                    Some(MRefund { reference: refund.clone(), amount: *amount, status: RefundStatus::Processing });
+                p.refunds.push(MRefund {
+                    reference: refund.clone(),
+                    amount: *amount,
+                    status: RefundStatus::Processing,
+                });
                 mm.used.insert(refund.clone());
                 self.all_keys.push(refund);
             }
-            Apply::RefundStatus { payment, status } => {
+            Apply::RefundStatus { payment, refund, status, payment_status } => {
                 prop_assert_eq!(payment, &key);
                 let p = mm.payments.get_mut(payment).unwrap();
-                p.refund.as_mut().unwrap().status = *status;
+                let r = p.refunds.iter_mut().find(|r| r.reference == *refund).unwrap();
+                r.status = *status;
                 if *status == RefundStatus::Succeeded {
-                    p.status = PaymentStatus::Refunded;
+                    p.refunded += r.amount;
                 }
+                p.status = *payment_status;
             }
             Apply::NewPayout(o) => {
                 prop_assert_eq!(&journal.reference, &key);
@@ -1114,7 +1247,7 @@ impl Shop {
             Record::Payment(p) => {
                 let key = p.reference.as_str().to_owned();
                 self.refs.insert(key.clone(), (TransactionType::Payment, key.clone()));
-                if let Some(r) = &p.refund {
+                for r in &p.refunds {
                     self.refs.insert(r.reference.clone(), (TransactionType::Refund, key.clone()));
                 }
                 self.payments.insert(key, p.clone());
@@ -1146,7 +1279,7 @@ fn run_pure(merchants: usize, ops: &[Op], tally: &mut dyn FnMut(String)) -> Resu
             Ok(Decided::Changed(decision)) => {
                 // A new transaction is indexed exactly when a payment, refund or payout comes into being.
                 let new_refund = match (&before, &decision.record) {
-                    (Some(Record::Payment(a)), Record::Payment(b)) => a.refund.is_none() && b.refund.is_some(),
+                    (Some(Record::Payment(a)), Record::Payment(b)) => b.refunds.len() > a.refunds.len(),
                     _ => false,
                 };
                 let created = decision.created.as_ref();
@@ -1222,7 +1355,10 @@ fn label(cmd: &Command, before: Option<&Record>, outcome: &Outcome) -> String {
         Command::PaymentNotice { notice: PaymentNotice::Confirmed, .. } => "notice confirmed",
         Command::PaymentNotice { notice: PaymentNotice::Declined { .. }, .. } => "notice declined",
         Command::PaymentNotice { notice: PaymentNotice::Expired, .. } => "notice expired",
-        Command::RequestRefund { .. } => "refund",
+        Command::RequestRefund { .. } => match before {
+            Some(Record::Payment(p)) if p.status == PaymentStatus::PartlyRefunded => "refund again",
+            _ => "refund",
+        },
         Command::RefundNotice { outcome: RefundOutcome::Completed, .. } => "refund completed",
         Command::RefundNotice { outcome: RefundOutcome::Refused, .. } => "refund refused",
         Command::CreatePayout(_) => "payout",
@@ -1293,6 +1429,10 @@ const REACHED: &[&str] = &[
     "refund: InsufficientBalance",
     "refund: NotFound",
     "refund completed: Succeeded -> Refunded",
+    "refund completed: Succeeded -> PartlyRefunded",
+    "refund again: Changed",
+    "refund again: InsufficientBalance",
+    "refund again: RefundAboveAmount",
     "refund completed: Unchanged",
     "refund completed: NotFound",
     "refund refused: Changed",

@@ -161,7 +161,7 @@ pub fn badge(status: &str) -> Markup {
     let tone = match status {
         "succes" | "traite" | "delivered" => "ok",
         "echec" | "rejete" | "expire" | "failed" => "bad",
-        "rembourse" => "info",
+        "rembourse" | "rembourse_partiellement" => "info",
         _ => "wait",
     };
     let label = match status {

@@ -140,7 +140,15 @@ pub async fn apply_provider_status(
                 ProviderStatus::Failed { .. } => Some(RefundOutcome::Refused),
                 _ => None,
             };
-            outcome.map(|outcome| Command::RefundNotice { reference: p.reference.clone(), outcome })
+            // Located by the refund's own id, or by its payment (the sweep's pending work), whose refund
+            // under way is always its latest.
+            let refund = p.refund_named(&located.reference).or(p.refund.as_ref()).map(|r| r.reference.clone());
+            match (outcome, refund) {
+                (Some(outcome), Some(refund)) => {
+                    Some(Command::RefundNotice { reference: p.reference.clone(), refund, outcome })
+                }
+                _ => None,
+            }
         }
         (Record::Payout(o), _) => {
             let outcome = match status {

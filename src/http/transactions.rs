@@ -151,7 +151,7 @@ pub async fn get(
     let located = located.ok_or_else(|| ApiError::not_found("transaction"))?;
     let tx = match (&located.record, located.kind) {
         (Record::Payout(o), _) => Transaction::of_payout(o),
-        (Record::Payment(p), TransactionType::Refund) => match &p.refund {
+        (Record::Payment(p), TransactionType::Refund) => match p.refund_named(&located.reference) {
             Some(r) => Transaction::of_refund(p, r),
             None => return Err(ApiError::not_found("transaction")),
         },

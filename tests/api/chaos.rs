@@ -123,7 +123,7 @@ async fn every_story_ends_as_its_ending_promises(app: &TestApp, stories: &Storie
     app.wait_payment(&stories.payments["03"], "succes").await;
     app.wait_payment(&stories.payments["04"], "succes").await;
     app.wait_refund(&stories.refund_of, "succes").await;
-    app.wait_payment(&stories.refund_of, "rembourse").await;
+    app.wait_payment(&stories.refund_of, "rembourse_partiellement").await;
     let rejected = app.wait_payout(&stories.payout_rejected, "rejete").await;
     assert_eq!(rejected["motif_rejet"], "beneficiary_rejected");
     app.wait_payout(&stories.payout_processed, "traite").await;
@@ -131,7 +131,8 @@ async fn every_story_ends_as_its_ending_promises(app: &TestApp, stories: &Storie
     assert_eq!(notices_refused(app), 0, "every notice was acknowledged at its first attempt");
 
     // Nothing moved while the last notices landed.
-    for (ending, status) in [("01", "echec"), ("02", "expire"), ("03", "succes"), ("04", "succes"), ("99", "rembourse")]
+    for (ending, status) in
+        [("01", "echec"), ("02", "expire"), ("03", "succes"), ("04", "succes"), ("99", "rembourse_partiellement")]
     {
         let p = app.get_ok(&format!("/v1/paiement/{}", stories.payments[ending])).await;
         assert_eq!(p["statut"], status, "payment {ending}: {p}");
@@ -153,7 +154,7 @@ async fn every_movement_is_counted_once(app: &TestApp) {
     for statuses in kinds.values_mut() {
         statuses.sort();
     }
-    assert_eq!(kinds["paiement"], ["echec", "expire", "rembourse", "succes", "succes"], "{kinds:?}");
+    assert_eq!(kinds["paiement"], ["echec", "expire", "rembourse_partiellement", "succes", "succes"], "{kinds:?}");
     assert_eq!(kinds["remboursement"], ["succes"], "{kinds:?}");
     assert_eq!(kinds["retrait"], ["rejete", "traite"], "{kinds:?}");
 }
@@ -277,7 +278,7 @@ async fn lost_notices_are_settled_by_status_queries() {
         payouts.push(text(&resp.json["id"]).to_owned());
     }
     app.wait_refund(&paid, "succes").await;
-    app.wait_payment(&paid, "rembourse").await;
+    app.wait_payment(&paid, "rembourse_partiellement").await;
     let rejected = app.wait_payout(&payouts[0], "rejete").await;
     assert_eq!(rejected["motif_rejet"], "beneficiary_rejected");
     app.wait_payout(&payouts[1], "traite").await;

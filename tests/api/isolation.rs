@@ -20,7 +20,7 @@ async fn another_merchants_records_are_not_found() {
     resp.expect(201);
     let their_payout = text(&resp.json["id"]).to_owned();
     app.with_key(&other).wait_payout(&their_payout, "traite").await;
-    app.with_key(&other).wait_payment(&their_ref, "rembourse").await;
+    app.with_key(&other).wait_payment(&their_ref, "rembourse_partiellement").await;
     let their_balance = app.with_key(&other).balance("XOF").await;
 
     // The demo merchant cannot see or touch any of it.

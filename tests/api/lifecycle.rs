@@ -37,8 +37,9 @@ async fn a_partial_refund_is_reserved_then_completed(app: &TestApp, reference: &
     let (available, _, _) = app.balance("XOF").await;
     assert_eq!(available, 5850);
     app.wait_refund(reference, "succes").await;
-    let p = app.wait_payment(reference, "rembourse").await;
+    let p = app.wait_payment(reference, "rembourse_partiellement").await;
     assert_eq!(p["remboursement"]["statut"], "succes");
+    assert_eq!(p["montant_rembourse"], 4000);
     assert!(p["remboursement"]["completed_at"].is_string());
     assert_eq!(app.balance("XOF").await, (5850, 0, 5850));
     refund_ref
@@ -78,7 +79,7 @@ async fn the_books_agree(app: &TestApp, reference: &str, refund_ref: &str, payou
         vec![
             (json!("retrait"), json!("traite"), json!(2000), json!(30), json!(1970)),
             (json!("remboursement"), json!("succes"), json!(4000), json!(0), json!(4000)),
-            (json!("paiement"), json!("rembourse"), json!(10000), json!(150), json!(9850)),
+            (json!("paiement"), json!("rembourse_partiellement"), json!(10000), json!(150), json!(9850)),
         ]
     );
     assert_eq!(items[0]["reference"], payout_id);

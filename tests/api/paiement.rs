@@ -3,9 +3,9 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{assert_error, int, payment_body, spawn_app, text, TestApp};
+use crate::support::{assert_error, data, int, payment_body, spawn_app, text, TestApp};
 
-const PAYMENT_FIELDS: [&str; 20] = [
+const PAYMENT_FIELDS: [&str; 22] = [
     "client_email",
     "client_nom",
     "client_telephone",
@@ -18,10 +18,12 @@ const PAYMENT_FIELDS: [&str; 20] = [
     "metadata",
     "montant",
     "montant_net",
+    "montant_rembourse",
     "paid_at",
     "pays",
     "reference",
     "remboursement",
+    "remboursements",
     "statut",
     "transaction_id",
     "updated_at",
@@ -252,10 +254,11 @@ async fn refund_rules() {
     refused_refunds_name_their_field_and_reserve_nothing(&app, &refund_path).await;
     a_full_refund_with_other_funds_is_reserved_at_once(&app, &reference, &refund_path).await;
 
-    // One refund per payment: a second one is invalid_state, before and after completion.
+    // Refunded in full: another refund is invalid_state, whether the first is still under way or over.
     let resp = app.send(app.post(&refund_path).json(&json!({"montant": 10}))).await;
     assert_error(&resp, 409, "invalid_state", None);
     let done = app.wait_payment(&reference, "rembourse").await;
+    assert_eq!(done["montant_rembourse"], 10000);
     assert_eq!(done["remboursement"]["statut"], "succes");
     assert!(done["remboursement"]["completed_at"].is_string());
     assert_eq!(app.balance("XOF").await, (835, 0, 835));
@@ -338,7 +341,58 @@ async fn partial_refund_with_motif() {
     resp.expect(200);
     assert_eq!(resp.json["remboursement"]["montant"], 5000);
     assert_eq!(resp.json["remboursement"]["motif"], "article retourné");
-    let done = app.wait_payment(reference, "rembourse").await;
+    let done = app.wait_payment(reference, "rembourse_partiellement").await;
     assert_eq!(done["montant"], 20000, "the payment keeps its own montant");
+    assert_eq!(done["montant_rembourse"], 5000);
     assert_eq!(app.balance("XOF").await, (14700, 0, 14700));
+}
+
+/// Refunds one at a time up to the whole payment: a part, one above what is left (refused, naming what is
+/// left), one the provider refuses (its part comes back), then the rest; each completed one sends
+/// `payment.refunded` with the running total, and the transaction list shows every refund.
+#[actix_web::test]
+async fn several_refunds_up_to_the_whole_payment() {
+    let app = spawn_app().await;
+    let paid = app.fund(20000).await; // net 19700
+    app.fund(10000).await; // net 9850: the fees are not returned, so a full refund needs other funds
+    let reference = text(&paid["reference"]).to_owned();
+    let path = format!("/v1/paiement/{reference}/rembourser");
+    let first = app.send(app.post(&path).json(&json!({"montant": 5000}))).await;
+    first.expect(200);
+    // One at a time: while the first is under way (or once it is over), the rest is 15 000.
+    let above = app.send(app.post(&path).json(&json!({"montant": 15001}))).await;
+    if above.status == 409 {
+        assert_error(&above, 409, "invalid_state", None);
+        app.wait_payment(&reference, "rembourse_partiellement").await;
+        let above = app.send(app.post(&path).json(&json!({"montant": 15001}))).await;
+        assert_error(&above, 400, "invalid_request", Some("montant"));
+        assert!(text(&above.json["error"]["message"]).contains("15000"), "{}", above.json);
+    } else {
+        assert_error(&above, 400, "invalid_request", Some("montant"));
+    }
+    app.wait_payment(&reference, "rembourse_partiellement").await;
+
+    // The rest, by default.
+    let rest = app.send(app.post(&path).json(&json!({"motif": "le reste"}))).await;
+    rest.expect(200);
+    assert_eq!(rest.json["remboursement"]["montant"], 15000);
+    assert_eq!(rest.json["remboursement"]["motif"], "le reste");
+    let done = app.wait_payment(&reference, "rembourse").await;
+    assert_eq!(done["montant_rembourse"], 20000);
+    let refunds = done["remboursements"].as_array().expect("a list").clone();
+    let amounts: Vec<(i64, &str)> = refunds.iter().map(|r| (int(&r["montant"]), text(&r["statut"]))).collect();
+    assert_eq!(amounts, [(5000, "succes"), (15000, "succes")]);
+    assert_eq!(done["remboursement"], refunds[1], "remboursement is the latest");
+    assert_eq!(app.balance("XOF").await, (19700 + 9850 - 20000, 0, 9550));
+    let resp = app.send(app.post(&path).json(&json!({"montant": 1}))).await;
+    assert_error(&resp, 409, "invalid_state", None);
+
+    // Each refund is a transaction of its own, found by its reference.
+    for r in &refunds {
+        let tx = app.get_ok(&format!("/v1/transactions/{}", text(&r["reference"]))).await;
+        assert_eq!((tx["type"].clone(), tx["montant"].clone()), (json!("remboursement"), r["montant"].clone()));
+        assert_eq!(tx["paiement_reference"], reference);
+    }
+    let listed = data(&app.get_ok("/v1/transactions?type=remboursement").await);
+    assert_eq!(listed.len(), 2, "{listed:?}");
 }

@@ -60,7 +60,7 @@ async fn reservations_show_in_en_attente_until_settled() {
         assert_eq!(balance, (12700, 7000, 19700));
     }
     app.wait_payout(&payout, "traite").await;
-    app.wait_payment(reference, "rembourse").await;
+    app.wait_payment(reference, "rembourse_partiellement").await;
     assert_eq!(app.balance("XOF").await, (12700, 0, 12700));
 }
 

@@ -119,7 +119,7 @@ struct Fixture {
 
 async fn fixture(app: &TestApp) -> Fixture {
     let gap = || actix_web::rt::time::sleep(Duration::from_millis(5));
-    // A: mtn_momo XOF, succeeds (later refunded, so `rembourse`).
+    // A: mtn_momo XOF, succeeds (later refunded in part, so `rembourse_partiellement`).
     let a = app.pay(10000, "99").await;
     gap().await;
     // B: wave XOF, declined.
@@ -143,7 +143,7 @@ async fn fixture(app: &TestApp) -> Fixture {
     let resp = app.send(app.post(&format!("/v1/paiement/{a_ref}/rembourser")).json(&json!({"montant": 1000}))).await;
     resp.expect(200);
     let refund = text(&resp.json["remboursement"]["reference"]).to_owned();
-    app.wait_payment(&a_ref, "rembourse").await;
+    app.wait_payment(&a_ref, "rembourse_partiellement").await;
     gap().await;
     let resp = app.send(app.post("/v1/retraits").json(&payout_body(2000, "99"))).await;
     resp.expect(201);
@@ -184,7 +184,7 @@ async fn type_status_currency_and_provider_filter(app: &TestApp, all: &[&str]) {
     assert_eq!(refs(app, "type=remboursement").await, [rmb]);
     assert_eq!(refs(app, "type=retrait").await, [ret]);
 
-    assert_eq!(refs(app, "statut=rembourse").await, [a]);
+    assert_eq!(refs(app, "statut=rembourse_partiellement").await, [a]);
     assert_eq!(refs(app, "statut=echec").await, [b]);
     assert_eq!(refs(app, "statut=succes").await, [c, rmb]);
     assert_eq!(refs(app, "statut=traite").await, [ret]);

@@ -110,10 +110,13 @@ pub async fn snapshot(target: &Target, merchant: &Merchant) -> Snapshot {
 fn reachable(from: &str, to: &str) -> bool {
     from == to
         || match from {
-            "initie" => matches!(to, "en_cours" | "succes" | "echec" | "expire" | "rembourse"),
-            "en_cours" => matches!(to, "succes" | "echec" | "expire" | "rembourse"),
-            "expire" => matches!(to, "succes" | "rembourse"),
-            "succes" => to == "rembourse",
+            "initie" => {
+                matches!(to, "en_cours" | "succes" | "echec" | "expire" | "rembourse_partiellement" | "rembourse")
+            }
+            "en_cours" => matches!(to, "succes" | "echec" | "expire" | "rembourse_partiellement" | "rembourse"),
+            "expire" => matches!(to, "succes" | "rembourse_partiellement" | "rembourse"),
+            "succes" => matches!(to, "rembourse_partiellement" | "rembourse"),
+            "rembourse_partiellement" => to == "rembourse",
             "en_attente" => matches!(to, "traite" | "rejete"),
             _ => false,
         }
@@ -202,7 +205,7 @@ fn compare(merchant: &Merchant, snap: &Snapshot, since_cycle: u32) -> (Vec<Strin
     let (mut available, mut pending) = (0i64, 0i64);
     for tx in &snap.transactions {
         match (tx.kind.as_str(), tx.status.as_str()) {
-            ("paiement", "succes" | "rembourse") => available += tx.net_amount,
+            ("paiement", "succes" | "rembourse_partiellement" | "rembourse") => available += tx.net_amount,
             ("remboursement" | "retrait", "en_cours" | "en_attente") => {
                 available -= tx.amount;
                 pending += tx.amount;
@@ -358,13 +361,13 @@ pub fn expected_notifications(merchant: &Merchant, snap: &Snapshot) -> BTreeSet<
                 if was("en_cours") {
                     add("payment.processing", &tx.reference);
                 }
-                if was("succes") || was("rembourse") {
+                if was("succes") || was("rembourse_partiellement") || was("rembourse") {
                     add("payment.succeeded", &tx.reference);
                 }
                 if was("echec") || was("expire") {
                     add("payment.failed", &tx.reference);
                 }
-                if was("rembourse") {
+                if was("rembourse_partiellement") || was("rembourse") {
                     add("payment.refunded", &tx.reference);
                 }
             }

@@ -219,17 +219,28 @@ async fn a_parallel_flood_of_logins_checks_at_most_the_limit() {
         }
     };
     let quiet = api_p99(&app).await;
-    let flood: Vec<_> = (0..200)
-        .map(|_| {
-            let (base, email) = (base.clone(), email.clone());
-            actix_web::rt::spawn(async move { Agent::new(&base).login(&email, "wrong password").await.status })
+    // The attackers run on a thread of their own, so the figure is the server's latency and not this
+    // thread's time spent being 200 clients; at the lowest CPU priority, since on a real deployment the
+    // attacker's own work happens on another machine and not on the server's cores.
+    let flood = std::thread::spawn(move || {
+        // SAFETY: `setpriority` takes plain integers; with `PRIO_PROCESS` and 0 it applies to this thread.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+        actix_web::rt::System::new().block_on(async move {
+            let attempts: Vec<_> = (0..200)
+                .map(|_| {
+                    let (base, email) = (base.clone(), email.clone());
+                    actix_web::rt::spawn(async move { Agent::new(&base).login(&email, "wrong password").await.status })
+                })
+                .collect();
+            let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+            for attempt in attempts {
+                *statuses.entry(attempt.await.expect("an attempt ends")).or_default() += 1;
+            }
+            statuses
         })
-        .collect();
+    });
     let loud = api_p99(&app).await;
-    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
-    for attempt in flood {
-        *statuses.entry(attempt.await.expect("an attempt ends")).or_default() += 1;
-    }
+    let statuses = flood.join().expect("the attackers' thread ends");
     assert!(statuses.keys().all(|s| [401, 429, 503].contains(s)), "{statuses:?}");
     // A 503 (every password check busy) gave its attempt back; finish using them up one at a time.
     let mut checked = statuses.get(&401).copied().unwrap_or(0);

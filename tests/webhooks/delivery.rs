@@ -68,7 +68,13 @@ pub fn assert_shape(body: &Value, event: &str) -> Value {
         "metadata",
         "paid_at",
     ];
-    assert_eq!(data.keys().map(String::as_str).collect::<BTreeSet<_>>(), BTreeSet::from(fields), "{body}");
+    // `payment.refunded` adds the refunded total (contract § 18); every other event has the spec's eleven.
+    let mut expected = BTreeSet::from(fields);
+    if event == "payment.refunded" {
+        expected.insert("montant_rembourse");
+        assert!(data.get("montant_rembourse").and_then(Value::as_i64).is_some_and(|m| m > 0), "{body}");
+    }
+    assert_eq!(data.keys().map(String::as_str).collect::<BTreeSet<_>>(), expected, "{body}");
     for field in ["reference", "transaction_id", "fournisseur", "devise", "statut"] {
         assert!(data[field].as_str().is_some_and(|s| !s.is_empty()), "{field}: {body}");
     }

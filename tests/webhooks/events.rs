@@ -168,5 +168,6 @@ fn check_customer_details(hits: &[Hit], a: &str) {
     assert_eq!(a_first["data"]["metadata"], json!({"commande": "42", "note": "café"}));
     let refunded = hits.iter().find(|h| h.event() == "payment.refunded").expect("refund event").json();
     assert_eq!(refunded["data"]["montant"], 5_000, "payment.refunded carries the payment's amount");
+    assert_eq!(refunded["data"]["montant_rembourse"], 5_000, "and the sum refunded");
     assert_eq!(refunded["data"]["metadata"], json!({}), "empty metadata is {{}}");
 }

@@ -71,9 +71,10 @@ pub enum Command {
         amount: Option<Amount>,
         reason: Option<Reason>,
     },
-    /// About the refund of the payment `reference`.
+    /// About the refund `refund` (its `rmb_` reference) of the payment `reference`.
     RefundNotice {
         reference: Reference,
+        refund: String,
         outcome: RefundOutcome,
     },
     CreatePayout(NewPayout),

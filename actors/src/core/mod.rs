@@ -54,7 +54,9 @@ pub fn decide(
         (Command::RequestRefund { amount, reason, .. }, Some(Record::Payment(p))) => {
             ctx.request_refund(p, *amount, reason.clone(), ids)
         }
-        (Command::RefundNotice { outcome, .. }, Some(Record::Payment(p))) => ctx.refund_notice(p, *outcome, ids),
+        (Command::RefundNotice { refund, outcome, .. }, Some(Record::Payment(p))) => {
+            ctx.refund_notice(p, refund, *outcome, ids)
+        }
         (Command::CreatePayout(new), None) => ctx.create_payout(new, ids),
         (Command::PayoutNotice { outcome, .. }, Some(Record::Payout(o))) => ctx.payout_notice(o, outcome, ids),
         _ => Err(Rejection::NotFound),

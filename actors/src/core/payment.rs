@@ -45,6 +45,8 @@ impl Ctx<'_> {
             refund: None,
             country: new.customer_phone.country().map(str::to_owned),
             payment_url: None,
+            refunded_amount: Amount::ZERO,
+            refunds: Vec::new(),
         };
         let balances = self.balances_after(&[], new.currency, Amount::ZERO)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payment(&payment), ids)?;

@@ -1,11 +1,12 @@
-//! The refund transitions: requesting the refund of a payment, and the provider's answer, which also moves
-//! the payment when the refund completes.
+//! The refund transitions: requesting a refund of a payment (several per payment, one at a time, their sum
+//! never above the payment's amount), and the provider's answer, which also moves the payment when the refund
+//! completes.
 
 use super::{moved, Ctx, Decided, Decision, IdSource, NewTransaction, Record, RefundOutcome, Rejection};
 use crate::domain::ids::IdKind;
 use crate::domain::ledger::{postings, Movement};
 use crate::domain::money::Amount;
-use crate::domain::records::{Payment, Refund, TransactionType, WebhookData};
+use crate::domain::records::{Payment, Refund, TransactionType, WebhookData, MAX_REFUNDS_PER_PAYMENT};
 use crate::domain::status::{
     payment_refund_allowed, transition, InvalidTransition, RefundStatus, Status, Step, Trigger,
 };
@@ -19,15 +20,22 @@ impl Ctx<'_> {
         reason: Option<Reason>,
         ids: IdSource<'_>,
     ) -> Result<Decided, Rejection> {
-        let existing = p.refund.as_ref().map(|r| r.status);
-        if !payment_refund_allowed(p.status, existing) {
+        let latest = p.refund.as_ref().map(|r| r.status);
+        if !payment_refund_allowed(p.status, latest) {
             return Err(
                 InvalidTransition { from: Some(Status::Payment(p.status)), on: Trigger::RefundRequested }.into()
             );
         }
-        let amount = amount.unwrap_or(p.amount);
-        if amount > p.amount {
-            return Err(Rejection::RefundAboveAmount { amount_minor: p.amount.minor() });
+        if p.refunds.len() >= MAX_REFUNDS_PER_PAYMENT {
+            return Err(Rejection::InvalidState(format!(
+                "this payment already has {MAX_REFUNDS_PER_PAYMENT} refunds, the most one payment takes"
+            )));
+        }
+        // Without an amount, the merchant asks for what is left; a refused refund gave its part back.
+        let left = p.refundable();
+        let amount = amount.unwrap_or(left);
+        if amount > left || amount == Amount::ZERO {
+            return Err(Rejection::RefundAboveAmount { amount_minor: p.amount.minor(), left_minor: left.minor() });
         }
         let rule = moved(transition(None, Trigger::RefundRequested)?)
             .ok_or(Rejection::Impossible("the rules table has no first move on RefundRequested"))?;
@@ -47,7 +55,7 @@ impl Ctx<'_> {
             reference: refund.reference.clone(),
             owner: p.reference.as_str().to_owned(),
         };
-        next.refund = Some(refund);
+        next.push_refund(refund);
         Ok(Decided::Changed(Box::new(Decision {
             journal: self.journal(rule.on, &created.reference, status.as_str(), p.currency, entries),
             record: Record::Payment(next),
@@ -60,11 +68,12 @@ impl Ctx<'_> {
     pub(super) fn refund_notice(
         &self,
         p: &Payment,
+        reference: &str,
         outcome: RefundOutcome,
         ids: IdSource<'_>,
     ) -> Result<Decided, Rejection> {
         // A notice about a refund that was never requested names nothing: not found, as for any reference.
-        let Some(refund) = &p.refund else { return Err(Rejection::NotFound) };
+        let Some(refund) = p.refund_named(reference) else { return Err(Rejection::NotFound) };
         let trigger = match outcome {
             RefundOutcome::Completed => Trigger::RefundCompleted,
             RefundOutcome::Refused => Trigger::RefundRefused,
@@ -80,7 +89,12 @@ impl Ctx<'_> {
         let mut event = None;
         if refund_status == RefundStatus::Succeeded {
             // Completing the refund also moves the payment; both machines must agree or nothing changes.
-            match transition(Some(Status::Payment(p.status)), Trigger::RefundCompleted)? {
+            let refunded = p.refunded_amount.checked_add(refund.amount)?;
+            if refunded > p.amount {
+                return Err(Rejection::Impossible("completed refunds above the payment's amount"));
+            }
+            let on = if refunded == p.amount { Trigger::RefundedInFull } else { Trigger::RefundedInPart };
+            match transition(Some(Status::Payment(p.status)), on)? {
                 Step::Move(pay_rule) => {
                     if let Status::Payment(s) = pay_rule.to {
                         next.status = s;
@@ -89,6 +103,7 @@ impl Ctx<'_> {
                 }
                 Step::Unchanged => return Ok(Decided::Unchanged(Record::Payment(p.clone()))),
             }
+            next.refunded_amount = refunded;
         }
         let refund_move =
             Movement { currency: p.currency, amount: refund.amount, fee: Amount::ZERO, net_amount: refund.amount };
@@ -98,8 +113,8 @@ impl Ctx<'_> {
         updated_refund.status = refund_status;
         updated_refund.completed_at = Some(self.now);
         let journal = self.journal(trigger, &refund.reference, refund_status.as_str(), p.currency, entries);
-        next.refund = Some(updated_refund);
-        let outbox = self.outbox(event, WebhookData::of_payment(&next), ids)?;
+        next.replace_refund(updated_refund);
+        let outbox = self.outbox(event, WebhookData::of_refunded_payment(&next), ids)?;
         Ok(Decided::Changed(Box::new(Decision {
             record: Record::Payment(next),
             journal,

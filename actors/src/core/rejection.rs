@@ -18,8 +18,10 @@ pub enum Rejection {
     InsufficientBalance { currency: Currency, available_minor: i64, requested_minor: i64 },
     #[error("montant must be greater than the fee of {fee_minor}")]
     AmountBelowFee { fee_minor: i64 },
-    #[error("a refund cannot exceed the payment's montant of {amount_minor}")]
-    RefundAboveAmount { amount_minor: i64 },
+    #[error(
+        "a refund must be more than 0 and at most what is left to refund: {left_minor} of the payment's {amount_minor}"
+    )]
+    RefundAboveAmount { amount_minor: i64, left_minor: i64 },
     #[error("amount out of range: {0}")]
     Money(#[from] MoneyError),
     /// A ledger invariant would break: a bug, reported loudly and never silently corrected.
@@ -42,7 +44,12 @@ impl Rejection {
 impl From<InvalidTransition> for Rejection {
     fn from(err: InvalidTransition) -> Rejection {
         Rejection::InvalidState(match (err.from, err.on) {
-            (_, Trigger::RefundRequested) => "only a payment in status succes without a refund can be refunded".into(),
+            (Some(Status::Payment(s)), Trigger::RefundRequested) if s.is_paid() => {
+                "a refund of this payment is under way: wait until it ends before asking for another".into()
+            }
+            (_, Trigger::RefundRequested) => {
+                "only a payment in status succes or rembourse_partiellement can be refunded".into()
+            }
             (Some(from), on) => format!("{on:?} is not allowed in status {}", status_name(from)),
             (None, on) => format!("{on:?} needs an existing record"),
         })

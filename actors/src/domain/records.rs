@@ -62,7 +62,7 @@ impl std::fmt::Display for ProviderCode {
     }
 }
 
-/// A refund of a payment. At most one per payment.
+/// A refund of a payment. A payment has several, one at a time, their sum never above its amount.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refund {
@@ -113,6 +113,7 @@ pub struct Payment {
     pub updated_at: Timestamp,
     pub paid_at: Option<Timestamp>,
     pub failure_code: Option<String>,
+    /// The latest of [`Payment::refunds`], or null: the one a merchant with a single refund looks at.
     #[serde(rename = "remboursement")]
     pub refund: Option<Refund>,
     /// ISO 3166 alpha-2 country of the customer's phone, which routes the payment; null for a calling code
@@ -123,6 +124,46 @@ pub struct Payment {
     /// prompt the phone (USSD push), which are all the adapters built so far.
     #[serde(rename = "url_paiement")]
     pub payment_url: Option<String>,
+    // The two fields below come last because the stored encoding is positional: a record written before
+    // them is a prefix of one written after, which is how the store tells the two apart when it upgrades.
+    /// The sum of the completed refunds.
+    #[serde(rename = "montant_rembourse")]
+    pub refunded_amount: Amount,
+    /// Every refund, oldest first; only the last may be `en_cours`.
+    #[serde(rename = "remboursements")]
+    pub refunds: Vec<Refund>,
+}
+
+/// How many refunds one payment takes, whatever became of them: a bound on the record's size.
+pub const MAX_REFUNDS_PER_PAYMENT: usize = 50;
+
+impl Payment {
+    /// The refund named `reference`, among all of this payment's.
+    pub fn refund_named(&self, reference: &str) -> Option<&Refund> {
+        self.refunds.iter().find(|r| r.reference == reference)
+    }
+
+    /// What is left to refund: the amount less every refund that is not `echec` (a refund under way holds
+    /// its part until it ends).
+    pub fn refundable(&self) -> Amount {
+        let held: i64 =
+            self.refunds.iter().filter(|r| r.status != RefundStatus::Failed).map(|r| r.amount.minor()).sum();
+        Amount::try_from(self.amount.minor().saturating_sub(held).max(0)).unwrap_or(Amount::ZERO)
+    }
+
+    /// Adds a refund as the latest.
+    pub fn push_refund(&mut self, refund: Refund) {
+        self.refunds.push(refund.clone());
+        self.refund = Some(refund);
+    }
+
+    /// Replaces the refund of the same reference, keeping [`Payment::refund`] the latest.
+    pub fn replace_refund(&mut self, refund: Refund) {
+        if let Some(slot) = self.refunds.iter_mut().find(|r| r.reference == refund.reference) {
+            *slot = refund;
+        }
+        self.refund = self.refunds.last().cloned();
+    }
 }
 
 /// A payout, exactly the API's object.
@@ -332,6 +373,10 @@ pub struct WebhookData {
     pub customer_email: Option<Email>,
     pub metadata: Metadata,
     pub paid_at: Option<Timestamp>,
+    /// `payment.refunded` only: the sum of the payment's completed refunds (contract § 18); absent from
+    /// every other event, whose body is the spec's to the letter.
+    #[serde(rename = "montant_rembourse", skip_serializing_if = "Option::is_none", default)]
+    pub refunded_amount: Option<Amount>,
 }
 
 impl WebhookData {
@@ -349,7 +394,13 @@ impl WebhookData {
             customer_email: p.customer_email.clone(),
             metadata: p.metadata.clone(),
             paid_at: p.paid_at,
+            refunded_amount: None,
         }
+    }
+
+    /// `payment.refunded`: the payment's fields and the sum refunded so far.
+    pub fn of_refunded_payment(p: &Payment) -> WebhookData {
+        WebhookData { refunded_amount: Some(p.refunded_amount), ..WebhookData::of_payment(p) }
     }
 
     /// Payout events: `reference` is the payout id, no customer e-mail, `paid_at` when the payout was sent.
@@ -366,6 +417,7 @@ impl WebhookData {
             customer_email: None,
             metadata: o.metadata.clone(),
             paid_at: o.processed_at,
+            refunded_amount: None,
         }
     }
 }
@@ -443,6 +495,8 @@ mod tests {
             refund: None,
             country: Some("BJ".into()),
             payment_url: None,
+            refunded_amount: Amount::ZERO,
+            refunds: Vec::new(),
         }
     }
 
@@ -485,13 +539,53 @@ mod tests {
     #[test]
     fn payment_serializes_nulls_not_missing_fields() {
         let value = serde_json::to_value(sample_payment()).unwrap();
-        assert_eq!(value.as_object().unwrap().len(), 20);
+        assert_eq!(value.as_object().unwrap().len(), 22);
         assert!(value["client_nom"].is_null());
         assert_eq!(value["pays"], "BJ");
         assert!(value["url_paiement"].is_null());
         assert!(value["remboursement"].is_null());
+        assert_eq!(value["montant_rembourse"], 0);
+        assert_eq!(value["remboursements"], serde_json::json!([]));
         let back: Payment = serde_json::from_value(value).unwrap();
         assert_eq!(back, sample_payment());
+    }
+
+    fn refund(n: u8, minor: i64, status: RefundStatus) -> Refund {
+        Refund {
+            reference: format!("rmb_01JD00000000000000000000{n:02}"),
+            amount: Amount::new(minor).unwrap(),
+            reason: None,
+            status,
+            created_at: Timestamp::from_unix_ms(1_700_000_000_000),
+            completed_at: None,
+        }
+    }
+
+    #[test]
+    fn what_is_left_to_refund_counts_every_refund_but_the_refused() {
+        let mut p = sample_payment();
+        assert_eq!(p.refundable(), p.amount);
+        p.push_refund(refund(1, 2000, RefundStatus::Succeeded));
+        p.push_refund(refund(2, 1000, RefundStatus::Failed));
+        p.push_refund(refund(3, 500, RefundStatus::Processing));
+        assert_eq!(p.refundable(), Amount::new(2500).unwrap());
+        assert_eq!(p.refund.as_ref().map(|r| r.reference.as_str()), Some("rmb_01JD0000000000000000000003"));
+        p.replace_refund(refund(3, 500, RefundStatus::Failed));
+        assert_eq!(p.refundable(), Amount::new(3000).unwrap());
+        assert_eq!(p.refund.as_ref().map(|r| r.status), Some(RefundStatus::Failed), "the latest follows");
+        assert_eq!(p.refund_named("rmb_01JD0000000000000000000001").map(|r| r.amount.minor()), Some(2000));
+        assert!(p.refund_named("rmb_01JD0000000000000000000009").is_none());
+    }
+
+    #[test]
+    fn refunded_events_carry_the_refunded_total_and_others_do_not() {
+        let mut p = sample_payment();
+        p.refunded_amount = Amount::new(2000).unwrap();
+        let refunded = serde_json::to_value(WebhookData::of_refunded_payment(&p)).unwrap();
+        assert_eq!(refunded["montant_rembourse"], 2000);
+        assert_eq!(refunded["montant"], 5000);
+        let plain = serde_json::to_value(WebhookData::of_payment(&p)).unwrap();
+        assert!(plain.get("montant_rembourse").is_none());
     }
 
     #[test]

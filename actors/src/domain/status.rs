@@ -30,6 +30,10 @@ pub enum PaymentStatus {
     Expired,
     #[serde(rename = "rembourse")]
     Refunded,
+    /// Some of the payment went back to the customer, not all of it; more refunds may follow. Declared last
+    /// because the store encodes a variant by its position.
+    #[serde(rename = "rembourse_partiellement")]
+    PartlyRefunded,
 }
 
 /// Status of a refund.
@@ -59,12 +63,13 @@ pub enum PayoutStatus {
 }
 
 impl PaymentStatus {
-    pub const ALL: [PaymentStatus; 6] = [
+    pub const ALL: [PaymentStatus; 7] = [
         PaymentStatus::Initiated,
         PaymentStatus::Processing,
         PaymentStatus::Succeeded,
         PaymentStatus::Failed,
         PaymentStatus::Expired,
+        PaymentStatus::PartlyRefunded,
         PaymentStatus::Refunded,
     ];
 
@@ -75,6 +80,7 @@ impl PaymentStatus {
             PaymentStatus::Succeeded => "succes",
             PaymentStatus::Failed => "echec",
             PaymentStatus::Expired => "expire",
+            PaymentStatus::PartlyRefunded => "rembourse_partiellement",
             PaymentStatus::Refunded => "rembourse",
         }
     }
@@ -83,9 +89,20 @@ impl PaymentStatus {
         Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 
-    /// Final statuses never change again (`expire` is not final: a late success may still arrive).
+    /// Final statuses never change again on a provider's notice about the payment itself (`expire` is not
+    /// final: a late success may still arrive). Only the payment's own refunds move a `succes` or
+    /// `rembourse_partiellement` payment on.
     pub fn is_final(self) -> bool {
-        matches!(self, PaymentStatus::Succeeded | PaymentStatus::Failed | PaymentStatus::Refunded)
+        matches!(
+            self,
+            PaymentStatus::Succeeded | PaymentStatus::Failed | PaymentStatus::PartlyRefunded | PaymentStatus::Refunded
+        )
+    }
+
+    /// The customer's money arrived: the statuses a payment can be refunded from, unless a refund is under way
+    /// or nothing is left.
+    pub fn is_paid(self) -> bool {
+        matches!(self, PaymentStatus::Succeeded | PaymentStatus::PartlyRefunded)
     }
 }
 
@@ -155,6 +172,11 @@ pub enum Trigger {
     PayoutSent,
     /// The provider rejected the payout.
     PayoutRefused,
+    // The two below are declared last because the journal encodes a trigger by its position.
+    /// A completed refund leaves part of the payment with the merchant (the payment's trigger).
+    RefundedInPart,
+    /// A completed refund brings the refunded total to the payment's whole amount (the payment's trigger).
+    RefundedInFull,
 }
 
 impl Trigger {
@@ -255,8 +277,9 @@ const fn rule(from: Option<Status>, on: Trigger, to: Status, event: Option<Event
 /// Every allowed transition, and nothing else (docs/api.md § Payments, Refunds, Payouts).
 ///
 /// The refund of a payment is two records moving together: the refund's own status and, when it completes,
-/// the payment's `succes -> rembourse`. Requesting a refund leaves the payment `succes` (the refund record is
-/// created `en_cours`); completion moves both.
+/// the payment's. Requesting a refund leaves the payment as it is (the refund record is created `en_cours`);
+/// completion moves both: the payment to `rembourse_partiellement` while some of its amount is left, to
+/// `rembourse` when the refunds reach its whole amount, each time with `payment.refunded`.
 pub const RULES: &[Rule] = &[
     // Payments.
     rule(None, T::PaymentAccepted, Pay(P::Initiated), Some(E::PaymentInitiated), Effect::None),
@@ -287,8 +310,17 @@ pub const RULES: &[Rule] = &[
         Some(E::PaymentSucceeded),
         Effect::CreditPayment,
     ),
-    rule(Some(Pay(P::Succeeded)), T::RefundCompleted, Pay(P::Refunded), Some(E::PaymentRefunded), Effect::None),
-    // Refunds (one per payment; the payment must be `succes`, checked by the caller with `Payment` rules above).
+    rule(Some(Pay(P::Succeeded)), T::RefundedInPart, Pay(P::PartlyRefunded), Some(E::PaymentRefunded), Effect::None),
+    rule(
+        Some(Pay(P::PartlyRefunded)),
+        T::RefundedInPart,
+        Pay(P::PartlyRefunded),
+        Some(E::PaymentRefunded),
+        Effect::None,
+    ),
+    rule(Some(Pay(P::Succeeded)), T::RefundedInFull, Pay(P::Refunded), Some(E::PaymentRefunded), Effect::None),
+    rule(Some(Pay(P::PartlyRefunded)), T::RefundedInFull, Pay(P::Refunded), Some(E::PaymentRefunded), Effect::None),
+    // Refunds (several per payment, one at a time; [`payment_refund_allowed`] checks the payment's side).
     rule(None, T::RefundRequested, Rmb(R::Processing), None, Effect::ReserveRefund),
     rule(Some(Rmb(R::Processing)), T::RefundCompleted, Rmb(R::Succeeded), None, Effect::ConsumeRefund),
     rule(Some(Rmb(R::Processing)), T::RefundRefused, Rmb(R::Failed), None, Effect::ReleaseRefund),
@@ -327,23 +359,25 @@ pub fn transition(from: Option<Status>, on: Trigger) -> Result<Step, InvalidTran
     }
 }
 
-/// A refund may be requested only from a `succes` payment that has no refund yet (docs/api.md § Refunds: one
-/// refund per payment, only from `succes`).
-pub fn payment_refund_allowed(payment: PaymentStatus, existing_refund: Option<RefundStatus>) -> bool {
-    payment == PaymentStatus::Succeeded && existing_refund.is_none()
+/// A refund may be requested only from a paid payment (`succes` or `rembourse_partiellement`) whose latest
+/// refund, if any, is over (docs/api.md § Refunds: several refunds, one at a time). What is left to refund
+/// is the caller's check, in amounts.
+pub fn payment_refund_allowed(payment: PaymentStatus, latest_refund: Option<RefundStatus>) -> bool {
+    payment.is_paid() && latest_refund != Some(RefundStatus::Processing)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn payment_triggers() -> [Trigger; 6] {
+    fn payment_triggers() -> [Trigger; 7] {
         [
             T::ProviderProcessing,
             T::ProviderConfirmed,
             T::ProviderDeclined,
             T::TtlExpired,
-            T::RefundCompleted,
+            T::RefundedInPart,
+            T::RefundedInFull,
             T::PaymentAccepted,
         ]
     }
@@ -367,7 +401,10 @@ mod tests {
             (P::Initiated, T::TtlExpired, P::Expired, E::PaymentFailed),
             (P::Processing, T::TtlExpired, P::Expired, E::PaymentFailed),
             (P::Expired, T::ProviderConfirmed, P::Succeeded, E::PaymentSucceeded),
-            (P::Succeeded, T::RefundCompleted, P::Refunded, E::PaymentRefunded),
+            (P::Succeeded, T::RefundedInPart, P::PartlyRefunded, E::PaymentRefunded),
+            (P::PartlyRefunded, T::RefundedInPart, P::PartlyRefunded, E::PaymentRefunded),
+            (P::Succeeded, T::RefundedInFull, P::Refunded, E::PaymentRefunded),
+            (P::PartlyRefunded, T::RefundedInFull, P::Refunded, E::PaymentRefunded),
         ];
         for (from, on, to, event) in allowed {
             let step = transition(Some(Pay(from)), on).unwrap();
@@ -396,15 +433,16 @@ mod tests {
     }
 
     #[test]
-    fn final_statuses_never_move() {
+    fn final_statuses_move_only_on_their_refunds() {
         for from in P::ALL.into_iter().filter(|s| s.is_final()) {
             for on in payment_triggers() {
                 let step = transition(Some(Pay(from)), on);
-                let moved_out =
-                    matches!(step, Ok(Step::Move(_)) if !(from == P::Succeeded && on == T::RefundCompleted));
-                assert!(!moved_out, "{from:?} moved on {on:?}");
+                let refunded = from.is_paid() && matches!(on, T::RefundedInPart | T::RefundedInFull);
+                assert!(refunded || !matches!(step, Ok(Step::Move(_))), "{from:?} moved on {on:?}");
             }
         }
+        assert_eq!(transition(Some(Pay(P::Refunded)), T::RefundedInPart), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Failed)), T::RefundedInFull), Ok(Step::Unchanged));
     }
 
     #[test]
@@ -415,7 +453,7 @@ mod tests {
         assert_eq!(transition(Some(Pay(P::Failed)), T::ProviderConfirmed), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Pay(P::Expired)), T::ProviderDeclined), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Pay(P::Expired)), T::TtlExpired), Ok(Step::Unchanged));
-        assert_eq!(transition(Some(Pay(P::Refunded)), T::RefundCompleted), Ok(Step::Unchanged));
+        assert_eq!(transition(Some(Pay(P::Refunded)), T::RefundedInFull), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Rmb(R::Succeeded)), T::RefundCompleted), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Rmb(R::Failed)), T::RefundCompleted), Ok(Step::Unchanged));
         assert_eq!(transition(Some(Out(O::Sent)), T::PayoutRefused), Ok(Step::Unchanged));
@@ -447,10 +485,13 @@ mod tests {
 
     #[test]
     fn refund_precondition() {
-        assert!(payment_refund_allowed(P::Succeeded, None));
-        assert!(!payment_refund_allowed(P::Succeeded, Some(R::Failed)));
-        assert!(!payment_refund_allowed(P::Succeeded, Some(R::Processing)));
-        for s in P::ALL.into_iter().filter(|s| *s != P::Succeeded) {
+        for paid in [P::Succeeded, P::PartlyRefunded] {
+            assert!(payment_refund_allowed(paid, None));
+            assert!(payment_refund_allowed(paid, Some(R::Failed)), "a refused refund can be asked again");
+            assert!(payment_refund_allowed(paid, Some(R::Succeeded)), "a partial refund leaves room for another");
+            assert!(!payment_refund_allowed(paid, Some(R::Processing)), "one at a time");
+        }
+        for s in P::ALL.into_iter().filter(|s| !s.is_paid()) {
             assert!(!payment_refund_allowed(s, None));
         }
     }

@@ -159,7 +159,7 @@ impl MerchantActor {
 /// The transaction a provider's answer is about: the refund's for a refund notice, else the record's own.
 fn answered_transaction(command: &Command, record: &Record) -> String {
     match (command, record) {
-        (Command::RefundNotice { .. }, Record::Payment(p)) => match &p.refund {
+        (Command::RefundNotice { refund, .. }, Record::Payment(p)) => match p.refund_named(refund) {
             Some(refund) => refund.transaction_id(),
             None => p.transaction_id.clone(),
         },

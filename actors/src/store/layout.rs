@@ -107,12 +107,13 @@ pub(super) const APPLY_ORDER: [ApplyStep; 18] = [
 
 /// The version of everything this file lays out: trees, keys and value encodings. A data directory stamped
 /// with another version is refused at open (`sled_store::stamp`); raise it with any change to what is stored.
-pub(crate) const FORMAT_VERSION: u32 = 3;
+pub(crate) const FORMAT_VERSION: u32 = 4;
 
-/// Earlier versions whose directories this build opens and restamps: each later version only added trees, so
-/// their data reads the same (format 3 added `routes`, `provider_references`, `merchant_suspensions` and
-/// `retired_keys`).
-pub(crate) const UPGRADED_IN_PLACE: [u32; 1] = [2];
+/// Earlier versions whose directories this build opens and restamps: each later version only added trees or
+/// appended fields that `legacy` reads, so their data reads the same (format 3 added `routes`,
+/// `provider_references`, `merchant_suspensions` and `retired_keys`; format 4 appended a payment's refunds and
+/// refunded total).
+pub(crate) const UPGRADED_IN_PLACE: [u32; 2] = [2, 3];
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
 pub(super) const BINARY_V1: u8 = 1;
@@ -351,7 +352,8 @@ mod tests {
         MerchantId::parse(MERCHANT).unwrap()
     }
 
-    fn payment() -> Payment {
+    /// A payment as format 3 stored it: refunded in full, its one refund in `remboursement`.
+    fn payment_before_refunds() -> Payment {
         let metadata = BTreeMap::from([("commande".to_string(), "A-17 \"été\"".to_string())]);
         Payment {
             reference: Reference::parse("cmd-42").unwrap(),
@@ -381,7 +383,27 @@ mod tests {
             }),
             country: Some("BJ".into()),
             payment_url: None,
+            refunded_amount: Amount::ZERO,
+            refunds: Vec::new(),
         }
+    }
+
+    /// The same payment in today's layout: a partial refund refused, then the rest refunded.
+    fn payment() -> Payment {
+        let mut payment = payment_before_refunds();
+        let refused = Refund {
+            reference: "rmb_01JD0000000000000000000001".into(),
+            amount: Amount::new(2000).unwrap(),
+            reason: None,
+            status: RefundStatus::Failed,
+            created_at: at(1_200),
+            completed_at: Some(at(1_300)),
+        };
+        let latest = payment.refund.take().unwrap();
+        payment.refunded_amount = latest.amount;
+        payment.push_refund(refused);
+        payment.push_refund(latest);
+        payment
     }
 
     fn payout() -> Payout {
@@ -514,14 +536,61 @@ mod tests {
                 "0106636d642d34321d74785f30314a443030303030303030303030303030303030303030303105904e03584f469601fa4c08\
                  6d746e5f6d6f6d6f0c2b3232393937303030303031010f617761406578616d706c652e636f6d0109417761204b6f6ec3a900\
                  0108636f6d6d616e64650c412d31372022c3a974c3a922fbbae886a034cbcae886a03401e3c2e886a03400011e726d625f30\
-                 314a4430303030303030303030303030303030303030303032904e01067265746f757201d7c6e886a03401cbcae886a034\
-                 0102424a00",
+                 314a4430303030303030303030303030303030303030303032904e01067265746f757201d7c6e886a03401cbcae886a03401\
+                 02424a00904e021e726d625f30314a4430303030303030303030303030303030303030303031a01f0002abc4e886a034018f\
+                 c5e886a0341e726d625f30314a4430303030303030303030303030303030303030303032904e01067265746f757201d7c6e8\
+                 86a03401cbcae886a034",
                 "011e6576745f30314a44303030303030303030303030303030303030303030341e6d63685f30314a44303030303030303030\
                  303030303030303030303030300206636d642d3432587b226576656e74223a227061796d656e742e73756363656564656422\
                  2c2264617461223a7b227265666572656e6365223a22636d642d3432222c226d65746164617461223a7b226e6f7465223a22\
                  5c22c3a95c22227d7d7de3c2e886a034020001c7c3e886a03401a18889d80601f403010848545450203530300c0101",
             ]
         );
+    }
+
+    /// Format 3's bytes of `payment_before_refunds`, as `stored_bytes_are_pinned` held them then.
+    const PAYMENT_FORMAT_3: &str =
+        "0106636d642d34321d74785f30314a443030303030303030303030303030303030303030303105904e03584f469601fa4c08\
+        6d746e5f6d6f6d6f0c2b3232393937303030303031010f617761406578616d706c652e636f6d0109417761204b6f6ec3a900\
+        0108636f6d6d616e64650c412d31372022c3a974c3a922fbbae886a034cbcae886a03401e3c2e886a03400011e726d625f30\
+        314a4430303030303030303030303030303030303030303032904e01067265746f757201d7c6e886a03401cbcae886a034\
+        0102424a00";
+
+    fn unhex(text: &str) -> Vec<u8> {
+        let digits: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
+        digits.chunks(2).map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_payment_stored_before_several_refunds_reads_with_its_refund_listed() {
+        let read = crate::store::legacy::decode_payment("payments", &unhex(PAYMENT_FORMAT_3)).unwrap();
+        let mut expected = payment_before_refunds();
+        expected.refunds = expected.refund.iter().cloned().collect();
+        expected.refunded_amount = Amount::new(5000).unwrap();
+        assert_eq!(read, expected);
+        assert_eq!(read.status, PaymentStatus::Refunded);
+
+        // A refund of part of the payment was marked `rembourse` then; it reads as what it was.
+        let mut partial = payment_before_refunds();
+        partial.refund.as_mut().unwrap().amount = Amount::new(2000).unwrap();
+        let today = encode(&partial).unwrap();
+        // The two appended fields at their smallest (a zero amount, an empty list) are one byte each.
+        let old = &today[..today.len() - 2];
+        assert!(decode::<Payment>("payments", old).is_err(), "an old value is not today's");
+        let read = crate::store::legacy::decode_payment("payments", old).unwrap();
+        assert_eq!(read.status, PaymentStatus::PartlyRefunded);
+        assert_eq!(read.refunded_amount, Amount::new(2000).unwrap());
+        assert_eq!(read.refundable(), Amount::new(3000).unwrap());
+        assert_eq!(read.refunds.len(), 1);
+
+        // Today's value is read as today's, and a value of neither layout is refused as today's.
+        assert_eq!(crate::store::legacy::decode_payment("payments", &encode(&payment()).unwrap()).unwrap(), payment());
+        let mut longer = encode(&payment()).unwrap();
+        longer.push(0);
+        assert!(matches!(
+            crate::store::legacy::decode_payment("payments", &longer),
+            Err(StoreError::Corrupt(m)) if m.contains("left over")
+        ));
     }
 
     #[test]
@@ -668,7 +737,7 @@ mod tests {
                 "retired_keys",
             ]
         );
-        assert_eq!(FORMAT_VERSION, 3);
+        assert_eq!(FORMAT_VERSION, 4);
     }
 
     #[test]

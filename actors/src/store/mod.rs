@@ -16,6 +16,7 @@
 //! sled backend's write path, recovery and on-disk format.
 
 mod layout;
+mod legacy;
 mod op;
 mod overlay;
 mod roles;

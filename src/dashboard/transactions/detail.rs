@@ -119,15 +119,23 @@ fn payment_summary(p: &Payment) -> Markup {
             (field("Mis à jour", text(&time(p.updated_at))))
             (field("Payé", text(&time_opt(p.paid_at))))
             @if let Some(code) = &p.failure_code { (field("Code d'échec", text(code))) }
-            @if let Some(r) = &p.refund {
-                (field("Remboursement", html! { (r.reference) " " (badge(r.status.as_str())) " " (money(r.amount.minor(), p.currency)) }))
+            @if !p.refunds.is_empty() {
+                (field("Remboursé", money(p.refunded_amount.minor(), p.currency)))
+                (field("Remboursements", html! {
+                    ol.refunds {
+                        @for r in &p.refunds {
+                            li { (r.reference) " " (badge(r.status.as_str())) " " (money(r.amount.minor(), p.currency))
+                                @if let Some(reason) = &r.reason { " · " (reason.as_str()) } }
+                        }
+                    }
+                }))
             }
         }
         @if let Ok(meta) = serde_json::to_string(&p.metadata) { @if meta != "{}" { p { "Metadata : " code { (meta) } } } }
     }
 }
 
-/// The provider side of the record's transactions (the payment and its refund, or the payout): which adapter
+/// The provider side of the record's transactions (the payment and its refunds, or the payout): which adapter
 /// carries each, and the provider's reference once an answer gave one. That reference is what the customer's
 /// receipt and the provider's support desk quote.
 fn provider_side(state: &AppState, record: &Record) -> Result<Markup, DashError> {
@@ -135,7 +143,7 @@ fn provider_side(state: &AppState, record: &Record) -> Result<Markup, DashError>
     match record {
         Record::Payment(p) => {
             rows.push(("paiement", p.transaction_id.clone()));
-            if let Some(r) = &p.refund {
+            for r in &p.refunds {
                 rows.push(("remboursement", r.transaction_id()));
             }
         }
@@ -218,6 +226,8 @@ pub fn trigger_label(trigger: Trigger) -> &'static str {
         Trigger::RefundRequested => "Remboursement demandé",
         Trigger::RefundCompleted => "Remboursement effectué",
         Trigger::RefundRefused => "Remboursement refusé",
+        Trigger::RefundedInPart => "Remboursé en partie",
+        Trigger::RefundedInFull => "Remboursé en totalité",
         Trigger::PayoutRequested => "Retrait demandé",
         Trigger::PayoutSent => "Retrait envoyé",
         Trigger::PayoutRefused => "Retrait rejeté",

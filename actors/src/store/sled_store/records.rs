@@ -15,6 +15,7 @@ use crate::store::{AwaitingProvider, IdempotencyRecord, Located, Page, Records, 
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
+use crate::store::legacy::decode_payment;
 
 impl SledStore {
     pub(super) fn record(
@@ -39,7 +40,7 @@ impl SledStore {
         cursor: Option<&str>,
         limit: usize,
         only: Option<TransactionType>,
-        take: &mut dyn FnMut(TransactionType, Record) -> Option<T>,
+        take: &mut dyn FnMut(TransactionType, &str, Record) -> Option<T>,
     ) -> Result<Page<T>, StoreError> {
         let start = mkey(merchant, b"");
         let end = match cursor {
@@ -56,12 +57,12 @@ impl SledStore {
                 has_more = true;
                 break;
             }
-            let (kind, owner, _) = parse_pointer(&ptr)?;
+            let (kind, owner, reference) = parse_pointer(&ptr)?;
             last_scanned = Some(format!("tx_{}", String::from_utf8_lossy(&key[MERCHANT_ID_LEN..])));
             if only.is_some_and(|wanted| wanted != kind) {
                 continue;
             }
-            if let Some(item) = self.record(merchant, kind, owner)?.and_then(|record| take(kind, record)) {
+            if let Some(item) = self.record(merchant, kind, owner)?.and_then(|record| take(kind, reference, record)) {
                 data.push(item);
             }
         }
@@ -72,7 +73,10 @@ impl SledStore {
 
 impl Records for SledStore {
     fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, StoreError> {
-        self.get(PAYMENTS, &mkey(merchant, reference.as_bytes()))
+        match self.raw(PAYMENTS, &mkey(merchant, reference.as_bytes()))? {
+            Some(bytes) => decode_payment(TREE_NAMES[PAYMENTS], &bytes).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, StoreError> {
@@ -124,10 +128,12 @@ impl Records for SledStore {
         limit: usize,
         keep: &mut dyn FnMut(&Transaction) -> bool,
     ) -> Result<Page<Transaction>, StoreError> {
-        self.scan_index(merchant, cursor, limit, None, &mut |kind, record| {
+        self.scan_index(merchant, cursor, limit, None, &mut |kind, reference, record| {
             let tx = match record {
                 Record::Payout(o) => Transaction::of_payout(&o),
-                Record::Payment(p) if kind == TransactionType::Refund => Transaction::of_refund(&p, p.refund.as_ref()?),
+                Record::Payment(p) if kind == TransactionType::Refund => {
+                    Transaction::of_refund(&p, p.refund_named(reference)?)
+                }
                 Record::Payment(p) => Transaction::of_payment(&p),
             };
             keep(&tx).then_some(tx)
@@ -145,7 +151,7 @@ impl Records for SledStore {
         // while scanning so that a page holds `limit` matching payouts.
         let cursor = cursor.map(|c| c.replacen("ret_", "tx_", 1));
         let page =
-            self.scan_index(merchant, cursor.as_deref(), limit, Some(TransactionType::Payout), &mut |_, record| {
+            self.scan_index(merchant, cursor.as_deref(), limit, Some(TransactionType::Payout), &mut |_, _, record| {
                 match record {
                     Record::Payout(o) if keep(&o) => Some(o),
                     _ => None,
