@@ -4,11 +4,14 @@
 //     CAISSE_SECRET_KEY=sk_test_... node examples/webhook_receiver.js 8000
 //
 // It answers every POST (any path):
-// - 401 when X-Service-Signature is not "sha256=" + hex(HMAC-SHA256(secret key, timestamp + "." + raw body));
-// - 400 when X-Service-Timestamp is missing, not Unix seconds, or more than 300 s from now (either way);
+// - 401 when X-Service-Signature is not "sha256=" + hex(HMAC-SHA256(secret key, timestamp + "." + raw body)),
+//   or when webhook-signature (Standard Webhooks) holds no "v1," + base64(HMAC-SHA256(secret key,
+//   webhook-id + "." + timestamp + "." + raw body));
+// - 400 when a timestamp is missing, not Unix seconds, or more than 300 s from now (either way), or webhook-id
+//   is missing;
 // - 400 when the (authentic) body is not the expected JSON;
-// - 200 {"received": true} otherwise, printing one line per new event; a duplicate (same event and
-//   data.reference, which retries make normal) is acknowledged again and not processed twice.
+// - 200 {"received": true} otherwise, printing one line per new notification; a duplicate (the same
+//   webhook-id, which retries make normal) is acknowledged again and not processed twice.
 //
 // The secret key comes from CAISSE_SECRET_KEY; the port from the first argument, else PORT, else 8000;
 // the address from HOST (default 127.0.0.1). See examples/README.md.
@@ -20,9 +23,10 @@ const http = require('http');
 const TOLERANCE_S = 300;
 const MAX_BODY = 1024 * 1024;
 
-// Handled events, by event + data.reference. Kept in memory for this example only: lost on restart and not
-// shared between processes. A real receiver keeps it in its database (a unique key on the pair), written in
-// the same transaction as the work the event triggers.
+// Handled notifications, by webhook-id (the notification's evt_ id, the same on every attempt; a payment may
+// send payment.refunded more than once, so event + reference is not a key). Kept in memory for this example
+// only: lost on restart and not shared between processes. A real receiver keeps it in its database (a unique
+// key on the id), written in the same transaction as the work the notification triggers.
 const seen = new Set();
 
 // null if the delivery is authentic and fresh, else [status, reason]. Same order as Caisse's verify().
@@ -43,6 +47,25 @@ function check(secretKey, signature, timestamp, rawBody, now) {
   }
   if (Math.abs(now - Number(ts)) > TOLERANCE_S) return [400, 'timestamp more than 300 seconds away from now'];
   return null;
+}
+
+// null if webhook-signature holds a valid v1 entry for this id, timestamp and body, else [status, reason].
+// The key is the secret key's UTF-8 bytes (a Standard Webhooks library takes it as "whsec_" + base64 of them).
+// Several space-separated entries may come during a key roll: one valid is enough.
+function checkStandard(secretKey, webhookId, signatures, timestamp, rawBody) {
+  if (!webhookId) return [400, 'webhook-id is missing'];
+  const ts = timestamp.trim();
+  if (!/^[0-9]{1,15}$/.test(ts)) return [400, 'webhook-timestamp is not a Unix time in seconds'];
+  const digest = crypto
+    .createHmac('sha256', secretKey)
+    .update(Buffer.concat([Buffer.from(webhookId + '.' + ts + '.'), rawBody]))
+    .digest('base64');
+  const expected = Buffer.from('v1,' + digest);
+  const valid = signatures
+    .split(' ')
+    .map((given) => Buffer.from(given))
+    .some((given) => given.length === expected.length && crypto.timingSafeEqual(given, expected));
+  return valid ? null : [401, 'invalid webhook-signature'];
 }
 
 function answer(res, status, payload) {
@@ -75,7 +98,18 @@ function handle(secretKey, req, res) {
       raw,
       Math.floor(Date.now() / 1000),
     );
-    if (problem) return answer(res, problem[0], { error: problem[1] });
+    // The Standard Webhooks headers: the same proof in another form, and the id to deduplicate on.
+    const webhookId = req.headers['webhook-id'] || '';
+    const standard =
+      problem ||
+      checkStandard(
+        secretKey,
+        webhookId,
+        req.headers['webhook-signature'] || '',
+        req.headers['webhook-timestamp'] || '',
+        raw,
+      );
+    if (standard) return answer(res, standard[0], { error: standard[1] });
 
     // Authentic bytes: only now parse them.
     let notification;
@@ -91,12 +125,11 @@ function handle(secretKey, req, res) {
       return answer(res, 400, { error: 'missing event or data.reference' });
     }
 
-    const key = JSON.stringify([event, reference]);
-    if (!seen.has(key)) {
-      seen.add(key);
+    if (!seen.has(webhookId)) {
+      seen.add(webhookId);
       // The work goes here (mark the order paid, ...). Keep it short: Caisse waits 10 s for the 200, so
       // longer work belongs in a queue. If it fails, forget the event and answer 500 so Caisse retries.
-      console.log(`${event} ${reference} statut=${data.statut} montant=${data.montant} ${data.devise}`);
+      console.log(`${event} ${reference} statut=${data.statut} montant=${data.montant} ${data.devise} id=${webhookId}`);
     }
     return answer(res, 200, { received: true });
   });

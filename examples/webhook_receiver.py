@@ -4,16 +4,20 @@
     CAISSE_SECRET_KEY=sk_test_... python3 examples/webhook_receiver.py 8000
 
 It answers every POST (any path):
-- 401 when X-Service-Signature is not "sha256=" + hex(HMAC-SHA256(secret key, timestamp + "." + raw body));
-- 400 when X-Service-Timestamp is missing, not Unix seconds, or more than 300 s from now (either way);
+- 401 when X-Service-Signature is not "sha256=" + hex(HMAC-SHA256(secret key, timestamp + "." + raw body)),
+  or when webhook-signature (Standard Webhooks) holds no "v1," + base64(HMAC-SHA256(secret key,
+  webhook-id + "." + timestamp + "." + raw body));
+- 400 when a timestamp is missing, not Unix seconds, or more than 300 s from now (either way), or webhook-id
+  is missing;
 - 400 when the (authentic) body is not the expected JSON;
-- 200 {"received": true} otherwise, printing one line per new event; a duplicate (same event and
-  data.reference, which retries make normal) is acknowledged again and not processed twice.
+- 200 {"received": true} otherwise, printing one line per new notification; a duplicate (the same
+  webhook-id, which retries make normal) is acknowledged again and not processed twice.
 
 The secret key comes from CAISSE_SECRET_KEY; the port from the first argument, else PORT, else 8000;
 the address from HOST (default 127.0.0.1). See examples/README.md.
 """
 
+import base64
 import hashlib
 import hmac
 import json
@@ -27,9 +31,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 TOLERANCE_S = 300
 MAX_BODY = 1024 * 1024
 
-# Handled events, by (event, data.reference). Kept in memory for this example only: lost on restart and not
-# shared between processes. A real receiver keeps it in its database (a unique key on the pair), written in
-# the same transaction as the work the event triggers.
+# Handled notifications, by webhook-id (the notification's evt_ id, the same on every attempt; a payment may
+# send payment.refunded more than once, so event + reference is not a key). Kept in memory for this example
+# only: lost on restart and not shared between processes. A real receiver keeps it in its database (a unique
+# key on the id), written in the same transaction as the work the notification triggers.
 seen = set()
 seen_lock = threading.Lock()
 
@@ -45,6 +50,23 @@ def check(secret_key, signature, timestamp, raw_body, now):
         return 401, "invalid signature"
     if abs(now - int(timestamp)) > TOLERANCE_S:
         return 400, "timestamp more than 300 seconds away from now"
+    return None
+
+
+def check_standard(secret_key, webhook_id, signatures, timestamp, raw_body):
+    """None if webhook-signature holds a valid v1 entry for this id, timestamp and body, else (status, reason).
+
+    The key is the secret key's UTF-8 bytes (a Standard Webhooks library takes it as "whsec_" + base64 of
+    them). Several space-separated entries may come during a key roll: one valid is enough."""
+    if not webhook_id:
+        return 400, "webhook-id is missing"
+    if not re.fullmatch(r"[0-9]{1,19}", timestamp.strip()):
+        return 400, "webhook-timestamp is not a Unix time in seconds"
+    message = webhook_id.encode() + b"." + timestamp.strip().encode() + b"." + raw_body
+    digest = hmac.new(secret_key.encode(), message, hashlib.sha256).digest()
+    expected = ("v1," + base64.b64encode(digest).decode()).encode()
+    if not any(hmac.compare_digest(expected, given.encode()) for given in signatures.split()):
+        return 401, "invalid webhook-signature"
     return None
 
 
@@ -70,6 +92,15 @@ class WebhookHandler(BaseHTTPRequestHandler):
             raw,
             int(time.time()),
         )
+        # The Standard Webhooks headers: the same proof in another form, and the id to deduplicate on.
+        webhook_id = self.headers.get("webhook-id", "")
+        problem = problem or check_standard(
+            self.secret_key,
+            webhook_id,
+            self.headers.get("webhook-signature", ""),
+            self.headers.get("webhook-timestamp", ""),
+            raw,
+        )
         if problem:
             status, reason = problem
             return self.answer(status, {"error": reason})
@@ -86,13 +117,13 @@ class WebhookHandler(BaseHTTPRequestHandler):
             return self.answer(400, {"error": "missing event or data.reference"})
 
         with seen_lock:
-            first_time = (event, reference) not in seen
-            seen.add((event, reference))
+            first_time = webhook_id not in seen
+            seen.add(webhook_id)
         if first_time:
             # The work goes here (mark the order paid, ...). Keep it short: Caisse waits 10 s for the 200,
             # so longer work belongs in a queue. If it fails, forget the event and answer 500 so Caisse retries.
-            print(f"{event} {reference} statut={data.get('statut')} montant={data.get('montant')} {data.get('devise')}",
-                  flush=True)
+            print(f"{event} {reference} statut={data.get('statut')} montant={data.get('montant')} {data.get('devise')}"
+                  f" id={webhook_id}", flush=True)
         return self.answer(200, {"received": True})
 
     def answer(self, status, payload):

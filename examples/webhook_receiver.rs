@@ -1,15 +1,18 @@
-//! A Caisse webhook receiver in Rust: actix-web and `caisse_engine::webhook::verify`.
+//! A Caisse webhook receiver in Rust: actix-web, `caisse_engine::webhook::verify` and `verify_standard`.
 //!
 //! ```text
 //! CAISSE_SECRET_KEY=sk_test_... cargo run --example webhook_receiver -- 8000
 //! ```
 //!
 //! It answers every POST (any path):
-//! - 401 when `X-Service-Signature` is not `sha256=` + hex(HMAC-SHA256(secret key, timestamp + "." + raw body));
-//! - 400 when `X-Service-Timestamp` is missing, not Unix seconds, or more than 300 s from now (either way);
+//! - 401 when `X-Service-Signature` is not `sha256=` + hex(HMAC-SHA256(secret key, timestamp + "." + raw body)),
+//!   or when `webhook-signature` (Standard Webhooks) holds no `v1,` + base64(HMAC-SHA256(secret key,
+//!   webhook-id + "." + timestamp + "." + raw body));
+//! - 400 when a timestamp is missing, not Unix seconds, or more than 300 s from now (either way), or
+//!   `webhook-id` is missing;
 //! - 400 when the (authentic) body is not the expected JSON;
-//! - 200 `{"received": true}` otherwise, printing one line per new event; a duplicate (same `event` and
-//!   `data.reference`, which retries make normal) is acknowledged again and not processed twice.
+//! - 200 `{"received": true}` otherwise, printing one line per new notification; a duplicate (the same
+//!   `webhook-id`, which retries make normal) is acknowledged again and not processed twice.
 //!
 //! The secret key comes from `CAISSE_SECRET_KEY`; the port from the first argument, else `PORT`, else 8000;
 //! the address from `HOST` (default 127.0.0.1). See `examples/README.md`.
@@ -19,28 +22,38 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use caisse_engine::webhook::{verify, VerifyError, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use caisse_engine::webhook::{
+    verify, verify_standard, VerifyError, SIGNATURE_HEADER, STANDARD_ID_HEADER, STANDARD_SIGNATURE_HEADER,
+    STANDARD_TIMESTAMP_HEADER, TIMESTAMP_HEADER,
+};
 use serde_json::{json, Value};
 
-/// The receiver's state: the secret key and the events already handled.
+/// The receiver's state: the secret key and the notifications already handled.
 pub struct Receiver {
     secret_key: String,
-    /// Handled events, by (`event`, `data.reference`). Kept in memory for this example only: it is lost on
-    /// restart and not shared between processes. A real receiver keeps it in its database (a unique key on
-    /// the pair), written in the same transaction as the work the event triggers.
-    seen: Mutex<HashSet<(String, String)>>,
+    /// Handled notifications: their `webhook-id` (the notification's `evt_` id, the same on every attempt; a
+    /// payment may send `payment.refunded` more than once, so event + reference is not a key), with the
+    /// event and reference handled. Kept in memory for this example only: it is lost on restart and not shared
+    /// between processes. A real receiver keeps the ids in its database (a unique key), written in the same
+    /// transaction as the work the notification triggers.
+    seen: Mutex<Seen>,
+}
+
+/// The ids handled, and what each was: (`event`, `data.reference`), in the order handled.
+#[derive(Default)]
+struct Seen {
+    ids: HashSet<String>,
+    handled: Vec<(String, String)>,
 }
 
 impl Receiver {
     pub fn new(secret_key: String) -> Receiver {
-        Receiver { secret_key, seen: Mutex::new(HashSet::new()) }
+        Receiver { secret_key, seen: Mutex::new(Seen::default()) }
     }
 
-    /// The events handled so far, as (`event`, `data.reference`), sorted.
+    /// The notifications handled so far, as (`event`, `data.reference`), in the order handled.
     pub fn handled(&self) -> Vec<(String, String)> {
-        let mut handled: Vec<_> = self.seen.lock().map(|seen| seen.iter().cloned().collect()).unwrap_or_default();
-        handled.sort();
-        handled
+        self.seen.lock().map(|seen| seen.handled.clone()).unwrap_or_default()
     }
 }
 
@@ -49,14 +62,17 @@ impl Receiver {
 pub async fn webhook(req: HttpRequest, body: web::Bytes, receiver: web::Data<Receiver>) -> HttpResponse {
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    match verify(&receiver.secret_key, header(SIGNATURE_HEADER), header(TIMESTAMP_HEADER), &body, now) {
-        Ok(()) => {}
-        Err(VerifyError::BadSignature) => {
-            return HttpResponse::Unauthorized().json(json!({"error": "invalid signature"}));
-        }
-        Err(e @ (VerifyError::StaleTimestamp | VerifyError::MalformedTimestamp)) => {
-            return HttpResponse::BadRequest().json(json!({"error": e.to_string()}));
-        }
+    // Both proofs: the spec's headers, then the Standard Webhooks ones, which also carry the id.
+    if let Err(e) = verify(&receiver.secret_key, header(SIGNATURE_HEADER), header(TIMESTAMP_HEADER), &body, now) {
+        return refused(e);
+    }
+    let id = header(STANDARD_ID_HEADER);
+    if id.is_empty() {
+        return HttpResponse::BadRequest().json(json!({"error": "webhook-id is missing"}));
+    }
+    let (signatures, timestamp) = (header(STANDARD_SIGNATURE_HEADER), header(STANDARD_TIMESTAMP_HEADER));
+    if let Err(e) = verify_standard(&receiver.secret_key, id, signatures, timestamp, &body, now) {
+        return refused(e);
     }
 
     // Authentic bytes: only now parse them.
@@ -69,16 +85,37 @@ pub async fn webhook(req: HttpRequest, body: web::Bytes, receiver: web::Data<Rec
     };
 
     let first_time = match receiver.seen.lock() {
-        Ok(mut seen) => seen.insert((event.to_owned(), reference.to_owned())),
+        Ok(mut seen) => {
+            let first = seen.ids.insert(id.to_owned());
+            if first {
+                seen.handled.push((event.to_owned(), reference.to_owned()));
+            }
+            first
+        }
         Err(_) => return HttpResponse::InternalServerError().finish(),
     };
     if first_time {
         // The work goes here (mark the order paid, ...). Keep it short: Caisse waits 10 s for the 200, so
         // longer work belongs in a queue. If it fails, forget the event and answer 500 so Caisse retries.
         let text = |field: &str| data[field].as_str().map(str::to_owned).unwrap_or_else(|| data[field].to_string());
-        println!("{event} {reference} statut={} montant={} {}", text("statut"), data["montant"], text("devise"));
+        println!(
+            "{event} {reference} statut={} montant={} {} id={id}",
+            text("statut"),
+            data["montant"],
+            text("devise")
+        );
     }
     HttpResponse::Ok().json(json!({"received": true}))
+}
+
+/// 401 for a signature that does not match, 400 for a timestamp that is stale or not a number.
+fn refused(e: VerifyError) -> HttpResponse {
+    match e {
+        VerifyError::BadSignature => HttpResponse::Unauthorized().json(json!({"error": "invalid signature"})),
+        VerifyError::StaleTimestamp | VerifyError::MalformedTimestamp => {
+            HttpResponse::BadRequest().json(json!({"error": e.to_string()}))
+        }
+    }
 }
 
 #[actix_web::main]

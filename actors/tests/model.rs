@@ -3,8 +3,9 @@
 //!
 //! Random sequences of every command the API names (payments initiated with random amounts, fee rules
 //! and sometimes colliding merchant references; provider notices on existing, unknown, other merchants' and
-//! wrong-kind references, so duplicated, late and out-of-order notices are the norm; refund requests of
-//! partial, full and too large amounts with their completion or refusal; payouts that may exceed the
+//! wrong-kind references, so duplicated, late and out-of-order notices are the norm; several refunds per
+//! payment, of partial, full ("the rest") and too large amounts, with their completion or refusal, and late
+//! notices about earlier refunds; payouts that may exceed the
 //! balance, sent or refused) run over several merchants and currencies. After every single step the tests
 //! prove, against a model written here with plain integer arithmetic (it never calls `ledger.rs` or the status
 //! table):
@@ -16,8 +17,10 @@
 //!   and equal the sums of the journal's ledger entries; every journal event balances to zero per currency;
 //!   all six ledger accounts agree with the model, so money is neither created nor lost;
 //! - a payment is credited at most once (one entry on the customer-funds account per payment, ever);
-//! - final statuses (`succes`, `echec`, `rembourse`) never move, except `succes -> rembourse` by a completed
-//!   refund, and `expire` only moves to `succes`;
+//! - final statuses (`succes`, `echec`, `rembourse_partiellement`, `rembourse`) never move, except by a
+//!   completed refund (to `rembourse_partiellement` while part of the amount is left, to `rembourse` once the
+//!   refunds reach it), and `expire` only moves to `succes`; the refunds not refused never exceed the amount,
+//!   only the latest may be under way, and `montant_rembourse` is the completed refunds' sum;
 //! - every status change writes exactly one webhook notification with the API's event, whose body parses
 //!   as [`WebhookBody`] with `data.statut` the new status and `data.reference` the payment reference (payout
 //!   id for payouts); refund requests, refund refusals and payout creations write none;

@@ -54,10 +54,20 @@ impl Hit {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    /// True when `X-Service-Signature` is the one `key` makes over the timestamp and the raw body (docs/api.md § Webhook signature).
+    /// True when `X-Service-Signature` is the one `key` makes over the timestamp and the raw body (docs/api.md §
+    /// Webhook signature), and so is the Standard Webhooks `webhook-signature` over the id, the same timestamp
+    /// and the body.
     pub fn signed_with(&self, key: &str) -> bool {
         let signature = caisse_engine::webhook::sign(key, self.timestamp(), &self.body);
+        let standard = caisse_engine::webhook::sign_standard(key, self.webhook_id(), self.timestamp(), &self.body);
         self.header("x-service-signature") == Some(signature.as_str())
+            && self.header("webhook-timestamp") == self.header("x-service-timestamp")
+            && self.header("webhook-signature") == Some(standard.as_str())
+    }
+
+    /// The Standard Webhooks `webhook-id`: the notification's `evt_` id, the same on every attempt.
+    pub fn webhook_id(&self) -> &str {
+        self.header("webhook-id").unwrap_or("")
     }
 }
 

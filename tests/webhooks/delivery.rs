@@ -40,6 +40,13 @@ pub fn assert_signed(hit: &Hit, key: &str) {
     );
     assert!(timestamp.bytes().all(|b| b.is_ascii_digit()), "Unix seconds as text: {timestamp}");
     assert_eq!(caisse_engine::webhook::verify(key, signature, timestamp, &hit.body, hit.at_unix_s), Ok(()));
+    // The Standard Webhooks headers beside the spec's (contract § 18), over the same timestamp.
+    let id = hit.header("webhook-id").expect("webhook-id");
+    assert!(id.starts_with("evt_") && id.len() == 30, "webhook-id is the notification's id: {id}");
+    assert_eq!(hit.header("webhook-timestamp"), Some(timestamp));
+    let standard = hit.header("webhook-signature").expect("webhook-signature");
+    assert!(standard.starts_with("v1,"), "{standard}");
+    assert_eq!(caisse_engine::webhook::verify_standard(key, id, standard, timestamp, &hit.body, hit.at_unix_s), Ok(()));
     assert!(hit.timestamp().abs_diff(hit.at_unix_s) <= 2, "fresh timestamp: {timestamp} vs arrival {}", hit.at_unix_s);
 }
 

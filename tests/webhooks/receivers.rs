@@ -1,6 +1,6 @@
-//! The merchant examples in `examples/` (Python, Node, Rust) accept real deliveries from Caisse, print each
-//! event once, and refuse tampered, forged, stale and malformed ones with the statuses given in
-//! docs/api.md § Webhook signature.
+//! The merchant examples in `examples/` (Python, Node, Rust) accept real deliveries from Caisse, verify both
+//! the spec's signature and the Standard Webhooks one, handle each notification once by its `webhook-id`, and
+//! refuse tampered, forged, stale and malformed ones with the statuses given in docs/api.md § Webhook signature.
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
 use caisse_engine::domain::records::{DeliveryState, Merchant, Notification};
-use caisse_engine::webhook::sign;
+use caisse_engine::webhook::{sign, sign_standard};
 use serde_json::{json, Value};
 
 use crate::process::ChildProcess;
@@ -22,8 +22,28 @@ fn have(interpreter: &str) -> bool {
     Command::new(interpreter).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
+/// The Standard Webhooks headers of one request: `webhook-id`, and `webhook-signature` (the timestamp is the
+/// spec's, sent under both names).
+struct Standard {
+    id: String,
+    signature: String,
+}
+
+impl Standard {
+    /// The headers Caisse sends for notification `id`'s `body` at `now`.
+    fn genuine(key: &str, id: &str, now: u64, body: &[u8]) -> Standard {
+        Standard { id: id.to_owned(), signature: sign_standard(key, id, now, body) }
+    }
+}
+
 /// Posts `body` with the given header values (None: header left out); returns the status and JSON answer.
-async fn post(url: &str, body: &[u8], signature: Option<&str>, timestamp: Option<&str>) -> (u16, Value) {
+async fn post(
+    url: &str,
+    body: &[u8],
+    signature: Option<&str>,
+    timestamp: Option<&str>,
+    standard: Option<&Standard>,
+) -> (u16, Value) {
     let client = awc::Client::builder().timeout(Duration::from_secs(10)).finish();
     let mut request = client.post(url).insert_header(("Content-Type", "application/json"));
     if let Some(signature) = signature {
@@ -31,6 +51,11 @@ async fn post(url: &str, body: &[u8], signature: Option<&str>, timestamp: Option
     }
     if let Some(timestamp) = timestamp {
         request = request.insert_header(("X-Service-Timestamp", timestamp));
+        request = request.insert_header(("webhook-timestamp", timestamp));
+    }
+    if let Some(standard) = standard {
+        request = request.insert_header(("webhook-id", standard.id.as_str()));
+        request = request.insert_header(("webhook-signature", standard.signature.as_str()));
     }
     let mut response = request.send_body(body.to_vec()).await.expect("the receiver answers");
     let bytes = response.body().await.expect("answer body");
@@ -42,11 +67,10 @@ async fn post(url: &str, body: &[u8], signature: Option<&str>, timestamp: Option
 async fn exercise(app: &TestApp, merchant: &Merchant, url: &str, accepted: &dyn Fn() -> Vec<String>) {
     let key = merchant.secret_key.as_str();
     let succeeded = real_deliveries_are_handled_once(app, merchant, accepted).await;
-    let body = succeeded.body.as_bytes();
     let now = unix_s();
-    forged_tampered_and_stale_ones_are_refused(url, key, &succeeded.body, now).await;
+    forged_tampered_and_stale_ones_are_refused(url, key, &succeeded, now).await;
     assert_eq!(accepted().len(), 3, "nothing refused was handled: {:?}", accepted());
-    duplicates_are_acknowledged_and_raw_bytes_are_verified(url, key, body, now, accepted).await;
+    duplicates_are_acknowledged_and_raw_bytes_are_verified(url, key, &succeeded, now, accepted).await;
 }
 
 /// Lines the receiver reported, once there are `count` of them.
@@ -75,53 +99,77 @@ async fn real_deliveries_are_handled_once(
     log.into_iter().find(|n| n.event.as_str() == "payment.succeeded").expect("succeeded")
 }
 
-/// Copies of a genuine delivery (`stored`, as Caisse signed it) that a receiver must refuse: tampered,
-/// forged or unsigned (401), stale or malformed timestamps (400), authentic but not a notification (400).
-async fn forged_tampered_and_stale_ones_are_refused(url: &str, key: &str, stored: &str, now: u64) {
+/// Copies of a genuine delivery (`n`, as Caisse signed it) that a receiver must refuse: tampered, forged or
+/// unsigned under either scheme (401), stale or malformed timestamps or no `webhook-id` (400), authentic but
+/// not a notification (400).
+async fn forged_tampered_and_stale_ones_are_refused(url: &str, key: &str, n: &Notification, now: u64) {
+    let stored = n.body.as_str();
     let body = stored.as_bytes();
     let ts = now.to_string();
     let genuine = sign(key, now, body);
+    let standard = Standard::genuine(key, &n.id, now, body);
+    let std = Some(&standard);
     // A tampered copy under a header that is valid for the original: 401.
     let original = "\"montant\":10000,";
     assert!(stored.contains(original), "{stored}");
     let tampered = stored.replace(original, "\"montant\":99999999,");
-    assert_eq!(post(url, tampered.as_bytes(), Some(&genuine), Some(&ts)).await.0, 401, "tampered body");
+    assert_eq!(post(url, tampered.as_bytes(), Some(&genuine), Some(&ts), std).await.0, 401, "tampered body");
     // Forged with another key, signed with the wrong prefix, not signed, or the timestamp changed: 401.
     let forged = sign("sk_test_not_the_merchants_key_000000", now, body);
-    assert_eq!(post(url, body, Some(&forged), Some(&ts)).await.0, 401, "other key");
-    assert_eq!(post(url, body, Some(&genuine.replacen("sha256=", "sha1=", 1)), Some(&ts)).await.0, 401, "prefix");
-    assert_eq!(post(url, body, None, Some(&ts)).await.0, 401, "no signature");
-    assert_eq!(post(url, body, Some(&genuine), Some(&(now + 1).to_string())).await.0, 401, "other timestamp");
+    assert_eq!(post(url, body, Some(&forged), Some(&ts), std).await.0, 401, "other key");
+    assert_eq!(post(url, body, Some(&genuine.replacen("sha256=", "sha1=", 1)), Some(&ts), std).await.0, 401, "prefix");
+    assert_eq!(post(url, body, None, Some(&ts), std).await.0, 401, "no signature");
+    assert_eq!(post(url, body, Some(&genuine), Some(&(now + 1).to_string()), std).await.0, 401, "other timestamp");
+    // The spec's signature genuine, the Standard Webhooks one forged, for another id, or absent: 401.
+    let other_key = Standard::genuine("sk_test_not_the_merchants_key_000000", &n.id, now, body);
+    assert_eq!(post(url, body, Some(&genuine), Some(&ts), Some(&other_key)).await.0, 401, "standard, other key");
+    let other_id = Standard { id: "evt_01JD0000000000000000000000".into(), signature: standard.signature.clone() };
+    assert_eq!(post(url, body, Some(&genuine), Some(&ts), Some(&other_id)).await.0, 401, "standard, another id");
+    let unsigned = Standard { id: n.id.clone(), signature: String::new() };
+    assert_eq!(post(url, body, Some(&genuine), Some(&ts), Some(&unsigned)).await.0, 401, "standard, not signed");
+    assert_eq!(post(url, body, Some(&genuine), Some(&ts), None).await.0, 400, "no webhook-id");
     // Stale or malformed timestamps, correctly signed: 400.
     for stale in [now - 400, now + 400] {
-        let (status, _) = post(url, body, Some(&sign(key, stale, body)), Some(&stale.to_string())).await;
+        let fresh = Standard::genuine(key, &n.id, stale, body);
+        let (status, _) = post(url, body, Some(&sign(key, stale, body)), Some(&stale.to_string()), Some(&fresh)).await;
         assert_eq!(status, 400, "timestamp {stale} vs now {now}");
     }
-    assert_eq!(post(url, body, Some(&genuine), Some("soon")).await.0, 400, "malformed timestamp");
-    assert_eq!(post(url, body, Some(&genuine), None).await.0, 400, "no timestamp");
+    assert_eq!(post(url, body, Some(&genuine), Some("soon"), std).await.0, 400, "malformed timestamp");
+    assert_eq!(post(url, body, Some(&genuine), None, std).await.0, 400, "no timestamp");
     // Authentic but not a notification: 400.
     let junk = b"not json";
-    assert_eq!(post(url, junk, Some(&sign(key, now, junk)), Some(&ts)).await.0, 400, "not JSON");
+    let junk_standard = Standard::genuine(key, "evt_01JD0000000000000000000001", now, junk);
+    assert_eq!(post(url, junk, Some(&sign(key, now, junk)), Some(&ts), Some(&junk_standard)).await.0, 400, "not JSON");
 }
 
-/// A genuine duplicate is acknowledged, not handled again. The same notification written with other
-/// whitespace, signed over its own raw bytes, is accepted, which a receiver verifying a re-serialised body
-/// would get wrong.
+/// A genuine duplicate (the same `webhook-id`) is acknowledged, not handled again; the same event and
+/// reference under another id is another notification (a payment sends `payment.refunded` once per refund),
+/// so it is handled. The same notification written with other whitespace, signed over its own raw bytes, is
+/// accepted, which a receiver verifying a re-serialised body would get wrong.
 async fn duplicates_are_acknowledged_and_raw_bytes_are_verified(
     url: &str,
     key: &str,
-    body: &[u8],
+    n: &Notification,
     now: u64,
     accepted: &dyn Fn() -> Vec<String>,
 ) {
+    let body = n.body.as_bytes();
     let ts = now.to_string();
     let genuine = sign(key, now, body);
-    assert_eq!(post(url, body, Some(&genuine), Some(&ts)).await, (200, json!({"received": true})), "duplicate");
+    let received = (200, json!({"received": true}));
+    let standard = Standard::genuine(key, &n.id, now, body);
+    assert_eq!(post(url, body, Some(&genuine), Some(&ts), Some(&standard)).await, received, "duplicate");
+    sleep_ms(200).await;
+    assert_eq!(accepted().len(), 3, "a duplicate is not handled again: {:?}", accepted());
+    let another = Standard::genuine(key, "evt_01JD0000000000000000000002", now, body);
+    assert_eq!(post(url, body, Some(&genuine), Some(&ts), Some(&another)).await, received, "another id");
+    handled("another notification, same event and reference", 4, accepted).await;
     let mut value: Value = serde_json::from_slice(body).expect("JSON");
     value["data"]["reference"] = json!("cmd-pretty");
     let pretty = serde_json::to_vec_pretty(&value).expect("JSON");
-    assert_eq!(post(url, &pretty, Some(&sign(key, now, &pretty)), Some(&ts)).await, (200, json!({"received": true})));
-    let lines = handled("the pretty one handled", 4, accepted).await;
+    let pretty_standard = Standard::genuine(key, "evt_01JD0000000000000000000003", now, &pretty);
+    assert_eq!(post(url, &pretty, Some(&sign(key, now, &pretty)), Some(&ts), Some(&pretty_standard)).await, received);
+    let lines = handled("the pretty one handled", 5, accepted).await;
     assert!(lines.iter().any(|l| l.contains("payment.succeeded") && l.contains("cmd-pretty")), "{lines:?}");
 }
 

@@ -35,6 +35,8 @@ async fn a_500_then_a_200_is_retried_once_then_never_again() {
         }
         // Same bytes, a fresh timestamp each time, and the schedule's first wait between the two.
         assert!(mine[1].timestamp() > mine[0].timestamp(), "a fresh X-Service-Timestamp per attempt");
+        // The Standard Webhooks id is the notification's, the same on every attempt: what receivers dedupe on.
+        assert!(mine.iter().all(|h| h.webhook_id() == n.id), "webhook-id of {}", n.id);
         assert_ne!(mine[0].header("x-service-signature"), mine[1].header("x-service-signature"));
         let gap = mine[1].at.duration_since(mine[0].at);
         assert!(gap >= Duration::from_millis(1_100), "waited {gap:?} (1.5 s +/- 20 %)");
@@ -102,6 +104,7 @@ async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_o
     let last = receiver.hits().into_iter().filter(|h| h.body == done.body.as_bytes()).collect::<Vec<_>>();
     assert_eq!(last.len(), 4);
     assert_signed(&last[3], &quiet.secret_key);
+    assert!(last.iter().all(|h| h.webhook_id() == chosen.id), "a resend keeps the webhook-id");
     sleep_ms(300).await;
     let others: Vec<Notification> = app.notifications(&quiet.id).into_iter().filter(|n| n.id != chosen.id).collect();
     assert!(others.iter().all(|n| n.state == DeliveryState::Failed && n.total_attempts == 3), "{}", describe(&others));

@@ -20,4 +20,7 @@ pub mod signature;
 pub mod url;
 mod worker;
 
-pub use signature::{sign, verify, VerifyError, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+pub use signature::{
+    sign, sign_standard, standard_secret, verify, verify_standard, VerifyError, SIGNATURE_HEADER, STANDARD_ID_HEADER,
+    STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER, TIMESTAMP_HEADER,
+};

@@ -22,7 +22,10 @@ use awc::http::Uri;
 use super::config::DeliveryConfig;
 use super::messages::{Deliver, Settled};
 use super::schedule::{after_attempt, jitter_unit, AttemptOutcome};
-use super::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use super::signature::{
+    sign, sign_standard, SIGNATURE_HEADER, STANDARD_ID_HEADER, STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER,
+    TIMESTAMP_HEADER,
+};
 use super::url::forbidden;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
@@ -152,7 +155,8 @@ impl Worker {
         self.in_flight += 1;
         self.flying.insert(n.id.clone());
         self.hosts.entry(target.host.clone()).or_default().in_flight += 1;
-        let attempt = attempt(self.client(), target.url, target.secret_key, n.body.clone(), self.config.clone());
+        let attempt =
+            attempt(self.client(), target.url, target.secret_key, n.id.clone(), n.body.clone(), self.config.clone());
         let (host, epoch, me) = (target.host, self.epoch, ctx.address());
         actix_rt::spawn(async move {
             let outcome = attempt.await;
@@ -346,13 +350,14 @@ async fn attempt(
     client: awc::Client,
     url: String,
     secret_key: String,
+    id: String,
     body: String,
     config: Arc<DeliveryConfig>,
 ) -> AttemptOutcome {
     let at = Timestamp::now();
     let signed_at_s = at.unix_s();
     let started = Instant::now();
-    let sending = send(client, url, secret_key, body, signed_at_s, config.production);
+    let sending = send(client, url, secret_key, id, body, signed_at_s, config.production);
     let result = actix_rt::time::timeout(config.timeout, sending).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let signed_at_s = Some(signed_at_s);
@@ -373,6 +378,7 @@ async fn send(
     client: awc::Client,
     url: String,
     secret_key: String,
+    id: String,
     body: String,
     timestamp: u64,
     production: bool,
@@ -383,10 +389,14 @@ async fn send(
         request = request.address(address);
     }
     let signature = sign(&secret_key, timestamp, body.as_bytes());
+    let standard = sign_standard(&secret_key, &id, timestamp, body.as_bytes());
     let mut response = request
         .insert_header(("Content-Type", "application/json"))
         .insert_header((SIGNATURE_HEADER, signature))
         .insert_header((TIMESTAMP_HEADER, timestamp.to_string()))
+        .insert_header((STANDARD_ID_HEADER, id))
+        .insert_header((STANDARD_TIMESTAMP_HEADER, timestamp.to_string()))
+        .insert_header((STANDARD_SIGNATURE_HEADER, standard))
         .send_body(body)
         .await
         .map_err(|e| format!("request failed: {e}"))?;
