@@ -182,6 +182,7 @@ async fn idempotency_replays_and_refuses_reuse() {
         Some(Idempotency {
             key: IdempotencyKey::parse("key-1").unwrap(),
             fingerprint: fingerprint.into(),
+            earlier_fingerprint: None,
             success_status: 201,
         })
     };
@@ -196,6 +197,13 @@ async fn idempotency_replays_and_refuses_reuse() {
     }
     let reused = engine.execute(&m, Command::InitiatePayment(new_payment(2_000, None)), idem("b")).await;
     assert_eq!(reused, Err(EngineError::IdempotencyKeyReused));
+    // A record stored with the fingerprint an earlier version computed still replays its request.
+    let mut upgraded = idem("b");
+    if let Some(i) = upgraded.as_mut() {
+        i.earlier_fingerprint = Some("a".into());
+    }
+    let replay = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), upgraded).await;
+    assert!(matches!(replay, Ok(Executed::Replayed { status: 201, .. })), "{replay:?}");
 }
 
 #[test]

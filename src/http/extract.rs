@@ -231,13 +231,24 @@ pub fn idempotency(
     let Some(value) = req.headers().get("idempotency-key") else { return Ok(None) };
     let text = value.to_str().map_err(|_| ApiError::invalid("Idempotency-Key", "must be printable ASCII"))?;
     let key = IdempotencyKey::parse(text).map_err(|e| ApiError::invalid("Idempotency-Key", e.to_string()))?;
-    let mut hash = Sha256::new();
-    hash.update(req.method().as_str().as_bytes());
-    hash.update(b" ");
-    hash.update(req.path().as_bytes());
-    hash.update(b"\n");
-    hash.update(body);
-    Ok(Some(Idempotency { key, fingerprint: hex::encode(hash.finalize()), success_status: success_status.as_u16() }))
+    let fingerprint = |bytes: &[u8]| {
+        let mut hash = Sha256::new();
+        hash.update(req.method().as_str().as_bytes());
+        hash.update(b" ");
+        hash.update(req.path().as_bytes());
+        hash.update(b"\n");
+        hash.update(bytes);
+        hex::encode(hash.finalize())
+    };
+    // The parsed request, not its bytes: the same JSON with other whitespace or key order is the same
+    // request. Its canonical form is serde_json's (object keys sorted, no spaces), marked so that it can never
+    // equal a fingerprint of raw bytes.
+    let canonical = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| serde_json::to_vec(&v).ok());
+    let (fingerprint, earlier_fingerprint) = match canonical {
+        Some(canonical) => (format!("json:{}", fingerprint(&canonical)), Some(fingerprint(body))),
+        None => (fingerprint(body), None),
+    };
+    Ok(Some(Idempotency { key, fingerprint, earlier_fingerprint, success_status: success_status.as_u16() }))
 }
 
 /// The answer to a change: the record with `status`, or the first answer again for a replayed key.

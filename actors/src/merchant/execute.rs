@@ -48,7 +48,9 @@ impl MerchantActor {
                 return Err(EngineError::IdempotencyKeyInUse);
             }
             if let Some(first) = self.store.idempotency(&self.id, &idem.key)?.filter(|r| r.is_live(now)) {
-                return if first.fingerprint == idem.fingerprint {
+                let same = first.fingerprint == idem.fingerprint
+                    || idem.earlier_fingerprint.as_ref().is_some_and(|f| *f == first.fingerprint);
+                return if same {
                     Ok(Reply::Now(Executed::Replayed { status: first.status, body: first.body }))
                 } else {
                     Err(EngineError::IdempotencyKeyReused)

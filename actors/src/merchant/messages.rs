@@ -17,6 +17,9 @@ use crate::error::EngineError;
 pub struct Idempotency {
     pub key: IdempotencyKey,
     pub fingerprint: String,
+    /// The same request's fingerprint as an earlier version computed it (over the raw bytes), which records
+    /// it stored still hold for their 24 hours: a retry across an upgrade is a replay, not a conflict.
+    pub earlier_fingerprint: Option<String>,
     pub success_status: u16,
 }
 
