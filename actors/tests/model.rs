@@ -167,6 +167,7 @@ enum Op {
         currency: usize,
         amount: PayoutAmount,
         fee: Fee,
+        reference: RefChoice,
     },
     PayoutNotice {
         m: usize,
@@ -218,14 +219,14 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (-1i64..=1).prop_map(PayoutAmount::Balance),
     ];
     prop_oneof![
-        25 => (m.clone(), 0..CURRENCIES.len(), amount(), fee(), reference)
+        25 => (m.clone(), 0..CURRENCIES.len(), amount(), fee(), reference.clone())
             .prop_map(|(m, currency, amount, fee, reference)| Op::Initiate { m, currency, amount, fee, reference }),
         35 => (m.clone(), pick(), notice).prop_map(|(m, target, notice)| Op::Notice { m, target, notice }),
         15 => (m.clone(), pick(), refund_amount).prop_map(|(m, target, amount)| Op::Refund { m, target, amount }),
         15 => (m.clone(), pick(), any::<bool>(), prop_oneof![6 => Just(0usize), 1 => 1usize..=3])
             .prop_map(|(m, target, completed, back)| Op::RefundNotice { m, target, completed, back }),
-        10 => (m.clone(), 0..CURRENCIES.len(), payout_amount, fee())
-            .prop_map(|(m, currency, amount, fee)| Op::Payout { m, currency, amount, fee }),
+        10 => (m.clone(), 0..CURRENCIES.len(), payout_amount, fee(), reference.clone())
+            .prop_map(|(m, currency, amount, fee, reference)| Op::Payout { m, currency, amount, fee, reference }),
         10 => (m, pick(), any::<bool>()).prop_map(|(m, target, sent)| Op::PayoutNotice { m, target, sent }),
     ]
 }
@@ -278,6 +279,8 @@ impl MPayment {
 
 #[derive(Debug, Clone)]
 struct MPayout {
+    /// The merchant's own reference, which takes its place among the merchant's references.
+    reference: Option<String>,
     currency: Currency,
     amount: i64,
     fee: i64,
@@ -536,6 +539,9 @@ impl MMerchant {
                 })
             }
             Command::CreatePayout(new) => {
+                if new.reference.as_ref().is_some_and(|r| self.used.contains(r.as_str())) {
+                    return Expect::Reject(Rejection::DuplicateReference);
+                }
                 let amount = new.amount.minor();
                 let fee = model_fee(amount, &new.fee);
                 if fee >= amount {
@@ -562,6 +568,7 @@ impl MMerchant {
                         fee,
                         net: amount - fee,
                         status: PayoutStatus::Pending,
+                        reference: new.reference.as_ref().map(|r| r.as_str().to_owned()),
                     }),
                 })
             }
@@ -634,8 +641,9 @@ fn new_payment(currency: Currency, amount: i64, fee: Fee, reference: Option<Refe
     }
 }
 
-fn new_payout(currency: Currency, amount: i64, fee: Fee) -> NewPayout {
+fn new_payout(currency: Currency, amount: i64, fee: Fee, reference: Option<Reference>) -> NewPayout {
     NewPayout {
+        reference,
         amount: Amount::positive(amount).unwrap(),
         currency,
         provider: ProviderCode::parse("wave").unwrap(),
@@ -672,21 +680,27 @@ impl Model {
         }
     }
 
+    /// The merchant reference a new payment or payout asks for: none, one of a pool shared by every
+    /// merchant, or one already used (by this merchant or any).
+    fn merchant_reference(&self, m: usize, choice: RefChoice) -> Option<String> {
+        match choice {
+            RefChoice::Generated => None,
+            RefChoice::Pool(i) => Some(REFERENCE_POOL[i % REFERENCE_POOL.len()].to_owned()),
+            RefChoice::Existing { own: true, index } => {
+                let used: Vec<String> = self.merchants[m].used.iter().cloned().collect();
+                Some(choose(&used, index, Some("cmd-0")))
+            }
+            RefChoice::Existing { own: false, index } => Some(choose(&self.all_keys, index, Some("cmd-0"))),
+        }
+    }
+
     /// Resolves a generated operation into a concrete command for one merchant, given the state reached.
     fn resolve(&self, op: &Op) -> (usize, Command) {
         let n = self.merchants.len();
         match *op {
             Op::Initiate { m, currency, amount, fee, reference: choice } => {
                 let m = m % n;
-                let r = match choice {
-                    RefChoice::Generated => None,
-                    RefChoice::Pool(i) => Some(REFERENCE_POOL[i % REFERENCE_POOL.len()].to_owned()),
-                    RefChoice::Existing { own: true, index } => {
-                        let used: Vec<String> = self.merchants[m].used.iter().cloned().collect();
-                        Some(choose(&used, index, Some("cmd-0")))
-                    }
-                    RefChoice::Existing { own: false, index } => Some(choose(&self.all_keys, index, Some("cmd-0"))),
-                };
+                let r = self.merchant_reference(m, choice);
                 let new =
                     new_payment(CURRENCIES[currency % CURRENCIES.len()], amount, fee, r.as_deref().map(reference));
                 (m, Command::InitiatePayment(new))
@@ -750,7 +764,7 @@ impl Model {
                 };
                 (m, Command::RefundNotice { reference: reference(&r), refund, outcome })
             }
-            Op::Payout { m, currency, amount, fee } => {
+            Op::Payout { m, currency, amount, fee, reference: choice } => {
                 let m = m % n;
                 let currency = CURRENCIES[currency % CURRENCIES.len()];
                 let amount = match amount {
@@ -763,7 +777,8 @@ impl Model {
                         (self.merchants[m].account(currency, Account::Available) + delta).max(1)
                     }
                 };
-                (m, Command::CreatePayout(new_payout(currency, amount, fee)))
+                let r = self.merchant_reference(m, choice);
+                (m, Command::CreatePayout(new_payout(currency, amount, fee, r.as_deref().map(reference))))
             }
             Op::PayoutNotice { m, target, sent } => {
                 let m = m % n;
@@ -1007,6 +1022,7 @@ fn check_payment(model: &MPayment, p: &Payment) -> Result<(), TestCaseError> {
 
 fn check_payout(model: &MPayout, o: &Payout) -> Result<(), TestCaseError> {
     prop_assert_eq!(o.status, model.status, "payout {}", o.id);
+    prop_assert_eq!(o.reference.as_ref().map(|r| r.as_str()), model.reference.as_deref(), "payout {}", o.id);
     prop_assert_eq!(
         (o.currency, o.amount.minor(), o.fee.minor(), o.net_amount.minor()),
         (model.currency, model.amount, model.fee, model.net)
@@ -1138,6 +1154,10 @@ impl Model {
                 mm.payouts.insert(key.clone(), o.clone());
                 mm.used.insert(key.clone());
                 self.all_keys.push(key.clone());
+                if let Some(alias) = &o.reference {
+                    mm.used.insert(alias.clone());
+                    self.all_keys.push(alias.clone());
+                }
             }
             Apply::PayoutStatus { id, status } => {
                 prop_assert_eq!(id, &key);
@@ -1232,9 +1252,9 @@ impl Shop {
     /// The record a command is about, as the actor's lookup finds it in the store.
     fn lookup(&self, target: &Target) -> Option<Record> {
         match target {
-            Target::NewPayment(None) | Target::NewPayout => None,
+            Target::NewPayment(None) | Target::NewPayout(None) => None,
             // A new reference must not collide with any reference of the merchant, refunds and payouts too.
-            Target::NewPayment(Some(r)) => match self.refs.get(r.as_str())? {
+            Target::NewPayment(Some(r)) | Target::NewPayout(Some(r)) => match self.refs.get(r.as_str())? {
                 (TransactionType::Payout, owner) => self.payouts.get(owner).cloned().map(Record::Payout),
                 (_, owner) => self.payments.get(owner).cloned().map(Record::Payment),
             },
@@ -1257,6 +1277,9 @@ impl Shop {
             }
             Record::Payout(o) => {
                 self.refs.insert(o.id.clone(), (TransactionType::Payout, o.id.clone()));
+                if let Some(alias) = &o.reference {
+                    self.refs.insert(alias.as_str().to_owned(), (TransactionType::Payout, o.id.clone()));
+                }
                 self.payouts.insert(o.id.clone(), o.clone());
             }
         }
@@ -1311,6 +1334,10 @@ fn run_pure(merchants: usize, ops: &[Op], tally: &mut dyn FnMut(String)) -> Resu
                 }
                 if let Some(c) = &decision.created {
                     shop.refs.insert(c.reference.clone(), (c.kind, c.owner.clone()));
+                    if let Some(alias) = &c.alias {
+                        prop_assert!(!shop.refs.contains_key(alias), "reference {} indexed twice", alias);
+                        shop.refs.insert(alias.clone(), (c.kind, c.owner.clone()));
+                    }
                 }
                 shop.journal.push(decision.journal.clone());
                 shop.outbox.extend(decision.outbox.iter().cloned());
@@ -1443,6 +1470,7 @@ const REACHED: &[&str] = &[
     "payout: Changed",
     "payout: InsufficientBalance",
     "payout: AmountBelowFee",
+    "payout: DuplicateReference",
     "payout sent: Changed",
     "payout sent: Unchanged",
     "payout sent: NotFound",
@@ -1581,14 +1609,18 @@ fn run_engine(merchants: usize, ops: &[Op], batch: usize, snapshot_every: u64) -
                             })?;
                             // This change's notification, if any, is the next one of the merchant: same instant
                             // and the body built from this very record.
+                            // (`payment.refunded` adds the refunded total to the payment's fields.)
                             let data = match &record {
-                                Record::Payment(p) => WebhookData::of_payment(p),
-                                Record::Payout(o) => WebhookData::of_payout(o),
+                                Record::Payment(p) => {
+                                    vec![WebhookData::of_payment(p), WebhookData::of_refunded_payment(p)]
+                                }
+                                Record::Payout(o) => vec![WebhookData::of_payout(o)],
                             };
                             let mut outbox = Vec::new();
                             let ours = fresh[m].front().is_some_and(|n| {
                                 n.created_at == journal.at
-                                    && serde_json::from_str::<WebhookBody>(&n.body).is_ok_and(|b| b.data == data)
+                                    && serde_json::from_str::<WebhookBody>(&n.body)
+                                        .is_ok_and(|b| data.contains(&b.data))
                             });
                             if ours {
                                 let n = fresh[m].pop_front().unwrap();

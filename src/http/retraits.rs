@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::core::Record;
 use caisse_engine::domain::ids::{validate_id, IdKind};
 use caisse_engine::domain::money::Currency;
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::status::PayoutStatus;
-use caisse_engine::domain::text::{Description, Name};
+use caisse_engine::domain::text::{Description, Name, Reference};
+use caisse_engine::store::Located;
 use caisse_engine::NewPayout;
 use serde::Deserialize;
 
@@ -35,13 +37,15 @@ pub(crate) struct CreateBody {
     beneficiary_name: Option<String>,
     description: Option<String>,
     metadata: Option<BTreeMap<String, String>>,
+    /// The merchant's own reference: 1-64 of `[A-Za-z0-9_-]`, unique among its payments, refunds and payouts.
+    reference: Option<String>,
 }
 
 /// Create a payout.
 #[utoipa::path(post, path = "/v1/retraits", tag = "retraits", request_body = CreateBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; replays the first answer for 24 h")),
     responses((status = 201, description = "Payout created", body = Payout), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
-        (status = 409, description = "insufficient_balance, idempotency conflicts", body = ErrorBody),
+        (status = 409, description = "insufficient_balance, duplicate_reference, idempotency conflicts", body = ErrorBody),
         (status = 413, description = "Body over 64 KiB", body = ErrorBody), (status = 415, description = "Not JSON", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create(
@@ -59,6 +63,7 @@ pub async fn create(
     let ask = Ask { operation: Operation::Payout, currency, amount };
     let route = check_route(provider, &phone, "beneficiaire_telephone", &ask)?;
     let new = NewPayout {
+        reference: optional("reference", b.reference, Reference::parse)?,
         amount,
         currency,
         provider: provider.settings.code.clone(),
@@ -100,7 +105,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 
 /// Retrieve a payout.
 #[utoipa::path(get, path = "/v1/retraits/{id}", tag = "retraits",
-    params(("id" = String, Path, description = "Payout id (ret_...)")),
+    params(("id" = String, Path, description = "Payout id (ret_...) or the merchant's reference")),
     responses((status = 200, description = "The payout", body = Payout), (status = 400, description = "Invalid input", body = ErrorBody), (status = 401, description = "Missing, unknown or wrong-environment key", body = ErrorBody), (status = 429, description = "Rate limited", body = ErrorBody), (status = 503, description = "Storage unavailable", body = ErrorBody),
         (status = 404, description = "Unknown id", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -110,11 +115,16 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
-    if validate_id(IdKind::Payout, &path).is_err() {
-        return Err(ApiError::not_found("payout"));
-    }
-    match state.engine.payout(&merchant.id, &path).await? {
-        Some(payout) => Ok(HttpResponse::Ok().json(payout)),
-        None => Err(ApiError::not_found("payout")),
-    }
+    let found = if validate_id(IdKind::Payout, &path).is_ok() {
+        state.engine.payout(&merchant.id, &path).await?
+    } else if Reference::parse(&path).is_ok() {
+        // The merchant's own reference, when it names a payout (and not a payment or a refund).
+        match state.engine.locate(&merchant.id, &path)? {
+            Some(Located { record: Record::Payout(payout), .. }) => Some(payout),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    found.map(|payout| HttpResponse::Ok().json(payout)).ok_or_else(|| ApiError::not_found("payout"))
 }

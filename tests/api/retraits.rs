@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use crate::support::{assert_error, assert_list_shape, data, field_values, int, payout_body, spawn_app, text};
 
-const PAYOUT_FIELDS: [&str; 16] = [
+const PAYOUT_FIELDS: [&str; 17] = [
     "beneficiaire_nom",
     "beneficiaire_telephone",
     "created_at",
@@ -18,6 +18,7 @@ const PAYOUT_FIELDS: [&str; 16] = [
     "montant_net",
     "motif_rejet",
     "processed_at",
+    "reference",
     "statut",
     "transaction_id",
     "updated_at",
@@ -123,7 +124,7 @@ async fn create_rejects_bad_fields_naming_them() {
         (with("beneficiaire_nom", json!("")), "beneficiaire_nom"),
         (with("description", json!("d".repeat(501))), "description"),
         (with("client_telephone", json!("+22997000099")), "client_telephone"),
-        (with("reference", json!("mine")), "reference"),
+        (with("reference", json!("pas de blancs")), "reference"),
     ] {
         let resp = app.send(app.post("/v1/retraits").json(&body)).await;
         assert_error(&resp, 400, "invalid_request", Some(field));
@@ -143,6 +144,49 @@ async fn create_rejects_bad_fields_naming_them() {
     assert_error(&resp, 400, "invalid_json", None);
     assert_eq!(app.get_ok("/v1/retraits").await, json!({"data": [], "has_more": false, "next_cursor": null}));
     assert_eq!(app.balance("XOF").await, (9850, 0, 9850));
+}
+
+/// A payout takes the merchant's own reference like a payment: unique among its payments, refunds and payouts
+/// (409 `duplicate_reference`), shown on the payout, and found by it.
+#[actix_web::test]
+async fn a_payout_carries_the_merchants_unique_reference() {
+    let app = spawn_app().await;
+    let paid = app.fund(100_000).await;
+    let with = |reference: &str| {
+        let mut body = payout_body(2_000, "99");
+        body["reference"] = json!(reference);
+        body
+    };
+    let resp = app.send(app.post("/v1/retraits").json(&with("virement-juin_7"))).await;
+    resp.expect(201);
+    assert_payout_shape(&resp.json);
+    assert_eq!(resp.json["reference"], "virement-juin_7");
+    let id = text(&resp.json["id"]).to_owned();
+    // Taken: by this payout, by a payment, by the payout's own id.
+    for taken in ["virement-juin_7", text(&paid["reference"]), id.as_str()] {
+        let resp = app.send(app.post("/v1/retraits").json(&with(taken))).await;
+        assert_error(&resp, 409, "duplicate_reference", Some("reference"));
+    }
+    // A payment cannot take it either.
+    let mut payment = crate::support::payment_body(1_000, "99");
+    payment["reference"] = json!("virement-juin_7");
+    let resp = app.send(app.post("/v1/paiement/initier").json(&payment)).await;
+    assert_error(&resp, 409, "duplicate_reference", Some("reference"));
+    for bad in ["", "a b", "é", &"x".repeat(65)] {
+        let resp = app.send(app.post("/v1/retraits").json(&with(bad))).await;
+        assert_error(&resp, 400, "invalid_request", Some("reference"));
+    }
+    // Found by its reference and by its id; without one, the field is null.
+    let by_reference = app.get_ok("/v1/retraits/virement-juin_7").await;
+    assert_eq!(by_reference["id"], id.as_str());
+    let tx = app.get_ok("/v1/transactions/virement-juin_7").await;
+    assert_eq!((tx["type"].clone(), tx["reference"].clone()), (json!("retrait"), json!(id)));
+    let resp = app.send(app.get(&format!("/v1/retraits/{}", text(&paid["reference"])))).await;
+    assert_error(&resp, 404, "not_found", None);
+    let plain = app.send(app.post("/v1/retraits").json(&payout_body(1_000, "99"))).await;
+    plain.expect(201);
+    assert_eq!(plain.json["reference"], Value::Null);
+    assert_eq!(app.balance("XOF").await.0, 98_500 - 2_000 - 1_000, "the refused ones reserved nothing");
 }
 
 #[actix_web::test]

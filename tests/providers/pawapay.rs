@@ -26,7 +26,17 @@ async fn start_with_ttl(ttl_ms: u64) -> (Fake, TestApp) {
 
 /// The fake, and a production server routed to it with `tweak` applied to its settings last.
 async fn start_with(tweak: impl FnOnce(&mut caisse::config::Settings) + 'static) -> (Fake, TestApp) {
+    start_settling_after(200, tweak).await
+}
+
+/// [`start_with`], with the fake settling its transactions `settle_ms` after their creation (a long time
+/// leaves each to the test's `complete`).
+async fn start_settling_after(
+    settle_ms: u64,
+    tweak: impl FnOnce(&mut caisse::config::Settings) + 'static,
+) -> (Fake, TestApp) {
     let port = free_port();
+    let settle = settle_ms.to_string();
     let callback = format!("http://127.0.0.1:{port}/v1/notifications/pawapay");
     let fake = Fake::start(&[
         "pawapay",
@@ -35,7 +45,7 @@ async fn start_with(tweak: impl FnOnce(&mut caisse::config::Settings) + 'static)
         "--token",
         TOKEN,
         "--settle-ms",
-        "200",
+        &settle,
         "--deposit-callback-url",
         &callback,
         "--payout-callback-url",
@@ -69,6 +79,62 @@ fn is_uuid_v4(text: &str) -> bool {
 
 fn body_of(request: &Value) -> Value {
     serde_json::from_str(request["body"].as_str().unwrap_or("null")).unwrap_or(Value::Null)
+}
+
+/// Several refunds of one deposit, one at a time, each its own pawaPay refund for its own amount: a part, one
+/// pawaPay refuses (its part comes back to `disponible`), then the rest, which leaves the payment `rembourse`.
+#[actix_web::test]
+async fn several_refunds_of_one_deposit_each_go_to_pawapay() {
+    let (fake, app) = start_settling_after(600_000, |_| {}).await;
+    let settled = |kind: &'static str, count: usize| {
+        let fake = &fake;
+        eventually("pawaPay has the transaction", DEADLINE, move || async move {
+            let found: Vec<Value> = fake.transactions().await.into_iter().filter(|t| t["kind"] == kind).collect();
+            if found.len() == count {
+                Ok(found)
+            } else {
+                Err(format!("{} {kind}s", found.len()))
+            }
+        })
+    };
+    let paid = app.initiate(&payment(10_000, COMPLETES)).await;
+    let reference = paid["reference"].as_str().expect("a reference").to_owned();
+    // A second payment pays for the fees, which a full refund does not return.
+    let other = app.initiate(&payment(5_000, COMPLETES)).await;
+    for deposit in settled("deposit", 2).await {
+        fake.complete(deposit["id"].as_str().expect("an id"), "success", None).await;
+    }
+    app.wait_payment(&reference, "succes").await;
+    app.wait_payment(other["reference"].as_str().expect("a reference"), "succes").await;
+
+    let steps = [
+        (Some(3_000), "success", "succes", "rembourse_partiellement"),
+        (Some(2_000), "failure", "echec", "rembourse_partiellement"),
+        (None, "success", "succes", "rembourse"),
+    ];
+    for (n, (amount, outcome, refund_status, payment_status)) in steps.into_iter().enumerate() {
+        let body = amount.map_or_else(|| json!({}), |a| json!({"montant": a}));
+        app.post_refund(&reference, &body).await.expect(200);
+        let at_pawapay = settled("refund", n + 1).await;
+        fake.complete(at_pawapay[n]["id"].as_str().expect("an id"), outcome, None).await;
+        let p = app.wait_refund(&reference, refund_status).await;
+        assert_eq!(p["statut"], payment_status, "{p}");
+    }
+    let p = app.get_ok(&format!("/v1/paiement/{reference}")).await;
+    assert_eq!(p["montant_rembourse"], 10_000);
+    let statuses: Vec<&str> =
+        p["remboursements"].as_array().expect("a list").iter().map(|r| r["statut"].as_str().unwrap_or("")).collect();
+    assert_eq!(statuses, ["succes", "echec", "succes"]);
+    assert_eq!(app.balance("XOF").await, (9_850 + 4_925 - 10_000, 0, 4_775), "the refused refund's part came back");
+
+    // What pawaPay received: three refunds of the one deposit, each its own id, for its own amount.
+    let deposit_id = body_of(&fake.received("POST", "/v2/deposits").await[0])["depositId"].clone();
+    let sent: Vec<Value> = fake.received("POST", "/v2/refunds").await.iter().map(body_of).collect();
+    let amounts: Vec<&str> = sent.iter().map(|r| r["amount"].as_str().unwrap_or("")).collect();
+    assert_eq!(amounts, ["3000", "2000", "7000"]);
+    assert!(sent.iter().all(|r| r["depositId"] == deposit_id), "{sent:?}");
+    let ids: std::collections::BTreeSet<&str> = sent.iter().map(|r| r["refundId"].as_str().unwrap_or("")).collect();
+    assert_eq!(ids.len(), 3, "{sent:?}");
 }
 
 #[actix_web::test]

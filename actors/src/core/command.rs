@@ -27,6 +27,8 @@ pub struct NewPayment {
 /// A payout as the API accepted it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPayout {
+    /// The merchant's own reference, unique among its payments, refunds and payouts.
+    pub reference: Option<Reference>,
     pub amount: Amount,
     pub currency: Currency,
     pub provider: ProviderCode,
@@ -90,7 +92,8 @@ pub enum Target {
     /// A payment that must not exist yet (`None`: a generated reference, which cannot collide).
     NewPayment(Option<Reference>),
     Payment(Reference),
-    NewPayout,
+    /// A payout whose reference, when the merchant gave one, must not exist yet.
+    NewPayout(Option<Reference>),
     Payout(String),
 }
 
@@ -101,7 +104,7 @@ impl Command {
             Command::PaymentNotice { reference, .. }
             | Command::RequestRefund { reference, .. }
             | Command::RefundNotice { reference, .. } => Target::Payment(reference.clone()),
-            Command::CreatePayout(_) => Target::NewPayout,
+            Command::CreatePayout(new) => Target::NewPayout(new.reference.clone()),
             Command::PayoutNotice { id, .. } => Target::Payout(id.clone()),
         }
     }

@@ -63,6 +63,8 @@ pub struct NewTransaction {
     pub reference: String,
     /// The record that holds it (the payment for a refund).
     pub owner: String,
+    /// The merchant's own reference for it, besides `reference` (a payout's), by which it is found too.
+    pub alias: Option<String>,
 }
 
 /// An accepted change, ready to be persisted.

@@ -57,6 +57,7 @@ pub fn decide(
         (Command::RefundNotice { refund, outcome, .. }, Some(Record::Payment(p))) => {
             ctx.refund_notice(p, refund, *outcome, ids)
         }
+        (Command::CreatePayout(_), Some(_)) => Err(Rejection::DuplicateReference),
         (Command::CreatePayout(new), None) => ctx.create_payout(new, ids),
         (Command::PayoutNotice { outcome, .. }, Some(Record::Payout(o))) => ctx.payout_notice(o, outcome, ids),
         _ => Err(Rejection::NotFound),

@@ -58,6 +58,7 @@ impl Ctx<'_> {
                 transaction_id: payment.transaction_id.clone(),
                 reference: reference.clone(),
                 owner: reference,
+                alias: None,
             }),
             record: Record::Payment(payment),
             balances,

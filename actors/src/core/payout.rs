@@ -37,12 +37,14 @@ impl Ctx<'_> {
             updated_at: self.now,
             processed_at: None,
             rejection_reason: None,
+            reference: new.reference.clone(),
         };
         let created = NewTransaction {
             kind: TransactionType::Payout,
             transaction_id: payout.transaction_id.clone(),
             reference: payout.id.clone(),
             owner: payout.id.clone(),
+            alias: new.reference.as_ref().map(|r| r.as_str().to_owned()),
         };
         Ok(Decided::Changed(Box::new(Decision {
             journal: self.journal(rule.on, &payout.id, status.as_str(), new.currency, entries),

@@ -54,6 +54,7 @@ impl Ctx<'_> {
             transaction_id: refund.transaction_id(),
             reference: refund.reference.clone(),
             owner: p.reference.as_str().to_owned(),
+            alias: None,
         };
         next.push_refund(refund);
         Ok(Decided::Changed(Box::new(Decision {

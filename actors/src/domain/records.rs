@@ -195,6 +195,9 @@ pub struct Payout {
     pub processed_at: Option<Timestamp>,
     #[serde(rename = "motif_rejet")]
     pub rejection_reason: Option<String>,
+    /// The merchant's own reference, when it gave one. Last because the stored encoding is positional: a
+    /// payout written before it is a prefix of one written after.
+    pub reference: Option<Reference>,
 }
 
 /// `rmb_X` / `ret_X` -> `tx_X`.

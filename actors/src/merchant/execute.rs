@@ -17,24 +17,23 @@ impl MerchantActor {
     /// The record a command is about: in-flight state first, then the store.
     fn lookup(&self, target: &Target) -> Result<Option<Record>, EngineError> {
         let key = match target {
-            Target::NewPayout => return Ok(None),
-            Target::NewPayment(None) => return Ok(None),
-            Target::NewPayment(Some(r)) | Target::Payment(r) => r.as_str(),
+            Target::NewPayout(None) | Target::NewPayment(None) => return Ok(None),
+            Target::NewPayment(Some(r)) | Target::NewPayout(Some(r)) | Target::Payment(r) => r.as_str(),
             Target::Payout(id) => id.as_str(),
         };
-        // `dirty` also holds a payment under its refund's reference; only a reference that names the record
-        // itself counts for commands about an existing payment or payout.
-        match (self.dirty.get(key), target) {
-            (Some((record, _)), Target::NewPayment(_)) => return Ok(Some(record.clone())),
-            (Some((record, _)), _) if record.key() == key => return Ok(Some(record.clone())),
+        let new = matches!(target, Target::NewPayment(_) | Target::NewPayout(_));
+        // `dirty` also holds a payment under its refund's reference (and a payout under the merchant's); only a
+        // reference that names the record itself counts for commands about an existing payment or payout.
+        match self.dirty.get(key) {
+            Some((record, _)) if new => return Ok(Some(record.clone())),
+            Some((record, _)) if record.key() == key => return Ok(Some(record.clone())),
             _ => {}
         }
         let found = match target {
             // A new reference must not collide with any reference of this merchant, refunds and payouts too.
-            Target::NewPayment(_) => self.store.locate(&self.id, key)?.map(|l| l.record),
+            Target::NewPayment(_) | Target::NewPayout(_) => self.store.locate(&self.id, key)?.map(|l| l.record),
             Target::Payment(_) => self.store.payment(&self.id, key)?.map(Record::Payment),
             Target::Payout(_) => self.store.payout(&self.id, key)?.map(Record::Payout),
-            Target::NewPayout => None,
         };
         Ok(found)
     }
@@ -109,8 +108,10 @@ impl MerchantActor {
         self.balances = decision.balances;
         let mut keys = vec![decision.record.key().to_owned()];
         if let Some(created) = &decision.created {
-            if created.reference != keys[0] {
-                keys.push(created.reference.clone());
+            for reference in std::iter::once(&created.reference).chain(&created.alias) {
+                if !keys.contains(reference) {
+                    keys.push(reference.clone());
+                }
             }
         }
         for key in &keys {

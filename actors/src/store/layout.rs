@@ -112,7 +112,7 @@ pub(crate) const FORMAT_VERSION: u32 = 4;
 /// Earlier versions whose directories this build opens and restamps: each later version only added trees or
 /// appended fields that `legacy` reads, so their data reads the same (format 3 added `routes`,
 /// `provider_references`, `merchant_suspensions` and `retired_keys`; format 4 appended a payment's refunds and
-/// refunded total).
+/// refunded total, and a payout's merchant reference).
 pub(crate) const UPGRADED_IN_PLACE: [u32; 2] = [2, 3];
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
@@ -424,6 +424,7 @@ mod tests {
             updated_at: at(10),
             processed_at: None,
             rejection_reason: Some("compte fermé".into()),
+            reference: Some(Reference::parse("virement-7").unwrap()),
         }
     }
 
@@ -591,6 +592,17 @@ mod tests {
             crate::store::legacy::decode_payment("payments", &longer),
             Err(StoreError::Corrupt(m)) if m.contains("left over")
         ));
+    }
+
+    #[test]
+    fn a_payout_stored_before_references_reads_without_one() {
+        let without = Payout { reference: None, ..payout() };
+        let today = encode(&without).unwrap();
+        // `None` is one byte: what format 3 stored is today's bytes without it.
+        let old = &today[..today.len() - 1];
+        assert!(decode::<Payout>("payouts", old).is_err(), "an old value is not today's");
+        assert_eq!(crate::store::legacy::decode_payout("payouts", old).unwrap(), without);
+        assert_eq!(crate::store::legacy::decode_payout("payouts", &encode(&payout()).unwrap()).unwrap(), payout());
     }
 
     #[test]

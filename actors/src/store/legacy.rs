@@ -12,8 +12,8 @@ use super::layout::decode;
 use super::StoreError;
 use crate::domain::money::{Amount, Currency};
 use crate::domain::phone::Phone;
-use crate::domain::records::{Payment, ProviderCode, Refund};
-use crate::domain::status::{PaymentStatus, RefundStatus};
+use crate::domain::records::{Payment, Payout, ProviderCode, Refund};
+use crate::domain::status::{PaymentStatus, PayoutStatus, RefundStatus};
 use crate::domain::text::{Description, Email, Metadata, Name, Reference};
 use crate::domain::time::Timestamp;
 
@@ -26,6 +26,62 @@ pub(super) fn decode_payment(what: &str, bytes: &[u8]) -> Result<Payment, StoreE
             // Neither layout: report the failure against today's, which is what the value should have been.
             Err(_) => Err(today),
         },
+    }
+}
+
+/// A stored payout of any format this build reads.
+pub(super) fn decode_payout(what: &str, bytes: &[u8]) -> Result<Payout, StoreError> {
+    match decode::<Payout>(what, bytes) {
+        Ok(payout) => Ok(payout),
+        Err(today) => match decode::<PayoutBeforeReference>(what, bytes) {
+            Ok(old) => Ok(old.into()),
+            Err(_) => Err(today),
+        },
+    }
+}
+
+/// A payout as formats 2 and 3 stored it: without the merchant's reference.
+#[derive(Deserialize)]
+struct PayoutBeforeReference {
+    id: String,
+    transaction_id: String,
+    status: PayoutStatus,
+    amount: Amount,
+    currency: Currency,
+    fee: Amount,
+    net_amount: Amount,
+    provider: ProviderCode,
+    beneficiary_phone: Phone,
+    beneficiary_name: Option<Name>,
+    description: Option<Description>,
+    metadata: Metadata,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    processed_at: Option<Timestamp>,
+    rejection_reason: Option<String>,
+}
+
+impl From<PayoutBeforeReference> for Payout {
+    fn from(old: PayoutBeforeReference) -> Payout {
+        Payout {
+            id: old.id,
+            transaction_id: old.transaction_id,
+            status: old.status,
+            amount: old.amount,
+            currency: old.currency,
+            fee: old.fee,
+            net_amount: old.net_amount,
+            provider: old.provider,
+            beneficiary_phone: old.beneficiary_phone,
+            beneficiary_name: old.beneficiary_name,
+            description: old.description,
+            metadata: old.metadata,
+            created_at: old.created_at,
+            updated_at: old.updated_at,
+            processed_at: old.processed_at,
+            rejection_reason: old.rejection_reason,
+            reference: None,
+        }
     }
 }
 

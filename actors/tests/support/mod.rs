@@ -52,6 +52,7 @@ pub fn new_payment(amount: i64, reference: Option<&str>) -> NewPayment {
 #[allow(dead_code)]
 pub fn new_payout(amount: i64) -> NewPayout {
     NewPayout {
+        reference: None,
         amount: Amount::positive(amount).expect("a positive amount"),
         currency: xof(),
         provider: ProviderCode::parse("wave").expect("a provider code"),

@@ -181,6 +181,7 @@ fn payout_summary(o: &Payout) -> Markup {
         dl.summary {
             (field("Type", text("retrait")))
             (field("Statut", badge(o.status.as_str())))
+            @if let Some(reference) = &o.reference { (field("Votre référence", text(reference.as_str()))) }
             (field("Montant", money(o.amount.minor(), o.currency)))
             (field("Frais", money(o.fee.minor(), o.currency)))
             (field("Net versé", money(o.net_amount.minor(), o.currency)))

@@ -15,7 +15,7 @@ use crate::store::{AwaitingProvider, IdempotencyRecord, Located, Page, Records, 
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
-use crate::store::legacy::decode_payment;
+use crate::store::legacy::{decode_payment, decode_payout};
 
 impl SledStore {
     pub(super) fn record(
@@ -80,7 +80,10 @@ impl Records for SledStore {
     }
 
     fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, StoreError> {
-        self.get(PAYOUTS, &mkey(merchant, id.as_bytes()))
+        match self.raw(PAYOUTS, &mkey(merchant, id.as_bytes()))? {
+            Some(bytes) => decode_payout(TREE_NAMES[PAYOUTS], &bytes).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, StoreError> {

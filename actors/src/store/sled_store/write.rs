@@ -29,6 +29,10 @@ impl SledStore {
             if created.kind != TransactionType::Payment {
                 ops.push(Op::Insert(REFS, mkey(m, created.reference.as_bytes()), ptr.clone()));
             }
+            // The merchant's own reference for a payout finds it too, and keeps the reference taken.
+            if let Some(alias) = &created.alias {
+                ops.push(Op::Insert(REFS, mkey(m, alias.as_bytes()), pointer(created.kind, &created.owner, alias)));
+            }
             let mut owner = m.as_bytes().to_vec();
             owner.extend_from_slice(&ptr);
             ops.push(Op::Insert(TX_OWNER, created.transaction_id.as_bytes().to_vec(), owner));
