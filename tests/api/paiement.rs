@@ -396,3 +396,39 @@ async fn several_refunds_up_to_the_whole_payment() {
     let listed = data(&app.get_ok("/v1/transactions?type=remboursement").await);
     assert_eq!(listed.len(), 2, "{listed:?}");
 }
+
+/// Refunds asked at once: one at a time holds, whatever the timing. Eight parallel refunds of 15 000 on a
+/// 20 000 payment: exactly one is accepted (the others find it under way, or find 5 000 left); eight of 1 000:
+/// each is accepted or finds another under way, and the refunds taken add up exactly.
+#[actix_web::test]
+async fn refunds_asked_at_once_never_overlap_nor_exceed_the_payment() {
+    let app = std::rc::Rc::new(spawn_app().await);
+    for (each, expected_at_most) in [(15_000, 1usize), (1_000, 8)] {
+        let paid = app.fund(20_000).await;
+        app.fund(20_000).await; // the fees are not returned: other funds pay for them
+        let reference = text(&paid["reference"]).to_owned();
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (app, reference) = (app.clone(), reference.clone());
+            tasks.push(actix_web::rt::spawn(async move {
+                app.send(app.post(&format!("/v1/paiement/{reference}/rembourser")).json(&json!({"montant": each})))
+                    .await
+            }));
+        }
+        let mut accepted = 0;
+        for task in tasks {
+            let resp = task.await.expect("task");
+            match resp.status {
+                200 => accepted += 1,
+                409 => assert_error(&resp, 409, "invalid_state", None),
+                400 => assert_error(&resp, 400, "invalid_request", Some("montant")),
+                other => panic!("answered {other}: {}", resp.json),
+            }
+        }
+        assert!((1..=expected_at_most).contains(&accepted), "{accepted} accepted of {each}");
+        let done = app.wait_refund(&reference, "succes").await;
+        let refunds = done["remboursements"].as_array().expect("a list").clone();
+        assert_eq!(refunds.len(), accepted, "{done}");
+        assert_eq!(int(&done["montant_rembourse"]), each * accepted as i64, "{done}");
+    }
+}
