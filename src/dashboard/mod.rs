@@ -12,6 +12,7 @@
 //! [`DashboardState::merchant_updates`], so a key roll and a webhook URL change made at the same moment
 //! cannot overwrite each other.
 
+mod actions;
 pub mod auth;
 mod checker;
 mod keys;
@@ -46,7 +47,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/logout"),
     ("GET", "/transactions"),
     ("GET", "/transactions/{reference}"),
+    ("POST", "/transactions/{reference}/refund"),
     ("GET", "/payouts"),
+    ("GET", "/payouts/new"),
+    ("POST", "/payouts/new"),
     ("GET", "/webhooks"),
     ("POST", "/webhooks/{id}/resend"),
     ("GET", "/keys"),
@@ -65,7 +69,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/logout").route(web::post().to(auth::logout)))
         .service(web::resource("/transactions").route(web::get().to(transactions::list)))
         .service(web::resource("/transactions/{reference}").route(web::get().to(transactions::detail)))
+        .service(web::resource("/transactions/{reference}/refund").route(web::post().to(actions::refund)))
         .service(web::resource("/payouts").route(web::get().to(payouts::list)))
+        .service(
+            web::resource("/payouts/new")
+                .route(web::get().to(actions::payout_form))
+                .route(web::post().to(actions::payout)),
+        )
         .service(web::resource("/webhooks").route(web::get().to(webhooks::list)))
         .service(web::resource("/webhooks/{id}/resend").route(web::post().to(webhooks::resend)))
         .service(web::resource("/keys").route(web::get().to(keys::show)))
@@ -189,6 +199,7 @@ fn secure_headers(response: &mut actix_web::HttpResponseBuilder) {
 }
 
 /// A submitted form (`application/x-www-form-urlencoded`); the first value of a name wins.
+#[derive(Default)]
 pub struct Form(Vec<(String, String)>);
 
 impl Form {

@@ -67,6 +67,7 @@ pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) 
     let status = if errors.is_empty() { StatusCode::OK } else { StatusCode::BAD_REQUEST };
     let body = html! {
         h1 { "Retraits" }
+        p { a.button href="/payouts/new" { "Nouveau retrait…" } }
         (filter_form(&raw))
         @for e in &errors { (layout::notice("error", e)) }
         @if errors.is_empty() {

@@ -11,7 +11,7 @@ mod fournisseurs;
 pub mod openapi;
 mod paiement;
 mod ratelimit;
-mod retraits;
+pub mod retraits;
 mod soldes;
 mod transactions;
 mod utility;

@@ -8,6 +8,7 @@ use caisse_engine::core::Record;
 use caisse_engine::domain::ids::{validate_id, IdKind};
 use caisse_engine::domain::money::Currency;
 use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::provider::ProviderRoute;
 use caisse_engine::domain::status::PayoutStatus;
 use caisse_engine::domain::text::{Description, Name, Reference};
 use caisse_engine::store::Located;
@@ -22,23 +23,24 @@ use super::AppState;
 use crate::config::Operation;
 use caisse_engine::domain::records::Payout;
 
+/// A payout as a merchant asks for it: the API's JSON body, or the dashboard's form.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct CreateBody {
+pub struct CreateBody {
     #[serde(rename = "montant")]
-    amount: i64,
+    pub amount: i64,
     #[serde(rename = "devise")]
-    currency: String,
+    pub currency: String,
     #[serde(rename = "fournisseur")]
-    provider: String,
+    pub provider: String,
     #[serde(rename = "beneficiaire_telephone")]
-    beneficiary_phone: String,
+    pub beneficiary_phone: String,
     #[serde(rename = "beneficiaire_nom")]
-    beneficiary_name: Option<String>,
-    description: Option<String>,
-    metadata: Option<BTreeMap<String, String>>,
+    pub beneficiary_name: Option<String>,
+    pub description: Option<String>,
+    pub metadata: Option<BTreeMap<String, String>>,
     /// The merchant's own reference: 1-64 of `[A-Za-z0-9_-]`, unique among its payments, refunds and payouts.
-    reference: Option<String>,
+    pub reference: Option<String>,
 }
 
 /// Create a payout.
@@ -57,7 +59,16 @@ pub async fn create(
     let body = read_body(&req, payload).await?;
     let b: CreateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
-    let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payout)?;
+    let (new, route) = checked_payout(&state, b)?;
+    let executed = state.flow.create_payout(&merchant.id, new, Some(route), idem).await?;
+    respond(executed, StatusCode::CREATED)
+}
+
+/// Checks a payout request by the API's rules (provider, currency, bounds, the beneficiary's country, every
+/// field), into the payout and the route it takes. The dashboard's payout form goes through it too, so the
+/// two refuse the same things with the same messages.
+pub fn checked_payout(state: &AppState, b: CreateBody) -> Result<(NewPayout, ProviderRoute), ApiError> {
+    let (provider, currency, amount) = provider_for(state, &b.provider, &b.currency, b.amount, Operation::Payout)?;
     let phone = Phone::parse_written(&b.beneficiary_phone)
         .map_err(|e| ApiError::invalid("beneficiaire_telephone", e.to_string()))?;
     let ask = Ask { operation: Operation::Payout, currency, amount };
@@ -73,8 +84,7 @@ pub async fn create(
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
     };
-    let executed = state.flow.create_payout(&merchant.id, new, Some(route), idem).await?;
-    respond(executed, StatusCode::CREATED)
+    Ok((new, route))
 }
 
 /// List payouts, newest first.

@@ -227,6 +227,9 @@ async fn alphas_reference_and_lists_stay_its_own(a: &Api, markers: &Markers, bra
     assert!(a_list.contains(a_paid) && a_list.contains("commun-1"), "A's own transactions: {a_list}");
 }
 
+/// A one-time confirmation key of the right shape.
+const KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
 /// The dashboard, page by page, logged in as A. Returns whether the route table still has the account
 /// changes (key roll, webhook URL), which are made last, by the caller.
 async fn the_dashboard_walk_finds_nothing_of_bravo(
@@ -269,6 +272,31 @@ async fn the_dashboard_walk_finds_nothing_of_bravo(
                 }
                 actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
                 assert_eq!(b_hooks.hits().len(), before, "A's resend reached B's receiver");
+            }
+            ("POST", "/transactions/{reference}/refund") => {
+                // B's payments, refunds and payouts cannot be refunded from A's session: not found, at review
+                // and at confirmation alike.
+                for id in &markers.ids {
+                    for step in ["", "envoyer"] {
+                        let fields = [("csrf", token.as_str()), ("montant", "1"), ("etape", step), ("cle", KEY)];
+                        let page = alpha.post(&format!("/transactions/{id}/refund"), &fields).await;
+                        page.expect(404);
+                        assert_hidden(&format!("refund of {id}"), &page.body, &markers.all);
+                    }
+                }
+            }
+            ("POST", "/payouts/new") => {
+                // A's own payout form, reviewed only (nothing moves): nothing of B's shows on it.
+                let fields = [
+                    ("csrf", token.as_str()),
+                    ("montant", "100"),
+                    ("devise", "XOF"),
+                    ("fournisseur", "mtn_momo"),
+                    ("beneficiaire_telephone", "+22996000099"),
+                ];
+                let page = alpha.post("/payouts/new", &fields).await;
+                page.expect(200);
+                assert_hidden("the payout review", &page.body, &markers.all);
             }
             ("POST", "/keys/reveal") => {
                 let page = alpha.post("/keys/reveal", &[("csrf", &token)]).await;

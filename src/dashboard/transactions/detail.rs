@@ -11,7 +11,7 @@ use maud::{html, Markup};
 
 use super::history::{history, HISTORY_SCAN};
 use crate::dashboard::layout::{self, badge, cell, money, time, time_opt, Nav};
-use crate::dashboard::{html, webhooks, DashError, LoggedIn};
+use crate::dashboard::{actions, html, webhooks, DashError, LoggedIn};
 use crate::http::AppState;
 
 /// Notifications shown on a detail page.
@@ -46,6 +46,7 @@ pub async fn detail(
             (layout::notice("info", &format!("{reference} est le remboursement de ce paiement.")))
         }
         (summary)
+        @if let Record::Payment(p) = &located.record { @if let Some(form) = actions::refund_form(&user.csrf, p) { (form) } }
         (providers)
         section #history {
             h2 { "Historique" }
