@@ -80,6 +80,8 @@ pub struct DashboardState {
     checker: Checker,
     /// Held while a merchant account is read, changed and written back (key roll, webhook URL).
     pub merchant_updates: tokio::sync::Mutex<()>,
+    /// Each merchant's latest replay of a range of webhook notifications.
+    pub replays: super::replay::Replays,
     /// `Secure` on cookies: production runs behind https.
     secure_cookies: bool,
 }
@@ -94,6 +96,7 @@ impl DashboardState {
             checks: tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS),
             checker: Checker::start(),
             merchant_updates: tokio::sync::Mutex::new(()),
+            replays: super::replay::Replays::default(),
             secure_cookies: environment == Environment::Production,
         }
     }

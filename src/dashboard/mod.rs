@@ -19,6 +19,7 @@ mod keys;
 pub mod layout;
 mod overview;
 mod payouts;
+mod replay;
 mod transactions;
 mod webhooks;
 
@@ -52,6 +53,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/payouts/new"),
     ("POST", "/payouts/new"),
     ("GET", "/webhooks"),
+    ("POST", "/webhooks/test"),
+    ("GET", "/webhooks/replay"),
+    ("POST", "/webhooks/replay"),
     ("POST", "/webhooks/{id}/resend"),
     ("GET", "/keys"),
     ("POST", "/keys/reveal"),
@@ -77,6 +81,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::post().to(actions::payout)),
         )
         .service(web::resource("/webhooks").route(web::get().to(webhooks::list)))
+        .service(web::resource("/webhooks/test").route(web::post().to(replay::test)))
+        .service(
+            web::resource("/webhooks/replay")
+                .route(web::get().to(replay::progress))
+                .route(web::post().to(replay::start)),
+        )
         .service(web::resource("/webhooks/{id}/resend").route(web::post().to(webhooks::resend)))
         .service(web::resource("/keys").route(web::get().to(keys::show)))
         .service(web::resource("/keys/reveal").route(web::post().to(keys::reveal)))

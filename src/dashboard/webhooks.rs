@@ -73,6 +73,7 @@ pub async fn list(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) 
             @match &user.merchant.webhook_url { Some(url) => code { (url) }, None => "aucune" }
             " · " a href="/keys" { "modifier" }
         }
+        (super::replay::tools(&user.csrf))
         @if let Some((failed, more)) = &failed {
             section #failed {
                 h2 { "En échec (" (failed.len()) ")" }

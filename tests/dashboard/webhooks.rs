@@ -110,3 +110,76 @@ async fn failed_deliveries_come_first_and_can_be_resent() {
     assert!(card > others, "a delivered notification leaves the failed section");
     assert_eq!(notification(&app, &reference, "payment.succeeded").expect("n").total_attempts, 3);
 }
+
+/// A test notification goes to the saved URL now, signed by both schemes, and its attempt is shown; a
+/// receiver that does not answer 200 is said so, and without a URL there is nothing to test.
+#[actix_web::test]
+async fn a_test_event_is_signed_sent_and_its_attempt_shown() {
+    let app = spawn_app().await;
+    let key = app.demo.merchant.secret_key.clone();
+    let mut agent = app.logged_in().await;
+    let token = agent.get("/webhooks").await.expect(200).contains("Envoyer un événement de test").csrf();
+    agent.post("/webhooks/test", &[("csrf", &token)]).await.expect(400).contains("Aucune Webhook URL");
+
+    let receiver = Receiver::start(always(200));
+    save_url(&app, &mut agent, &receiver.url()).await;
+    let page = agent.post("/webhooks/test", &[("csrf", &token)]).await;
+    page.expect(200).contains("répondu 200").contains("webhook.test").contains(&receiver.url());
+    let hits = receiver.hits();
+    assert_eq!(hits.len(), 1, "one attempt, never retried");
+    let hit = &hits[0];
+    assert_eq!(hit.event(), "webhook.test");
+    assert!(hit.signed_with(&key), "both signatures: {:?}", hit.headers);
+    assert!(hit.webhook_id().starts_with("evt_") && page.body.contains(hit.webhook_id()), "{}", page.body);
+    let data = hit.json()["data"].clone();
+    assert_eq!(data.as_object().map(|d| d.len()), Some(11), "the usual eleven fields: {data}");
+    assert_eq!((data["montant"].as_i64(), data["statut"].as_str()), (Some(0), Some("test")));
+    assert!(app.notifications(&app.demo.merchant.id).is_empty(), "a test notification is not stored");
+
+    receiver.answer(500);
+    let page = agent.post("/webhooks/test", &[("csrf", &token)]).await;
+    page.expect(502).contains("n'a pas répondu 200").contains("500");
+    assert_eq!(receiver.hits().len(), 2);
+}
+
+/// Every notification of a range is sent again, each attempt logged on its notification, with the webhook-id
+/// it had; the progress page counts them; bad ranges are refused.
+#[actix_web::test]
+async fn a_range_is_replayed_notification_by_notification() {
+    let app = spawn_app().await;
+    let key = app.demo.merchant.secret_key.clone();
+    let receiver = Receiver::start(always(200));
+    let mut agent = app.logged_in().await;
+    save_url(&app, &mut agent, &receiver.url()).await;
+    for amount in [2_500, 3_000] {
+        app.pay(amount, "99").await;
+    }
+    let merchant = app.demo.merchant.id.clone();
+    let delivered = |n: &Notification| n.state == DeliveryState::Delivered && n.total_attempts == 1;
+    until("six notifications delivered", || {
+        std::future::ready(app.notifications(&merchant).iter().filter(|n| delivered(n)).count() == 6)
+    })
+    .await;
+    let token = agent.get("/webhooks").await.csrf();
+    for (from, to, says) in [("hier", "2026-01-01", "AAAA-MM-JJ"), ("2026-02-02", "2026-02-01", "finit avant")] {
+        agent.post("/webhooks/replay", &[("csrf", &token), ("du", from), ("au", to)]).await.expect(400).contains(says);
+    }
+
+    let today = caisse_engine::domain::time::Timestamp::now().to_rfc3339()[..10].to_owned();
+    let started = agent.post("/webhooks/replay", &[("csrf", &token), ("du", &today), ("au", &today)]).await;
+    started.expect_redirect("/webhooks/replay");
+    until("every notification delivered twice", || {
+        std::future::ready(app.notifications(&merchant).iter().all(|n| n.total_attempts == 2))
+    })
+    .await;
+    let page = agent.get("/webhooks/replay").await;
+    page.expect(200).contains("data-total=\"6\"").contains("data-handled=\"6\"");
+    let hits = receiver.hits();
+    assert_eq!(hits.len(), 12, "each notification twice");
+    for n in app.notifications(&merchant) {
+        let mine: Vec<_> = hits.iter().filter(|h| h.webhook_id() == n.id).collect();
+        assert_eq!(mine.len(), 2, "{}: sent again under its own id", n.id);
+        assert!(mine.iter().all(|h| h.signed_with(&key) && h.body == n.body.as_bytes()));
+        assert!(n.attempts.iter().all(|a| a.http_status == Some(200)), "each attempt logged: {:?}", n.attempts);
+    }
+}

@@ -298,6 +298,17 @@ async fn the_dashboard_walk_finds_nothing_of_bravo(
                 page.expect(200);
                 assert_hidden("the payout review", &page.body, &markers.all);
             }
+            ("POST", "/webhooks/test") | ("POST", "/webhooks/replay") => {
+                // A's own receiver tools: a test event goes to A's URL, a replay sends A's notifications; B's
+                // receiver hears of neither.
+                let before = b_hooks.hits().len();
+                let today = caisse_engine::domain::time::Timestamp::now().to_rfc3339()[..10].to_owned();
+                let page = alpha.post(route, &[("csrf", token.as_str()), ("du", &today), ("au", &today)]).await;
+                assert!([200, 303, 400, 502].contains(&page.status), "POST {route}: {}", page.status);
+                assert_hidden(&format!("POST {route}"), &page.body, &markers.all);
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+                assert_eq!(b_hooks.hits().len(), before, "A's {route} reached B's receiver");
+            }
             ("POST", "/keys/reveal") => {
                 let page = alpha.post("/keys/reveal", &[("csrf", &token)]).await;
                 page.expect(200).contains(&a.key);

@@ -41,6 +41,11 @@ impl ProviderCode {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// `test`: the `fournisseur` of a test notification, which names no provider.
+    pub(crate) fn test_event() -> ProviderCode {
+        ProviderCode("test".to_owned())
+    }
 }
 
 impl TryFrom<String> for ProviderCode {

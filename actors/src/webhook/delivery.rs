@@ -15,15 +15,21 @@ use actix::prelude::*;
 pub use super::config::{DeliveryConfig, DeliveryError};
 use super::dispatcher::Dispatcher;
 use super::messages::{InFlightCount, Resend};
+use super::schedule::AttemptOutcome;
 use super::worker::Worker;
-use crate::domain::ids::MerchantId;
-use crate::domain::records::Notification;
+use crate::domain::ids::{new_id, IdKind, MerchantId};
+use crate::domain::money::{Amount, Currency};
+use crate::domain::records::{Notification, ProviderCode, WebhookData};
+use crate::domain::text::Metadata;
+use crate::domain::time::Timestamp;
 use crate::store::Store;
 
 /// Handle on the running pool.
 pub struct WebhookPool {
     dispatcher: Addr<Dispatcher>,
     arbiters: Vec<Arbiter>,
+    config: Arc<DeliveryConfig>,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl Drop for WebhookPool {
@@ -61,9 +67,34 @@ impl WebhookPool {
             arbiters.push(arbiter);
         }
         let feed = store.outbox_feed();
-        let dispatcher = Dispatcher::new(store, config, addrs, feed);
+        let dispatcher = Dispatcher::new(store, config.clone(), addrs, feed);
         let dispatcher = dispatcher_ctx.run(dispatcher);
-        Ok(WebhookPool { dispatcher, arbiters })
+        Ok(WebhookPool { dispatcher, arbiters, config, tls })
+    }
+
+    /// Sends one signed test notification to `url` now, by the rules of every delivery (both signatures, the
+    /// production URL checks, the time-out, no redirect followed), and answers how the attempt went. It is not
+    /// stored and never retried: it moves no money and tells of nothing that happened. Runs on the caller's
+    /// thread (the dashboard's), which needs a running actix System.
+    pub async fn send_test(&self, url: &str, secret_key: &str) -> (TestEvent, AttemptOutcome) {
+        let event = TestEvent::new();
+        let connector = awc::Connector::new()
+            .rustls_0_23(self.tls.clone())
+            .limit(1)
+            .timeout(self.config.timeout)
+            .handshake_timeout(self.config.timeout);
+        let client =
+            awc::Client::builder().connector(connector).disable_redirects().timeout(self.config.timeout).finish();
+        let outcome = super::worker::attempt(
+            client,
+            url.to_owned(),
+            secret_key.to_owned(),
+            event.id.clone(),
+            event.body.clone(),
+            self.config.clone(),
+        )
+        .await;
+        (event, outcome)
     }
 
     /// Sends a notification of `merchant` again, starting a new attempt chain (the dashboard's resend button).
@@ -100,4 +131,46 @@ fn tls_config(extra: Option<&PathBuf>) -> Result<rustls::ClientConfig, DeliveryE
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// The event of a test notification: not one of the API's events, so a receiver that acts on events by name
+/// does nothing with it, and a body of the usual shape, so a receiver's parser and both signature checks are
+/// tried for real.
+pub const TEST_EVENT: &str = "webhook.test";
+
+/// One test notification: its `evt_` id and the exact body sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestEvent {
+    pub id: String,
+    pub body: String,
+}
+
+impl TestEvent {
+    fn new() -> TestEvent {
+        #[derive(serde::Serialize)]
+        struct Body {
+            event: &'static str,
+            created_at: Timestamp,
+            data: WebhookData,
+        }
+        let id = new_id(IdKind::Event);
+        // Eleven fields like every notification's `data`, naming nothing real: a zero amount, status `test`.
+        let data = WebhookData {
+            reference: "test".into(),
+            transaction_id: id.replacen("evt_", "tx_", 1),
+            provider: ProviderCode::test_event(),
+            amount: Amount::ZERO,
+            currency: Currency::XOF,
+            fee: Amount::ZERO,
+            net_amount: Amount::ZERO,
+            status: "test".into(),
+            customer_email: None,
+            metadata: Metadata::empty(),
+            paid_at: None,
+            refunded_amount: None,
+        };
+        let body = Body { event: TEST_EVENT, created_at: Timestamp::now(), data };
+        // Plain strings and integers always serialize; an empty body would simply fail the receiver's check.
+        TestEvent { id, body: serde_json::to_string(&body).unwrap_or_default() }
+    }
 }

@@ -346,7 +346,7 @@ impl Handler<Deliver> for Worker {
 
 /// One HTTP attempt, bounded as a whole by `config.timeout`. The timestamp is taken once, here, so the one
 /// sent and the one recorded in the attempt log are the same.
-async fn attempt(
+pub(super) async fn attempt(
     client: awc::Client,
     url: String,
     secret_key: String,
