@@ -9,7 +9,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use caisse_engine::domain::ids::random_base62;
-use caisse_engine::domain::money::Amount;
+use caisse_engine::domain::money::{Amount, CURRENCIES};
 use caisse_engine::domain::records::{Payment, Payout};
 use caisse_engine::domain::status::RefundStatus;
 use caisse_engine::domain::text::{IdempotencyKey, Reason};
@@ -223,10 +223,12 @@ fn payout_page(state: &AppState, csrf: &str, form: &Form, error: Option<&str>) -
     let value = |name: &str| form.get(name).unwrap_or("").to_owned();
     let providers: Vec<_> =
         state.providers.all().filter(|p| p.active() && p.settings.operations.contains(&Operation::Payout)).collect();
-    let mut currencies: Vec<&str> =
-        providers.iter().flat_map(|p| p.settings.currencies.iter().map(|c| c.code())).collect();
-    currencies.sort_unstable();
-    currencies.dedup();
+    // In the order of Caisse's currency list (the CFA francs first), those some payout provider takes.
+    let currencies: Vec<&str> = CURRENCIES
+        .iter()
+        .map(|c| c.code)
+        .filter(|code| providers.iter().any(|p| p.settings.currencies.iter().any(|c| c.code() == *code)))
+        .collect();
     html! {
         p { a href="/payouts" { "← Retraits" } }
         h1 { "Nouveau retrait" }

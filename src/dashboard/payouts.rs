@@ -111,7 +111,10 @@ fn table(rows: &[Payout]) -> Markup {
                 @for o in rows {
                     tr {
                         (cell("Date", html! { (time(o.created_at)) }))
-                        (cell("Retrait", html! { a href={ "/transactions/" (o.id) } { (o.id) } }))
+                        (cell("Retrait", html! {
+                            a href={ "/transactions/" (o.id) } { (o.id) }
+                            @if let Some(r) = &o.reference { " " span.muted { (r.as_str()) } }
+                        }))
                         (cell("Statut", html! {
                             (badge(o.status.as_str()))
                             @if let Some(m) = &o.rejection_reason { " " span.muted { (m) } }

@@ -238,6 +238,105 @@ async fn a_merchant_goes_through_the_dashboard_in_chromium() {
     drop(driver);
 }
 
+/// The merchant's own actions, in the browser: a partial refund and a payout, each through its confirmation
+/// page; a test event received by a local receiver; the replay of today's notifications, every one of them
+/// delivered again. Screenshots of each page at laptop and phone size.
+#[actix_web::test]
+async fn a_merchant_refunds_pays_out_and_checks_its_receiver_in_chromium() {
+    let driver = Driver::start();
+    let profile = tempfile::TempDir::new().expect("profile dir");
+    let app = spawn_app().await;
+    let receiver = Receiver::start(always(200));
+    let browser = Browser::open(&driver, &app.address, profile.path()).await;
+    log_in(&browser, &app).await;
+    let reference = reference_of(&app.pay(20_000, "99").await);
+    app.pay(10_000, "99").await;
+    app.wait_payment(&reference, "succes").await;
+
+    // A refund of 5 000 from the payment's page, through its confirmation.
+    browser.goto(&format!("/transactions/{reference}")).await;
+    browser.shows("#refund", "Reste à rembourser").await;
+    browser.fill("#montant", "5000").await;
+    browser.fill("#motif", "article retourné").await;
+    browser.shot("21-refund-form").await;
+    browser.click("#refund button[type=submit]").await;
+    browser.shows_exactly("h1", "Confirmer le remboursement").await;
+    browser.shot("22-refund-review").await;
+    browser.click("button.primary").await;
+    app.wait_payment(&reference, "rembourse_partiellement").await;
+    browser.until_shown(&format!("/transactions/{reference}"), "rembourse_partiellement").await;
+    browser.shows("main", "article retourné").await;
+    browser.shot("23-refund-done").await;
+
+    // A payout from the payouts page, through its confirmation.
+    browser.click("nav a[href='/payouts']").await;
+    browser.click("a[href='/payouts/new']").await;
+    browser.fill("#montant", "3000").await;
+    browser.click("#devise option[value='XOF']").await;
+    browser.click("#fournisseur option[value='mtn_momo']").await;
+    browser.fill("#beneficiaire_telephone", "+229 96 00 00 99").await;
+    browser.fill("#reference", "paie-novembre").await;
+    browser.shot("24-payout-form").await;
+    browser.click("form.payout button[type=submit]").await;
+    browser.shows_exactly("h1", "Confirmer le retrait").await;
+    browser.shot("25-payout-review").await;
+    browser.click("button.primary").await;
+    browser.shows("main", "paie-novembre").await;
+    browser.shot("26-payout-done").await;
+    browser.until_shown("/payouts", "paie-novembre").await;
+    let payouts = app.get_ok("/v1/retraits").await;
+    assert_eq!(payouts["data"].as_array().map(Vec::len), Some(1), "{payouts}");
+
+    // The receiver: saved, tested, then today's notifications replayed.
+    browser.goto("/keys").await;
+    browser.fill("#webhook_url", &receiver.url()).await;
+    browser.click("#save-webhook").await;
+    browser.shows("p.alert.ok", "Webhook URL enregistrée.").await;
+    browser.click("nav a[href='/webhooks']").await;
+    browser.click("#tools form.inline button").await;
+    browser.shows("#attempt", "200").await;
+    browser.shot("27-webhook-test").await;
+    let test_hit = receiver.hits().into_iter().find(|h| h.event() == "webhook.test").expect("the test event");
+    assert!(test_hit.signed_with(&app.key));
+    let merchant = app.demo.merchant.id.clone();
+    let stored = app.notifications(&merchant);
+    browser.click("nav a[href='/webhooks']").await;
+    let today = caisse_engine::domain::time::Timestamp::now().to_rfc3339()[..10].to_owned();
+    // Typed as the date picker of the browser's locale expects is brittle; the field takes the ISO value.
+    browser.client.execute(
+        "document.getElementById('replay-du').value = arguments[0]; document.getElementById('replay-au').value = arguments[0];",
+        vec![json!(today)],
+    ).await.expect("dates set");
+    browser.click("#tools form.filters button").await;
+    browser.shows("main", "Renvoi du").await;
+    until("every notification of the day delivered again", || async {
+        app.notifications(&merchant).iter().filter(|n| n.total_attempts >= 2).count() == stored.len()
+    })
+    .await;
+    browser.until_shown("/webhooks/replay", &format!("data-delivered=\"{}\"", stored.len())).await;
+    browser.shot("28-webhook-replay").await;
+    for n in &stored {
+        assert!(
+            receiver.hits().iter().any(|h| h.webhook_id() == n.id && h.signed_with(&app.key)),
+            "{} delivered",
+            n.id
+        );
+    }
+
+    browser.client.set_window_size(PHONE.0, PHONE.1).await.expect("phone size");
+    for (path, name) in [
+        (format!("/transactions/{reference}"), "phone-21-refund-form"),
+        ("/payouts/new".to_owned(), "phone-24-payout-form"),
+        ("/payouts".to_owned(), "phone-26-payouts"),
+        ("/webhooks/replay".to_owned(), "phone-28-webhook-replay"),
+    ] {
+        browser.goto(&path).await;
+        browser.shot(name).await;
+    }
+    browser.client.close().await.expect("session closed");
+    drop(driver);
+}
+
 /// The dashboard asks for a login first; a wrong password is refused with a message, the right one opens
 /// the overview.
 async fn log_in(browser: &Browser, app: &TestApp) {
