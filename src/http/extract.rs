@@ -35,8 +35,9 @@ const KEY_RANDOM_LEN: usize = 32;
 pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Merchant, ApiError> {
     let header = headers
         .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <secret key>"))?;
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <secret key>"))?
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("Authorization must be printable ASCII: Bearer <secret key>"))?;
     let key = bearer_token(header)
         .ok_or_else(|| ApiError::unauthorized("the Authorization header must be Bearer <secret key>"))?;
     let env = state.settings.environment;

@@ -146,6 +146,11 @@ async fn request_heads_are_bounded_and_the_server_stays_up() {
         exchange_async(port, get("/v1/soldes", &[("Authorization".into(), format!("Bearer {}", big(64)))])).await;
     assert_status(&answer, 401);
     assert!(answer.contains("\"unauthorized\""), "{answer:.500}");
+    // A key that is not ASCII is named as such, not as a missing header.
+    let (answer, _) =
+        exchange_async(port, get("/v1/soldes", &[("Authorization".into(), "Bearer sk_tést".to_owned())])).await;
+    assert_status(&answer, 401);
+    assert!(answer.contains("must be printable ASCII"), "{answer:.500}");
     let idempotency = get("/v1/ping", &[("Idempotency-Key".into(), big(64)), ("Cookie".into(), big(60))]);
     assert_status(&exchange_async(port, idempotency).await.0, 200);
 
