@@ -78,15 +78,8 @@ impl WebhookPool {
     /// thread (the dashboard's), which needs a running actix System.
     pub async fn send_test(&self, url: &str, secret_key: &str) -> (TestEvent, AttemptOutcome) {
         let event = TestEvent::new();
-        let connector = awc::Connector::new()
-            .rustls_0_23(self.tls.clone())
-            .limit(1)
-            .timeout(self.config.timeout)
-            .handshake_timeout(self.config.timeout);
-        let client =
-            awc::Client::builder().connector(connector).disable_redirects().timeout(self.config.timeout).finish();
         let outcome = super::worker::attempt(
-            client,
+            super::worker::delivery_client(self.tls.clone(), &self.config, 1),
             url.to_owned(),
             secret_key.to_owned(),
             event.id.clone(),

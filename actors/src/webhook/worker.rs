@@ -106,13 +106,7 @@ impl Worker {
         if let Some(client) = &self.client {
             return client.clone();
         }
-        let connector = awc::Connector::new()
-            .rustls_0_23(self.tls.clone())
-            .limit(0)
-            .timeout(self.config.timeout)
-            .handshake_timeout(self.config.timeout);
-        let client =
-            awc::Client::builder().connector(connector).disable_redirects().timeout(self.config.timeout).finish();
+        let client = delivery_client(self.tls.clone(), &self.config, 0);
         self.client = Some(client.clone());
         client
     }
@@ -342,6 +336,21 @@ impl Handler<Deliver> for Worker {
             h.waiting.push_back(n);
         }
     }
+}
+
+/// The HTTP client of deliveries: rustls with the pool's trust anchors, every step within the attempt's
+/// time-out, redirects never followed; at most `connections` open at once (0: no limit).
+pub(super) fn delivery_client(
+    tls: std::sync::Arc<rustls::ClientConfig>,
+    config: &DeliveryConfig,
+    connections: usize,
+) -> awc::Client {
+    let connector = awc::Connector::new()
+        .rustls_0_23(tls)
+        .limit(connections)
+        .timeout(config.timeout)
+        .handshake_timeout(config.timeout);
+    awc::Client::builder().connector(connector).disable_redirects().timeout(config.timeout).finish()
 }
 
 /// One HTTP attempt, bounded as a whole by `config.timeout`. The timestamp is taken once, here, so the one
