@@ -87,8 +87,15 @@ pub async fn refund(
     };
     refuse_if_suspended(&state, &user)?;
     if form.get("etape") != Some("envoyer") {
+        // The review fixes the amount it shows: "all that is left" becomes a figure, so the confirmation moves
+        // exactly what the merchant saw even if another refund ends meanwhile. A payment that cannot take a
+        // refund now says why before any confirmation.
+        if refund_form(&user.csrf, &payment).is_none() {
+            let (status, message) = refusal(EngineError::Rejected(Rejection::InvalidState(String::new())))?;
+            return page(status, refund_refused(&user.csrf, &payment, &message));
+        }
         let asked = amount.unwrap_or_else(|| payment.refundable());
-        return page(StatusCode::OK, refund_review(&user.csrf, &payment, asked, amount_text, reason_text));
+        return page(StatusCode::OK, refund_review(&user.csrf, &payment, asked, reason_text));
     }
     let idempotency = one_time_key(&form, &["refund", &reference, amount_text, reason_text])?;
     let command = Command::RequestRefund { reference: parsed, amount, reason };
@@ -106,7 +113,7 @@ pub async fn refund(
     }
 }
 
-fn refund_review(csrf: &str, p: &Payment, asked: Amount, amount_text: &str, reason_text: &str) -> Markup {
+fn refund_review(csrf: &str, p: &Payment, asked: Amount, reason_text: &str) -> Markup {
     let left_after = p.refundable().minor().saturating_sub(asked.minor());
     html! {
         p { a href={ "/transactions/" (p.reference.as_str()) } { "← Le paiement" } }
@@ -121,7 +128,7 @@ fn refund_review(csrf: &str, p: &Payment, asked: Amount, amount_text: &str, reas
         p { "Le montant sort aussitôt du solde disponible et part chez le fournisseur, " (p.provider.as_str()) "." }
         form method="post" action={ "/transactions/" (p.reference.as_str()) "/refund" } {
             (csrf_field(csrf))
-            input type="hidden" name="montant" value=(amount_text);
+            input type="hidden" name="montant" value=(asked.minor());
             input type="hidden" name="motif" value=(reason_text);
             input type="hidden" name="etape" value="envoyer";
             input type="hidden" name="cle" value=(random_base62(KEY_LEN));

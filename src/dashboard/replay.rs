@@ -173,10 +173,16 @@ pub async fn start(
     }
     let ids = match notifications_between(&state, &user.merchant.id, from, to)? {
         Ok(ids) => ids,
-        Err(()) => {
+        Err(Unreplayable::TooMany) => {
             return refused(format!(
                 "La période compte plus de {MAX_REPLAY} notifications : choisissez-en une plus courte."
             ))
+        }
+        Err(Unreplayable::TooFarBack) => {
+            return refused(
+                "Trop de notifications plus récentes précèdent cette période pour la lire d'un coup : choisissez-en une plus récente."
+                    .into(),
+            )
         }
     };
     let replay = Replay {
@@ -264,14 +270,21 @@ pub async fn progress(
     Ok(html(StatusCode::OK, layout::page(&user, state.settings.environment, Nav::Webhooks, "Renvoyer", body)))
 }
 
-/// The ids of the merchant's notifications created within `[from, to]`, newest first; `Err` when there are
-/// more than [`MAX_REPLAY`].
+/// Why a range is not replayed.
+enum Unreplayable {
+    /// More than [`MAX_REPLAY`] notifications in it.
+    TooMany,
+    /// Its start lies behind more newer notifications than one request reads.
+    TooFarBack,
+}
+
+/// The ids of the merchant's notifications created within `[from, to]`, newest first.
 fn notifications_between(
     state: &AppState,
     merchant: &MerchantId,
     from: Timestamp,
     to: Timestamp,
-) -> Result<Result<Vec<String>, ()>, DashError> {
+) -> Result<Result<Vec<String>, Unreplayable>, DashError> {
     let mut ids = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -283,12 +296,12 @@ fn notifications_between(
         })?;
         ids.extend(page.data.into_iter().map(|n| n.id));
         if ids.len() > MAX_REPLAY {
-            return Ok(Err(()));
+            return Ok(Err(Unreplayable::TooMany));
         }
         if passed_the_range || !page.has_more {
             return Ok(Ok(ids));
         }
         cursor = page.next_cursor;
     }
-    Ok(Err(()))
+    Ok(Err(Unreplayable::TooFarBack))
 }

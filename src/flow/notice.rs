@@ -141,8 +141,13 @@ pub async fn apply_provider_status(
                 _ => None,
             };
             // Located by the refund's own id, or by its payment (the sweep's pending work), whose refund
-            // under way is always its latest.
-            let refund = p.refund_named(&located.reference).or(p.refund.as_ref()).map(|r| r.reference.clone());
+            // under way is always its latest; any other reference names no refund of this payment.
+            let refund = match p.refund_named(&located.reference) {
+                Some(named) => Some(named),
+                None if located.reference == p.reference.as_str() => p.refund.as_ref(),
+                None => None,
+            }
+            .map(|r| r.reference.clone());
             match (outcome, refund) {
                 (Some(outcome), Some(refund)) => {
                     Some(Command::RefundNotice { reference: p.reference.clone(), refund, outcome })

@@ -125,8 +125,11 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
-    let found = if validate_id(IdKind::Payout, &path).is_ok() {
-        state.engine.payout(&merchant.id, &path).await?
+    let by_id =
+        if validate_id(IdKind::Payout, &path).is_ok() { state.engine.payout(&merchant.id, &path).await? } else { None };
+    // Else the merchant's own reference (which may even look like a payout id).
+    let found = if by_id.is_some() {
+        by_id
     } else if Reference::parse(&path).is_ok() {
         // The merchant's own reference, when it names a payout (and not a payment or a refund).
         match state.engine.locate(&merchant.id, &path)? {

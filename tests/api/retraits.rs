@@ -183,10 +183,15 @@ async fn a_payout_carries_the_merchants_unique_reference() {
     assert_eq!((tx["type"].clone(), tx["reference"].clone()), (json!("retrait"), json!(id)));
     let resp = app.send(app.get(&format!("/v1/retraits/{}", text(&paid["reference"])))).await;
     assert_error(&resp, 404, "not_found", None);
+    // A reference shaped like a payout id is still the merchant's and finds its payout.
+    let shaped = app.send(app.post("/v1/retraits").json(&with("ret_01ARZ3NDEKTSV4RRFFQ69G5FAV"))).await;
+    shaped.expect(201);
+    let found = app.get_ok("/v1/retraits/ret_01ARZ3NDEKTSV4RRFFQ69G5FAV").await;
+    assert_eq!(found["id"], shaped.json["id"]);
     let plain = app.send(app.post("/v1/retraits").json(&payout_body(1_000, "99"))).await;
     plain.expect(201);
     assert_eq!(plain.json["reference"], Value::Null);
-    assert_eq!(app.balance("XOF").await.0, 98_500 - 2_000 - 1_000, "the refused ones reserved nothing");
+    assert_eq!(app.balance("XOF").await.0, 98_500 - 2 * 2_000 - 1_000, "the refused ones reserved nothing");
 }
 
 #[actix_web::test]

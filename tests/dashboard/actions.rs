@@ -54,21 +54,21 @@ async fn a_refund_is_reviewed_confirmed_and_sent_once() {
     let page = agent.post(&path, &[("csrf", &csrf), ("montant", "17001"), ("etape", "envoyer"), ("cle", &key)]).await;
     page.expect(400).contains("au plus 17000").contains("Reste à rembourser");
 
-    // The rest, by default: the payment is refunded in full and the form is gone.
+    // The rest, by default: the review fixes it as a figure, the payment is refunded in full, the form is gone.
     let review = agent.post(&path, &[("csrf", &csrf), ("montant", "")]).await;
+    assert_eq!(hidden(&review.body, "montant").as_deref(), Some("17000"), "the amount shown is the one sent");
     let key = hidden(&review.body, "cle").expect("a one-time key");
-    let sent = agent.post(&path, &[("csrf", &csrf), ("montant", ""), ("etape", "envoyer"), ("cle", &key)]).await;
+    let sent = agent.post(&path, &[("csrf", &csrf), ("montant", "17000"), ("etape", "envoyer"), ("cle", &key)]).await;
     sent.expect_redirect(&format!("/transactions/{reference}"));
     let done = app.wait_payment(&reference, "rembourse").await;
     assert_eq!(done["montant_rembourse"], 20_000);
     let page = agent.get(&format!("/transactions/{reference}")).await;
     page.expect(200).contains("Remboursements");
     assert!(!page.body.contains("id=\"refund\""), "no refund form on a payment refunded in full");
+    // Nothing to review any more: refused before any confirmation.
     let page = agent.post(&path, &[("csrf", &csrf), ("montant", "1")]).await;
-    page.expect(200);
-    let key = hidden(&page.body, "cle").expect("a one-time key");
-    let page = agent.post(&path, &[("csrf", &csrf), ("montant", "1"), ("etape", "envoyer"), ("cle", &key)]).await;
     page.expect(409).contains("ne peut pas être remboursé");
+    assert!(hidden(&page.body, "cle").is_none(), "no confirmation offered");
 }
 
 #[actix_web::test]
