@@ -19,7 +19,9 @@
 //! gives its attempt back and clears only its own pair. The address is the TCP peer, or behind the operator's
 //! `trusted_proxies` the client they name (`crate::client_address`), never a header a client alone could forge. The maps are bounded and, when full, refuse new keys rather than forget counts.
 //! At most [`MAX_CONCURRENT_CHECKS`] password checks (argon2, deliberately slow) run at once, on blocking
-//! threads; a login beyond them is answered 503 at once. An unknown e-mail is checked against a dummy hash so
+//! threads; a login beyond them is answered 503 at once (it still counts against its address). An address that
+//! used up its attempts is answered 429 before its form is read or a page rendered, so that a flood costs the
+//! server as little as a request can. An unknown e-mail is checked against a dummy hash so
 //! that the answer's timing does not say which e-mails have accounts.
 
 use std::future::{ready, Ready};
@@ -249,6 +251,13 @@ impl Throttle {
         Ok(())
     }
 
+    /// How long `key` must still wait, when it has used up its attempts; reserves nothing.
+    pub fn locked(&self, key: &str, now: Instant) -> Option<Duration> {
+        let entry = self.map.get(key)?;
+        let elapsed = now.saturating_duration_since(entry.since);
+        (elapsed < self.window && entry.count >= self.max_attempts).then(|| self.window - elapsed)
+    }
+
     /// Gives back one reserved attempt (the login succeeded, or its password was never checked).
     pub fn forgive(&self, key: &str) {
         if let Some(mut entry) = self.map.get_mut(key) {
@@ -338,11 +347,34 @@ pub fn cookie(req: &HttpRequest, name: &str) -> Option<String> {
 // ----- handlers -----
 
 /// `GET /login`: the form, with a fresh double-submit token.
-pub async fn login_form(req: HttpRequest, dash: web::Data<DashboardState>) -> HttpResponse {
+pub async fn login_form(req: HttpRequest, state: web::Data<AppState>, dash: web::Data<DashboardState>) -> HttpResponse {
     if logged_in(&req).is_ok() {
         return redirect("/");
     }
+    if let Some(refused) = locked_address(&req, &state, &dash) {
+        return refused;
+    }
     login_page(&dash, &req, StatusCode::OK, "", None)
+}
+
+/// The client address a login is counted against.
+fn login_address(req: &HttpRequest, state: &AppState) -> String {
+    let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    client_address(req.peer_addr().map(|a| a.ip()), forwarded, &state.settings.trusted_proxies)
+        .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
+}
+
+/// An address that used up its attempts is answered at once, before its form is read or a page is
+/// rendered: during a flood, refusing costs the server as little as it can, which leaves the API its cores.
+fn locked_address(req: &HttpRequest, state: &AppState, dash: &DashboardState) -> Option<HttpResponse> {
+    let wait = dash.by_address.locked(&login_address(req, state), Instant::now())?;
+    let minutes = wait.as_secs().div_ceil(60).max(1);
+    let mut response = HttpResponse::TooManyRequests();
+    response.insert_header((actix_web::http::header::RETRY_AFTER, wait.as_secs().max(1).to_string()));
+    Some(response.content_type("text/html; charset=utf-8").body(format!(
+        "<!DOCTYPE html><html lang=\"fr\"><meta charset=\"utf-8\"><title>Connexion</title>\
+         <p>Trop de tentatives échouées depuis votre adresse. Réessayez dans {minutes} min.</p></html>"
+    )))
 }
 
 fn login_page(
@@ -368,6 +400,9 @@ pub async fn login(
     dash: web::Data<DashboardState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
+    if let Some(refused) = locked_address(&req, &state, &dash) {
+        return Ok(refused);
+    }
     let form = read_form(payload).await?;
     let expected = cookie(&req, LOGIN_COOKIE).unwrap_or_default();
     let given = form.get("csrf").unwrap_or("");
@@ -377,9 +412,7 @@ pub async fn login(
     }
     let email = form.get("email").unwrap_or("").trim().to_lowercase();
     let password = form.get("password").unwrap_or("").to_owned();
-    let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
-    let address = client_address(req.peer_addr().map(|a| a.ip()), forwarded, &state.settings.trusted_proxies)
-        .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+    let address = login_address(&req, &state);
     let pair = format!("{email}\n{address}");
     let now = Instant::now();
     // Reserved before the password is checked, address first: one address cannot fill the other maps.
@@ -405,7 +438,10 @@ pub async fn login(
         dash.by_address.forgive(&address);
     };
     let Ok(_permit) = dash.checks.try_acquire() else {
-        give_back();
+        // Unchecked, so the account and the pair get their attempt back; the address keeps it counted, so an
+        // address that floods while every check is busy runs out of attempts like one that guesses.
+        dash.by_pair.forgive(&pair);
+        dash.by_account.forgive(&email);
         tracing::warn!(target: "caisse::dashboard", %address, "login refused: password checks all busy");
         let message = "Trop de connexions en cours. Réessayez dans un instant.".to_owned();
         let mut page = login_page(&dash, &req, StatusCode::SERVICE_UNAVAILABLE, &email, Some(message));
