@@ -18,7 +18,7 @@ use maud::{html, Markup};
 use sha2::{Digest, Sha256};
 
 use super::layout::{self, csrf_field, money, Nav};
-use super::{html, read_form, redirect_to, DashError, Form, LoggedIn};
+use super::{html, redirect_to, DashError, Form, LoggedIn};
 use crate::config::Operation;
 use crate::http::retraits::{checked_payout, CreateBody};
 use crate::http::AppState;
@@ -54,8 +54,7 @@ pub async fn refund(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    let form = user.form(payload).await?;
     let reference = path.into_inner();
     let not_found = || DashError::NotFound("Aucun paiement de ce compte ne porte cette référence.");
     let Ok(parsed) = caisse_engine::domain::text::Reference::parse(&reference) else { return Err(not_found()) };
@@ -172,8 +171,7 @@ pub async fn payout(
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    let form = user.form(payload).await?;
     let page = |status: StatusCode, body: Markup| {
         Ok(html(status, layout::page(&user, state.settings.environment, Nav::Payouts, "Nouveau retrait", body)))
     };

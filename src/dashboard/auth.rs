@@ -289,6 +289,13 @@ pub struct LoggedIn {
 }
 
 impl LoggedIn {
+    /// Reads a form posted in this session, refusing it unless it carries the session's CSRF token.
+    pub async fn form(&self, payload: web::Payload) -> Result<Form, DashError> {
+        let form = read_form(payload).await?;
+        self.check_csrf(&form)?;
+        Ok(form)
+    }
+
     /// Refuses a form whose hidden `csrf` field is not this session's token.
     pub fn check_csrf(&self, form: &Form) -> Result<(), DashError> {
         let given = form.get("csrf").unwrap_or("");
@@ -493,8 +500,7 @@ pub async fn logout(
     dash: web::Data<DashboardState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    user.form(payload).await?;
     dash.sessions.remove(&user.session_id);
     let mut response = redirect("/login");
     if let Ok(value) = dash.cookie(SESSION_COOKIE, "", "/", Some(0)).parse() {

@@ -20,7 +20,7 @@ use caisse_engine::webhook::url::{UrlError, WebhookUrl, MAX_URL_LEN};
 use maud::{html, Markup};
 
 use super::layout::{self, csrf_field, Nav};
-use super::{html, query, read_form, redirect, DashError, DashboardState, LoggedIn};
+use super::{html, query, redirect, DashError, DashboardState, LoggedIn};
 use crate::config::Environment;
 use crate::http::AppState;
 use crate::merchants;
@@ -55,8 +55,7 @@ pub async fn reveal(
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    user.form(payload).await?;
     let value = user.merchant.webhook_url.clone().unwrap_or_default();
     let view = View { revealed: true, webhook_value: &value, webhook_error: None, info: None };
     Ok(html(StatusCode::OK, render(&state, &user, view)))
@@ -165,8 +164,7 @@ pub async fn roll(
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    let form = user.form(payload).await?;
     if form.get("confirmer") != Some("oui") {
         return Err(DashError::BadRequest("La confirmation manque : la clé n'a pas été changée.".into()));
     }
@@ -192,8 +190,7 @@ pub async fn save_webhook(
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    let form = user.form(payload).await?;
     let text = form.get("webhook_url").unwrap_or("").trim().to_owned();
     let checked = if text.is_empty() {
         Ok(None)

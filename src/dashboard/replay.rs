@@ -22,7 +22,7 @@ use maud::{html, Markup};
 use super::auth::DashboardState;
 use super::layout::{self, csrf_field, prefix, time, Nav};
 use super::transactions::date;
-use super::{html, read_form, redirect, DashError, LoggedIn};
+use super::{html, redirect, DashError, LoggedIn};
 use crate::http::AppState;
 
 /// The most notifications one replay sends again.
@@ -100,8 +100,7 @@ pub async fn test(
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    user.form(payload).await?;
     let page = |status: StatusCode, body: Markup| {
         html(status, layout::page(&user, state.settings.environment, Nav::Webhooks, "Événement de test", body))
     };
@@ -146,8 +145,7 @@ pub async fn start(
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    let form = user.form(payload).await?;
     let mut errors = Vec::new();
     let text = |name: &str| form.get(name).map(str::trim).filter(|v| !v.is_empty());
     let from = date(text("du"), "T00:00:00Z", "Du", &mut errors);

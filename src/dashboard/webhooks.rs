@@ -15,7 +15,7 @@ use caisse_engine::webhook::delivery::DeliveryError;
 use maud::{html, Markup};
 
 use super::layout::{self, badge, cell, csrf_field, prefix, time, time_opt, Nav};
-use super::{html, paged, query, read_form, redirect, DashError, LoggedIn};
+use super::{html, paged, query, redirect, DashError, LoggedIn};
 use crate::http::AppState;
 
 /// Failed notifications shown at the top of the first page.
@@ -147,8 +147,7 @@ pub async fn resend(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    let form = read_form(payload).await?;
-    user.check_csrf(&form)?;
+    user.form(payload).await?;
     let id = path.into_inner();
     let not_found = || DashError::NotFound("Aucune notification de ce compte ne porte cet identifiant.");
     if validate_id(IdKind::Event, &id).is_err() {
