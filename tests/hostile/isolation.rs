@@ -227,6 +227,19 @@ async fn alphas_reference_and_lists_stay_its_own(a: &Api, markers: &Markers, bra
     assert!(a_list.contains(a_paid) && a_list.contains("commun-1"), "A's own transactions: {a_list}");
 }
 
+/// The replay progress page says every notification of the range was handed over and delivered (or no
+/// replay ran yet).
+fn replay_done(page: &str) -> bool {
+    let attribute = |name: &str| {
+        let marker = format!("{name}=\"");
+        page.split(&marker).nth(1).and_then(|rest| rest.split('"').next()).map(str::to_owned)
+    };
+    match attribute("data-total") {
+        None => !page.contains("Renvoi du"),
+        Some(total) => attribute("data-handled") == Some(total.clone()) && attribute("data-delivered") == Some(total),
+    }
+}
+
 /// A one-time confirmation key of the right shape.
 const KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
@@ -306,6 +319,16 @@ async fn the_dashboard_walk_finds_nothing_of_bravo(
                 let page = alpha.post(route, &[("csrf", token.as_str()), ("du", &today), ("au", &today)]).await;
                 assert!([200, 303, 400, 502].contains(&page.status), "POST {route}: {}", page.status);
                 assert_hidden(&format!("POST {route}"), &page.body, &markers.all);
+                // The replay runs in the background: it is over, every notification delivered again, before
+                // the walk goes on (A's key roll, later, must not race its deliveries).
+                let mut progress = alpha.get("/webhooks/replay").await;
+                let started = std::time::Instant::now();
+                while !replay_done(&progress.body) {
+                    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{}", progress.body);
+                    actix_web::rt::time::sleep(std::time::Duration::from_millis(100)).await;
+                    progress = alpha.get("/webhooks/replay").await;
+                }
+                assert_hidden("the replay's progress", &progress.body, &markers.all);
                 actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
                 assert_eq!(b_hooks.hits().len(), before, "A's {route} reached B's receiver");
             }
