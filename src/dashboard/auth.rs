@@ -358,7 +358,7 @@ pub async fn login_form(req: HttpRequest, state: web::Data<AppState>, dash: web:
     if logged_in(&req).is_ok() {
         return redirect("/");
     }
-    if let Some(refused) = locked_address(&req, &state, &dash) {
+    if let Some(refused) = locked_address(&dash, &login_address(&req, &state)) {
         return refused;
     }
     login_page(&dash, &req, StatusCode::OK, "", None)
@@ -373,8 +373,8 @@ fn login_address(req: &HttpRequest, state: &AppState) -> String {
 
 /// An address that used up its attempts is answered at once, before its form is read or a page is
 /// rendered: during a flood, refusing costs the server as little as it can, which leaves the API its cores.
-fn locked_address(req: &HttpRequest, state: &AppState, dash: &DashboardState) -> Option<HttpResponse> {
-    let wait = dash.by_address.locked(&login_address(req, state), Instant::now())?;
+fn locked_address(dash: &DashboardState, address: &str) -> Option<HttpResponse> {
+    let wait = dash.by_address.locked(address, Instant::now())?;
     let minutes = wait.as_secs().div_ceil(60).max(1);
     let mut response = HttpResponse::TooManyRequests();
     response.insert_header((actix_web::http::header::RETRY_AFTER, wait.as_secs().max(1).to_string()));
@@ -407,7 +407,8 @@ pub async fn login(
     dash: web::Data<DashboardState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
-    if let Some(refused) = locked_address(&req, &state, &dash) {
+    let address = login_address(&req, &state);
+    if let Some(refused) = locked_address(&dash, &address) {
         return Ok(refused);
     }
     let form = read_form(payload).await?;
@@ -419,7 +420,6 @@ pub async fn login(
     }
     let email = form.get("email").unwrap_or("").trim().to_lowercase();
     let password = form.get("password").unwrap_or("").to_owned();
-    let address = login_address(&req, &state);
     let pair = format!("{email}\n{address}");
     let now = Instant::now();
     // Reserved before the password is checked, address first: one address cannot fill the other maps.

@@ -30,13 +30,25 @@ pub const MAX_REPLAY: usize = 10_000;
 /// Notifications read per page while a range is collected, and the most pages read.
 const PAGE: usize = 1_000;
 const MAX_PAGES: usize = 200;
+/// How long a finished replay's progress stays readable, and how many replays are held at most.
+const KEEP_FINISHED_MS: u64 = 60 * 60 * 1000;
+const MAX_KEPT: usize = 256;
 /// How often the progress page reloads itself while a replay runs, in seconds.
 const REFRESH_S: u32 = 2;
 
-/// How far each merchant's latest replay got. One entry per merchant that replayed since the start: a new
-/// replay replaces the merchant's previous one, and none starts while one runs.
+/// How far each merchant's latest replay got: a new replay replaces the merchant's previous one, and none
+/// starts while one runs. Each entry holds up to [`MAX_REPLAY`] ids, so the table is bounded: a finished replay
+/// is kept an hour ([`KEEP_FINISHED_MS`]) for its page, and at most [`MAX_KEPT`] replays are held at once.
 #[derive(Default)]
 pub struct Replays(Mutex<HashMap<MerchantId, Replay>>);
+
+enum Start {
+    Started,
+    /// The merchant's previous replay still runs.
+    Running,
+    /// [`MAX_KEPT`] replays are held, none finished an hour ago.
+    Full,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replay {
@@ -57,14 +69,19 @@ impl Replays {
         self.0.lock().ok().and_then(|map| map.get(merchant).cloned())
     }
 
-    /// Records a new replay, unless one of the merchant's is still running.
-    fn start(&self, merchant: &MerchantId, replay: Replay) -> bool {
-        let Ok(mut map) = self.0.lock() else { return false };
+    /// Records a new replay, unless one of the merchant's is still running or the table is full.
+    fn start(&self, merchant: &MerchantId, replay: Replay) -> Start {
+        let Ok(mut map) = self.0.lock() else { return Start::Full };
         if map.get(merchant).is_some_and(|r| r.finished_at.is_none()) {
-            return false;
+            return Start::Running;
+        }
+        let now = replay.started_at.unix_ms();
+        map.retain(|_, r| r.finished_at.is_none_or(|at| now.saturating_sub(at.unix_ms()) < KEEP_FINISHED_MS));
+        if map.len() >= MAX_KEPT && !map.contains_key(merchant) {
+            return Start::Full;
         }
         map.insert(merchant.clone(), replay);
-        true
+        Start::Started
     }
 
     fn update(&self, merchant: &MerchantId, change: impl FnOnce(&mut Replay)) {
@@ -194,8 +211,10 @@ pub async fn start(
         finished_at: None,
     };
     let merchant = user.merchant.id.clone();
-    if !dash.replays.start(&merchant, replay) {
-        return Ok(redirect("/webhooks/replay"));
+    match dash.replays.start(&merchant, replay) {
+        Start::Started => {}
+        Start::Running => return Ok(redirect("/webhooks/replay")),
+        Start::Full => return Err(DashError::Unavailable),
     }
     tracing::info!(target: "caisse::dashboard", merchant = %merchant.as_str(), notifications = ids.len(), "webhook replay started");
     // The request answers at once; the replay goes on in the background, one notification at a time, each a
@@ -302,4 +321,40 @@ fn notifications_between(
         cursor = page.next_cursor;
     }
     Ok(Err(Unreplayable::TooFarBack))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replay(at_ms: u64) -> Replay {
+        Replay {
+            from: String::new(),
+            to: String::new(),
+            ids: Vec::new(),
+            sent: 0,
+            in_flight: 0,
+            errors: 0,
+            started_at: Timestamp::from_unix_ms(at_ms),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn the_table_holds_one_running_replay_per_merchant_and_a_bounded_number_in_all() {
+        let replays = Replays::default();
+        let merchants: Vec<MerchantId> = (0..=MAX_KEPT).map(|_| MerchantId::new()).collect();
+        for m in &merchants[..MAX_KEPT] {
+            assert!(matches!(replays.start(m, replay(1_000)), Start::Started));
+        }
+        assert!(matches!(replays.start(&merchants[0], replay(1_000)), Start::Running), "one at a time");
+        assert!(matches!(replays.start(&merchants[MAX_KEPT], replay(1_000)), Start::Full), "bounded");
+        // A replay finished over an hour ago makes room; one finished just now is kept for its page.
+        replays.update(&merchants[1], |r| r.finished_at = Some(Timestamp::from_unix_ms(2_000)));
+        replays.update(&merchants[2], |r| r.finished_at = Some(Timestamp::from_unix_ms(KEEP_FINISHED_MS)));
+        let later = 2_000 + KEEP_FINISHED_MS;
+        assert!(matches!(replays.start(&merchants[MAX_KEPT], replay(later)), Start::Started));
+        assert!(replays.get(&merchants[1]).is_none());
+        assert!(replays.get(&merchants[2]).is_some());
+    }
 }

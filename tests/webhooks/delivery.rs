@@ -40,7 +40,7 @@ pub fn assert_signed(hit: &Hit, key: &str) {
     );
     assert!(timestamp.bytes().all(|b| b.is_ascii_digit()), "Unix seconds as text: {timestamp}");
     assert_eq!(caisse_engine::webhook::verify(key, signature, timestamp, &hit.body, hit.at_unix_s), Ok(()));
-    // The Standard Webhooks headers beside the spec's (contract § 18), over the same timestamp.
+    // The Standard Webhooks headers beside the spec's (docs/api.md § Webhook signature), over the same timestamp.
     let id = hit.header("webhook-id").expect("webhook-id");
     assert!(id.starts_with("evt_") && id.len() == 30, "webhook-id is the notification's id: {id}");
     assert_eq!(hit.header("webhook-timestamp"), Some(timestamp));
@@ -75,7 +75,7 @@ pub fn assert_shape(body: &Value, event: &str) -> Value {
         "metadata",
         "paid_at",
     ];
-    // `payment.refunded` adds the refunded total (contract § 18); every other event has the spec's eleven.
+    // `payment.refunded` adds the refunded total (docs/api.md § Webhook body); every other event has the spec's eleven.
     let mut expected = BTreeSet::from(fields);
     if event == "payment.refunded" {
         expected.insert("montant_rembourse");

@@ -381,7 +381,7 @@ pub struct WebhookData {
     pub customer_email: Option<Email>,
     pub metadata: Metadata,
     pub paid_at: Option<Timestamp>,
-    /// `payment.refunded` only: the sum of the payment's completed refunds (contract § 18); absent from
+    /// `payment.refunded` only: the sum of the payment's completed refunds (docs/api.md § Webhook body); absent from
     /// every other event, whose body is the spec's to the letter.
     #[serde(rename = "montant_rembourse", skip_serializing_if = "Option::is_none", default)]
     pub refunded_amount: Option<Amount>,

@@ -1,6 +1,6 @@
 //! Webhook signatures (docs/api.md § Webhook signature): `X-Service-Signature: sha256=<hex HMAC-SHA256(secret key,
 //! timestamp + "." + raw body)>` with `X-Service-Timestamp` the Unix time in seconds; and beside them the Standard
-//! Webhooks headers (contract § 18), so that receivers can use that specification's libraries:
+//! Webhooks headers (docs/api.md § Webhook signature), so that receivers can use that specification's libraries:
 //! `webhook-id` (the notification's `evt_` id, the same on every attempt), `webhook-timestamp` and
 //! `webhook-signature: v1,<base64 HMAC-SHA256(secret key, id + "." + timestamp + "." + raw body)>`.
 //!
