@@ -88,6 +88,7 @@ fn new_payment() -> NewPayment {
         customer_name: None,
         description: None,
         metadata: Metadata::empty(),
+        link: None,
     }
 }
 

@@ -67,6 +67,7 @@ fn new_payment() -> NewPayment {
         customer_name: None,
         description: None,
         metadata: Metadata::empty(),
+        link: None,
     }
 }
 

@@ -22,12 +22,14 @@ use dashmap::mapref::entry::Entry;
 use crate::core::{Command, JournalEvent};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
+use crate::domain::links::Link;
 use crate::domain::provider::ProviderTrail;
 use crate::domain::records::{Merchant, Notification, Payment, Payout, Transaction, TransactionType};
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 use crate::merchant::{
-    ActorSettings, Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency, MerchantActor, ProviderNote,
+    ActorSettings, Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, MerchantActor,
+    ProviderNote,
 };
 use crate::registry::Registry;
 use crate::store::sealing::MasterKey;
@@ -263,6 +265,33 @@ impl Engine {
         Ok(self.inner.store.payouts(merchant, cursor, limit, keep)?)
     }
 
+    /// This merchant's payment links, newest first, after `cursor` (a link id).
+    pub fn links(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Link) -> bool,
+    ) -> Result<Page<Link>, EngineError> {
+        Ok(self.inner.store.links(merchant, cursor, limit, keep)?)
+    }
+
+    /// The payments made through a link, newest first, after `cursor` (a transaction id).
+    pub fn link_payments(
+        &self,
+        merchant: &MerchantId,
+        link_id: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Payment>, EngineError> {
+        Ok(self.inner.store.link_payments(merchant, link_id, cursor, limit)?)
+    }
+
+    /// The merchant a link id belongs to.
+    pub fn link_owner(&self, link_id: &str) -> Result<Option<MerchantId>, EngineError> {
+        Ok(self.inner.store.link_owner(link_id)?)
+    }
+
     /// The record behind a payment reference, refund reference or payout id of this merchant.
     pub fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, EngineError> {
         Ok(self.inner.store.locate(merchant, reference)?)
@@ -395,6 +424,11 @@ impl Engine {
 
     pub async fn payout(&self, merchant: &MerchantId, id: &str) -> Result<Option<Payout>, EngineError> {
         self.ask(merchant, GetPayout(id.to_owned())).await
+    }
+
+    /// A link by its id or merchant reference, as durable (its counters with its payments').
+    pub async fn link(&self, merchant: &MerchantId, key: &str) -> Result<Option<Link>, EngineError> {
+        self.ask(merchant, GetLink(key.to_owned())).await
     }
 
     pub async fn balances(&self, merchant: &MerchantId) -> Result<Balances, EngineError> {

@@ -3,9 +3,9 @@
 //! # Layout
 //!
 //! - [`domain`]: checked value types (money, currency, phone, references, ids, time), the state machines of
-//!   payments, refunds and payouts as one table ([`domain::status`]), the double-entry ledger rules
+//!   payments, refunds, payouts and payment links as one table ([`domain::status`]), the double-entry ledger rules
 //!   ([`domain::ledger`]) and the records with the webhook body ([`domain::records`]).
-//! - [`core`]: the pure decision function, `decide(balances, record, command) -> decision`.
+//! - [`core`]: the pure decision function, `decide(balances, record, link, command) -> decision`.
 //! - [`merchant`]: the merchant actor, one per merchant: decides, queues the change, answers once durable.
 //! - [`registry`] and [`engine`]: which actors run where; the front door the service calls.
 //! - [`store`]: the [`store::Store`] trait, the sled backend, group commit, recovery and the startup audit.
@@ -27,7 +27,9 @@ pub mod registry;
 pub mod store;
 pub mod webhook;
 
-pub use crate::core::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, Record, RefundOutcome, Rejection};
+pub use crate::core::{
+    Command, NewLink, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, Record, RefundOutcome, Rejection,
+};
 pub use crate::engine::{Engine, EngineConfig};
 pub use crate::error::EngineError;
 pub use crate::merchant::{ActorSettings, Executed, Idempotency, ProviderNote};

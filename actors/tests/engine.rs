@@ -23,7 +23,7 @@ fn done(result: Result<Executed, EngineError>) -> Record {
 fn payment_of(record: Record) -> caisse_engine::domain::records::Payment {
     match record {
         Record::Payment(p) => p,
-        Record::Payout(o) => panic!("expected a payment, got {o:?}"),
+        other => panic!("expected a payment, got {other:?}"),
     }
 }
 

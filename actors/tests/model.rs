@@ -401,6 +401,9 @@ impl MMerchant {
         use Account::{Available, CustomerFunds, Fees, PayoutsOut, Pending, RefundsOut};
         let change = |c: Change| Expect::Change(Box::new(c));
         match cmd {
+            Command::CreateLink(_) | Command::DeactivateLink { .. } => {
+                unreachable!("the model's commands make no payment links: the link tests drive decide directly")
+            }
             Command::InitiatePayment(new) => {
                 if new.reference.as_ref().is_some_and(|r| self.used.contains(r.as_str())) {
                     return Expect::Reject(Rejection::DuplicateReference);
@@ -638,6 +641,7 @@ fn new_payment(currency: Currency, amount: i64, fee: Fee, reference: Option<Refe
         customer_name: None,
         description: None,
         metadata: Metadata::empty(),
+        link: None,
     }
 }
 
@@ -982,6 +986,7 @@ fn check_change_shape(
                 prop_assert_eq!(body.data.paid_at.is_some(), o.status == PayoutStatus::Sent);
                 prop_assert_eq!(&body.data, &WebhookData::of_payout(o));
             }
+            Record::Link(l) => return Err(fail(("a link change sends no webhook", l))),
         }
     }
 
@@ -1042,6 +1047,7 @@ fn check_record(model: &MMerchant, record: &Record) -> Result<(), TestCaseError>
             let mo = model.payouts.get(&o.id).ok_or_else(|| fail(("unknown payout", o)))?;
             check_payout(mo, o)
         }
+        Record::Link(l) => Err(fail(("the model makes no links", l))),
     }
 }
 
@@ -1260,6 +1266,7 @@ impl Shop {
             },
             Target::Payment(r) => self.payments.get(r.as_str()).cloned().map(Record::Payment),
             Target::Payout(id) => self.payouts.get(id).cloned().map(Record::Payout),
+            Target::NewLink(_) | Target::Link(_) => None,
         }
     }
 
@@ -1282,6 +1289,7 @@ impl Shop {
                 }
                 self.payouts.insert(o.id.clone(), o.clone());
             }
+            Record::Link(_) => {}
         }
     }
 }
@@ -1299,7 +1307,7 @@ fn run_pure(merchants: usize, ops: &[Op], tally: &mut dyn FnMut(String)) -> Resu
         let (m, cmd) = model.resolve(op);
         let shop = &mut shops[m];
         let before = shop.lookup(&cmd.target());
-        let outcome = match decide(&shop.balances, shop.seq + 1, before.as_ref(), &cmd, now, &mut ids) {
+        let outcome = match decide(&shop.balances, shop.seq + 1, before.as_ref(), None, &cmd, now, &mut ids) {
             Err(rejection) => Outcome::Rejected(rejection),
             Ok(Decided::Unchanged(record)) => Outcome::Unchanged(record),
             Ok(Decided::Changed(decision)) => {
@@ -1315,6 +1323,7 @@ fn run_pure(merchants: usize, ops: &[Op], tally: &mut dyn FnMut(String)) -> Resu
                         Record::Payout(_) => TransactionType::Payout,
                         Record::Payment(_) if new_refund => TransactionType::Refund,
                         Record::Payment(_) => TransactionType::Payment,
+                        Record::Link(l) => return Err(fail(("the model makes no links", l))),
                     };
                     prop_assert_eq!(c.kind, kind);
                     prop_assert_eq!(&c.owner, decision.record.key());
@@ -1331,6 +1340,7 @@ fn run_pure(merchants: usize, ops: &[Op], tally: &mut dyn FnMut(String)) -> Resu
                     Record::Payout(o) => {
                         shop.payouts.insert(o.id.clone(), o.clone());
                     }
+                    Record::Link(l) => return Err(fail(("the model makes no links", l))),
                 }
                 if let Some(c) = &decision.created {
                     shop.refs.insert(c.reference.clone(), (c.kind, c.owner.clone()));
@@ -1392,6 +1402,7 @@ fn label(cmd: &Command, before: Option<&Record>, outcome: &Outcome) -> String {
         Command::RefundNotice { outcome: RefundOutcome::Completed, .. } => "refund completed",
         Command::RefundNotice { outcome: RefundOutcome::Refused, .. } => "refund refused",
         Command::CreatePayout(_) => "payout",
+        Command::CreateLink(_) | Command::DeactivateLink { .. } => "link",
         Command::PayoutNotice { outcome: PayoutOutcome::Sent, .. } => "payout sent",
         Command::PayoutNotice { outcome: PayoutOutcome::Refused { .. }, .. } => "payout refused",
     };
@@ -1615,6 +1626,7 @@ fn run_engine(merchants: usize, ops: &[Op], batch: usize, snapshot_every: u64) -
                                     vec![WebhookData::of_payment(p), WebhookData::of_refunded_payment(p)]
                                 }
                                 Record::Payout(o) => vec![WebhookData::of_payout(o)],
+                                Record::Link(_) => Vec::new(),
                             };
                             let mut outbox = Vec::new();
                             let ours = fresh[m].front().is_some_and(|n| {

@@ -28,7 +28,8 @@ use caisse_engine::{Command, Record};
 #[path = "support/mod.rs"]
 mod support;
 
-use support::{new_payment, new_payout};
+use caisse_engine::domain::links::link_of;
+use support::{new_link, new_payment, new_payout};
 
 /// A storage backend under test.
 trait Backend {
@@ -73,20 +74,30 @@ impl Shop {
     /// `snapshot_every` would.
     fn change(&self, command: &Command, idempotency: Option<&str>) -> (Change, Balances) {
         let key = match command {
-            Command::InitiatePayment(_) | Command::CreatePayout(_) => None,
+            Command::InitiatePayment(_) | Command::CreatePayout(_) | Command::CreateLink(_) => None,
             Command::PaymentNotice { reference, .. }
             | Command::RequestRefund { reference, .. }
             | Command::RefundNotice { reference, .. } => Some(reference.as_str().to_owned()),
-            Command::PayoutNotice { id, .. } => Some(id.clone()),
+            Command::PayoutNotice { id, .. } | Command::DeactivateLink { id } => Some(id.clone()),
         };
         let current = key.and_then(|k| self.records.get(&k));
+        let link_id = match (command, current) {
+            (Command::PaymentNotice { .. }, Some(Record::Payment(p))) => link_of(&p.metadata),
+            _ => command.link(),
+        };
+        let link = match link_id.and_then(|id| self.records.get(id)) {
+            Some(Record::Link(link)) => Some(link),
+            _ => None,
+        };
         let seq = self.seq + 1;
-        let decided = decide(&self.balances, seq, current, command, Timestamp::now(), &mut new_id).expect("accepted");
+        let decided =
+            decide(&self.balances, seq, current, link, command, Timestamp::now(), &mut new_id).expect("accepted");
         let Decided::Changed(decision) = decided else { panic!("{command:?} changed nothing") };
         let idempotency = idempotency.map(|key| {
             let body = match &decision.record {
                 Record::Payment(p) => serde_json::to_string(p),
                 Record::Payout(o) => serde_json::to_string(o),
+                Record::Link(l) => serde_json::to_string(l),
             };
             let record = IdempotencyRecord {
                 fingerprint: format!("fingerprint of {key}"),
@@ -100,6 +111,7 @@ impl Shop {
             merchant: self.id.clone(),
             journal: decision.journal,
             record: decision.record,
+            linked: decision.linked,
             created: decision.created,
             outbox: decision.outbox,
             idempotency,
@@ -114,10 +126,14 @@ impl Shop {
     fn run(&mut self, store: &dyn Store, command: Command, idempotency: Option<&str>) -> Record {
         let (change, balances) = self.change(&command, idempotency);
         let record = change.record.clone();
+        let linked = change.linked.clone();
         wait(store.commit(change, &self.latch).expect("queued"));
         self.seq += 1;
         self.balances = balances;
         self.records.insert(record.key().to_owned(), record.clone());
+        if let Some(link) = linked {
+            self.records.insert(link.id.clone(), Record::Link(link));
+        }
         record
     }
 
@@ -129,6 +145,47 @@ impl Shop {
         let reference = Reference::parse(reference).unwrap();
         self.run(store, Command::PaymentNotice { reference, notice: PaymentNotice::Confirmed }, None)
     }
+}
+
+/// A link is found by its id and its reference, its owner by its id alone; its payments list under it; the
+/// counters a payment's success moves are written with that success; links list newest first with a cursor.
+fn links_read_back_with_their_payments(backend: &dyn Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = backend.open(dir.path());
+    let mut shop = Shop::new();
+    let Record::Link(first) = shop.run(&*store, Command::CreateLink(new_link(5_000, Some("fees-1"))), None) else {
+        unreachable!()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let Record::Link(second) = shop.run(&*store, Command::CreateLink(new_link(700, None)), None) else {
+        unreachable!()
+    };
+    assert_eq!(store.link(&shop.id, &first.id).unwrap().as_ref(), Some(&first));
+    assert_eq!(store.link(&shop.id, "fees-1").unwrap().as_ref(), Some(&first), "found by its reference");
+    assert_eq!(store.link(&MerchantId::new(), &first.id).unwrap(), None, "another merchant sees nothing");
+    assert_eq!(store.link_owner(&first.id).unwrap(), Some(shop.id.clone()));
+    assert_eq!(store.link_owner("lnk_01JD0000000000000000000000").unwrap(), None);
+
+    let mut payment = new_payment(5_000, Some("via-link"));
+    payment.link = Some(first.id.clone());
+    let Record::Payment(paid) = shop.run(&*store, Command::InitiatePayment(payment), None) else { unreachable!() };
+    assert_eq!(paid.metadata.get("lien_id"), Some(first.id.as_str()));
+    shop.pay(&*store, 5_000, "not-via-link");
+    shop.confirm(&*store, "via-link");
+    shop.confirm(&*store, "not-via-link");
+    let counted = store.link(&shop.id, &first.id).unwrap().expect("the link");
+    assert_eq!((counted.payments, counted.collected.minor()), (1, 5_000));
+    assert_eq!(counted.status.as_str(), "paye", "a unique link closes at its first success");
+    let listed = store.link_payments(&shop.id, &first.id, None, 10).unwrap();
+    assert_eq!(listed.data.iter().map(|p| p.reference.as_str()).collect::<Vec<_>>(), ["via-link"]);
+    assert!(store.link_payments(&shop.id, &second.id, None, 10).unwrap().data.is_empty());
+
+    let page = store.links(&shop.id, None, 1, &mut |_| true).unwrap();
+    assert_eq!(page.data.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(), [second.id.as_str()]);
+    let next = store.links(&shop.id, page.next_cursor.as_deref(), 1, &mut |_| true).unwrap();
+    assert_eq!(next.data.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(), [first.id.as_str()]);
+    assert!(!next.has_more);
+    assert_eq!(store.links(&shop.id, None, 10, &mut |l| l.payments > 0).unwrap().data.len(), 1);
 }
 
 fn account(id: &MerchantId, n: u32) -> Merchant {
@@ -448,6 +505,11 @@ macro_rules! conformance {
             #[test]
             fn a_change_reads_back_through_every_view() {
                 super::a_change_reads_back_through_every_view(&$backend);
+            }
+
+            #[test]
+            fn links_read_back_with_their_payments() {
+                super::links_read_back_with_their_payments(&$backend);
             }
 
             #[test]

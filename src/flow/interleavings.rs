@@ -85,6 +85,7 @@ async fn run(events: Vec<Event>, succeeds: bool) -> Result<(), TestCaseError> {
         customer_name: None,
         description: None,
         metadata: Metadata::empty(),
+        link: None,
     };
     let created = engine.execute(&merchant, Command::InitiatePayment(new), None).await;
     prop_assert!(matches!(created, Ok(Executed::Done(_))), "{created:?}");

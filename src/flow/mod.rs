@@ -86,6 +86,7 @@ impl Flow {
             (Record::Payout(o), _) => {
                 (Subject::Payout, o.transaction_id.clone(), &o.provider, &o.beneficiary_phone, None)
             }
+            (Record::Link(_), _) => return None,
         };
         let kept = |tx: &str| match self.engine.provider_trail(tx) {
             Ok(trail) => trail.route.map(|r| r.adapter),

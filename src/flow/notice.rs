@@ -57,6 +57,7 @@ impl Flow {
                 let code = match &located.record {
                     Record::Payment(p) => p.provider.as_str(),
                     Record::Payout(o) => o.provider.as_str(),
+                    Record::Link(_) => return false,
                 };
                 *path_code == code
             }
@@ -163,6 +164,8 @@ pub async fn apply_provider_status(
             };
             outcome.map(|outcome| Command::PayoutNotice { id: o.id.clone(), outcome })
         }
+        // A link is never located by a transaction id; nothing a provider says is about one.
+        (Record::Link(_), _) => None,
     };
     let note = ProviderNote { route: None, reference: report.reference.clone() };
     match command {

@@ -179,6 +179,7 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
                 _ => adapter.request_to_pay(p).await,
             },
             Record::Payout(o) => adapter.payout(o).await,
+            Record::Link(_) => Ok(()),
         },
         Ok(status) => apply_provider_status(&flow.engine, &item.merchant, &located, &status, false)
             .await
@@ -289,6 +290,7 @@ mod tests {
                 customer_name: None,
                 description: None,
                 metadata: Metadata::empty(),
+                link: None,
             };
             engine.execute(&merchant, Command::InitiatePayment(payment), None).await.unwrap();
         }

@@ -107,7 +107,9 @@ impl From<EngineError> for ApiError {
                 Rejection::DuplicateReference => {
                     conflict("duplicate_reference", rejection.to_string()).with_field("reference")
                 }
-                Rejection::InvalidState(_) => conflict("invalid_state", rejection.to_string()),
+                Rejection::InvalidState(_) | Rejection::LinkClosed(_) => {
+                    conflict("invalid_state", rejection.to_string())
+                }
                 Rejection::InsufficientBalance { .. } => conflict("insufficient_balance", rejection.to_string()),
                 Rejection::AmountBelowFee { .. } | Rejection::RefundAboveAmount { .. } | Rejection::Money(_) => {
                     ApiError::invalid("montant", rejection.to_string())

@@ -257,6 +257,7 @@ pub fn respond(executed: Executed, status: StatusCode) -> Result<HttpResponse, A
     match executed {
         Executed::Done(Record::Payment(p)) => Ok(HttpResponse::build(status).json(p)),
         Executed::Done(Record::Payout(o)) => Ok(HttpResponse::build(status).json(o)),
+        Executed::Done(Record::Link(l)) => Ok(HttpResponse::build(status).json(l.as_of(Timestamp::now()))),
         Executed::Replayed { status, body } => {
             let status = StatusCode::from_u16(status).map_err(|e| ApiError::internal("idempotent replay", e))?;
             Ok(HttpResponse::build(status)

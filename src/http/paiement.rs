@@ -194,6 +194,7 @@ pub async fn initiate(
         customer_name: optional("client_nom", b.customer_name, Name::parse)?,
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
+        link: None,
     };
     let executed = state.flow.initiate_payment(&merchant.id, new, Some(route), idem).await?;
     respond(executed, StatusCode::CREATED)

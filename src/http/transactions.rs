@@ -156,6 +156,7 @@ pub async fn get(
             None => return Err(ApiError::not_found("transaction")),
         },
         (Record::Payment(p), _) => Transaction::of_payment(p),
+        (Record::Link(_), _) => return Err(ApiError::not_found("transaction")),
     };
     Ok(HttpResponse::Ok().json(tx))
 }

@@ -3,10 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::links::LinkUsage;
 use crate::domain::money::{Amount, Currency, FeeRule};
 use crate::domain::phone::Phone;
+use crate::domain::provider::ReturnUrl;
 use crate::domain::records::ProviderCode;
 use crate::domain::text::{Description, Email, Metadata, Name, Reason, Reference};
+use crate::domain::time::Timestamp;
 
 /// A payment as the API accepted it, before it exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +25,25 @@ pub struct NewPayment {
     pub customer_name: Option<Name>,
     pub description: Option<Description>,
     pub metadata: Metadata,
+    /// The payment link the customer pays through (its `lnk_` id): the link must take payments, and its
+    /// counters move when this payment succeeds. The payment's metadata gets `lien_id`.
+    pub link: Option<String>,
+}
+
+/// A payment link as the API accepted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewLink {
+    pub reference: Option<Reference>,
+    pub amount: Amount,
+    pub currency: Currency,
+    pub description: Description,
+    pub providers: Vec<ProviderCode>,
+    pub usage: LinkUsage,
+    pub expires_at: Option<Timestamp>,
+    pub return_url: Option<ReturnUrl>,
+    pub metadata: Metadata,
+    /// `{public_url}/payer/`: the link's `url` is this followed by its id.
+    pub page_base: String,
 }
 
 /// A payout as the API accepted it.
@@ -84,6 +106,11 @@ pub enum Command {
         id: String,
         outcome: PayoutOutcome,
     },
+    CreateLink(NewLink),
+    /// Deactivates the link `id` (its `lnk_` id).
+    DeactivateLink {
+        id: String,
+    },
 }
 
 /// The record a command is about, which the actor looks up before calling [`super::decide`].
@@ -95,6 +122,9 @@ pub enum Target {
     /// A payout whose reference, when the merchant gave one, must not exist yet.
     NewPayout(Option<Reference>),
     Payout(String),
+    /// A link whose reference, when the merchant gave one, must not exist yet.
+    NewLink(Option<Reference>),
+    Link(String),
 }
 
 impl Command {
@@ -106,6 +136,17 @@ impl Command {
             | Command::RefundNotice { reference, .. } => Target::Payment(reference.clone()),
             Command::CreatePayout(new) => Target::NewPayout(new.reference.clone()),
             Command::PayoutNotice { id, .. } => Target::Payout(id.clone()),
+            Command::CreateLink(new) => Target::NewLink(new.reference.clone()),
+            Command::DeactivateLink { id } => Target::Link(id.clone()),
+        }
+    }
+
+    /// The link a command also reads, when the command names it; a provider's notice about a payment made
+    /// through a link names it through the payment ([`crate::domain::links::link_of`]).
+    pub fn link(&self) -> Option<&str> {
+        match self {
+            Command::InitiatePayment(new) => new.link.as_deref(),
+            _ => None,
         }
     }
 }

@@ -4,16 +4,20 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::ledger::{Balances, Entry};
+use crate::domain::links::Link;
 use crate::domain::money::Currency;
 use crate::domain::records::{Payment, Payout, TransactionType};
 use crate::domain::status::{EventKind, Trigger};
 use crate::domain::time::Timestamp;
 
-/// A record of one of the two kinds a merchant owns.
+/// A record of one of the kinds a merchant owns.
+// Moved one at a time, never stored in bulk: the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
     Payment(Payment),
     Payout(Payout),
+    Link(Link),
 }
 
 impl Record {
@@ -21,6 +25,7 @@ impl Record {
         match self {
             Record::Payment(p) => p.reference.as_str(),
             Record::Payout(o) => &o.id,
+            Record::Link(l) => &l.id,
         }
     }
 }
@@ -38,7 +43,7 @@ pub struct JournalEvent {
     pub currency: Currency,
     pub entries: Vec<Entry>,
     pub trigger: Trigger,
-    /// Payment reference or payout id.
+    /// Payment reference, payout id or link id.
     pub reference: String,
     /// Status after the change, as the API names it.
     #[serde(rename = "statut")]
@@ -75,6 +80,9 @@ pub struct Decision {
     pub balances: Balances,
     pub created: Option<NewTransaction>,
     pub outbox: Vec<OutboxItem>,
+    /// The link the change also moves, written with it: a payment through a link that succeeded counts in
+    /// the link's `nombre_paiements` and `montant_encaisse` in the same durable write.
+    pub linked: Option<Link>,
 }
 
 // Moved once per command, never stored in bulk: the size difference costs nothing worth a box.

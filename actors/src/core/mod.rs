@@ -11,22 +11,24 @@
 //! [`crate::domain::ledger::postings`]; this module only wires them to records.
 //!
 //! The types live beside the logic that uses them: `command` holds what comes in, `decision` what an accepted
-//! change produces, `rejection` why a command is refused; `payment`, `refund` and `payout` hold the transitions
-//! of each kind of record, and this file holds [`decide`] and the helpers they share.
+//! change produces, `rejection` why a command is refused; `payment`, `refund`, `payout` and `link` hold the
+//! transitions of each kind of record, and this file holds [`decide`] and the helpers they share.
 
 mod command;
 mod decision;
+mod link;
 mod payment;
 mod payout;
 mod refund;
 mod rejection;
 
-pub use command::{Command, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, RefundOutcome, Target};
+pub use command::{Command, NewLink, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, RefundOutcome, Target};
 pub use decision::{Decided, Decision, JournalEvent, NewTransaction, OutboxItem, Record};
 pub use rejection::Rejection;
 
 use crate::domain::ids::IdKind;
 use crate::domain::ledger::{Account, Balances, Entry, LedgerError};
+use crate::domain::links::Link;
 use crate::domain::money::{Amount, Currency, FeeRule};
 use crate::domain::records::{WebhookBody, WebhookData};
 use crate::domain::status::{EventKind, Step, Trigger};
@@ -37,11 +39,14 @@ pub type IdSource<'a> = &'a mut dyn FnMut(IdKind) -> String;
 
 /// Decides one command against the merchant's balances and the record it is about.
 ///
-/// `seq` is the journal position this change will take if accepted.
+/// `seq` is the journal position this change will take if accepted. `link` is the payment link the command
+/// also reads: the one a new payment names ([`Command::link`]), or the one the payment a notice is about was
+/// made through ([`crate::domain::links::link_of`]); `None` when there is none or it was not found.
 pub fn decide(
     balances: &Balances,
     seq: u64,
     current: Option<&Record>,
+    link: Option<&Link>,
     command: &Command,
     now: Timestamp,
     ids: IdSource<'_>,
@@ -49,8 +54,8 @@ pub fn decide(
     let ctx = Ctx { balances, seq, now };
     match (command, current) {
         (Command::InitiatePayment(_), Some(_)) => Err(Rejection::DuplicateReference),
-        (Command::InitiatePayment(new), None) => ctx.initiate(new, ids),
-        (Command::PaymentNotice { notice, .. }, Some(Record::Payment(p))) => ctx.payment_notice(p, notice, ids),
+        (Command::InitiatePayment(new), None) => ctx.initiate(new, link, ids),
+        (Command::PaymentNotice { notice, .. }, Some(Record::Payment(p))) => ctx.payment_notice(p, notice, link, ids),
         (Command::RequestRefund { amount, reason, .. }, Some(Record::Payment(p))) => {
             ctx.request_refund(p, *amount, reason.clone(), ids)
         }
@@ -60,6 +65,9 @@ pub fn decide(
         (Command::CreatePayout(_), Some(_)) => Err(Rejection::DuplicateReference),
         (Command::CreatePayout(new), None) => ctx.create_payout(new, ids),
         (Command::PayoutNotice { outcome, .. }, Some(Record::Payout(o))) => ctx.payout_notice(o, outcome, ids),
+        (Command::CreateLink(_), Some(_)) => Err(Rejection::DuplicateReference),
+        (Command::CreateLink(new), None) => ctx.create_link(new, ids),
+        (Command::DeactivateLink { .. }, Some(Record::Link(l))) => ctx.deactivate_link(l),
         _ => Err(Rejection::NotFound),
     }
 }

@@ -6,13 +6,19 @@ use super::{
 };
 use crate::domain::ids::IdKind;
 use crate::domain::ledger::{postings, Movement};
+use crate::domain::links::{link_of, Link, LINK_METADATA_KEY};
 use crate::domain::money::Amount;
 use crate::domain::records::{Payment, TransactionType, WebhookData};
 use crate::domain::status::{transition, PaymentStatus, Status, Trigger};
 use crate::domain::text::Reference;
 
 impl Ctx<'_> {
-    pub(super) fn initiate(&self, new: &NewPayment, ids: IdSource<'_>) -> Result<Decided, Rejection> {
+    pub(super) fn initiate(
+        &self,
+        new: &NewPayment,
+        link: Option<&Link>,
+        ids: IdSource<'_>,
+    ) -> Result<Decided, Rejection> {
         let (fee, net_amount) = split_fee(new.amount, &new.fee)?;
         let rule = moved(transition(None, Trigger::PaymentAccepted)?)
             .ok_or(Rejection::Impossible("the rules table has no first move on PaymentAccepted"))?;
@@ -37,7 +43,12 @@ impl Ctx<'_> {
             customer_email: new.customer_email.clone(),
             customer_name: new.customer_name.clone(),
             description: new.description.clone(),
-            metadata: new.metadata.clone(),
+            metadata: match &new.link {
+                Some(id) => new.metadata.with(LINK_METADATA_KEY, id).map_err(|e| {
+                    Rejection::InvalidState(format!("the link's metadata leaves no room for {LINK_METADATA_KEY}: {e}"))
+                })?,
+                None => new.metadata.clone(),
+            },
             created_at: self.now,
             updated_at: self.now,
             paid_at: None,
@@ -48,6 +59,9 @@ impl Ctx<'_> {
             refunded_amount: Amount::ZERO,
             refunds: Vec::new(),
         };
+        if let Some(named) = &new.link {
+            self.check_link_open(named, link, &payment)?;
+        }
         let balances = self.balances_after(&[], new.currency, Amount::ZERO)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payment(&payment), ids)?;
         let reference = payment.reference.as_str().to_owned();
@@ -63,6 +77,7 @@ impl Ctx<'_> {
             record: Record::Payment(payment),
             balances,
             outbox,
+            linked: None,
         })))
     }
 
@@ -70,6 +85,7 @@ impl Ctx<'_> {
         &self,
         p: &Payment,
         notice: &PaymentNotice,
+        link: Option<&Link>,
         ids: IdSource<'_>,
     ) -> Result<Decided, Rejection> {
         let trigger = match notice {
@@ -101,12 +117,20 @@ impl Ctx<'_> {
         let entries = postings(rule.effect, movement(&next)).map_err(Rejection::Invariant)?;
         let balances = self.balances_after(&entries, next.currency, next.amount)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payment(&next), ids)?;
+        // Only the link the payment names is counted; a link of another id (never passed by the actor) is not.
+        let linked = match (status, link_of(&next.metadata), link) {
+            (PaymentStatus::Succeeded, Some(id), Some(link)) if link.id == id => {
+                Some(self.link_after_success(link, &next)?)
+            }
+            _ => None,
+        };
         Ok(Decided::Changed(Box::new(Decision {
             journal: self.journal(trigger, next.reference.as_str(), status.as_str(), next.currency, entries),
             record: Record::Payment(next),
             balances,
             created: None,
             outbox,
+            linked,
         })))
     }
 }

@@ -52,6 +52,7 @@ impl Ctx<'_> {
             balances,
             created: Some(created),
             outbox: Vec::new(),
+            linked: None,
         })))
     }
 
@@ -89,6 +90,7 @@ impl Ctx<'_> {
             balances,
             created: None,
             outbox,
+            linked: None,
         })))
     }
 }

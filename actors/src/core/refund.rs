@@ -63,6 +63,7 @@ impl Ctx<'_> {
             balances,
             created: Some(created),
             outbox: Vec::new(),
+            linked: None,
         })))
     }
 
@@ -122,6 +123,7 @@ impl Ctx<'_> {
             balances,
             created: None,
             outbox,
+            linked: None,
         })))
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::domain::ledger::LedgerError;
 use crate::domain::money::{Currency, MoneyError};
-use crate::domain::status::{InvalidTransition, Status, Trigger};
+use crate::domain::status::{InvalidTransition, LinkStatus, Status, Trigger};
 
 /// Why a command was refused, in the merchant's terms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,6 +22,9 @@ pub enum Rejection {
         "a refund must be more than 0 and at most what is left to refund: {left_minor} of the payment's {amount_minor}"
     )]
     RefundAboveAmount { amount_minor: i64, left_minor: i64 },
+    /// A payment through a link that no longer takes one (paid, deactivated or expired).
+    #[error("this payment link is {}: it takes no more payments", .0.as_str())]
+    LinkClosed(LinkStatus),
     #[error("amount out of range: {0}")]
     Money(#[from] MoneyError),
     /// A ledger invariant would break: a bug, reported loudly and never silently corrected.
@@ -50,6 +53,9 @@ impl From<InvalidTransition> for Rejection {
             (_, Trigger::RefundRequested) => {
                 "only a payment in status succes or rembourse_partiellement can be refunded".into()
             }
+            (Some(Status::Link(s)), Trigger::LinkDeactivated) => {
+                format!("this link is already {}: only an actif link can be deactivated", s.as_str())
+            }
             (Some(from), on) => format!("{on:?} is not allowed in status {}", status_name(from)),
             (None, on) => format!("{on:?} needs an existing record"),
         })
@@ -61,5 +67,6 @@ fn status_name(status: Status) -> &'static str {
         Status::Payment(s) => s.as_str(),
         Status::Refund(s) => s.as_str(),
         Status::Payout(s) => s.as_str(),
+        Status::Link(s) => s.as_str(),
     }
 }

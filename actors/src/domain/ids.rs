@@ -68,12 +68,21 @@ pub enum IdKind {
     Merchant,
     /// `evt_…`
     Event,
+    /// `lnk_…` (lien de paiement)
+    Link,
 }
 
 impl IdKind {
     /// Every kind, for code that needs to try them all.
-    pub const ALL: [IdKind; 6] =
-        [IdKind::Payment, IdKind::Refund, IdKind::Payout, IdKind::Transaction, IdKind::Merchant, IdKind::Event];
+    pub const ALL: [IdKind; 7] = [
+        IdKind::Payment,
+        IdKind::Refund,
+        IdKind::Payout,
+        IdKind::Transaction,
+        IdKind::Merchant,
+        IdKind::Event,
+        IdKind::Link,
+    ];
 
     /// The prefix written before the `_`.
     pub fn prefix(self) -> &'static str {
@@ -84,6 +93,7 @@ impl IdKind {
             IdKind::Transaction => "tx",
             IdKind::Merchant => "mch",
             IdKind::Event => "evt",
+            IdKind::Link => "lnk",
         }
     }
 

@@ -4,10 +4,11 @@
 //! time). Values are validated once, when they are built or deserialised, so the rest of the
 //! engine can rely on them without re-checking. `status` holds the state machines as data,
 //! `ledger` the double-entry rules, `records` the stored records and the webhook body, `provider` what is kept about a transaction's
-//! provider side.
+//! provider side, `links` the payment links.
 
 pub mod ids;
 pub mod ledger;
+pub mod links;
 pub mod money;
 pub mod phone;
 pub mod provider;

@@ -1,4 +1,4 @@
-//! The three state machines of the API (payments, refunds, payouts) as one table of rules, and the one
+//! The four state machines of the API (payments, refunds, payouts, payment links) as one table of rules, and the one
 //! pure function, [`transition`], that every caller uses to move a status.
 //!
 //! Why a table: the allowed moves are the product's promise to merchants (docs/api.md § Payments, Refunds, Payouts), so
@@ -138,12 +138,46 @@ impl PayoutStatus {
     }
 }
 
-/// A status of any of the three machines; `None` in [`Rule::from`] stands for "the record does not exist yet".
+/// Status of a payment link (docs/api.md § Payment links). `expire` is never stored: a link is `expire` from its
+/// `expire_at` on, which [`crate::domain::links::Link::as_of`] reads, so no timer has to move it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LinkStatus {
+    #[serde(rename = "actif")]
+    Active,
+    #[serde(rename = "paye")]
+    Paid,
+    #[serde(rename = "desactive")]
+    Deactivated,
+    #[serde(rename = "expire")]
+    Expired,
+}
+
+impl LinkStatus {
+    pub const ALL: [LinkStatus; 4] =
+        [LinkStatus::Active, LinkStatus::Paid, LinkStatus::Deactivated, LinkStatus::Expired];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkStatus::Active => "actif",
+            LinkStatus::Paid => "paye",
+            LinkStatus::Deactivated => "desactive",
+            LinkStatus::Expired => "expire",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<LinkStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// A status of any of the four machines; `None` in [`Rule::from`] stands for "the record does not exist yet".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     Payment(PaymentStatus),
     Refund(RefundStatus),
     Payout(PayoutStatus),
+    Link(LinkStatus),
 }
 
 /// What asks for a status change.
@@ -177,12 +211,26 @@ pub enum Trigger {
     RefundedInPart,
     /// A completed refund brings the refunded total to the payment's whole amount (the payment's trigger).
     RefundedInFull,
+    // Payment links, declared after every earlier trigger for the same reason.
+    /// The merchant creates a payment link (a command).
+    LinkCreated,
+    /// A payment made through a `unique` link succeeded: the link closes (the link's trigger).
+    LinkPaid,
+    /// The merchant deactivates a link (a command).
+    LinkDeactivated,
 }
 
 impl Trigger {
     /// Notices report facts from outside and are replayed freely; commands are intents and may be refused.
     pub fn is_notice(self) -> bool {
-        !matches!(self, Trigger::PaymentAccepted | Trigger::RefundRequested | Trigger::PayoutRequested)
+        !matches!(
+            self,
+            Trigger::PaymentAccepted
+                | Trigger::RefundRequested
+                | Trigger::PayoutRequested
+                | Trigger::LinkCreated
+                | Trigger::LinkDeactivated
+        )
     }
 }
 
@@ -264,10 +312,11 @@ pub struct Rule {
 }
 
 use EventKind as E;
+use LinkStatus as L;
 use PaymentStatus as P;
 use PayoutStatus as O;
 use RefundStatus as R;
-use Status::{Payment as Pay, Payout as Out, Refund as Rmb};
+use Status::{Link as Lnk, Payment as Pay, Payout as Out, Refund as Rmb};
 use Trigger as T;
 
 const fn rule(from: Option<Status>, on: Trigger, to: Status, event: Option<EventKind>, effect: Effect) -> Rule {
@@ -328,6 +377,11 @@ pub const RULES: &[Rule] = &[
     rule(None, T::PayoutRequested, Out(O::Pending), None, Effect::ReservePayout),
     rule(Some(Out(O::Pending)), T::PayoutSent, Out(O::Sent), Some(E::PayoutProcessed), Effect::ConsumePayout),
     rule(Some(Out(O::Pending)), T::PayoutRefused, Out(O::Rejected), Some(E::PayoutRejected), Effect::ReleasePayout),
+    // Payment links: they move no money and send no webhook of their own; their payments do. An `expire` link
+    // (past its `expire_at`) and a closed one take no command, and a late success leaves them as they are.
+    rule(None, T::LinkCreated, Lnk(L::Active), None, Effect::None),
+    rule(Some(Lnk(L::Active)), T::LinkPaid, Lnk(L::Paid), None, Effect::None),
+    rule(Some(Lnk(L::Active)), T::LinkDeactivated, Lnk(L::Deactivated), None, Effect::None),
 ];
 
 /// The result of asking for a move.

@@ -301,6 +301,13 @@ impl Metadata {
         Ok(Metadata(map))
     }
 
+    /// The same metadata with `key` set to `value`, checked against every limit.
+    pub fn with(&self, key: &str, value: &str) -> Result<Metadata, TextError> {
+        let mut map = self.0.clone();
+        map.insert(key.to_owned(), value.to_owned());
+        Metadata::new(map)
+    }
+
     /// The value stored under `key`, if any.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)

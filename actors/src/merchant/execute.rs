@@ -8,6 +8,7 @@ use actix::prelude::*;
 use super::{Execute, Executed, MerchantActor};
 use crate::core::{decide, Command, Decided, Record, Target};
 use crate::domain::ids::new_id;
+use crate::domain::links::{link_of, Link};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
@@ -17,7 +18,9 @@ impl MerchantActor {
     /// The record a command is about: in-flight state first, then the store.
     fn lookup(&self, target: &Target) -> Result<Option<Record>, EngineError> {
         let key = match target {
-            Target::NewPayout(None) | Target::NewPayment(None) => return Ok(None),
+            Target::NewPayout(None) | Target::NewPayment(None) | Target::NewLink(None) => return Ok(None),
+            Target::NewLink(Some(r)) => return Ok(self.link_named(r.as_str())?.map(Record::Link)),
+            Target::Link(id) => return Ok(self.link_named(id)?.filter(|l| l.id == *id).map(Record::Link)),
             Target::NewPayment(Some(r)) | Target::NewPayout(Some(r)) | Target::Payment(r) => r.as_str(),
             Target::Payout(id) => id.as_str(),
         };
@@ -34,8 +37,31 @@ impl MerchantActor {
             Target::NewPayment(_) | Target::NewPayout(_) => self.store.locate(&self.id, key)?.map(|l| l.record),
             Target::Payment(_) => self.store.payment(&self.id, key)?.map(Record::Payment),
             Target::Payout(_) => self.store.payout(&self.id, key)?.map(Record::Payout),
+            Target::NewLink(_) | Target::Link(_) => None,
         };
         Ok(found)
+    }
+
+    /// The link whose id or merchant reference is `key`: in-flight state first, then the store. Links are
+    /// held in `dirty` under [`link_key`], apart from payments and payouts, whose references they may share.
+    pub(super) fn link_named(&self, key: &str) -> Result<Option<Link>, EngineError> {
+        if let Some((Record::Link(link), _)) = self.dirty.get(&link_key(key)) {
+            return Ok(Some(link.clone()));
+        }
+        Ok(self.store.link(&self.id, key)?)
+    }
+
+    /// The link a command also reads: the one a new payment names, or the one its payment was made through.
+    fn linked(&self, command: &Command, current: Option<&Record>) -> Result<Option<Link>, EngineError> {
+        let id = match (command, current) {
+            (Command::InitiatePayment(_), _) => command.link(),
+            (Command::PaymentNotice { .. }, Some(Record::Payment(p))) => link_of(&p.metadata),
+            _ => None,
+        };
+        match id {
+            Some(id) => Ok(self.link_named(id)?.filter(|l| l.id == id)),
+            None => Ok(None),
+        }
     }
 
     /// Decides and queues one change. Returns the ticket to wait for, or an immediate answer.
@@ -57,13 +83,15 @@ impl MerchantActor {
             }
         }
         let current = self.lookup(&msg.command.target())?;
+        let link = self.linked(&msg.command, current.as_ref())?;
         let seq = self.seq + 1;
         let mut ids = new_id;
-        let decided = decide(&self.balances, seq, current.as_ref(), &msg.command, now, &mut ids).inspect_err(|r| {
-            if r.is_bug() {
-                tracing::error!(merchant = %self.id, command = ?msg.command, rejection = %r, "invariant broken");
-            }
-        })?;
+        let decided = decide(&self.balances, seq, current.as_ref(), link.as_ref(), &msg.command, now, &mut ids)
+            .inspect_err(|r| {
+                if r.is_bug() {
+                    tracing::error!(merchant = %self.id, command = ?msg.command, rejection = %r, "invariant broken");
+                }
+            })?;
         let decision = match decided {
             Decided::Unchanged(record) => return Ok(Reply::Now(Executed::Done(record))),
             Decided::Changed(decision) => *decision,
@@ -73,6 +101,7 @@ impl MerchantActor {
                 let body = match &decision.record {
                     Record::Payment(p) => serde_json::to_string(p),
                     Record::Payout(o) => serde_json::to_string(o),
+                    Record::Link(l) => serde_json::to_string(l),
                 }
                 .map_err(|e| EngineError::Internal(format!("idempotent answer: {e}")))?;
                 let record = IdempotencyRecord {
@@ -92,6 +121,7 @@ impl MerchantActor {
             merchant: self.id.clone(),
             journal: decision.journal,
             record: decision.record.clone(),
+            linked: decision.linked.clone(),
             created: decision.created.clone(),
             outbox: decision.outbox,
             idempotency,
@@ -106,16 +136,26 @@ impl MerchantActor {
         let ticket = self.store.commit(change, &self.guard)?;
         self.seq = seq;
         self.balances = decision.balances;
-        let mut keys = vec![decision.record.key().to_owned()];
-        if let Some(created) = &decision.created {
-            for reference in std::iter::once(&created.reference).chain(&created.alias) {
-                if !keys.contains(reference) {
-                    keys.push(reference.clone());
+        let mut held: Vec<(String, Record)> = Vec::new();
+        match &decision.record {
+            Record::Link(link) => held.extend(link_keys(link)),
+            record => {
+                held.push((record.key().to_owned(), record.clone()));
+                if let Some(created) = &decision.created {
+                    for reference in std::iter::once(&created.reference).chain(&created.alias) {
+                        if !held.iter().any(|(k, _)| k == reference) {
+                            held.push((reference.clone(), record.clone()));
+                        }
+                    }
                 }
             }
         }
-        for key in &keys {
-            self.dirty.insert(key.clone(), (decision.record.clone(), seq));
+        if let Some(link) = &decision.linked {
+            held.extend(link_keys(link));
+        }
+        let keys: Vec<String> = held.iter().map(|(k, _)| k.clone()).collect();
+        for (key, record) in held {
+            self.dirty.insert(key, (record, seq));
         }
         let key = msg.idempotency.map(|i| i.key);
         if let Some(k) = &key {
@@ -168,7 +208,22 @@ fn answered_transaction(command: &Command, record: &Record) -> String {
         },
         (_, Record::Payment(p)) => p.transaction_id.clone(),
         (_, Record::Payout(o)) => o.transaction_id.clone(),
+        (_, Record::Link(l)) => l.id.clone(),
     }
+}
+
+/// The key `dirty` holds a link under: `#` cannot start a payment reference or a payout id, so a link never
+/// hides one of those, nor one of them a link.
+fn link_key(id_or_reference: &str) -> String {
+    format!("#{id_or_reference}")
+}
+
+/// Every key a link is found by in `dirty`: its id and its merchant reference.
+fn link_keys(link: &Link) -> Vec<(String, Record)> {
+    std::iter::once(link.id.as_str())
+        .chain(link.reference.as_ref().map(|r| r.as_str()))
+        .map(|key| (link_key(key), Record::Link(link.clone())))
+        .collect()
 }
 
 pub(super) enum Reply {

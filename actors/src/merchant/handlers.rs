@@ -6,9 +6,10 @@ use std::time::Instant;
 use actix::prelude::*;
 
 use super::execute::Reply;
-use super::{Execute, Executed, GetBalances, GetPayment, GetPayout, MerchantActor};
+use super::{Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, MerchantActor};
 use crate::core::{Command, Record};
 use crate::domain::ledger::Balances;
+use crate::domain::links::Link;
 use crate::domain::records::{Payment, Payout};
 use crate::error::EngineError;
 use crate::metrics::METRICS;
@@ -85,6 +86,16 @@ impl Handler<GetPayout> for MerchantActor {
             Some((Record::Payout(o), _)) => Ok(Some(o.clone())),
             _ => self.store.payout(&self.id, &msg.0).map_err(EngineError::from),
         };
+        self.read(found)
+    }
+}
+
+impl Handler<GetLink> for MerchantActor {
+    type Result = ResponseFuture<Result<Option<Link>, EngineError>>;
+
+    fn handle(&mut self, msg: GetLink, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_message = Instant::now();
+        let found = self.link_named(&msg.0);
         self.read(found)
     }
 }

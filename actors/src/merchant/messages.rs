@@ -6,6 +6,7 @@ use actix::prelude::*;
 
 use crate::core::{Command, Record};
 use crate::domain::ledger::Balances;
+use crate::domain::links::Link;
 use crate::domain::provider::{ProviderReference, ProviderRoute};
 use crate::domain::records::{Payment, Payout};
 use crate::domain::text::IdempotencyKey;
@@ -64,6 +65,11 @@ pub struct GetPayment(pub String);
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<Option<Payout>, EngineError>")]
 pub struct GetPayout(pub String);
+
+/// Read a payment link by its id or merchant reference, as durable.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Option<Link>, EngineError>")]
+pub struct GetLink(pub String);
 
 /// Read every balance, as durable.
 #[derive(Debug, Clone, Message)]

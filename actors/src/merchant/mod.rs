@@ -38,7 +38,7 @@ use crate::error::EngineError;
 use crate::registry::Registry;
 use crate::store::{FailureLatch, Store};
 
-pub use messages::{Execute, Executed, GetBalances, GetPayment, GetPayout, Idempotency, ProviderNote};
+pub use messages::{Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, ProviderNote};
 
 /// Tuning of every merchant actor.
 #[derive(Debug, Clone, Copy)]

@@ -24,6 +24,12 @@
 //! provider's reference once an answer carried one. Both are written by the change they come with.
 //! `merchant_suspensions` holds, under a merchant's id, when an operator suspended it; no entry: active.
 //! `retired_keys` holds, under the SHA-256 of a rolled secret key, until when it still authenticates.
+//!
+//! Payment links live in `links` under `merchant ++ id` (a link id is a ULID, so a merchant's links list newest
+//! first as a reverse range scan, like its transactions). The payment page knows only the id, so
+//! `link_owners` maps an id to its merchant; `link_refs` maps `merchant ++ reference` to the id of the link
+//! that took that reference; `link_payments` lists the payments made through a link under
+//! `merchant ++ link id ++ ULID of the payment's transaction id`, value the payment reference, oldest first.
 
 use std::ops::Range;
 
@@ -59,7 +65,11 @@ pub(super) const ROUTES: usize = 14;
 pub(super) const PROVIDER_REFERENCES: usize = 15;
 pub(super) const MERCHANT_SUSPENSIONS: usize = 16;
 pub(super) const RETIRED_KEYS: usize = 17;
-pub(super) const TREE_NAMES: [&str; 18] = [
+pub(super) const LINKS: usize = 18;
+pub(super) const LINK_OWNERS: usize = 19;
+pub(super) const LINK_REFS: usize = 20;
+pub(super) const LINK_PAYMENTS: usize = 21;
+pub(super) const TREE_NAMES: [&str; 22] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -78,13 +88,17 @@ pub(super) const TREE_NAMES: [&str; 18] = [
     "provider_references",
     "merchant_suspensions",
     "retired_keys",
+    "links",
+    "link_owners",
+    "link_refs",
+    "link_payments",
 ];
 
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
 /// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
-pub(super) const APPLY_ORDER: [ApplyStep; 18] = [
+pub(super) const APPLY_ORDER: [ApplyStep; 22] = [
     ApplyStep::plain(MERCHANTS),
     ApplyStep::plain(MERCHANT_SUSPENSIONS),
     ApplyStep::plain(RETIRED_KEYS),
@@ -94,6 +108,10 @@ pub(super) const APPLY_ORDER: [ApplyStep; 18] = [
     ApplyStep::plain(SNAPSHOTS),
     ApplyStep::plain(PAYMENTS),
     ApplyStep::plain(PAYOUTS),
+    ApplyStep::plain(LINKS),
+    ApplyStep::plain(LINK_OWNERS),
+    ApplyStep::plain(LINK_REFS),
+    ApplyStep::plain(LINK_PAYMENTS),
     ApplyStep::plain(ROUTES),
     ApplyStep::plain(PROVIDER_REFERENCES),
     ApplyStep::plain(IDEMPOTENCY),
@@ -107,13 +125,13 @@ pub(super) const APPLY_ORDER: [ApplyStep; 18] = [
 
 /// The version of everything this file lays out: trees, keys and value encodings. A data directory stamped
 /// with another version is refused at open (`sled_store::stamp`); raise it with any change to what is stored.
-pub(crate) const FORMAT_VERSION: u32 = 4;
+pub(crate) const FORMAT_VERSION: u32 = 5;
 
 /// Earlier versions whose directories this build opens and restamps: each later version only added trees or
 /// appended fields that `legacy` reads, so their data reads the same (format 3 added `routes`,
 /// `provider_references`, `merchant_suspensions` and `retired_keys`; format 4 appended a payment's refunds and
-/// refunded total, and a payout's merchant reference).
-pub(crate) const UPGRADED_IN_PLACE: [u32; 2] = [2, 3];
+/// refunded total, and a payout's merchant reference; format 5 added the four trees of payment links).
+pub(crate) const UPGRADED_IN_PLACE: [u32; 3] = [2, 3, 4];
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
 pub(super) const BINARY_V1: u8 = 1;
@@ -302,7 +320,17 @@ pub(super) fn pending_ops(m: &MerchantId, record: &Record, ops: &mut Vec<Op>) {
             let waiting = o.status == PayoutStatus::Pending;
             set(pending_key(TransactionType::Payout, o.created_at, m, &o.id), waiting);
         }
+        // A link waits for no provider; its payments do, each as a payment.
+        Record::Link(_) => {}
     }
+}
+
+/// `merchant ++ link id ++ ULID`: a payment made through a link, in the link's list of payments.
+pub(super) fn link_payment_key(merchant: &MerchantId, link: &str, transaction_id: &str) -> Vec<u8> {
+    let ulid = transaction_id.strip_prefix("tx_").unwrap_or(transaction_id);
+    let mut key = mkey(merchant, link.as_bytes());
+    key.extend_from_slice(ulid.as_bytes());
+    key
 }
 
 /// `tag ++ owner ++ 0 ++ reference`: which record holds a transaction, and the reference it is found by.
@@ -747,9 +775,13 @@ mod tests {
                 "provider_references",
                 "merchant_suspensions",
                 "retired_keys",
+                "links",
+                "link_owners",
+                "link_refs",
+                "link_payments",
             ]
         );
-        assert_eq!(FORMAT_VERSION, 4);
+        assert_eq!(FORMAT_VERSION, 5);
     }
 
     #[test]

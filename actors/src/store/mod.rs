@@ -34,6 +34,7 @@ use tokio::sync::oneshot;
 use crate::core::{JournalEvent, NewTransaction, OutboxItem, Record};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
+use crate::domain::links::Link;
 use crate::domain::provider::{ProviderReference, ProviderRoute};
 use crate::domain::records::TransactionType;
 use crate::domain::text::IdempotencyKey;
@@ -74,6 +75,8 @@ pub struct Change {
     pub merchant: MerchantId,
     pub journal: JournalEvent,
     pub record: Record,
+    /// A link the change also moves (a payment through it that succeeded).
+    pub linked: Option<Link>,
     pub created: Option<NewTransaction>,
     pub outbox: Vec<OutboxItem>,
     pub idempotency: Option<(IdempotencyKey, IdempotencyRecord)>,

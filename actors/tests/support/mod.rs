@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
+use caisse_engine::domain::links::LinkUsage;
 use caisse_engine::domain::money::{Amount, Currency, FeeRule};
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::records::ProviderCode;
-use caisse_engine::domain::text::{Metadata, Reference};
+use caisse_engine::domain::text::{Description, Metadata, Reference};
 use caisse_engine::store::{SledStore, Store};
-use caisse_engine::{Engine, EngineConfig, NewPayment, NewPayout};
+use caisse_engine::{Engine, EngineConfig, NewLink, NewPayment, NewPayout};
 
 /// The engine and its store, or why they did not open (the startup audit included). Drop both before
 /// reopening the same directory: the store holds sled's lock.
@@ -45,6 +46,24 @@ pub fn new_payment(amount: i64, reference: Option<&str>) -> NewPayment {
         customer_name: None,
         description: None,
         metadata: Metadata::empty(),
+        link: None,
+    }
+}
+
+/// A `unique` payment link of `amount` XOF through `mtn_momo`, with the merchant's `reference` if given.
+#[allow(dead_code)]
+pub fn new_link(amount: i64, reference: Option<&str>) -> NewLink {
+    NewLink {
+        reference: reference.map(|r| Reference::parse(r).expect("a valid reference")),
+        amount: Amount::positive(amount).expect("a positive amount"),
+        currency: xof(),
+        description: Description::parse("Frais de scolarité").expect("a description"),
+        providers: vec![ProviderCode::parse("mtn_momo").expect("a provider code")],
+        usage: LinkUsage::Once,
+        expires_at: None,
+        return_url: None,
+        metadata: Metadata::empty(),
+        page_base: "https://pay.example.com/payer/".into(),
     }
 }
 

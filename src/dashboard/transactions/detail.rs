@@ -33,6 +33,7 @@ pub async fn detail(
     let (owner, created_at, summary) = match &located.record {
         Record::Payment(p) => (p.reference.as_str().to_owned(), p.created_at, payment_summary(p)),
         Record::Payout(o) => (o.id.clone(), o.created_at, payout_summary(o)),
+        Record::Link(_) => return Err(not_found()),
     };
     let providers = provider_side(&state, &located.record)?;
     let (events, truncated) = history(store, &user.merchant.id, &owner, created_at)?;
@@ -149,6 +150,7 @@ fn provider_side(state: &AppState, record: &Record) -> Result<Markup, DashError>
             }
         }
         Record::Payout(o) => rows.push(("retrait", o.transaction_id.clone())),
+        Record::Link(_) => {}
     }
     let mut trails = Vec::with_capacity(rows.len());
     for (kind, tx) in rows {
@@ -233,5 +235,8 @@ pub fn trigger_label(trigger: Trigger) -> &'static str {
         Trigger::PayoutRequested => "Retrait demandé",
         Trigger::PayoutSent => "Retrait envoyé",
         Trigger::PayoutRefused => "Retrait rejeté",
+        Trigger::LinkCreated => "Lien de paiement créé",
+        Trigger::LinkPaid => "Lien de paiement payé",
+        Trigger::LinkDeactivated => "Lien de paiement désactivé",
     }
 }

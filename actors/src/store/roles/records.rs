@@ -2,6 +2,7 @@
 
 use crate::core::JournalEvent;
 use crate::domain::ids::MerchantId;
+use crate::domain::links::Link;
 use crate::domain::provider::ProviderTrail;
 use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
@@ -48,6 +49,27 @@ pub trait Records: Send + Sync {
     ) -> Result<Vec<AwaitingProvider>, StoreError>;
     /// What is kept about a transaction's provider side: its route and the provider's reference.
     fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, StoreError>;
+    /// This merchant's link whose id or reference is `key`.
+    fn link(&self, merchant: &MerchantId, key: &str) -> Result<Option<Link>, StoreError>;
+    /// The merchant a link id belongs to, for the payment page, which knows only the id.
+    fn link_owner(&self, link_id: &str) -> Result<Option<MerchantId>, StoreError>;
+    /// This merchant's links, newest first, from after `cursor` (a link id), at most `limit` of those `keep`
+    /// says yes to.
+    fn links(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Link) -> bool,
+    ) -> Result<Page<Link>, StoreError>;
+    /// The payments made through a link, newest first, from after `cursor` (a payment's transaction id).
+    fn link_payments(
+        &self,
+        merchant: &MerchantId,
+        link_id: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Payment>, StoreError>;
     /// This merchant's journal from position `from_seq`, in order, at most `limit` events.
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError>;
 }

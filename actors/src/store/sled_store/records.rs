@@ -7,6 +7,7 @@ use std::ops::Bound;
 use super::{SledStore, MAX_SCAN};
 use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use crate::domain::links::Link;
 use crate::domain::provider::ProviderTrail;
 use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
@@ -138,6 +139,7 @@ impl Records for SledStore {
                     Transaction::of_refund(&p, p.refund_named(reference)?)
                 }
                 Record::Payment(p) => Transaction::of_payment(&p),
+                Record::Link(_) => return None,
             };
             keep(&tx).then_some(tx)
         })
@@ -208,6 +210,87 @@ impl Records for SledStore {
             route: self.get(ROUTES, transaction_id.as_bytes())?,
             reference: self.get(PROVIDER_REFERENCES, transaction_id.as_bytes())?,
         })
+    }
+
+    fn link(&self, merchant: &MerchantId, key: &str) -> Result<Option<Link>, StoreError> {
+        if let Some(link) = self.get::<Link>(LINKS, &mkey(merchant, key.as_bytes()))? {
+            return Ok(Some(link));
+        }
+        match self.raw(LINK_REFS, &mkey(merchant, key.as_bytes()))? {
+            Some(id) => self.get(LINKS, &mkey(merchant, &id)),
+            None => Ok(None),
+        }
+    }
+
+    fn link_owner(&self, link_id: &str) -> Result<Option<MerchantId>, StoreError> {
+        match self.raw(LINK_OWNERS, link_id.as_bytes())? {
+            Some(bytes) => MerchantId::from_bytes(&bytes)
+                .map(Some)
+                .map_err(|_| StoreError::Corrupt(format!("bad owner of link {link_id}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn links(
+        &self,
+        merchant: &MerchantId,
+        cursor: Option<&str>,
+        limit: usize,
+        keep: &mut dyn FnMut(&Link) -> bool,
+    ) -> Result<Page<Link>, StoreError> {
+        let start = mkey(merchant, b"");
+        let end = match cursor {
+            Some(c) => mkey(merchant, c.as_bytes()),
+            None => mkey(merchant, &[0xff]),
+        };
+        let mut data = Vec::with_capacity(limit.min(100));
+        let mut has_more = false;
+        let mut last_scanned = None;
+        for (scanned, item) in self.scan(LINKS, Bound::Included(&start), Bound::Excluded(&end), true)?.enumerate() {
+            let (key, value) = item?;
+            if data.len() == limit || scanned == MAX_SCAN {
+                has_more = true;
+                break;
+            }
+            last_scanned = Some(String::from_utf8_lossy(&key[MERCHANT_ID_LEN..]).into_owned());
+            let link: Link = decode(TREE_NAMES[LINKS], &value)?;
+            if keep(&link) {
+                data.push(link);
+            }
+        }
+        let next_cursor = if has_more { last_scanned } else { None };
+        Ok(Page { data, has_more, next_cursor })
+    }
+
+    fn link_payments(
+        &self,
+        merchant: &MerchantId,
+        link_id: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Payment>, StoreError> {
+        let start = mkey(merchant, link_id.as_bytes());
+        let end = match cursor {
+            Some(c) => link_payment_key(merchant, link_id, c),
+            None => link_payment_key(merchant, link_id, "\u{7f}"),
+        };
+        let mut data = Vec::with_capacity(limit.min(100));
+        let mut has_more = false;
+        let mut last = None;
+        for item in self.scan(LINK_PAYMENTS, Bound::Included(&start), Bound::Excluded(&end), true)? {
+            let (key, reference) = item?;
+            if data.len() == limit {
+                has_more = true;
+                break;
+            }
+            let reference = std::str::from_utf8(&reference)
+                .map_err(|_| StoreError::Corrupt(format!("link {link_id}: a payment reference that is not text")))?;
+            let Some(payment) = self.payment(merchant, reference)? else { continue };
+            last = Some(format!("tx_{}", String::from_utf8_lossy(&key[start.len()..])));
+            data.push(payment);
+        }
+        let next_cursor = if has_more { last } else { None };
+        Ok(Page { data, has_more, next_cursor })
     }
 
     fn journal(&self, merchant: &MerchantId, from_seq: u64, limit: usize) -> Result<Vec<JournalEvent>, StoreError> {

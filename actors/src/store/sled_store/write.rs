@@ -2,12 +2,25 @@
 
 use super::SledStore;
 use crate::core::Record;
+use crate::domain::ids::MerchantId;
+use crate::domain::links::{link_of, Link};
 use crate::domain::records::{DeliveryState, Notification, TransactionType};
 use crate::store::op::Op;
 use crate::store::{Change, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
+
+/// A link and what finds it. Its owner and reference entries are rewritten with each change of the link: links
+/// change a few times in their life, and an absolute write keeps the log's replay free of conditions.
+fn link_ops(m: &MerchantId, link: &Link, ops: &mut Vec<Op>) -> Result<(), StoreError> {
+    ops.push(Op::Insert(LINKS, mkey(m, link.id.as_bytes()), encode(link)?));
+    ops.push(Op::Insert(LINK_OWNERS, link.id.as_bytes().to_vec(), m.as_bytes().to_vec()));
+    if let Some(reference) = &link.reference {
+        ops.push(Op::Insert(LINK_REFS, mkey(m, reference.as_str().as_bytes()), link.id.as_bytes().to_vec()));
+    }
+    Ok(())
+}
 
 impl SledStore {
     pub(super) fn change_ops(change: &Change) -> Result<(Vec<Op>, Vec<Notification>), StoreError> {
@@ -19,6 +32,17 @@ impl SledStore {
         match &change.record {
             Record::Payment(p) => ops.push(Op::Insert(PAYMENTS, mkey(m, p.reference.as_str().as_bytes()), encode(p)?)),
             Record::Payout(o) => ops.push(Op::Insert(PAYOUTS, mkey(m, o.id.as_bytes()), encode(o)?)),
+            Record::Link(l) => link_ops(m, l, &mut ops)?,
+        }
+        if let Some(link) = &change.linked {
+            link_ops(m, link, &mut ops)?;
+        }
+        // A payment made through a link joins the link's list when it is created.
+        if let (Record::Payment(p), Some(created)) = (&change.record, &change.created) {
+            if let Some(link) = link_of(&p.metadata).filter(|_| created.kind == TransactionType::Payment) {
+                let key = link_payment_key(m, link, &created.transaction_id);
+                ops.push(Op::Insert(LINK_PAYMENTS, key, p.reference.as_str().as_bytes().to_vec()));
+            }
         }
         if let Some(created) = &change.created {
             let ulid = created.transaction_id.strip_prefix("tx_").unwrap_or(&created.transaction_id);
