@@ -91,7 +91,9 @@ impl Application {
         }
         let webhooks = engine.start_webhooks(delivery_config(&settings))?;
         let flow = Flow::new(engine.clone(), providers.clone());
+        let links_base = links_base(&settings, bound);
         let state = web::Data::new(AppState {
+            links_base,
             webhooks,
             engine,
             rate_limiter: RateLimiter::new(settings.rate_limit_per_s),
@@ -104,12 +106,16 @@ impl Application {
         // One dashboard state for every worker: sessions and login throttling must be seen by all of them.
         let dashboard_state = web::Data::new(DashboardState::new(settings.environment));
         let dashboard_for_app = dashboard_state.clone();
+        // One payment-page state for every worker: a form issued by one must be taken by all of them.
+        let payer_state = web::Data::new(crate::payer::PayerState::new());
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
                 .app_data(dashboard_for_app.clone())
+                .app_data(payer_state.clone())
                 .wrap_fn(http::request_log)
                 .configure(http::configure)
+                .configure(crate::payer::configure)
                 .configure(dashboard::configure)
         })
         .listen(listener)
@@ -159,5 +165,27 @@ impl Application {
             admin.stop(true).await;
         }
         served
+    }
+}
+
+/// `{public_url}/payer/`, where payment links live. Without a `public_url` the sandbox uses the address it
+/// listens on (a wildcard address reads as loopback), so links work on the machine that runs it; production
+/// serves links only under an https `public_url`, the address customers' phones can trust.
+fn links_base(settings: &Settings, bound: std::net::SocketAddr) -> Option<String> {
+    let public = settings.public_url.trim_end_matches('/');
+    match settings.environment {
+        Environment::Production if public.starts_with("https://") => Some(format!("{public}/payer/")),
+        Environment::Production => {
+            tracing::warn!("payment links are off: they need an https public_url (CAISSE_PUBLIC_URL)");
+            None
+        }
+        _ if !public.is_empty() => Some(format!("{public}/payer/")),
+        _ => {
+            let host = match bound.ip() {
+                ip if ip.is_unspecified() => std::net::SocketAddr::new([127, 0, 0, 1].into(), bound.port()),
+                _ => bound,
+            };
+            Some(format!("http://{host}/payer/"))
+        }
     }
 }

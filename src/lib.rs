@@ -30,5 +30,6 @@ pub mod flow;
 pub mod http;
 pub mod merchants;
 pub mod metrics;
+pub mod payer;
 pub mod providers;
 pub mod sandbox_modes;

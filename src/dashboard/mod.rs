@@ -219,14 +219,19 @@ impl Form {
 }
 
 /// Reads a form body, refusing more than [`MAX_FORM_BYTES`] as soon as it is exceeded.
-pub async fn read_form(mut payload: web::Payload) -> Result<Form, DashError> {
+pub async fn read_form(payload: web::Payload) -> Result<Form, DashError> {
+    read_form_limited(payload, MAX_FORM_BYTES).await
+}
+
+/// Reads a form body, refusing more than `max_bytes` as soon as it is exceeded.
+pub async fn read_form_limited(mut payload: web::Payload, max_bytes: usize) -> Result<Form, DashError> {
     // Bounded in time like the API's bodies: a form announced and never sent must not hold a connection.
     let timeout = std::time::Duration::from_millis(crate::http::extract::BODY_TIMEOUT_MS);
     let read = async move {
         let mut body = web::BytesMut::new();
         while let Some(chunk) = payload.next().await {
             let chunk = chunk.map_err(|_| DashError::BadRequest("Le formulaire n'a pas pu être lu.".into()))?;
-            if body.len() + chunk.len() > MAX_FORM_BYTES {
+            if body.len() + chunk.len() > max_bytes {
                 return Err(DashError::TooLarge);
             }
             body.extend_from_slice(&chunk);

@@ -8,8 +8,9 @@
 pub mod error;
 pub mod extract;
 mod fournisseurs;
+pub mod liens;
 pub mod openapi;
-mod paiement;
+pub mod paiement;
 mod ratelimit;
 pub mod retraits;
 mod soldes;
@@ -44,6 +45,9 @@ pub struct AppState {
     /// Requests that failed authentication, per client address.
     pub failed_auth: FailedAuth,
     pub webhooks: WebhookPool,
+    /// `{public_url}/payer/`, the base of every payment link's URL; `None` when links are off (production
+    /// without an https `public_url`).
+    pub links_base: Option<String>,
 }
 
 /// A path of the API that a merchant's key opens: not the dashboard, not a provider's notices (a provider
@@ -69,6 +73,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/retraits"),
     ("GET", "/v1/retraits"),
     ("GET", "/v1/retraits/{id}"),
+    ("POST", "/v1/liens"),
+    ("GET", "/v1/liens"),
+    ("GET", "/v1/liens/{id}"),
+    ("POST", "/v1/liens/{id}/desactiver"),
     ("GET", "/v1/ping"),
     ("GET", "/v1/devises"),
     ("GET", "/v1/fournisseurs"),
@@ -118,6 +126,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             )
             .service(
                 web::resource("/retraits/{id}").route(web::get().to(retraits::get)).default_service(unknown_method()),
+            )
+            .service(
+                web::resource("/liens")
+                    .route(web::post().to(liens::create))
+                    .route(web::get().to(liens::list))
+                    .default_service(unknown_method()),
+            )
+            .service(web::resource("/liens/{id}").route(web::get().to(liens::get)).default_service(unknown_method()))
+            .service(
+                web::resource("/liens/{id}/desactiver")
+                    .route(web::post().to(liens::deactivate))
+                    .default_service(unknown_method()),
             )
             .service(web::resource("/ping").route(web::get().to(utility::ping)).default_service(unknown_method()))
             .service(

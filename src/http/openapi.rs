@@ -6,7 +6,7 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{fournisseurs, paiement, retraits, soldes, transactions, utility};
+use super::{fournisseurs, liens, paiement, retraits, soldes, transactions, utility};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -25,6 +25,10 @@ use super::{fournisseurs, paiement, retraits, soldes, transactions, utility};
         retraits::create,
         retraits::list,
         retraits::get,
+        liens::create,
+        liens::list,
+        liens::get,
+        liens::deactivate,
         utility::ping,
         utility::currencies,
         utility::providers,

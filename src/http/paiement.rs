@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::domain::links::LINK_METADATA_KEY;
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::provider::{AdapterName, ProviderRoute, ReturnUrl};
@@ -71,7 +72,7 @@ pub(super) fn metadata(value: Option<BTreeMap<String, String>>) -> Result<Metada
 }
 
 /// What a new transaction asks of its route: an operation on an amount.
-pub(super) struct Ask {
+pub(crate) struct Ask {
     pub operation: Operation,
     pub currency: Currency,
     pub amount: Amount,
@@ -80,7 +81,7 @@ pub(super) struct Ask {
 /// Checks that the fournisseur has an active route for the phone's country, that the route's adapter carries
 /// this fournisseur there, and that the provider's own limits take the amount; `field` names the phone in the
 /// error. Answers the route, which the new transaction keeps.
-pub(super) fn check_route(
+pub(crate) fn check_route(
     provider: &Provider,
     phone: &Phone,
     field: &str,
@@ -120,7 +121,7 @@ pub(super) fn check_route(
 }
 
 /// The provider for an operation in a currency, with the amount checked against its bounds.
-pub(super) fn provider_for<'a>(
+pub(crate) fn provider_for<'a>(
     state: &'a AppState,
     code: &str,
     currency: &str,
@@ -176,6 +177,12 @@ pub async fn initiate(
     let body = read_body(&req, payload).await?;
     let b: InitiateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
+    if b.metadata.as_ref().is_some_and(|m| m.contains_key(LINK_METADATA_KEY)) {
+        return Err(ApiError::invalid(
+            "metadata",
+            format!("`{LINK_METADATA_KEY}` is set by Caisse on payments made through a payment link"),
+        ));
+    }
     let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payment)?;
     let production = state.settings.environment == Environment::Production;
     let return_url = optional("url_retour", b.return_url, |text| ReturnUrl::parse(text, production))?;

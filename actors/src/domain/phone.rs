@@ -51,6 +51,11 @@ const COUNTRY_CODES: &[(&str, &str)] = &[
     ("33", "FR"),
 ];
 
+/// The calling code of a country Caisse's providers serve (ISO 3166 alpha-2, `BJ` -> `229`).
+pub fn calling_code(country: &str) -> Option<&'static str> {
+    COUNTRY_CODES.iter().find(|(_, c)| *c == country).map(|(code, _)| *code)
+}
+
 /// A phone number in E.164 form, e.g. `+22997000001`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -78,6 +83,21 @@ impl Phone {
         match compact.strip_prefix("00") {
             Some(rest) => Phone::parse(&format!("+{rest}")),
             None => Phone::parse(&compact),
+        }
+    }
+
+    /// A number as a customer types it on a page that offers a country: international forms as
+    /// [`Phone::parse_written`] reads them, and otherwise a national number (`97 00 00 01`), whose digits
+    /// follow the country's calling code as typed. The numbering plans of the countries Caisse serves have no
+    /// trunk prefix to drop (a leading `0`, as in Côte d'Ivoire's `07 ...`, is part of the number).
+    pub fn parse_national(input: &str, country: &str) -> Result<Phone, PhoneError> {
+        let trimmed = input.trim();
+        if trimmed.starts_with('+') || trimmed.starts_with("00") {
+            return Phone::parse_written(trimmed);
+        }
+        match calling_code(country) {
+            Some(code) => Phone::parse_written(&format!("+{code}{trimmed}")),
+            None => Phone::parse_written(trimmed),
         }
     }
 
@@ -158,6 +178,20 @@ impl From<Phone> for String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn national_numbers_take_the_country_offered() {
+        for written in ["97 00 00 01", "97-00-00-01", "+229 97000001", "0022997000001", " 97000001 "] {
+            assert_eq!(Phone::parse_national(written, "BJ").unwrap().as_str(), "+22997000001", "{written}");
+        }
+        assert_eq!(Phone::parse_national("07 07 00 00 01", "CI").unwrap().as_str(), "+2250707000001");
+        assert_eq!(Phone::parse_national("+221 77 000 00 01", "BJ").unwrap().country(), Some("SN"));
+        assert!(Phone::parse_national("97 00 ab 01", "BJ").is_err());
+        assert!(Phone::parse_national("", "BJ").is_err());
+        assert_eq!(calling_code("SN"), Some("221"));
+        assert_eq!(calling_code("ZZ"), None);
+    }
+
     use super::*;
 
     #[test]
