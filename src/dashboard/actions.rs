@@ -287,7 +287,7 @@ fn payout_review(csrf: &str, form: &Form, new: &caisse_engine::NewPayout) -> Mar
 }
 
 /// The confirmation's one-time key as an idempotency key, its fingerprint over what the form asks.
-fn one_time_key(form: &Form, parts: &[&str]) -> Result<Idempotency, DashError> {
+pub(super) fn one_time_key(form: &Form, parts: &[&str]) -> Result<Idempotency, DashError> {
     let key = form.get("cle").unwrap_or("");
     let valid = key.len() == KEY_LEN && key.bytes().all(|b| b.is_ascii_alphanumeric());
     let key = IdempotencyKey::parse(&format!("dashboard-{key}")).ok().filter(|_| valid);
@@ -302,7 +302,7 @@ fn one_time_key(form: &Form, parts: &[&str]) -> Result<Idempotency, DashError> {
 }
 
 /// A suspended merchant starts no new movement, from the dashboard as from the API.
-fn refuse_if_suspended(state: &AppState, user: &LoggedIn) -> Result<(), DashError> {
+pub(super) fn refuse_if_suspended(state: &AppState, user: &LoggedIn) -> Result<(), DashError> {
     if state.engine.suspended_since(&user.merchant.id)?.is_some() {
         return Err(DashError::Forbidden("Ce compte est suspendu. Contactez l'opérateur du service."));
     }
@@ -310,7 +310,7 @@ fn refuse_if_suspended(state: &AppState, user: &LoggedIn) -> Result<(), DashErro
 }
 
 /// A refusal of the engine in the merchant's words, with its status: the API's rules, said in French.
-fn refusal(err: EngineError) -> Result<(StatusCode, String), DashError> {
+pub(super) fn refusal(err: EngineError) -> Result<(StatusCode, String), DashError> {
     let conflict = |m: String| Ok((StatusCode::CONFLICT, m));
     match err {
         EngineError::Rejected(Rejection::RefundAboveAmount { left_minor, .. }) => Ok((

@@ -33,14 +33,16 @@ pub enum Nav {
     Overview,
     Transactions,
     Payouts,
+    Links,
     Webhooks,
     Keys,
 }
 
-const NAV: [(Nav, &str, &str); 5] = [
+const NAV: [(Nav, &str, &str); 6] = [
     (Nav::Overview, "/", "Vue d'ensemble"),
     (Nav::Transactions, "/transactions", "Transactions"),
     (Nav::Payouts, "/payouts", "Retraits"),
+    (Nav::Links, "/links", "Liens de paiement"),
     (Nav::Webhooks, "/webhooks", "Webhooks"),
     (Nav::Keys, "/keys", "API keys"),
 ];
@@ -159,9 +161,9 @@ pub fn time_opt(at: Option<Timestamp>) -> String {
 /// A status as a badge coloured by what it means for the merchant.
 pub fn badge(status: &str) -> Markup {
     let tone = match status {
-        "succes" | "traite" | "delivered" => "ok",
+        "succes" | "traite" | "delivered" | "actif" | "paye" => "ok",
         "echec" | "rejete" | "expire" | "failed" => "bad",
-        "rembourse" | "rembourse_partiellement" => "info",
+        "rembourse" | "rembourse_partiellement" | "desactive" => "info",
         _ => "wait",
     };
     let label = match status {

@@ -4,7 +4,7 @@
 //! Every page is a [`maud`] template compiled into the binary, styled by one hand-written stylesheet served
 //! from `/assets/caisse.css`; nothing is fetched from elsewhere, so the dashboard works offline. One file per
 //! page family: [`auth`] (login, logout, sessions, CSRF, throttling), [`overview`], [`transactions`],
-//! [`payouts`], [`webhooks`], [`keys`] (the "API keys" section with the "Webhook URL" field) and [`layout`]
+//! [`payouts`], [`links`] (payment links), [`webhooks`], [`keys`] (the "API keys" section with the "Webhook URL" field) and [`layout`]
 //! (the page shell and formatting). The shared pieces live here: the dashboard's own state, the route table,
 //! the error type that turns every failure into an HTML page, and the bounded form reader.
 //!
@@ -17,6 +17,7 @@ pub mod auth;
 mod checker;
 mod keys;
 pub mod layout;
+mod links;
 mod overview;
 mod payouts;
 mod replay;
@@ -52,6 +53,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/payouts"),
     ("GET", "/payouts/new"),
     ("POST", "/payouts/new"),
+    ("GET", "/links"),
+    ("GET", "/links/new"),
+    ("POST", "/links/new"),
+    ("GET", "/links/{id}"),
+    ("GET", "/links/{id}/qr.svg"),
+    ("POST", "/links/{id}/deactivate"),
     ("GET", "/webhooks"),
     ("POST", "/webhooks/test"),
     ("GET", "/webhooks/replay"),
@@ -80,6 +87,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::get().to(actions::payout_form))
                 .route(web::post().to(actions::payout)),
         )
+        .service(web::resource("/links").route(web::get().to(links::list)))
+        .service(web::resource("/links/new").route(web::get().to(links::new_form)).route(web::post().to(links::create)))
+        .service(web::resource("/links/{id}").route(web::get().to(links::detail)))
+        .service(web::resource("/links/{id}/qr.svg").route(web::get().to(links::qr)))
+        .service(web::resource("/links/{id}/deactivate").route(web::post().to(links::deactivate)))
         .service(web::resource("/webhooks").route(web::get().to(webhooks::list)))
         .service(web::resource("/webhooks/test").route(web::post().to(replay::test)))
         .service(
@@ -215,6 +227,11 @@ pub struct Form(Vec<(String, String)>);
 impl Form {
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of a name given several times (the checked boxes of a group), in order.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.0.iter().filter(|(k, _)| k == name).map(|(_, v)| v.as_str()).collect()
     }
 }
 

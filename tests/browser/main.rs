@@ -7,6 +7,8 @@
 //! screenshot of every page visited, at laptop size and then at phone size, is saved under
 //! `target/screenshots/` for a reviewer to look at.
 //!
+//! A third scenario follows a payment link from the merchant's dashboard to a customer's phone and back.
+//!
 //! Without `/usr/bin/chromedriver` the test fails and says how to install it: a browser test that passes
 //! without a browser would prove nothing. `.ci/run` installs both packages.
 
@@ -333,6 +335,85 @@ async fn a_merchant_refunds_pays_out_and_checks_its_receiver_in_chromium() {
         browser.goto(&path).await;
         browser.shot(name).await;
     }
+    browser.client.close().await.expect("session closed");
+    drop(driver);
+}
+
+/// A payment link, from the merchant's dashboard to a customer's phone: the merchant creates it and sees its
+/// QR code; the customer opens it at 390 px, is declined with a number ending in 01, tries again and ends on
+/// the receipt; a double tap makes one payment; the paid link then answers 410; the merchant sees the payment
+/// with `metadata.lien_id`. Screenshots of each screen (the customer's at phone size).
+#[actix_web::test]
+async fn a_customer_pays_a_payment_link_on_a_phone_in_chromium() {
+    let driver = Driver::start();
+    let profile = tempfile::TempDir::new().expect("profile dir");
+    let app = spawn_app().await;
+    let browser = Browser::open(&driver, &app.address, profile.path()).await;
+    log_in(&browser, &app).await;
+
+    // The merchant makes a one-time link of 5 000 FCFA for two fournisseurs.
+    browser.click("nav a[href='/links']").await;
+    browser.click("a[href='/links/new']").await;
+    browser.fill("#description", "Frais de scolarité, 1er trimestre").await;
+    browser.fill("#montant", "5000").await;
+    browser.click("input[name=fournisseurs][value=mtn_momo]").await;
+    browser.click("input[name=fournisseurs][value=moov_money]").await;
+    browser.shot("31-link-form").await;
+    browser.click("form.card button[type=submit]").await;
+    browser.shows("#partage", "Adresse du lien").await;
+    browser.shot("32-link-detail").await;
+    let links = app.get_ok("/v1/liens").await;
+    let link = links["data"][0].clone();
+    let id = text(&link["id"]).to_owned();
+    let url = text(&link["url"]).to_owned();
+    assert!(browser.source().await.contains(&url));
+    browser.goto("/links").await;
+    browser.shows("#links", "Frais de scolarité").await;
+    browser.shot("33-links").await;
+
+    // The customer, on a phone: the form, a declined number, the failure, a retry that succeeds.
+    browser.client.set_window_size(PHONE.0, PHONE.1).await.expect("phone size");
+    browser.client.goto(&url).await.expect("the link opens");
+    browser.shows("p.amount", "5 000 FCFA").await;
+    browser.shot("41-payer-form").await;
+    browser.click("#fournisseur option[value='mtn_momo']").await;
+    browser.click("#pays option[value='BJ']").await;
+    browser.fill("#telephone", "97 00 00 01").await;
+    browser.click("button[type=submit]").await;
+    browser.shows("h1", "Validez le paiement").await;
+    browser.shot("42-payer-waiting").await;
+    browser.shows("h1", "Paiement refusé").await; // the page refreshes itself, no script
+    browser.shot("43-payer-declined").await;
+    browser.click("a.button").await;
+    browser.fill("#telephone", "+229 97 00 00 55").await;
+    // A double tap: both clicks reach the server before the page changes; one payment comes of it.
+    browser
+        .client
+        .execute("const b = document.querySelector('button[type=submit]'); b.click(); b.click();", vec![])
+        .await
+        .expect("double tap");
+    browser.shows("h1", "Paiement réussi").await;
+    browser.shot("44-payer-receipt").await;
+    let payments = app.list_all("/v1/transactions?type=paiement", 100).await;
+    let paid: Vec<_> = payments.iter().filter(|p| p["statut"] == "succes").collect();
+    assert_eq!((payments.len(), paid.len()), (2, 1), "one declined, one paid: {payments:?}");
+    let reference = text(&paid[0]["reference"]).to_owned();
+
+    // The paid one-time link is closed.
+    browser.client.goto(&url).await.expect("the link opens");
+    browser.shows("h1", "Paiement impossible").await;
+    browser.shows("main", "déjà été payé").await;
+    browser.shot("45-payer-paid-link").await;
+
+    // The merchant sees the payment, with the link's id in its metadata, and the link paid.
+    browser.client.set_window_size(LAPTOP.0, LAPTOP.1).await.expect("laptop size");
+    browser.goto(&format!("/transactions/{reference}")).await;
+    browser.shows("main", &format!("\"lien_id\":\"{id}\"")).await;
+    browser.shot("46-link-payment-in-dashboard").await;
+    browser.goto(&format!("/links/{id}")).await;
+    browser.shows("main", "paye").await;
+    browser.shows("#link-payments", &reference).await;
+    browser.shot("47-link-paid").await;
     browser.client.close().await.expect("session closed");
     drop(driver);
 }

@@ -2,7 +2,7 @@
 //! HTTP against a real server.
 //!
 //! One test binary; each module covers one page family: [`actions`] (refunds and payouts from the
-//! dashboard), [`auth`] (login, logout, cookies, CSRF on every
+//! dashboard), [`links`] (payment links), [`auth`] (login, logout, cookies, CSRF on every
 //! form, throttling), [`pages`] (overview, transactions with filters, pages and detail, payouts, amounts in
 //! major units), [`keys`] (the "API keys" section: reveal, roll, the Webhook URL and its validation) and
 //! [`webhooks`] (deliveries with their attempts, resend, and the saved URL receiving the next webhook).
@@ -16,5 +16,6 @@ mod actions;
 mod agent;
 mod auth;
 mod keys;
+mod links;
 mod pages;
 mod webhooks;
