@@ -301,7 +301,8 @@ pub async fn qr(
     req: HttpRequest,
 ) -> Result<HttpResponse, DashError> {
     let link = owned_link(&state, &user, &path).await?;
-    let svg = qr_svg(&link.url).ok_or_else(|| DashError::internal("qr code", "the link's URL does not fit a QR code"))?;
+    let svg =
+        qr_svg(&link.url).ok_or_else(|| DashError::internal("qr code", "the link's URL does not fit a QR code"))?;
     let mut response = HttpResponse::Ok();
     response
         .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
@@ -348,8 +349,9 @@ mod tests {
         let svg = qr_svg("https://pay.example.com/payer/lnk_01JD0000000000000000000000").unwrap();
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.contains("<path d=\"M4,4h1v1h-1z"), "the finder pattern's corner is dark");
-        let decoded = QrCode::encode_text("https://pay.example.com/payer/lnk_01JD0000000000000000000000", QrCodeEcc::Medium)
-            .unwrap();
+        let decoded =
+            QrCode::encode_text("https://pay.example.com/payer/lnk_01JD0000000000000000000000", QrCodeEcc::Medium)
+                .unwrap();
         let modules = (0..decoded.size()).flat_map(|y| (0..decoded.size()).map(move |x| (x, y)));
         let dark = modules.filter(|(x, y)| decoded.get_module(*x, *y)).count();
         assert_eq!(svg.matches("h1v1h-1z").count(), dark, "one square per dark module");

@@ -248,9 +248,10 @@ pub async fn deactivate(
 ) -> Result<HttpResponse, ApiError> {
     let merchant = authenticate(&state, req.headers())?;
     let body = read_body(&req, payload).await?;
+    // An unknown link is 404 whatever the body says.
+    let link = find(&state, &merchant.id, &path).await?;
     let _: NoFields = parse_json(&req, &body, true)?;
     let idem = idempotency(&req, &body, StatusCode::OK)?;
-    let link = find(&state, &merchant.id, &path).await?;
     let executed = state.engine.execute(&merchant.id, Command::DeactivateLink { id: link.id }, idem).await?;
     respond(executed, StatusCode::OK)
 }

@@ -17,7 +17,10 @@ async fn a_link_is_created_listed_shown_with_its_qr_code_and_deactivated() {
 
     // The API's rules, in French, with what was typed kept.
     let refused = agent
-        .post("/links/new", &[("csrf", &csrf), ("cle", &key), ("description", ""), ("montant", "5000"), ("devise", "XOF")])
+        .post(
+            "/links/new",
+            &[("csrf", &csrf), ("cle", &key), ("description", ""), ("montant", "5000"), ("devise", "XOF")],
+        )
         .await;
     refused.expect(400).contains("Description");
     let refused =

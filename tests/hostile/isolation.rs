@@ -1,6 +1,6 @@
 //! Merchant isolation: merchant A, logged in or holding its key, never reaches merchant B's records.
 //!
-//! B gets one of everything (payments with customer details, a refund, a payout, webhook notifications) and
+//! B gets one of everything (payments with customer details, a refund, a payout, a payment link, webhook notifications) and
 //! A a few records of its own, one under the same merchant reference as B's. Then A walks every route of the
 //! API ([`caisse::http::ROUTES`]) and of the dashboard ([`caisse::dashboard::ROUTES`]), putting each of B's
 //! identifiers where the route takes one: each is 404 (docs/api.md § Errors: "also when it belongs to another
@@ -59,6 +59,8 @@ struct Bravo {
     payout: String,
     /// A payment made with the idempotency key A uses too.
     idem: String,
+    /// A payment link, under a merchant reference of B's.
+    link: String,
 }
 
 /// Everything that names B or B's records: identifiers A may put in a route, and markers no answer to A may
@@ -127,7 +129,13 @@ async fn bravo_gets_one_of_everything(b: &Api, a: &Api) -> Bravo {
     let resp = b.send(b.post("/v1/paiement/initier").idem("cle-partagee").json(&payment_body(3333, "02"))).await;
     resp.expect(201);
     let idem = reference_of(&resp.json);
-    Bravo { paid, refund, payout, idem }
+    let resp = b
+        .send(b.post("/v1/liens").json(&json!({"montant": 4444, "devise": "XOF", "description": "bravo-lien-secret",
+            "reference": "lien-bravo", "metadata": {"marque": "bravo-secret-42"}})))
+        .await;
+    resp.expect(201);
+    let link = text(&resp.json["id"]).to_owned();
+    Bravo { paid, refund, payout, idem, link }
 }
 
 /// A: its own payment under B's merchant reference, a funded payment (returned), and the same idempotency
@@ -149,7 +157,14 @@ async fn alpha_gets_its_own_records(a: &Api, bravo: &Bravo) -> String {
 async fn what_names_bravo(app: &TestApp, b: &Created, b_hooks: &Receiver, bravo: &Bravo) -> Markers {
     let b_key = &b.merchant.secret_key;
     let b_list = app.with_key(b_key).get_ok("/v1/transactions?limit=100").await.to_string();
-    let mut b_ids = vec![bravo.paid.clone(), bravo.refund.clone(), bravo.payout.clone(), bravo.idem.clone()];
+    let mut b_ids = vec![
+        bravo.paid.clone(),
+        bravo.refund.clone(),
+        bravo.payout.clone(),
+        bravo.idem.clone(),
+        bravo.link.clone(),
+        "lien-bravo".into(),
+    ];
     b_ids.extend(ids(&b_list, "tx_"));
     b_ids.extend(ids(&b_list, "pay_"));
     let mut agent = Agent::new(&app.address);
@@ -170,6 +185,7 @@ async fn what_names_bravo(app: &TestApp, b: &Created, b_hooks: &Receiver, bravo:
         "bravo-secret-42".into(),
         "bravo-client@example.com".into(),
         "Client bravo".into(),
+        "bravo-lien-secret".into(),
     ]);
     Markers { ids: b_ids, events: b_events, all, tx: ids(&b_list, "tx_")[0].clone() }
 }
@@ -184,7 +200,7 @@ async fn the_api_walk_finds_nothing_of_bravo(a: &Api, markers: &Markers) {
             | ("POST", "/v1/notifications/{adapter}")
             | (_, "/v1/notifications/{adapter}/{token}") => {}
             // Creations: checked above (B's balance, B's idempotency key) and below (the shared reference).
-            ("POST", "/v1/paiement/initier") | ("POST", "/v1/retraits") => {}
+            ("POST", "/v1/paiement/initier") | ("POST", "/v1/retraits") | ("POST", "/v1/liens") => {}
             ("GET", path) if !path.contains('{') => {
                 let resp = a.send(a.get(path)).await;
                 resp.expect(200);
@@ -331,6 +347,34 @@ async fn the_dashboard_walk_finds_nothing_of_bravo(
                 assert_hidden("the replay's progress", &progress.body, &markers.all);
                 actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
                 assert_eq!(b_hooks.hits().len(), before, "A's {route} reached B's receiver");
+            }
+            (method, route) if route.starts_with("/links/{id}") => {
+                // B's link, by id (and by B's reference, which names nothing of A's): not found, shown nowhere.
+                for id in [
+                    markers.ids.iter().find(|i| i.starts_with("lnk_")).cloned().unwrap_or_default(),
+                    "lien-bravo".into(),
+                ] {
+                    let path = route.replace("{id}", &id);
+                    let page = match method {
+                        "POST" => alpha.post(&path, &[("csrf", token.as_str())]).await,
+                        _ => alpha.get(&path).await,
+                    };
+                    page.expect(404);
+                    assert_hidden(&format!("{method} {path}"), &page.body, &markers.all);
+                }
+            }
+            ("POST", "/links/new") => {
+                // A's own link, made from A's session: nothing of B's on its page.
+                let fields = [
+                    ("csrf", token.as_str()),
+                    ("cle", KEY),
+                    ("description", "lien alpha"),
+                    ("montant", "100"),
+                    ("devise", "XOF"),
+                ];
+                let page = alpha.post("/links/new", &fields).await;
+                assert_eq!(page.status, 303, "{}", page.body);
+                assert_hidden("A's new link", &page.body, &markers.all);
             }
             ("POST", "/keys/reveal") => {
                 let page = alpha.post("/keys/reveal", &[("csrf", &token)]).await;
