@@ -25,7 +25,7 @@ use caisse_engine::domain::money::{Amount, Currency, FeeRule};
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::records::{Payment, ProviderCode};
 use caisse_engine::domain::status::{LinkStatus, PaymentStatus};
-use caisse_engine::domain::text::{Description, Metadata, Reference};
+use caisse_engine::domain::text::{Description, Metadata};
 use caisse_engine::domain::time::Timestamp;
 use proptest::collection::vec;
 use proptest::prelude::*;
