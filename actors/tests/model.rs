@@ -5,7 +5,7 @@
 //! and sometimes colliding merchant references; provider notices on existing, unknown, other merchants' and
 //! wrong-kind references, so duplicated, late and out-of-order notices are the norm; several refunds per
 //! payment, of partial, full ("the rest") and too large amounts, with their completion or refusal, and late
-//! notices about earlier refunds; payouts that may exceed the
+//! notices about earlier refunds; the provider's payment page given once or twice; payouts that may exceed the
 //! balance, sent or refused) run over several merchants and currencies. After every single step the tests
 //! prove, against a model written here with plain integer arithmetic (it never calls `ledger.rs` or the status
 //! table):
@@ -48,6 +48,7 @@ use caisse_engine::domain::ids::{IdKind, MerchantId};
 use caisse_engine::domain::ledger::{Account, Balances};
 use caisse_engine::domain::money::{Amount, Currency, FeeRule};
 use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::provider::ReturnUrl;
 use caisse_engine::domain::records::{Payment, Payout, ProviderCode, TransactionType, WebhookBody, WebhookData};
 use caisse_engine::domain::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus, Trigger};
 use caisse_engine::domain::text::{Email, Metadata, Reference};
@@ -105,7 +106,12 @@ enum NoticeKind {
     Confirmed,
     Declined,
     Expired,
+    /// The provider's page for the payment, one of [`PAYMENT_PAGES`].
+    Opened(usize),
 }
+
+/// The pages a provider may give for a payment: two, so a second page for the same payment happens.
+const PAYMENT_PAGES: [&str; 2] = ["https://pay.wave.com/c/cos-1", "https://pay.wave.com/c/cos-2"];
 
 #[derive(Debug, Clone, Copy)]
 enum RefundAmount {
@@ -205,6 +211,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => Just(NoticeKind::Confirmed),
         2 => Just(NoticeKind::Declined),
         2 => Just(NoticeKind::Expired),
+        2 => (0..PAYMENT_PAGES.len()).prop_map(NoticeKind::Opened),
     ];
     let refund_amount = prop_oneof![
         4 => Just(RefundAmount::Full),
@@ -248,6 +255,8 @@ struct MPayment {
     refunded: i64,
     /// How many times the merchant was credited for this payment (the invariant: at most once).
     credits: u32,
+    /// The provider's page where the customer approves it (`url_paiement`).
+    page: Option<&'static str>,
 }
 
 #[derive(Debug, Clone)]
@@ -317,7 +326,8 @@ enum Key {
 #[derive(Debug, Clone)]
 enum Apply {
     NewPayment(MPayment),
-    PaymentStatus { reference: String, status: PaymentStatus },
+    PaymentStatus { reference: String, status: PaymentStatus, page: Option<&'static str> },
+    PaymentPage { reference: String, page: &'static str },
     NewRefund { payment: String, amount: i64 },
     RefundStatus { payment: String, refund: String, status: RefundStatus, payment_status: PaymentStatus },
     NewPayout(MPayout),
@@ -432,14 +442,37 @@ impl MMerchant {
                         refunds: Vec::new(),
                         refunded: 0,
                         credits: 0,
+                        page: None,
                     }),
                 })
             }
             Command::PaymentNotice { reference, notice } => {
                 let Some(p) = self.payments.get(reference.as_str()) else { return Expect::Reject(Rejection::NotFound) };
                 use PaymentStatus::{Expired, Initiated, Processing, Succeeded};
+                let page = match notice {
+                    PaymentNotice::Opened { payment_url } => {
+                        PAYMENT_PAGES.iter().copied().find(|u| *u == payment_url.as_str())
+                    }
+                    _ => None,
+                };
+                // A page for a payment already under way is kept, with no status move and no webhook.
+                if let (Processing, Some(url)) = (p.status, page) {
+                    if p.page != Some(url) {
+                        return change(Change {
+                            trigger: Trigger::ProviderProcessing,
+                            currency: p.currency,
+                            journal_status: payment_name(Processing),
+                            journal_reference: Key::Known(reference.as_str().to_owned()),
+                            deltas: Vec::new(),
+                            notify: None,
+                            apply: Apply::PaymentPage { reference: reference.as_str().to_owned(), page: url },
+                        });
+                    }
+                }
                 let (trigger, next) = match (p.status, notice) {
-                    (Initiated, PaymentNotice::Processing) => (Trigger::ProviderProcessing, Processing),
+                    (Initiated, PaymentNotice::Processing | PaymentNotice::Opened { .. }) => {
+                        (Trigger::ProviderProcessing, Processing)
+                    }
                     (Initiated | Processing | Expired, PaymentNotice::Confirmed) => {
                         (Trigger::ProviderConfirmed, Succeeded)
                     }
@@ -462,7 +495,7 @@ impl MMerchant {
                     journal_reference: Key::Known(reference.as_str().to_owned()),
                     deltas,
                     notify: Some((payment_event(next), payment_name(next))),
-                    apply: Apply::PaymentStatus { reference: reference.as_str().to_owned(), status: next },
+                    apply: Apply::PaymentStatus { reference: reference.as_str().to_owned(), status: next, page },
                 })
             }
             Command::RequestRefund { reference, amount, .. } => {
@@ -720,6 +753,10 @@ impl Model {
                     NoticeKind::Confirmed => PaymentNotice::Confirmed,
                     NoticeKind::Declined => PaymentNotice::Declined { failure_code: "insufficient_funds".into() },
                     NoticeKind::Expired => PaymentNotice::Expired,
+                    NoticeKind::Opened(n) => PaymentNotice::Opened {
+                        payment_url: ReturnUrl::parse(PAYMENT_PAGES[n % PAYMENT_PAGES.len()], true)
+                            .expect("a page URL"),
+                    },
                 };
                 (m, Command::PaymentNotice { reference: reference(&r), notice })
             }
@@ -1016,6 +1053,7 @@ fn check_payment(model: &MPayment, p: &Payment) -> Result<(), TestCaseError> {
     prop_assert_eq!(p.refund.as_ref(), p.refunds.last(), "remboursement of {}", p.reference);
     prop_assert_eq!(p.refunded_amount.minor(), model.refunded, "montant_rembourse of {}", p.reference);
     prop_assert_eq!(p.paid_at.is_some(), model.credits == 1, "paid_at of {}", p.reference);
+    prop_assert_eq!(p.payment_url.as_deref(), model.page, "url_paiement of {}", p.reference);
     prop_assert_eq!(
         p.failure_code.is_some(),
         matches!(p.status, PaymentStatus::Failed | PaymentStatus::Expired),
@@ -1125,13 +1163,20 @@ impl Model {
                 mm.used.insert(key.clone());
                 self.all_keys.push(key.clone());
             }
-            Apply::PaymentStatus { reference, status } => {
+            Apply::PaymentStatus { reference, status, page } => {
                 prop_assert_eq!(reference, &key);
                 let p = mm.payments.get_mut(reference).unwrap();
                 p.status = *status;
                 if *status == PaymentStatus::Succeeded {
                     p.credits += 1;
                 }
+                if page.is_some() {
+                    p.page = *page;
+                }
+            }
+            Apply::PaymentPage { reference, page } => {
+                prop_assert_eq!(reference, &key);
+                mm.payments.get_mut(reference).unwrap().page = Some(*page);
             }
             Apply::NewRefund { payment, amount } => {
                 prop_assert_eq!(payment, &key);
@@ -1395,6 +1440,7 @@ fn label(cmd: &Command, before: Option<&Record>, outcome: &Outcome) -> String {
         Command::PaymentNotice { notice: PaymentNotice::Confirmed, .. } => "notice confirmed",
         Command::PaymentNotice { notice: PaymentNotice::Declined { .. }, .. } => "notice declined",
         Command::PaymentNotice { notice: PaymentNotice::Expired, .. } => "notice expired",
+        Command::PaymentNotice { notice: PaymentNotice::Opened { .. }, .. } => "notice opened",
         Command::RequestRefund { .. } => match before {
             Some(Record::Payment(p)) if p.status == PaymentStatus::PartlyRefunded => "refund again",
             _ => "refund",
@@ -1451,6 +1497,9 @@ const REACHED: &[&str] = &[
     "initiate: DuplicateReference",
     "initiate: AmountBelowFee",
     "notice processing: Initiated -> Processing",
+    "notice opened: Initiated -> Processing",
+    "notice opened: Changed",
+    "notice opened: Unchanged",
     "notice processing: Unchanged",
     "notice processing: NotFound",
     "notice confirmed: Initiated -> Succeeded",

@@ -66,8 +66,15 @@ pub struct NewPayout {
 pub enum PaymentNotice {
     Processing,
     Confirmed,
-    Declined { failure_code: String },
+    Declined {
+        failure_code: String,
+    },
     Expired,
+    /// The provider opened the payment on a page of its own where the customer approves it (Wave's checkout,
+    /// CinetPay's, Orange's): the payment is under way, and `url_paiement` says where.
+    Opened {
+        payment_url: ReturnUrl,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

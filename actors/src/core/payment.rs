@@ -89,13 +89,13 @@ impl Ctx<'_> {
         ids: IdSource<'_>,
     ) -> Result<Decided, Rejection> {
         let trigger = match notice {
-            PaymentNotice::Processing => Trigger::ProviderProcessing,
+            PaymentNotice::Processing | PaymentNotice::Opened { .. } => Trigger::ProviderProcessing,
             PaymentNotice::Confirmed => Trigger::ProviderConfirmed,
             PaymentNotice::Declined { .. } => Trigger::ProviderDeclined,
             PaymentNotice::Expired => Trigger::TtlExpired,
         };
         let Some(rule) = moved(transition(Some(Status::Payment(p.status)), trigger)?) else {
-            return Ok(Decided::Unchanged(Record::Payment(p.clone())));
+            return self.payment_url_only(p, notice);
         };
         let Status::Payment(status) = rule.to else {
             return Err(Rejection::Impossible("a payment rule leads to another kind's status"));
@@ -103,6 +103,9 @@ impl Ctx<'_> {
         let mut next = p.clone();
         next.status = status;
         next.updated_at = self.now;
+        if let PaymentNotice::Opened { payment_url } = notice {
+            next.payment_url = Some(payment_url.as_str().to_owned());
+        }
         match (status, notice) {
             (PaymentStatus::Succeeded, _) => {
                 next.paid_at = Some(self.now);
@@ -131,6 +134,37 @@ impl Ctx<'_> {
             created: None,
             outbox,
             linked,
+        })))
+    }
+}
+
+impl Ctx<'_> {
+    /// A payment page given for a payment already under way (a status query saw it first): the page is kept,
+    /// the status stays, no money moves and no webhook goes (`payment.processing` went with the move). Any other
+    /// notice that moves nothing changes nothing.
+    fn payment_url_only(&self, p: &Payment, notice: &PaymentNotice) -> Result<Decided, Rejection> {
+        let PaymentNotice::Opened { payment_url } = notice else {
+            return Ok(Decided::Unchanged(Record::Payment(p.clone())));
+        };
+        if p.status != PaymentStatus::Processing || p.payment_url.as_deref() == Some(payment_url.as_str()) {
+            return Ok(Decided::Unchanged(Record::Payment(p.clone())));
+        }
+        let mut next = p.clone();
+        next.payment_url = Some(payment_url.as_str().to_owned());
+        next.updated_at = self.now;
+        Ok(Decided::Changed(Box::new(Decision {
+            journal: self.journal(
+                Trigger::ProviderProcessing,
+                next.reference.as_str(),
+                next.status.as_str(),
+                next.currency,
+                Vec::new(),
+            ),
+            balances: self.balances.clone(),
+            record: Record::Payment(next),
+            created: None,
+            outbox: Vec::new(),
+            linked: None,
         })))
     }
 }
