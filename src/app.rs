@@ -85,7 +85,11 @@ impl Application {
             .map_err(|source| StartError::Bind { addr: settings.listen.to_string(), source })?;
         let bound =
             listener.local_addr().map_err(|source| StartError::Bind { addr: settings.listen.to_string(), source })?;
-        let providers = Providers::from_settings(&settings);
+        let public_url = match (settings.public_url.as_str(), settings.environment) {
+            ("", Environment::Sandbox) => format!("http://{bound}"),
+            (url, _) => url.to_owned(),
+        };
+        let providers = Providers::from_settings(&settings, &public_url);
         if let Some(sim) = &providers.simulator {
             sim.set_base_url(format!("http://{bound}"));
         }

@@ -36,6 +36,34 @@ impl std::fmt::Debug for Secret {
 pub struct AdaptersLayer {
     pub(super) pawapay: Option<PawapayLayer>,
     pub(super) mtn_momo: Option<MtnLayer>,
+    pub(super) wave: Option<WaveLayer>,
+}
+
+/// `[adapters.wave]`: the API key of one Wave wallet (Checkout and Payout permissions), and the webhook secret
+/// the Business Portal shows (a signing secret, or a shared secret sent as a bearer token).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaveLayer {
+    pub(super) base_url: Option<String>,
+    pub(super) api_key: Option<String>,
+    pub(super) api_key_file: Option<String>,
+    pub(super) webhook_secret: Option<String>,
+    pub(super) webhook_secret_file: Option<String>,
+}
+
+const WAVE_KEYS: [&str; 5] = ["base_url", "api_key", "api_key_file", "webhook_secret", "webhook_secret_file"];
+
+impl WaveLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        Some(match key {
+            "base_url" => &mut self.base_url,
+            "api_key" => &mut self.api_key,
+            "api_key_file" => &mut self.api_key_file,
+            "webhook_secret" => &mut self.webhook_secret,
+            "webhook_secret_file" => &mut self.webhook_secret_file,
+            _ => return None,
+        })
+    }
 }
 
 /// `[adapters.mtn_momo]`: each product (collection, disbursement) has its own subscription key and API user.
@@ -119,13 +147,34 @@ impl AdaptersLayer {
                 any_mtn = true;
             }
         }
-        (any_pawapay || any_mtn)
-            .then_some(AdaptersLayer { pawapay: any_pawapay.then_some(pawapay), mtn_momo: any_mtn.then_some(mtn) })
+        let mut wave = WaveLayer::default();
+        let mut any_wave = false;
+        for key in WAVE_KEYS {
+            if let (Some(value), Some(slot)) =
+                (get(&format!("CAISSE_ADAPTERS_WAVE_{}", key.to_uppercase())), wave.slot(key))
+            {
+                *slot = Some(value);
+                any_wave = true;
+            }
+        }
+        (any_pawapay || any_mtn || any_wave).then_some(AdaptersLayer {
+            pawapay: any_pawapay.then_some(pawapay),
+            mtn_momo: any_mtn.then_some(mtn),
+            wave: any_wave.then_some(wave),
+        })
     }
 
     /// `other`'s keys win over `self`'s, key by key.
     pub(super) fn merge(mut self, other: AdaptersLayer) -> AdaptersLayer {
-        let AdaptersLayer { pawapay, mtn_momo } = other;
+        let AdaptersLayer { pawapay, mtn_momo, wave } = other;
+        if let Some(mut theirs) = wave {
+            let mine = self.wave.get_or_insert_with(WaveLayer::default);
+            for key in WAVE_KEYS {
+                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
+                    *slot = Some(value);
+                }
+            }
+        }
         if let Some(mut theirs) = mtn_momo {
             let mine = self.mtn_momo.get_or_insert_with(MtnLayer::default);
             for key in MTN_KEYS {
@@ -169,11 +218,21 @@ pub struct MtnSettings {
     pub disbursement: Option<MtnProduct>,
 }
 
+/// Wave (Checkout and Payout APIs): where it is, the wallet's API key, and the webhook secret (without one,
+/// every callback is refused and only status queries settle payments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaveSettings {
+    pub base_url: String,
+    pub api_key: Secret,
+    pub webhook_secret: Option<Secret>,
+}
+
 /// The adapters that have their credentials, hence can be active.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AdapterSettings {
     pub pawapay: Option<PawapaySettings>,
     pub mtn_momo: Option<MtnSettings>,
+    pub wave: Option<WaveSettings>,
 }
 
 /// One route of a fournisseur: these countries go to this adapter.
@@ -258,7 +317,18 @@ pub(super) fn resolve(layer: Option<AdaptersLayer>, environment: Environment) ->
         None => None,
         Some(m) => resolve_mtn(m, environment)?,
     };
-    Ok(AdapterSettings { pawapay, mtn_momo })
+    let wave = match layer.wave {
+        None => None,
+        Some(w) => {
+            let api_key = secret("adapters.wave.api_key", w.api_key, w.api_key_file)?;
+            let webhook_secret = secret("adapters.wave.webhook_secret", w.webhook_secret, w.webhook_secret_file)?;
+            // Wave has no public sandbox: both environments speak to its one API unless told otherwise.
+            let url = w.base_url.filter(|u| !u.is_empty()).unwrap_or_else(|| "https://api.wave.com".to_owned());
+            let base_url = base_url("adapters.wave.base_url", &url)?;
+            api_key.map(|api_key| WaveSettings { base_url, api_key, webhook_secret })
+        }
+    };
+    Ok(AdapterSettings { pawapay, mtn_momo, wave })
 }
 
 fn resolve_mtn(m: MtnLayer, environment: Environment) -> Result<Option<MtnSettings>, ConfigError> {
@@ -337,6 +407,7 @@ mod tests {
                 api_token_file: None,
             }),
             mtn_momo: None,
+            wave: None,
         };
         assert_eq!(resolve(Some(layer(None, None)), Environment::Production).unwrap().pawapay, None);
         let active = resolve(Some(layer(None, Some("t"))), Environment::Production).unwrap().pawapay.unwrap();

@@ -19,7 +19,7 @@ use crate::sandbox_modes::Chaos;
 pub mod adapters;
 
 use crate::client_address::Cidr;
-pub use adapters::{AdapterSettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret};
+pub use adapters::{AdapterSettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret, WaveSettings};
 pub use caisse_engine::store::sealing::MasterKey;
 
 /// The compiled-in defaults: the commented file at the repository's root.

@@ -22,10 +22,13 @@ pub mod sweep;
 use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::provider::{AdapterName, ProviderRoute};
+use caisse_engine::domain::provider::{AdapterName, ProviderRoute, ReturnUrl};
+use caisse_engine::domain::records::Payment;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::store::Located;
-use caisse_engine::{Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout, ProviderNote};
+use caisse_engine::{
+    Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout, PaymentNotice, ProviderNote,
+};
 
 use self::notice::apply_provider_status;
 use crate::providers::{Adapter, ProviderError, ProviderStatus, Providers, Routed, Subject};
@@ -43,6 +46,8 @@ pub struct Carrier {
     pub subject: Subject,
     /// Our id for it, from which the provider's idempotency id is derived.
     pub transaction_id: String,
+    /// The payment's transaction id, when the transaction is one of its refunds.
+    pub parent: Option<String>,
 }
 
 /// The engine and the providers, which every step of a payment's life needs together. Cheap to clone.
@@ -102,7 +107,8 @@ impl Flow {
             tracing::warn!(tx = %transaction_id, adapter = %name, "the transaction's adapter is not configured any more");
             return None;
         };
-        Some(Carrier { adapter, name, subject, transaction_id })
+        let parent = parent.cloned();
+        Some(Carrier { adapter, name, subject, transaction_id, parent })
     }
 
     /// Applies a provider's refusal of a request: the transaction fails with the provider's code. Answers
@@ -130,9 +136,9 @@ impl Flow {
     }
 
     /// Waits for a request to the provider within [`REQUEST_BUDGET`].
-    async fn within_budget(
-        sent: impl std::future::Future<Output = Result<(), ProviderError>>,
-    ) -> Result<(), ProviderError> {
+    async fn within_budget<T>(
+        sent: impl std::future::Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
         actix_web::rt::time::timeout(REQUEST_BUDGET, sent).await.unwrap_or_else(|_| {
             Err(ProviderError::Unreachable(format!("no answer within {REQUEST_BUDGET:?}; the sweeps ask again")))
         })
@@ -175,11 +181,33 @@ impl Flow {
         let sent = match &executed {
             Executed::Done(record @ Record::Payment(p)) => match self.carrier(record, TransactionType::Payment) {
                 Some(carrier) => Self::within_budget(carrier.adapter.request_to_pay(p)).await,
-                None => Ok(()),
+                None => Ok(None),
             },
-            _ => Ok(()),
+            _ => Ok(None),
         };
-        Ok(self.after_request(merchant, executed, TransactionType::Payment, sent).await)
+        let executed = match (&executed, &sent) {
+            // The provider's page is kept on the payment before the merchant hears of it, so the answer
+            // carries `url_paiement`.
+            (Executed::Done(Record::Payment(p)), Ok(Some(page))) => {
+                self.opened(merchant, p, page.clone()).await.unwrap_or(executed)
+            }
+            _ => executed,
+        };
+        Ok(self.after_request(merchant, executed, TransactionType::Payment, sent.map(drop)).await)
+    }
+
+    /// Keeps the page where the customer approves a payment (the payment moves to `en_cours`); answers the
+    /// payment after it. A failure to write it is logged: the next status query or resubmission gives it again.
+    pub async fn opened(&self, merchant: &MerchantId, payment: &Payment, page: ReturnUrl) -> Option<Executed> {
+        let notice = PaymentNotice::Opened { payment_url: page };
+        let command = Command::PaymentNotice { reference: payment.reference.clone(), notice };
+        match self.engine.execute(merchant, command, None).await {
+            Ok(executed) => Some(executed),
+            Err(e) => {
+                tracing::warn!(reference = %payment.reference, error = %e, "could not keep the provider's payment page");
+                None
+            }
+        }
     }
 
     /// Records the refund request (the amount reserved), durably, then asks the provider to send it.
@@ -213,7 +241,9 @@ impl Flow {
             }
             _ => Ok(()),
         };
-        Ok(self.after_request(merchant, executed, TransactionType::Refund, sent).await)
+        let settled = matches!(sent, Ok(()));
+        let executed = self.after_request(merchant, executed, TransactionType::Refund, sent).await;
+        Ok(if settled { self.settle_now(merchant, executed, TransactionType::Refund).await } else { executed })
     }
 
     /// Records the payout (the amount reserved) with its route, durably, then asks the provider to send it.
@@ -233,6 +263,40 @@ impl Flow {
             },
             _ => Ok(()),
         };
-        Ok(self.after_request(merchant, executed, TransactionType::Payout, sent).await)
+        let settled = matches!(sent, Ok(()));
+        let executed = self.after_request(merchant, executed, TransactionType::Payout, sent).await;
+        Ok(if settled { self.settle_now(merchant, executed, TransactionType::Payout).await } else { executed })
+    }
+
+    /// For a provider whose answer to a request is final at once ([`Adapter::settles_at_once`]), asks its status
+    /// right away and applies it; anything else (or a failed query) leaves it to the reconciliation.
+    async fn settle_now(&self, merchant: &MerchantId, executed: Executed, kind: TransactionType) -> Executed {
+        let Executed::Done(record) = &executed else { return executed };
+        let Some(carrier) = self.carrier(record, kind) else { return executed };
+        if !carrier.adapter.settles_at_once(carrier.subject) {
+            return executed;
+        }
+        let asked = carrier.adapter.status(carrier.subject, &carrier.transaction_id, carrier.parent.as_deref());
+        let report = match Self::within_budget(asked).await {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::info!(key = %record.key(), error = %e, "status after the request unknown; the reconciliation asks again");
+                return executed;
+            }
+        };
+        let reference = match record {
+            Record::Payment(p) if kind == TransactionType::Refund => p.refund.as_ref().map(|r| r.reference.clone()),
+            other => Some(other.key().to_owned()),
+        };
+        let Some(reference) = reference else { return executed };
+        let located = Located { kind, reference, record: record.clone() };
+        match apply_provider_status(&self.engine, merchant, &located, &report, false).await {
+            Ok(Some(after)) => after,
+            Ok(None) => executed,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not apply the provider's answer; the reconciliation asks again");
+                executed
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@ use caisse_engine::{
 use super::Flow;
 use std::sync::Arc;
 
-use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus, Report};
+use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus, Report, Subject};
 
 /// Why a provider's notice was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -98,11 +98,16 @@ impl Flow {
             return Ok(());
         }
         // A notice says only that something changed: what changed is asked of the provider.
-        let confirmed = adapter.status(notice.subject, &notice.transaction_id).await.map_err(|e| {
+        let parent = match (&located.record, notice.subject) {
+            (Record::Payment(p), Subject::Refund) => Some(p.transaction_id.as_str()),
+            _ => None,
+        };
+        let confirmed = adapter.status(notice.subject, &notice.transaction_id, parent).await.map_err(|e| {
             tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
             NoticeError::Unconfirmed(e.to_string())
         })?;
         apply_provider_status(&self.engine, &merchant, &located, &confirmed, false).await?;
+        adapter.notice_handled(&callback.headers, &callback.body);
         Ok(())
     }
 }
@@ -129,6 +134,7 @@ pub async fn apply_provider_status(
             let notice = match status {
                 ProviderStatus::Succeeded => Some(PaymentNotice::Confirmed),
                 ProviderStatus::Failed { code } => Some(PaymentNotice::Declined { failure_code: code.clone() }),
+                ProviderStatus::Expired => Some(PaymentNotice::Expired),
                 _ if expire => Some(PaymentNotice::Expired),
                 ProviderStatus::Processing => Some(PaymentNotice::Processing),
                 ProviderStatus::Pending => None,
@@ -138,7 +144,7 @@ pub async fn apply_provider_status(
         (Record::Payment(p), _) => {
             let outcome = match status {
                 ProviderStatus::Succeeded => Some(RefundOutcome::Completed),
-                ProviderStatus::Failed { .. } => Some(RefundOutcome::Refused),
+                ProviderStatus::Failed { .. } | ProviderStatus::Expired => Some(RefundOutcome::Refused),
                 _ => None,
             };
             // Located by the refund's own id, or by its payment (the sweep's pending work), whose refund
@@ -160,6 +166,7 @@ pub async fn apply_provider_status(
             let outcome = match status {
                 ProviderStatus::Succeeded => Some(PayoutOutcome::Sent),
                 ProviderStatus::Failed { code } => Some(PayoutOutcome::Refused { reason: code.clone() }),
+                ProviderStatus::Expired => Some(PayoutOutcome::Refused { reason: "expired".into() }),
                 _ => None,
             };
             outcome.map(|outcome| Command::PayoutNotice { id: o.id.clone(), outcome })

@@ -100,10 +100,11 @@ async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
     if !matches!((&located.record, item.kind), (Record::Payment(_), TransactionType::Refund) | (Record::Payout(_), _)) {
         return;
     }
-    let Some(Carrier { adapter, subject, transaction_id, .. }) = flow.carrier(&located.record, item.kind) else {
+    let Some(Carrier { adapter, subject, transaction_id, parent, .. }) = flow.carrier(&located.record, item.kind)
+    else {
         return;
     };
-    let status = match adapter.status(subject, &transaction_id).await {
+    let status = match adapter.status(subject, &transaction_id, parent.as_deref()).await {
         Ok(status) => status,
         Err(e) => return tracing::warn!(error = %e, owner = %item.owner, "reconciliation status query failed"),
     };
@@ -136,7 +137,7 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
     let status = match flow.carrier(&located.record, TransactionType::Payment) {
         // A timeout or a 5xx decides nothing, not even an expiry: the provider may have taken the money. The next
         // pass asks again; only an answer (a final one, or "not created"/"still pending") settles it.
-        Some(carrier) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id).await {
+        Some(carrier) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id, None).await {
             Ok(status) => status,
             Err(e) => {
                 return tracing::warn!(error = %e, reference = %item.owner, "last status query failed; asked again next pass")
@@ -144,6 +145,25 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
         },
         // No adapter to ask any more (the configuration changed): nothing can settle it but the TTL.
         None => ProviderStatus::Pending.into(),
+    };
+    // Still open at the provider: closed there first (where it can be), so the customer cannot pay a payment
+    // Caisse gives up on, then asked once more, since a payment completed in the meantime wins.
+    let status = match (&status.status, flow.carrier(&located.record, TransactionType::Payment)) {
+        (ProviderStatus::Pending | ProviderStatus::Processing, Some(carrier)) => {
+            match carrier.adapter.close(payment).await {
+                Ok(false) => status,
+                Ok(true) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id, None).await {
+                    Ok(after) => after,
+                    Err(e) => {
+                        return tracing::warn!(error = %e, reference = %item.owner, "status after closing unknown; asked again next pass")
+                    }
+                },
+                Err(e) => {
+                    return tracing::warn!(error = %e, reference = %item.owner, "closing at the provider failed; tried again next pass")
+                }
+            }
+        }
+        _ => status,
     };
     if let Err(e) = apply_provider_status(&flow.engine, &item.merchant, &located, &status, true).await {
         tracing::warn!(error = %e, reference = %item.owner, "expiry failed; the next pass retries");
@@ -170,13 +190,21 @@ async fn resubmit_pending(flow: &Flow) {
 /// that lost its memory) is sent again under the same id, so nothing is ever created twice.
 async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider) {
     let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
-    let Some(Carrier { adapter, subject, transaction_id, .. }) = flow.carrier(&located.record, kind) else { return };
+    let Some(Carrier { adapter, subject, transaction_id, parent, .. }) = flow.carrier(&located.record, kind) else {
+        return;
+    };
     let located = Located { kind, ..located };
-    let result = match adapter.status(subject, &transaction_id).await {
+    let result = match adapter.status(subject, &transaction_id, parent.as_deref()).await {
         Ok(Report { status: ProviderStatus::Pending, .. }) => match &located.record {
             Record::Payment(p) => match (&p.refund, subject) {
                 (Some(r), Subject::Refund) => adapter.refund(p, r).await,
-                _ => adapter.request_to_pay(p).await,
+                _ => match adapter.request_to_pay(p).await {
+                    Ok(Some(page)) => {
+                        flow.opened(&item.merchant, p, page).await;
+                        Ok(())
+                    }
+                    other => other.map(drop),
+                },
             },
             Record::Payout(o) => adapter.payout(o).await,
             Record::Link(_) => Ok(()),
@@ -219,6 +247,7 @@ mod tests {
     use crate::config::Settings;
     use crate::merchants::{self, NewMerchant};
     use crate::providers::{Adapter, LocalFuture, Notice, Provider, ProviderError, Providers};
+    use caisse_engine::domain::provider::ReturnUrl;
 
     /// A provider that takes a while to answer anything, and counts how many calls it has at once.
     #[derive(Default)]
@@ -248,10 +277,10 @@ mod tests {
     struct Slow(Arc<SlowProvider>);
 
     impl Adapter for Slow {
-        fn request_to_pay(&self, _: &Payment) -> LocalFuture<Result<(), ProviderError>> {
-            self.0.call(Ok(()))
+        fn request_to_pay(&self, _: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
+            self.0.call(Ok(None))
         }
-        fn status(&self, _: Subject, _: &str) -> LocalFuture<Result<Report, ProviderError>> {
+        fn status(&self, _: Subject, _: &str, _: Option<&str>) -> LocalFuture<Result<Report, ProviderError>> {
             if self.0.down.load(Ordering::SeqCst) {
                 return self.0.call(Err(ProviderError::Unreachable("down".into())));
             }

@@ -9,6 +9,10 @@
 //! - `GET /payer/{id}/{reference}`: the payment's status, refreshed by the page itself until it is final,
 //!   then a receipt, or the failure with a way to try again. It shows only a payment made through this link.
 //!
+//! - `GET /retour/{transaction id}`: where a provider that took the customer to its own page (Wave) sends the
+//!   browser back. It forwards to the payment's `url_retour` with `reference` added, so merchants need no
+//!   provider-specific code; without one it shows the payment's status and amount, nothing else.
+//!
 //! Abuse: the form carries a signed token ([`tokens`]) bound to a cookie set with the form, so a post comes
 //! from a browser that loaded this link's form within the hour; the token's nonce is the payment's
 //! idempotency key, so a double tap makes one payment and lands on the same page; each address may post
@@ -70,6 +74,7 @@ impl Default for PayerState {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/payer/{id}").route(web::get().to(show)).route(web::post().to(submit)))
         .service(web::resource("/payer/{id}/{reference}").route(web::get().to(status)))
+        .service(web::resource("/retour/{transaction}").route(web::get().to(back)))
         .service(web::resource("/assets/payer.css").route(web::get().to(pages::stylesheet)));
 }
 
@@ -81,6 +86,8 @@ fn page(status: StatusCode, markup: maud::Markup) -> HttpResponse {
     response.content_type("text/html; charset=utf-8").body(markup.into_string())
 }
 
+/// `form-action` lets the form's answer take the customer to a provider's page (https; a local fake on the
+/// loopback), which browsers check against the policy like the form's own target.
 fn secure(response: &mut actix_web::HttpResponseBuilder) {
     response
         .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
@@ -90,7 +97,7 @@ fn secure(response: &mut actix_web::HttpResponseBuilder) {
         .insert_header((
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(
-                "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self' https:; frame-ancestors 'none'; base-uri 'none'",
+                "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self' https: http://127.0.0.1:* http://localhost:*; frame-ancestors 'none'; base-uri 'none'",
             ),
         ));
 }
@@ -483,4 +490,34 @@ fn fingerprint(link: &str, fields: &[&str]) -> String {
         hasher.update(field.as_bytes());
     }
     hex::encode(hasher.finalize())
+}
+
+/// `GET /retour/{transaction id}`: the customer's browser back from the provider's page.
+pub async fn back(state: web::Data<AppState>, path: web::Path<String>) -> HttpResponse {
+    let tx = path.into_inner();
+    let missing = || trouble(StatusCode::NOT_FOUND, "Paiement introuvable", "Ce paiement n'existe pas.");
+    if validate_id(IdKind::Transaction, &tx).is_err() {
+        return missing();
+    }
+    let located = match state.engine.owner_of_transaction(&tx) {
+        Ok(found) => found,
+        Err(e) => return engine_trouble("return owner", e),
+    };
+    let Some((_, caisse_engine::store::Located { record: Record::Payment(payment), .. })) = located else {
+        return missing();
+    };
+    if payment.transaction_id != tx {
+        return missing();
+    }
+    let route = match state.engine.provider_trail(&tx) {
+        Ok(trail) => trail.route,
+        Err(e) => return engine_trouble("return route", e),
+    };
+    match route.and_then(|r| r.return_url) {
+        Some(url) => {
+            let separator = if url.as_str().contains('?') { '&' } else { '?' };
+            see_other(&format!("{}{separator}reference={}", url.as_str(), payment.reference))
+        }
+        None => page(StatusCode::OK, pages::returned(&payment)),
+    }
 }

@@ -266,6 +266,31 @@ pub fn status(merchant: &str, link: &Link, payment: &Payment, provider: &str, re
     )
 }
 
+/// The page a customer lands on back from a provider's page when the payment has no `url_retour`: its status and
+/// amount only (the merchant may be anyone, the visitor anybody holding the address).
+pub fn returned(payment: &Payment) -> Markup {
+    let price = amount(payment.amount.minor(), payment.currency);
+    let (title, tone) = match payment.status {
+        PaymentStatus::Succeeded | PaymentStatus::PartlyRefunded | PaymentStatus::Refunded => ("Paiement réussi", "ok"),
+        PaymentStatus::Failed => ("Paiement refusé", "bad"),
+        PaymentStatus::Expired => ("Paiement expiré", "bad"),
+        PaymentStatus::Initiated | PaymentStatus::Processing => ("Paiement en cours de confirmation", "wait"),
+    };
+    let waiting = tone == "wait";
+    shell(
+        title,
+        waiting,
+        html! {
+            div.card {
+                h1 { (title) }
+                p.status.(tone) role="status" { (price) }
+                @if waiting { p { "Cette page se met à jour toute seule." } }
+                p { "Vous pouvez fermer cette page." }
+            }
+        },
+    )
+}
+
 /// `26/11/2026 à 14:05 (UTC)`.
 fn date(at: Timestamp) -> String {
     let text = at.to_rfc3339();

@@ -107,7 +107,7 @@ impl Plan {
 fn opposite(status: &ProviderStatus) -> Option<ProviderStatus> {
     match status {
         ProviderStatus::Succeeded => Some(ProviderStatus::Failed { code: FLAP_FAILURE_CODE.into() }),
-        ProviderStatus::Failed { .. } => Some(ProviderStatus::Succeeded),
+        ProviderStatus::Failed { .. } | ProviderStatus::Expired => Some(ProviderStatus::Succeeded),
         ProviderStatus::Pending | ProviderStatus::Processing => None,
     }
 }

@@ -17,6 +17,7 @@ pub mod mtn_momo;
 pub mod pawapay;
 pub mod rfc9421;
 pub mod sandbox;
+pub mod wave;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use actix_web::http::header::HeaderMap;
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::provider::ProviderReference;
+use caisse_engine::domain::provider::{ProviderReference, ReturnUrl};
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +56,9 @@ pub enum ProviderStatus {
     Failed {
         code: String,
     },
+    /// The provider stopped waiting for the customer (Wave's checkout session passed its `when_expires`): the
+    /// payment expires, as it would at Caisse's own TTL.
+    Expired,
 }
 
 /// A provider's answer to a status query: the status, and the provider's own reference for the transaction
@@ -155,8 +159,32 @@ pub trait Adapter: Send + Sync {
     fn refresh(&self) -> LocalFuture<()> {
         Box::pin(std::future::ready(()))
     }
-    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>>;
-    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>>;
+    /// Asks the provider to collect the payment. A provider that needs the customer's browser answers the page
+    /// where the customer approves it (`url_paiement`); one that prompts the phone answers `None`.
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>>;
+    /// Stops a payment Caisse gives up on (its TTL passed with no final answer) from being paid later, where
+    /// the provider allows it (Wave expires the checkout session). Answers whether it did anything, so the
+    /// caller asks the status once more: a payment completed just before wins.
+    fn close(&self, _payment: &Payment) -> LocalFuture<Result<bool, ProviderError>> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+    /// Whether the provider's answer to a request of this kind is final at once or within moments (Wave's
+    /// refunds and payouts), so the flow asks about it right after the request instead of at the next
+    /// reconciliation.
+    fn settles_at_once(&self, _subject: Subject) -> bool {
+        false
+    }
+    /// Called once a callback was confirmed and applied, so an adapter that takes each event once (Wave, by
+    /// event id) remembers it; a callback that failed on the way is taken again when the provider retries.
+    fn notice_handled(&self, _headers: &HeaderMap, _body: &[u8]) {}
+    /// The provider's view of a transaction. `parent` is the payment's transaction id when `subject` is a refund
+    /// (Wave finds a refund through the payment it refunds).
+    fn status(
+        &self,
+        subject: Subject,
+        transaction_id: &str,
+        parent: Option<&str>,
+    ) -> LocalFuture<Result<Report, ProviderError>>;
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>>;
     /// Authenticates and parses an inbound notice; anything unauthenticated is refused before parsing.
@@ -275,7 +303,10 @@ impl Providers {
     /// Builds every adapter that has its credentials, then each fournisseur's routes: its per-country routes,
     /// then its default adapter for the countries it lists (`pays`). Without a default, a fournisseur goes to
     /// the simulator when it runs (the sandbox), for any country, so integrations can use any test number.
-    pub fn from_settings(settings: &Settings) -> Providers {
+    ///
+    /// `public_url` is where this server is reached from outside (the setting, or in the sandbox the address it
+    /// listens on): the base of the pages providers send customers back to.
+    pub fn from_settings(settings: &Settings, public_url: &str) -> Providers {
         let simulator = settings.sandbox_simulator.then(|| {
             Arc::new(
                 sandbox::Simulator::new(
@@ -300,6 +331,12 @@ impl Providers {
                 );
             }
             adapters.insert("mtn_momo".into(), Arc::new(mtn_momo::MtnMomo::new(mtn.clone(), &settings.public_url)));
+        }
+        if let Some(wave) = &settings.adapters.wave {
+            if wave.webhook_secret.is_none() {
+                tracing::warn!("adapters.wave.webhook_secret is not set: Wave's webhooks are refused, and only status queries settle payments");
+            }
+            adapters.insert("wave".into(), Arc::new(wave::Wave::new(wave.clone(), public_url)));
         }
         let by_code = settings
             .providers

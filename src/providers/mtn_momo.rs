@@ -22,6 +22,7 @@ use actix_web::http::header::HeaderMap;
 use awc::http::{Method, StatusCode};
 use caisse_engine::domain::ids::uuid_of;
 use caisse_engine::domain::money::{Amount, Currency};
+use caisse_engine::domain::provider::ReturnUrl;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
@@ -274,13 +275,19 @@ impl Adapter for MtnMomo {
         self.outbound.degraded()
     }
 
-    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
         let party = json!({"partyIdType": "MSISDN", "partyId": payment.customer_phone.digits()});
         let body = body(payment.amount, payment.currency, &payment.transaction_id, ("payer", party));
-        self.create(Product::Collection, "/collection/v1_0/requesttopay", &payment.transaction_id, body)
+        let created = self.create(Product::Collection, "/collection/v1_0/requesttopay", &payment.transaction_id, body);
+        Box::pin(async move { created.await.map(|()| None) })
     }
 
-    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>> {
+    fn status(
+        &self,
+        subject: Subject,
+        transaction_id: &str,
+        _parent: Option<&str>,
+    ) -> LocalFuture<Result<Report, ProviderError>> {
         let Some(id) = uuid_of(transaction_id) else {
             return Box::pin(std::future::ready(Err(ProviderError::Malformed(format!("`{transaction_id}`")))));
         };

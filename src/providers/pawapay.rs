@@ -22,6 +22,7 @@ use awc::http::{Method, StatusCode};
 use caisse_engine::domain::ids::uuid_of;
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::provider::ReturnUrl;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde_json::{json, Value};
 
@@ -308,7 +309,7 @@ impl Adapter for Pawapay {
         })
     }
 
-    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
         let Some(code) = provider_code(payment.provider.as_str(), &payment.customer_phone) else {
             return Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "unsupported_provider".into() })));
         };
@@ -324,10 +325,16 @@ impl Adapter for Pawapay {
             "clientReferenceId": payment.transaction_id,
             "customerMessage": DEPOSIT_MESSAGE,
         });
-        self.create("/v2/deposits", body)
+        let created = self.create("/v2/deposits", body);
+        Box::pin(async move { created.await.map(|()| None) })
     }
 
-    fn status(&self, subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>> {
+    fn status(
+        &self,
+        subject: Subject,
+        transaction_id: &str,
+        _parent: Option<&str>,
+    ) -> LocalFuture<Result<Report, ProviderError>> {
         let id = match id_of(transaction_id) {
             Ok(id) => id,
             Err(e) => return Box::pin(std::future::ready(Err(e))),

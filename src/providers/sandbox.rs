@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
 use actix_web::rt::time::{sleep_until, Instant};
+use caisse_engine::domain::provider::ReturnUrl;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::domain::Metadata;
@@ -275,7 +276,7 @@ fn ending(phone: &str) -> &str {
 }
 
 impl Adapter for Simulator {
-    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
         let d = self.delay_ms;
         // The sweep expires a payment up to one pass after its TTL; answers meant to come "after the expiry"
         // wait for that pass too, so `04` really goes through `expire` first.
@@ -291,10 +292,15 @@ impl Adapter for Simulator {
             _ => vec![processing, Step::new(d, ProviderStatus::Succeeded, 1)],
         };
         self.tell(payment.provider.as_str(), Subject::Payment, &payment.transaction_id, &payment.metadata, steps);
-        Box::pin(async { Ok(()) })
+        Box::pin(async { Ok(None) })
     }
 
-    fn status(&self, _subject: Subject, transaction_id: &str) -> LocalFuture<Result<Report, ProviderError>> {
+    fn status(
+        &self,
+        _subject: Subject,
+        transaction_id: &str,
+        _parent: Option<&str>,
+    ) -> LocalFuture<Result<Report, ProviderError>> {
         let status = self.known.get(transaction_id).map(|s| s.clone()).unwrap_or(ProviderStatus::Pending);
         Box::pin(async move { Ok(status.into()) })
     }

@@ -418,6 +418,61 @@ async fn a_customer_pays_a_payment_link_on_a_phone_in_chromium() {
     drop(driver);
 }
 
+/// A payment that needs the customer's browser: a link paid through Wave (the local fake) in Chromium, from the
+/// link's page to Wave's page, then back through Caisse's return page to the link's receipt.
+#[actix_web::test]
+async fn a_customer_pays_through_waves_page_and_comes_back_in_chromium() {
+    let driver = Driver::start();
+    let profile = tempfile::TempDir::new().expect("profile dir");
+    let port = free_port();
+    let webhook_url = format!("http://127.0.0.1:{port}/v1/notifications/wave");
+    let fake = support::Fake::start(&["wave", "--listen", "127.0.0.1:0", "--webhook-url", &webhook_url]);
+    let base_url = fake.base.clone();
+    let app = support::spawn_app_with(move |s| {
+        s.listen = format!("127.0.0.1:{port}").parse().expect("a loopback address");
+        s.public_url = format!("http://127.0.0.1:{port}");
+        s.adapters.wave = Some(caisse::config::WaveSettings {
+            base_url,
+            api_key: caisse::config::Secret::new("wave_sn_prod_fake-api-key".into()),
+            webhook_secret: Some(caisse::config::Secret::new("wave_sn_WHS_fake-webhook-secret".into())),
+        });
+        for p in &mut s.providers {
+            if p.code.as_str() == "wave" {
+                p.adapter = Some("wave".into());
+            }
+        }
+    })
+    .await;
+    let link = app
+        .send(app.post("/v1/liens").json(
+            &json!({"montant": 2500, "devise": "XOF", "description": "Panier du marché", "fournisseurs": ["wave"]}),
+        ))
+        .await;
+    link.expect(201);
+    let url = text(&link.json["url"]).to_owned();
+    let browser = Browser::open(&driver, &app.address, profile.path()).await;
+    browser.client.set_window_size(PHONE.0, PHONE.1).await.expect("phone size");
+    browser.client.goto(&url).await.expect("the link opens");
+    browser.click("#pays option[value='SN']").await;
+    browser.fill("#telephone", "77 000 00 55").await;
+    browser.shot("51-wave-link-form").await;
+    browser.click("button[type=submit]").await;
+    // Wave's page (the fake's), where the customer approves.
+    browser.shows("h1", "Payer 2500 XOF").await;
+    assert!(browser.client.current_url().await.expect("url").as_str().starts_with(&fake.base));
+    browser.shot("52-wave-page").await;
+    browser.click("#pay").await;
+    // Back through /retour to the link's page, which ends on the receipt.
+    browser.shows("h1", "Paiement réussi").await;
+    assert!(browser.path().await.starts_with(&format!("/payer/{}/", text(&link.json["id"]))));
+    browser.shot("53-wave-receipt").await;
+    let payments = app.list_all("/v1/transactions?type=paiement", 10).await;
+    assert_eq!(payments.len(), 1);
+    assert_eq!(payments[0]["statut"], "succes");
+    browser.client.close().await.expect("session closed");
+    drop(driver);
+}
+
 /// The dashboard asks for a login first; a wrong password is refused with a message, the right one opens
 /// the overview.
 async fn log_in(browser: &Browser, app: &TestApp) {

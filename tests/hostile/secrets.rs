@@ -319,7 +319,7 @@ fn secrets_are_compared_in_constant_time() {
 
     const SENSITIVE: [&str; 6] = ["secret", "signature", "csrf", "password", "token", "session"];
     let mut found = Vec::new();
-    for dir in ["src/http", "src/dashboard", "src/providers", "actors/src/webhook"] {
+    for dir in ["src/http", "src/dashboard", "src/payer", "src/providers", "actors/src/webhook"] {
         for path in rust_files(&root.join(dir)) {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             // Unit tests compare known values on purpose.

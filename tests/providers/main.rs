@@ -13,6 +13,7 @@ mod agent;
 mod mtn;
 mod pawapay;
 mod restart;
+mod wave;
 
 /// A mtn_momo payment of `amount` XOF from `phone` (the fake's outcome follows the number).
 fn payment(amount: i64, phone: &str) -> Value {

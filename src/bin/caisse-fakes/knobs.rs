@@ -43,7 +43,16 @@ pub struct Knobs {
     pub deposit_callback_url: Option<String>,
     pub payout_callback_url: Option<String>,
     pub refund_callback_url: Option<String>,
+    /// Wave: where webhooks go.
+    pub webhook_url: Option<String>,
+    /// Wave: how webhooks are authenticated (`concatenated`, `dot`, `rotated`, `bearer`, `stale`, `bad`).
+    pub wave_signature: String,
+    /// Wave: how long a checkout session stays open, in seconds of the fake clock.
+    pub session_ttl_s: u64,
 }
+
+/// The Wave webhook authentications the fake can send.
+const WAVE_SIGNATURES: [&str; 6] = ["concatenated", "dot", "rotated", "bearer", "stale", "bad"];
 
 impl Default for Knobs {
     fn default() -> Knobs {
@@ -63,6 +72,9 @@ impl Default for Knobs {
             deposit_callback_url: None,
             payout_callback_url: None,
             refund_callback_url: None,
+            webhook_url: None,
+            wave_signature: "concatenated".into(),
+            session_ttl_s: 1800,
         }
     }
 }
@@ -86,6 +98,9 @@ pub struct KnobsPatch {
     deposit_callback_url: Option<String>,
     payout_callback_url: Option<String>,
     refund_callback_url: Option<String>,
+    webhook_url: Option<String>,
+    wave_signature: Option<String>,
+    session_ttl_s: Option<u64>,
 }
 
 /// Latency above this (ten minutes) is refused: no client waits that long.
@@ -107,11 +122,19 @@ impl Knobs {
                 return Err("signature_encoding must be raw or der".into());
             }
         }
+        if patch.wave_signature.as_deref().is_some_and(|s| !WAVE_SIGNATURES.contains(&s)) {
+            return Err(format!("wave_signature must be one of {}", WAVE_SIGNATURES.join(", ")));
+        }
+        if patch.session_ttl_s == Some(0) {
+            return Err("session_ttl_s must be at least 1".into());
+        }
         if patch.token_ttl_s == Some(0) {
             return Err("token_ttl_s must be at least 1".into());
         }
         for url in
-            [&patch.deposit_callback_url, &patch.payout_callback_url, &patch.refund_callback_url].into_iter().flatten()
+            [&patch.deposit_callback_url, &patch.payout_callback_url, &patch.refund_callback_url, &patch.webhook_url]
+                .into_iter()
+                .flatten()
         {
             if !url.is_empty() && !is_http_url(url) {
                 return Err(format!("{url:?} is not an http(s) URL"));
@@ -125,6 +148,9 @@ impl Knobs {
         keep(patch.deposit_callback_url, &mut self.deposit_callback_url);
         keep(patch.payout_callback_url, &mut self.payout_callback_url);
         keep(patch.refund_callback_url, &mut self.refund_callback_url);
+        keep(patch.webhook_url, &mut self.webhook_url);
+        self.wave_signature = patch.wave_signature.unwrap_or(std::mem::take(&mut self.wave_signature));
+        self.session_ttl_s = patch.session_ttl_s.unwrap_or(self.session_ttl_s);
         self.latency_ms = patch.latency_ms.unwrap_or(self.latency_ms);
         self.create_500_but_created = patch.create_500_but_created.unwrap_or(self.create_500_but_created);
         self.never_answer = patch.never_answer.unwrap_or(self.never_answer);

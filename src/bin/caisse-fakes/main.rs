@@ -1,4 +1,5 @@
-//! `caisse-fakes`: local fake servers of pawaPay (Merchant API v2) and MTN MoMo (Open API), following their
+//! `caisse-fakes`: local fake servers of pawaPay (Merchant API v2), MTN MoMo (Open API) and Wave (Checkout and
+//! Payout), following their
 //! published protocols, so Caisse's adapters can be tested and a production-mode Caisse tried without
 //! credentials. docs/fakes.md is the user's guide.
 //!
@@ -7,6 +8,7 @@
 //!                       [--deposit-callback-url U] [--payout-callback-url U] [--refund-callback-url U]
 //! caisse-fakes mtn-momo --listen 127.0.0.1:0 [--subscription-key-collection K] [--subscription-key-disbursement K]
 //!                       [--api-user U --api-key K]... [--target-environment sandbox] [--settle-ms 200]
+//! caisse-fakes wave     --listen 127.0.0.1:0 [--api-key K] [--webhook-secret S] [--webhook-url U] [--settle-ms 200]
 //! ```
 //!
 //! The first line on stdout is exactly `listening on http://127.0.0.1:PORT`; logs go to stderr. The process
@@ -19,7 +21,7 @@
 //! - `knobs.rs`: the behaviour switches and their checks.
 //! - `control.rs`: the `/__fake/*` control API (requests, transactions, knobs, complete, clock).
 //! - `callbacks.rs`: the bounded callback sender and the callback modes.
-//! - `pawapay/`: the pawaPay v2 fake. `mtn/`: the MTN MoMo fake.
+//! - `pawapay/`: the pawaPay v2 fake. `mtn/`: the MTN MoMo fake. `wave.rs`: the Wave fake.
 
 mod callbacks;
 mod common;
@@ -28,6 +30,7 @@ mod knobs;
 mod mtn;
 mod pawapay;
 mod server;
+mod wave;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -45,6 +48,8 @@ pub const DEFAULT_COLLECTION_KEY: &str = "fake-collection-subscription-key";
 pub const DEFAULT_DISBURSEMENT_KEY: &str = "fake-disbursement-subscription-key";
 pub const DEFAULT_API_USER: &str = "5f1f1b8e-6f0c-4d2a-9a57-0c5b6d7e8f90";
 pub const DEFAULT_API_KEY: &str = "fake-api-key";
+pub const DEFAULT_WAVE_API_KEY: &str = "wave_sn_prod_fake-api-key";
+pub const DEFAULT_WAVE_WEBHOOK_SECRET: &str = "wave_sn_WHS_fake-webhook-secret";
 /// A transaction left alone settles after at most an hour, even with a large --settle-ms.
 const SETTLE_MS_MAX: u64 = 3_600_000;
 
@@ -62,6 +67,23 @@ enum Command {
     /// The MTN MoMo Open API (collection and disbursement).
     #[command(name = "mtn-momo")]
     MtnMomo(MtnArgs),
+    /// Wave's Checkout and Payout APIs, with a hosted payment page and signed webhooks.
+    Wave(WaveArgs),
+}
+
+#[derive(Args)]
+struct WaveArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The API key clients must send as `Authorization: Bearer <key>`.
+    #[arg(long, default_value = DEFAULT_WAVE_API_KEY)]
+    api_key: String,
+    /// The secret webhooks are signed with.
+    #[arg(long, default_value = DEFAULT_WAVE_WEBHOOK_SECRET)]
+    webhook_secret: String,
+    /// Where webhooks are POSTed (also settable with the knobs).
+    #[arg(long)]
+    webhook_url: Option<String>,
 }
 
 #[derive(Args)]
@@ -152,6 +174,11 @@ fn build(command: Command) -> Result<(Common, Provider, Knobs), String> {
             let signer = pawapay::signing::Signer::generate()?;
             (args.common, Provider::Pawapay(pawapay::Config { token: args.token, signer }))
         }
+        Command::Wave(args) => {
+            let patch = serde_json::json!({ "webhook_url": args.webhook_url });
+            knobs.apply(serde_json::from_value(patch).map_err(|e| e.to_string())?)?;
+            (args.common, Provider::Wave(wave::Config { api_key: args.api_key, webhook_secret: args.webhook_secret }))
+        }
         Command::MtnMomo(args) => {
             let users = pairs(&args.api_user, &args.api_key)?;
             let product = |key: String, user: &(String, String)| mtn::Product {
@@ -219,7 +246,11 @@ async fn run(common: Common, provider: Provider, knobs: Knobs) -> std::io::Resul
     let mut stdout = std::io::stdout();
     writeln!(stdout, "listening on http://{address}")?;
     stdout.flush()?;
-    let name = if fake.is_pawapay() { "pawapay" } else { "mtn-momo" };
+    let name = match fake.provider {
+        Provider::Pawapay(_) => "pawapay",
+        Provider::Mtn(_) => "mtn-momo",
+        Provider::Wave(_) => "wave",
+    };
     tracing::info!(%address, settle_ms = common.settle_ms, "{name} fake serving");
     actix_web::rt::spawn(callbacks::run(queue));
     actix_web::rt::spawn(server::run_ticker(fake));

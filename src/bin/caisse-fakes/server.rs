@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::callbacks::{self, Outgoing};
 use crate::common::{provider_reference, Clock, RecordedRequest, Stage, Store, Txn, REQUESTS_MAX};
 use crate::knobs::Knobs;
-use crate::{control, mtn, pawapay};
+use crate::{control, mtn, pawapay, wave};
 
 /// How long a "never answer" call is held before the fake gives up on it; the client has long gone by then.
 const NEVER_ANSWER_HOLD: Duration = Duration::from_secs(600);
@@ -33,6 +33,7 @@ pub const TICK: Duration = Duration::from_millis(20);
 pub enum Provider {
     Pawapay(pawapay::Config),
     Mtn(mtn::Config),
+    Wave(wave::Config),
 }
 
 /// Everything a request may change, behind one lock that is never held across an await.
@@ -42,6 +43,7 @@ pub struct State {
     pub requests: VecDeque<RecordedRequest>,
     pub txns: Store,
     pub tokens: mtn::Tokens,
+    pub wave: wave::Book,
 }
 
 pub struct Fake {
@@ -67,7 +69,7 @@ impl Fake {
     pub fn status_name(&self, txn: &Txn) -> &'static str {
         match &self.provider {
             Provider::Pawapay(_) => pawapay::status_name(txn),
-            Provider::Mtn(_) => mtn::status_name(txn),
+            Provider::Mtn(_) | Provider::Wave(_) => mtn::status_name(txn),
         }
     }
 
@@ -76,6 +78,8 @@ impl Fake {
         match &self.provider {
             Provider::Pawapay(config) => pawapay::callbacks_for(config, knobs, txn),
             Provider::Mtn(_) => mtn::callbacks_for(knobs, txn),
+            // Wave's webhooks leave when the customer acts on the hosted page, not from the transaction store.
+            Provider::Wave(_) => Vec::new(),
         }
     }
 }
@@ -103,17 +107,19 @@ pub struct Reply {
     pub headers: Vec<(&'static str, String)>,
     /// True when this call created a transaction (the create-time knobs apply).
     pub created: bool,
+    /// An HTML page instead of JSON (Wave's hosted payment page).
+    pub html: Option<String>,
 }
 
 impl Reply {
     pub fn json(status: u16, body: Value) -> Reply {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        Reply { status, body: Some(body), headers: vec![], created: false }
+        Reply { status, body: Some(body), headers: vec![], created: false, html: None }
     }
 
     pub fn empty(status: u16) -> Reply {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        Reply { status, body: None, headers: vec![], created: false }
+        Reply { status, body: None, headers: vec![], created: false, html: None }
     }
 
     /// Marks the reply as the answer to a creation.
@@ -132,9 +138,10 @@ impl Reply {
         for (name, value) in self.headers {
             response.insert_header((name, value));
         }
-        match self.body {
-            Some(body) => response.content_type("application/json").body(body.to_string()),
-            None => response.finish(),
+        match (self.html, self.body) {
+            (Some(page), _) => response.content_type("text/html; charset=utf-8").body(page),
+            (None, Some(body)) => response.content_type("application/json").body(body.to_string()),
+            (None, None) => response.finish(),
         }
     }
 }
@@ -160,6 +167,7 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
         let body = match fake.provider {
             Provider::Pawapay(_) => pawapay::too_many_requests(),
             Provider::Mtn(_) => mtn::too_many_requests(),
+            Provider::Wave(_) => wave::too_many_requests(),
         };
         let mut reply = Reply::json(429, body);
         reply.headers.push(("Retry-After", "1".into()));
@@ -170,6 +178,7 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
     let reply = match &fake.provider {
         Provider::Pawapay(config) => pawapay::handle(&fake, config, &call),
         Provider::Mtn(config) => mtn::handle(&fake, config, &call),
+        Provider::Wave(config) => wave::handle(&fake, config, &call),
     };
     // Recorded once handled: whoever sees a request in the log also sees what it created, so a test that
     // acts on "the request reached the provider" never races the creation.
@@ -193,6 +202,7 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
         let body = match fake.provider {
             Provider::Pawapay(_) => pawapay::unknown_error(),
             Provider::Mtn(_) => mtn::internal_error(),
+            Provider::Wave(_) => wave::internal_error(),
         };
         return Reply::json(500, body).into_response();
     }
@@ -273,6 +283,9 @@ pub async fn run_ticker(fake: web::Data<Fake>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
+        if matches!(fake.provider, Provider::Wave(_)) {
+            wave::tick(&fake);
+        }
         let outgoing = tick(&fake);
         fake.callbacks.send_all(outgoing);
     }
