@@ -37,6 +37,55 @@ pub struct AdaptersLayer {
     pub(super) pawapay: Option<PawapayLayer>,
     pub(super) mtn_momo: Option<MtnLayer>,
     pub(super) wave: Option<WaveLayer>,
+    pub(super) cinetpay: Option<CinetpayLayer>,
+}
+
+/// `[adapters.cinetpay]`: the checkout's API key, site id and secret key (which signs notifications), and the
+/// Transfer API's login and password for payouts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CinetpayLayer {
+    pub(super) base_url: Option<String>,
+    pub(super) transfer_base_url: Option<String>,
+    pub(super) apikey: Option<String>,
+    pub(super) apikey_file: Option<String>,
+    pub(super) site_id: Option<String>,
+    pub(super) secret_key: Option<String>,
+    pub(super) secret_key_file: Option<String>,
+    pub(super) transfer_login: Option<String>,
+    pub(super) transfer_password: Option<String>,
+    pub(super) transfer_password_file: Option<String>,
+}
+
+const CINETPAY_KEYS: [&str; 10] = [
+    "base_url",
+    "transfer_base_url",
+    "apikey",
+    "apikey_file",
+    "site_id",
+    "secret_key",
+    "secret_key_file",
+    "transfer_login",
+    "transfer_password",
+    "transfer_password_file",
+];
+
+impl CinetpayLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        Some(match key {
+            "base_url" => &mut self.base_url,
+            "transfer_base_url" => &mut self.transfer_base_url,
+            "apikey" => &mut self.apikey,
+            "apikey_file" => &mut self.apikey_file,
+            "site_id" => &mut self.site_id,
+            "secret_key" => &mut self.secret_key,
+            "secret_key_file" => &mut self.secret_key_file,
+            "transfer_login" => &mut self.transfer_login,
+            "transfer_password" => &mut self.transfer_password,
+            "transfer_password_file" => &mut self.transfer_password_file,
+            _ => return None,
+        })
+    }
 }
 
 /// `[adapters.wave]`: the API key of one Wave wallet (Checkout and Payout permissions), and the webhook secret
@@ -157,16 +206,35 @@ impl AdaptersLayer {
                 any_wave = true;
             }
         }
-        (any_pawapay || any_mtn || any_wave).then_some(AdaptersLayer {
+        let mut cinetpay = CinetpayLayer::default();
+        let mut any_cinetpay = false;
+        for key in CINETPAY_KEYS {
+            if let (Some(value), Some(slot)) =
+                (get(&format!("CAISSE_ADAPTERS_CINETPAY_{}", key.to_uppercase())), cinetpay.slot(key))
+            {
+                *slot = Some(value);
+                any_cinetpay = true;
+            }
+        }
+        (any_pawapay || any_mtn || any_wave || any_cinetpay).then_some(AdaptersLayer {
             pawapay: any_pawapay.then_some(pawapay),
             mtn_momo: any_mtn.then_some(mtn),
             wave: any_wave.then_some(wave),
+            cinetpay: any_cinetpay.then_some(cinetpay),
         })
     }
 
     /// `other`'s keys win over `self`'s, key by key.
     pub(super) fn merge(mut self, other: AdaptersLayer) -> AdaptersLayer {
-        let AdaptersLayer { pawapay, mtn_momo, wave } = other;
+        let AdaptersLayer { pawapay, mtn_momo, wave, cinetpay } = other;
+        if let Some(mut theirs) = cinetpay {
+            let mine = self.cinetpay.get_or_insert_with(CinetpayLayer::default);
+            for key in CINETPAY_KEYS {
+                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
+                    *slot = Some(value);
+                }
+            }
+        }
         if let Some(mut theirs) = wave {
             let mine = self.wave.get_or_insert_with(WaveLayer::default);
             for key in WAVE_KEYS {
@@ -227,12 +295,27 @@ pub struct WaveSettings {
     pub webhook_secret: Option<Secret>,
 }
 
+/// CinetPay: Checkout v2 for collection (cards and mobile money), and the Transfer API for payouts when its
+/// login is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CinetpaySettings {
+    pub base_url: String,
+    pub transfer_base_url: String,
+    pub apikey: Secret,
+    pub site_id: String,
+    /// Signs notifications (`x-token`).
+    pub secret_key: Secret,
+    /// The Transfer API's login and password; without them, payouts through CinetPay are refused.
+    pub transfer: Option<(String, Secret)>,
+}
+
 /// The adapters that have their credentials, hence can be active.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AdapterSettings {
     pub pawapay: Option<PawapaySettings>,
     pub mtn_momo: Option<MtnSettings>,
     pub wave: Option<WaveSettings>,
+    pub cinetpay: Option<CinetpaySettings>,
 }
 
 /// One route of a fournisseur: these countries go to this adapter.
@@ -328,7 +411,47 @@ pub(super) fn resolve(layer: Option<AdaptersLayer>, environment: Environment) ->
             api_key.map(|api_key| WaveSettings { base_url, api_key, webhook_secret })
         }
     };
-    Ok(AdapterSettings { pawapay, mtn_momo, wave })
+    let cinetpay = match layer.cinetpay {
+        None => None,
+        Some(c) => resolve_cinetpay(c)?,
+    };
+    Ok(AdapterSettings { pawapay, mtn_momo, wave, cinetpay })
+}
+
+fn resolve_cinetpay(c: CinetpayLayer) -> Result<Option<CinetpaySettings>, ConfigError> {
+    let apikey = secret("adapters.cinetpay.apikey", c.apikey, c.apikey_file)?;
+    let secret_key = secret("adapters.cinetpay.secret_key", c.secret_key, c.secret_key_file)?;
+    let site_id = c.site_id.filter(|s| !s.is_empty());
+    let (apikey, site_id, secret_key) = match (apikey, site_id, secret_key) {
+        (Some(a), Some(s), Some(k)) => (a, s, k),
+        (None, None, None) => return Ok(None),
+        _ => {
+            return Err(bad("adapters.cinetpay.site_id", "the checkout needs apikey, site_id and secret_key together"))
+        }
+    };
+    let password = secret("adapters.cinetpay.transfer_password", c.transfer_password, c.transfer_password_file)?;
+    let transfer = match (c.transfer_login.filter(|l| !l.is_empty()), password) {
+        (Some(login), Some(password)) => Some((login, password)),
+        (None, None) => None,
+        _ => {
+            return Err(bad(
+                "adapters.cinetpay.transfer_login",
+                "payouts need transfer_login and transfer_password together",
+            ))
+        }
+    };
+    // CinetPay's sandbox is its production API with test credentials: one default for both environments.
+    let url = c.base_url.filter(|u| !u.is_empty()).unwrap_or_else(|| "https://api-checkout.cinetpay.com".to_owned());
+    let transfer_url =
+        c.transfer_base_url.filter(|u| !u.is_empty()).unwrap_or_else(|| "https://client.cinetpay.com".to_owned());
+    Ok(Some(CinetpaySettings {
+        base_url: base_url("adapters.cinetpay.base_url", &url)?,
+        transfer_base_url: base_url("adapters.cinetpay.transfer_base_url", &transfer_url)?,
+        apikey,
+        site_id,
+        secret_key,
+        transfer,
+    }))
 }
 
 fn resolve_mtn(m: MtnLayer, environment: Environment) -> Result<Option<MtnSettings>, ConfigError> {
@@ -408,6 +531,7 @@ mod tests {
             }),
             mtn_momo: None,
             wave: None,
+            cinetpay: None,
         };
         assert_eq!(resolve(Some(layer(None, None)), Environment::Production).unwrap().pawapay, None);
         let active = resolve(Some(layer(None, Some("t"))), Environment::Production).unwrap().pawapay.unwrap();

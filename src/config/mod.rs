@@ -19,7 +19,9 @@ use crate::sandbox_modes::Chaos;
 pub mod adapters;
 
 use crate::client_address::Cidr;
-pub use adapters::{AdapterSettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret, WaveSettings};
+pub use adapters::{
+    AdapterSettings, CinetpaySettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret, WaveSettings,
+};
 pub use caisse_engine::store::sealing::MasterKey;
 
 /// The compiled-in defaults: the commented file at the repository's root.

@@ -120,3 +120,16 @@ pub async fn adapter_notification_put(
 ) -> Result<HttpResponse, ApiError> {
     adapter_notification_with_token(state, req, path, payload).await
 }
+
+/// A provider checking that its notification URL answers (CinetPay pings it with a GET before it posts): 200
+/// for an active adapter, nothing read, nothing changed.
+#[utoipa::path(get, path = "/v1/notifications/{adapter}", tag = "fournisseurs",
+    params(("adapter" = String, Path, description = "Adapter name: cinetpay, ...")),
+    responses((status = 200, description = "The URL answers", body = Object),
+        (status = 404, description = "Unknown or inactive adapter", body = ErrorBody)))]
+pub async fn adapter_ping(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    match state.providers.adapter(&path) {
+        Some(_) => Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true }))),
+        None => Err(ApiError::not_found("provider")),
+    }
+}

@@ -82,6 +82,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/fournisseurs"),
     ("POST", "/v1/fournisseurs/{code}/notifications"),
     ("POST", "/v1/notifications/{adapter}"),
+    ("GET", "/v1/notifications/{adapter}"),
     ("POST", "/v1/notifications/{adapter}/{token}"),
     ("PUT", "/v1/notifications/{adapter}/{token}"),
     ("GET", "/v1/openapi.json"),
@@ -155,6 +156,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             )
             .service(
                 web::resource("/notifications/{adapter}")
+                    .route(web::get().to(fournisseurs::adapter_ping))
                     .route(web::post().to(fournisseurs::adapter_notification))
                     .default_service(unknown_method()),
             )

@@ -36,6 +36,7 @@ use super::{fournisseurs, liens, paiement, retraits, soldes, transactions, utili
         fournisseurs::adapter_notification,
         fournisseurs::adapter_notification_with_token,
         fournisseurs::adapter_notification_put,
+        fournisseurs::adapter_ping,
         document,
     ),
     modifiers(&BearerAuth, &Suspended)

@@ -120,6 +120,20 @@ pub(crate) fn check_route(
     }
 }
 
+/// A card payment needs the holder's name and e-mail: card networks and CinetPay's checkout ask for them.
+pub(crate) fn card_holder(provider: &Provider, email: Option<&Email>, name: Option<&Name>) -> Result<(), ApiError> {
+    if provider.settings.code.as_str() != "carte" {
+        return Ok(());
+    }
+    if name.is_none() {
+        return Err(ApiError::invalid("client_nom", "a card payment needs the card holder's name (client_nom)"));
+    }
+    if email.is_none() {
+        return Err(ApiError::invalid("client_email", "a card payment needs the card holder's e-mail (client_email)"));
+    }
+    Ok(())
+}
+
 /// The provider for an operation in a currency, with the amount checked against its bounds.
 pub(crate) fn provider_for<'a>(
     state: &'a AppState,
@@ -190,6 +204,9 @@ pub async fn initiate(
         Phone::parse_written(&b.customer_phone).map_err(|e| ApiError::invalid("client_telephone", e.to_string()))?;
     let ask = Ask { operation: Operation::Payment, currency, amount };
     let route = ProviderRoute { return_url, ..check_route(provider, &phone, "client_telephone", &ask)? };
+    let customer_email = optional("client_email", b.customer_email, Email::parse)?;
+    let customer_name = optional("client_nom", b.customer_name, Name::parse)?;
+    card_holder(provider, customer_email.as_ref(), customer_name.as_ref())?;
     let new = NewPayment {
         reference: optional("reference", b.reference, Reference::parse)?,
         amount,
@@ -197,8 +214,8 @@ pub async fn initiate(
         provider: provider.settings.code.clone(),
         fee: provider.settings.fee,
         customer_phone: phone,
-        customer_email: optional("client_email", b.customer_email, Email::parse)?,
-        customer_name: optional("client_nom", b.customer_name, Name::parse)?,
+        customer_email,
+        customer_name,
         description: optional("description", b.description, Description::parse)?,
         metadata: metadata(b.metadata)?,
         link: None,

@@ -74,7 +74,8 @@ impl Default for PayerState {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/payer/{id}").route(web::get().to(show)).route(web::post().to(submit)))
         .service(web::resource("/payer/{id}/{reference}").route(web::get().to(status)))
-        .service(web::resource("/retour/{transaction}").route(web::get().to(back)))
+        // CinetPay brings the browser back with a form POST; Wave with a GET.
+        .service(web::resource("/retour/{transaction}").route(web::get().to(back)).route(web::post().to(back)))
         .service(web::resource("/assets/payer.css").route(web::get().to(pages::stylesheet)));
 }
 
@@ -394,6 +395,14 @@ fn checked_payment(
         "" => None,
         text => Some(Email::parse(text).map_err(|_| ApiError::invalid("client_email", "Adresse e-mail invalide."))?),
     };
+    crate::http::paiement::card_holder(provider, email.as_ref(), name.as_ref()).map_err(|e| {
+        match e.field.as_deref() {
+            Some("client_nom") => {
+                ApiError::invalid("client_nom", "Pour payer par carte, indiquez le nom du titulaire.")
+            }
+            _ => ApiError::invalid("client_email", "Pour payer par carte, indiquez une adresse e-mail."),
+        }
+    })?;
     let new = NewPayment {
         reference: Some(reference),
         amount,

@@ -111,6 +111,26 @@ impl Outbound {
     /// Sends `call`, retrying an idempotent one on a timeout, a 5xx or a 429. Any answer the provider gave
     /// (4xx and the last 5xx included) is returned for the adapter to read; `Err` means no answer at all.
     pub async fn send(&self, call: Call<'_>) -> Result<Answer, ProviderError> {
+        self.send_with(call, None).await
+    }
+
+    /// Sends a form (`application/x-www-form-urlencoded`), as CinetPay's Transfer API wants; repeated like an
+    /// idempotent call (its requests carry our id, or only read).
+    pub async fn send_form(
+        &self,
+        method: Method,
+        url: String,
+        form: Option<Vec<(&'static str, String)>>,
+    ) -> Result<Answer, ProviderError> {
+        let call = Call { method, url, headers: Vec::new(), body: None, idempotent: true };
+        self.send_with(call, form.as_deref()).await
+    }
+
+    async fn send_with(
+        &self,
+        call: Call<'_>,
+        form: Option<&[(&'static str, String)]>,
+    ) -> Result<Answer, ProviderError> {
         if self.degraded() {
             METRICS.provider_call(self.name, "circuit_open");
             return Err(ProviderError::Unreachable(format!("{} is degraded; calls resume shortly", self.name)));
@@ -129,7 +149,7 @@ impl Outbound {
                 let jitter = rand::thread_rng().gen_range(0..=wait.as_millis() as u64);
                 actix_web::rt::time::sleep(wait + Duration::from_millis(jitter)).await;
             }
-            last = self.once(&call).await;
+            last = self.once(&call, form).await;
             let retry = match &last {
                 Ok(answer) => answer.status.is_server_error() || answer.status == StatusCode::TOO_MANY_REQUESTS,
                 Err(_) => true,
@@ -150,15 +170,16 @@ impl Outbound {
         last
     }
 
-    async fn once(&self, call: &Call<'_>) -> Result<Answer, ProviderError> {
+    async fn once(&self, call: &Call<'_>, form: Option<&[(&'static str, String)]>) -> Result<Answer, ProviderError> {
         let exchange = async {
             let mut request = CLIENT.with(|c| c.request(call.method.clone(), &call.url));
             for (name, value) in &call.headers {
                 request = request.insert_header((*name, value.as_str()));
             }
-            let mut response = match &call.body {
-                Some(body) => request.send_json(body).await,
-                None => request.send().await,
+            let mut response = match (&call.body, form) {
+                (_, Some(form)) => request.send_form(&form).await,
+                (Some(body), None) => request.send_json(body).await,
+                (None, None) => request.send().await,
             }
             .map_err(|e| ProviderError::Unreachable(format!("{} {}: {e}", call.method, call.url)))?;
             let status = response.status();

@@ -12,6 +12,7 @@
 //! Futures here are not `Send`: the HTTP client (awc) lives on the actix thread that calls it.
 
 pub mod chaos;
+pub mod cinetpay;
 pub mod http;
 pub mod mtn_momo;
 pub mod pawapay;
@@ -337,6 +338,9 @@ impl Providers {
                 tracing::warn!("adapters.wave.webhook_secret is not set: Wave's webhooks are refused, and only status queries settle payments");
             }
             adapters.insert("wave".into(), Arc::new(wave::Wave::new(wave.clone(), public_url)));
+        }
+        if let Some(cinetpay) = &settings.adapters.cinetpay {
+            adapters.insert("cinetpay".into(), Arc::new(cinetpay::Cinetpay::new(cinetpay.clone(), public_url)));
         }
         let by_code = settings
             .providers

@@ -116,10 +116,11 @@ async fn fees_follow_each_providers_rule_rounded_half_up() {
         (1050, "EUR", "carte", 30), // 290 bps of 10.50 EUR = 30.45 cents
     ];
     for (amount, currency, provider, fee) in cases {
+        // A card payment needs the holder's name and e-mail.
         let p = app
             .initiate(&json!({
                 "montant": amount, "devise": currency, "fournisseur": provider,
-                "client_telephone": "+22997000002",
+                "client_telephone": "+22997000002", "client_nom": "Awa Koné", "client_email": "awa@example.com",
             }))
             .await;
         assert_eq!(p["frais"], fee, "{provider} {amount} {currency}");

@@ -33,7 +33,8 @@ async fn overview_shows_balances_per_currency_in_major_units() {
     app.wait_payment(&reference, "succes").await;
     let eur = reference_of(
         &app.initiate(
-            &json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099"}),
+            &json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099",
+                "client_nom": "Awa Koné", "client_email": "awa@example.com"}),
         )
         .await,
     );
@@ -65,7 +66,8 @@ async fn transactions_filter_page_and_open_with_history_and_deliveries() {
     }
     let eur = reference_of(
         &app.initiate(
-            &json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099"}),
+            &json!({"montant": 1050, "devise": "EUR", "fournisseur": "carte", "client_telephone": "+22997000099",
+                "client_nom": "Awa Koné", "client_email": "awa@example.com"}),
         )
         .await,
     );

@@ -198,7 +198,8 @@ async fn the_api_walk_finds_nothing_of_bravo(a: &Api, markers: &Markers) {
             // Providers' door: no merchant key, no merchant records answered (see the notice tests).
             ("POST", "/v1/fournisseurs/{code}/notifications")
             | ("POST", "/v1/notifications/{adapter}")
-            | (_, "/v1/notifications/{adapter}/{token}") => {}
+            | (_, "/v1/notifications/{adapter}/{token}")
+            | ("GET", "/v1/notifications/{adapter}") => {}
             // Creations: checked above (B's balance, B's idempotency key) and below (the shared reference).
             ("POST", "/v1/paiement/initier") | ("POST", "/v1/retraits") | ("POST", "/v1/liens") => {}
             ("GET", path) if !path.contains('{') => {

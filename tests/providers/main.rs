@@ -10,6 +10,7 @@ use support::TestApp;
 
 #[path = "../dashboard/agent.rs"]
 mod agent;
+mod cinetpay;
 mod mtn;
 mod pawapay;
 mod restart;

@@ -9,6 +9,8 @@
 //! caisse-fakes mtn-momo --listen 127.0.0.1:0 [--subscription-key-collection K] [--subscription-key-disbursement K]
 //!                       [--api-user U --api-key K]... [--target-environment sandbox] [--settle-ms 200]
 //! caisse-fakes wave     --listen 127.0.0.1:0 [--api-key K] [--webhook-secret S] [--webhook-url U] [--settle-ms 200]
+//! caisse-fakes cinetpay --listen 127.0.0.1:0 [--apikey K] [--site-id S] [--secret-key K]
+//!                       [--transfer-login L] [--transfer-password P] [--settle-ms 200]
 //! ```
 //!
 //! The first line on stdout is exactly `listening on http://127.0.0.1:PORT`; logs go to stderr. The process
@@ -21,9 +23,11 @@
 //! - `knobs.rs`: the behaviour switches and their checks.
 //! - `control.rs`: the `/__fake/*` control API (requests, transactions, knobs, complete, clock).
 //! - `callbacks.rs`: the bounded callback sender and the callback modes.
-//! - `pawapay/`: the pawaPay v2 fake. `mtn/`: the MTN MoMo fake. `wave.rs`: the Wave fake.
+//! - `pawapay/`: the pawaPay v2 fake. `mtn/`: the MTN MoMo fake. `wave.rs`: the Wave fake. `cinetpay.rs`: the
+//!   CinetPay fake.
 
 mod callbacks;
+mod cinetpay;
 mod common;
 mod control;
 mod knobs;
@@ -50,6 +54,11 @@ pub const DEFAULT_API_USER: &str = "5f1f1b8e-6f0c-4d2a-9a57-0c5b6d7e8f90";
 pub const DEFAULT_API_KEY: &str = "fake-api-key";
 pub const DEFAULT_WAVE_API_KEY: &str = "wave_sn_prod_fake-api-key";
 pub const DEFAULT_WAVE_WEBHOOK_SECRET: &str = "wave_sn_WHS_fake-webhook-secret";
+pub const DEFAULT_CINETPAY_APIKEY: &str = "fake-cinetpay-apikey";
+pub const DEFAULT_CINETPAY_SITE_ID: &str = "105000000";
+pub const DEFAULT_CINETPAY_SECRET_KEY: &str = "fake-cinetpay-secret-key";
+pub const DEFAULT_CINETPAY_TRANSFER_LOGIN: &str = "fake-cinetpay-transfer-apikey";
+pub const DEFAULT_CINETPAY_TRANSFER_PASSWORD: &str = "fake-cinetpay-transfer-password";
 /// A transaction left alone settles after at most an hour, even with a large --settle-ms.
 const SETTLE_MS_MAX: u64 = 3_600_000;
 
@@ -69,6 +78,25 @@ enum Command {
     MtnMomo(MtnArgs),
     /// Wave's Checkout and Payout APIs, with a hosted payment page and signed webhooks.
     Wave(WaveArgs),
+    /// CinetPay's Checkout v2 and Transfer API, with a hosted payment page and signed notifications.
+    Cinetpay(CinetpayArgs),
+}
+
+#[derive(Args)]
+struct CinetpayArgs {
+    #[command(flatten)]
+    common: Common,
+    #[arg(long, default_value = DEFAULT_CINETPAY_APIKEY)]
+    apikey: String,
+    #[arg(long, default_value = DEFAULT_CINETPAY_SITE_ID)]
+    site_id: String,
+    /// The key notifications' x-token is computed with.
+    #[arg(long, default_value = DEFAULT_CINETPAY_SECRET_KEY)]
+    secret_key: String,
+    #[arg(long, default_value = DEFAULT_CINETPAY_TRANSFER_LOGIN)]
+    transfer_login: String,
+    #[arg(long, default_value = DEFAULT_CINETPAY_TRANSFER_PASSWORD)]
+    transfer_password: String,
 }
 
 #[derive(Args)]
@@ -174,6 +202,16 @@ fn build(command: Command) -> Result<(Common, Provider, Knobs), String> {
             let signer = pawapay::signing::Signer::generate()?;
             (args.common, Provider::Pawapay(pawapay::Config { token: args.token, signer }))
         }
+        Command::Cinetpay(args) => {
+            let config = cinetpay::Config {
+                apikey: args.apikey,
+                site_id: args.site_id,
+                secret_key: args.secret_key,
+                transfer_login: args.transfer_login,
+                transfer_password: args.transfer_password,
+            };
+            (args.common, Provider::Cinetpay(config))
+        }
         Command::Wave(args) => {
             let patch = serde_json::json!({ "webhook_url": args.webhook_url });
             knobs.apply(serde_json::from_value(patch).map_err(|e| e.to_string())?)?;
@@ -250,6 +288,7 @@ async fn run(common: Common, provider: Provider, knobs: Knobs) -> std::io::Resul
         Provider::Pawapay(_) => "pawapay",
         Provider::Mtn(_) => "mtn-momo",
         Provider::Wave(_) => "wave",
+        Provider::Cinetpay(_) => "cinetpay",
     };
     tracing::info!(%address, settle_ms = common.settle_ms, "{name} fake serving");
     actix_web::rt::spawn(callbacks::run(queue));

@@ -1,0 +1,526 @@
+//! The CinetPay adapter: Checkout v2 for collection (cards and mobile money, the customer approves on
+//! CinetPay's page, `url_paiement`), `/v2/payment/check` for status, signed notifications, and the Transfer API
+//! for payouts (docs.cinetpay.com).
+//!
+//! Protocol only; what a status means is decided in `flow`. The rules that keep money safe:
+//! - Our transaction id is CinetPay's `transaction_id` (unique per site) and the Transfer API's
+//!   `client_transaction_id`: a retry or a restart reuses it, and CinetPay answers a payout sent twice with
+//!   `805` (already sent under that id), which is "sent", not an error.
+//! - A notification is authenticated by its `x-token` (HMAC-SHA256 under the site's secret key over the sixteen
+//!   `cpm_*` fields in CinetPay's order), and only a hint: `/v2/payment/check` decides. CinetPay's GET ping of the
+//!   notification URL is answered 200 by the HTTP layer. Transfer notifications are unsigned: their URL carries a
+//!   per-transaction token only this server can make, and they too are only hints.
+//! - Amounts are integers in the currency's unit, in multiples of 5 for the checkout (checked before anything is
+//!   created). A card payment needs the customer's name and e-mail, which the API asks for (`carte`).
+//! - The Transfer API's token lives five minutes; it is cached four and fetched again after an expired-token
+//!   answer. A beneficiary is added as a contact before it is paid (already a contact is fine).
+//! - CinetPay has no refund API (refunds go through its back office): a refund through it is refused
+//!   (`refund_unsupported`).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::http::header::HeaderMap;
+use awc::http::Method;
+use caisse_engine::domain::money::{Amount, Currency};
+use caisse_engine::domain::phone::{calling_code, Phone};
+use caisse_engine::domain::provider::ReturnUrl;
+use caisse_engine::domain::records::{Payment, Payout, Refund};
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use super::http::{Call, Outbound};
+use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
+use crate::config::{CinetpaySettings, Operation};
+
+/// The fields a checkout notification's `x-token` covers, in the order CinetPay concatenates them.
+pub const NOTIFICATION_FIELDS: [&str; 16] = [
+    "cpm_site_id",
+    "cpm_trans_id",
+    "cpm_trans_date",
+    "cpm_amount",
+    "cpm_currency",
+    "signature",
+    "payment_method",
+    "cel_phone_num",
+    "cpm_phone_prefixe",
+    "cpm_language",
+    "cpm_version",
+    "cpm_payment_config",
+    "cpm_page_action",
+    "cpm_custom",
+    "cpm_designation",
+    "cpm_error_message",
+];
+/// The Transfer API's token lives five minutes; it is used for four.
+const TRANSFER_TOKEN_LIFE: Duration = Duration::from_secs(4 * 60);
+/// What the customer reads on CinetPay's page (CinetPay refuses `# $ _ &` in it).
+const DESCRIPTION: &str = "Paiement Caisse";
+
+pub struct Cinetpay {
+    settings: CinetpaySettings,
+    /// `{public_url}/v1/notifications/cinetpay`, and `{public_url}/retour/`.
+    notify_url: String,
+    return_base: String,
+    /// Key of the per-transaction tokens in transfer notification URLs.
+    transfer_key: Vec<u8>,
+    token: Arc<Mutex<Option<(String, Instant)>>>,
+    outbound: Arc<Outbound>,
+}
+
+impl Cinetpay {
+    pub fn new(settings: CinetpaySettings, public_url: &str) -> Cinetpay {
+        let public_url = public_url.trim_end_matches('/');
+        let transfer_key = {
+            use sha2::Digest;
+            let mut hasher = Sha256::new();
+            hasher.update(b"caisse cinetpay transfer notification token\0");
+            hasher.update(settings.secret_key.expose().as_bytes());
+            hasher.finalize().to_vec()
+        };
+        Cinetpay {
+            notify_url: format!("{public_url}/v1/notifications/cinetpay"),
+            return_base: format!("{public_url}/retour/"),
+            settings,
+            transfer_key,
+            token: Arc::default(),
+            outbound: Arc::new(Outbound::new("cinetpay")),
+        }
+    }
+
+    fn transfer_token(&self, transaction_id: &str) -> String {
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.transfer_key) else { return String::new() };
+        mac.update(transaction_id.as_bytes());
+        hex::encode(&mac.finalize().into_bytes()[..16])
+    }
+
+    fn checkout(&self, path: &str, body: Value, idempotent: bool) -> Call<'static> {
+        Call {
+            method: Method::POST,
+            url: format!("{}{path}", self.settings.base_url),
+            headers: Vec::new(),
+            body: Some(body),
+            idempotent,
+        }
+    }
+
+    /// Calls the Transfer API with a valid token, fetching one first if needed and once more after CinetPay
+    /// says it expired. `form` is sent as `application/x-www-form-urlencoded`, as the Transfer API wants.
+    fn transfer(
+        &self,
+        method: Method,
+        path: &str,
+        query: Vec<(&'static str, String)>,
+        form: Option<Vec<(&'static str, String)>>,
+    ) -> LocalFuture<Result<Value, ProviderError>> {
+        let Some((login, password)) = self.settings.transfer.clone() else {
+            return Box::pin(std::future::ready(Err(ProviderError::Rejected {
+                code: "transfer_not_configured".into(),
+            })));
+        };
+        let (base, path) = (self.settings.transfer_base_url.clone(), path.to_owned());
+        let (tokens, outbound) = (self.token.clone(), self.outbound.clone());
+        Box::pin(async move {
+            for attempt in 0..2 {
+                let token = transfer_login(&outbound, &tokens, &base, &login, password.expose()).await?;
+                let mut pairs = vec![("token", token)];
+                pairs.extend(query.iter().cloned());
+                let url = format!("{base}{path}?{}", serde_urlencoded::to_string(&pairs).unwrap_or_default());
+                let answer = outbound.send_form(method.clone(), url, form.clone()).await?;
+                let body = answer.json()?;
+                if matches!(code(&body).as_str(), "705" | "706") && attempt == 0 {
+                    tokens.lock().map(|mut t| t.take()).ok();
+                    continue;
+                }
+                return Ok(body);
+            }
+            Err(ProviderError::Unreachable("CinetPay refused a fresh transfer token".into()))
+        })
+    }
+}
+
+/// A Transfer API token: the cached one while valid, else a new one.
+async fn transfer_login(
+    outbound: &Outbound,
+    tokens: &Mutex<Option<(String, Instant)>>,
+    base: &str,
+    login: &str,
+    password: &str,
+) -> Result<String, ProviderError> {
+    if let Some((token, until)) = tokens.lock().ok().and_then(|t| t.clone()) {
+        if Instant::now() < until {
+            return Ok(token);
+        }
+    }
+    let form = vec![("apikey", login.to_owned()), ("password", password.to_owned())];
+    let answer = outbound.send_form(Method::POST, format!("{base}/v1/auth/login"), Some(form)).await?;
+    let body = answer.json()?;
+    let token = body["data"]["token"]
+        .as_str()
+        .filter(|t| code(&body) == "0" && !t.is_empty() && t.len() < 4096)
+        .ok_or_else(|| {
+            tracing::error!(code = %code(&body), "CinetPay refused our transfer login: check adapters.cinetpay.transfer_login");
+            ProviderError::Unreachable(format!("CinetPay transfer login answered code {}", code(&body)))
+        })?;
+    if let Ok(mut cache) = tokens.lock() {
+        *cache = Some((token.to_owned(), Instant::now() + TRANSFER_TOKEN_LIFE));
+    }
+    Ok(token.to_owned())
+}
+
+/// CinetPay's `code`, a string or a number depending on the API.
+fn code(body: &Value) -> String {
+    match &body["code"] {
+        Value::String(s) => s.chars().take(16).collect(),
+        Value::Number(n) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A checkout or transfer code as a failure code Caisse shows.
+fn failure(code: &str) -> String {
+    match code {
+        "600" => "payment_failed",
+        "602" => "insufficient_balance",
+        "604" => "otp_code_error",
+        "606" => "incorrect_settings",
+        "608" => "minimum_required_fields",
+        "612" => "currency_not_valid",
+        "627" => "transaction_cancel",
+        "628" => "amount_format",
+        "641" => "amount_too_low",
+        "642" => "amount_too_high",
+        "719" => "amount_too_small",
+        "720" => "amount_too_large",
+        "721" | "804" => "operator_unavailable",
+        "801" => "invalid_amount",
+        "802" => "invalid_phone",
+        _ => "payment_failed",
+    }
+    .to_owned()
+}
+
+/// What `/v2/payment/check` says, as Caisse reads it.
+fn check_status(body: &Value) -> Report {
+    let status = match code(body).as_str() {
+        "00" => match body["data"]["status"].as_str() {
+            Some("ACCEPTED") => ProviderStatus::Succeeded,
+            Some("REFUSED") | Some("CANCELED") | Some("CANCELLED") => {
+                ProviderStatus::Failed { code: failure(body["data"]["code"].as_str().unwrap_or("600")) }
+            }
+            _ => ProviderStatus::Processing,
+        },
+        // Waiting for the customer, at CinetPay or at the operator.
+        "623" | "662" | "663" | "664" => ProviderStatus::Processing,
+        "600" | "602" | "604" | "606" | "627" => ProviderStatus::Failed { code: failure(&code(body)) },
+        "625" => ProviderStatus::Expired,
+        // Never initialised under this id (or not visible yet): nothing to decide on.
+        _ => ProviderStatus::Pending,
+    };
+    let reference = body["data"]["operator_id"].as_str();
+    Report::with_reference(status, reference)
+}
+
+/// A transfer's state, as Caisse reads it.
+fn transfer_status(body: &Value) -> Report {
+    let item = body["data"].as_array().and_then(|a| a.first()).cloned().unwrap_or(Value::Null);
+    let status = match (code(body).as_str(), item["treatment_status"].as_str()) {
+        ("0", Some("VAL")) => ProviderStatus::Succeeded,
+        ("0", Some("REJ")) => ProviderStatus::Failed { code: "rejected".into() },
+        ("0", Some("NOS")) => ProviderStatus::Failed { code: "not_sent".into() },
+        ("0", Some(_)) => ProviderStatus::Processing,
+        ("723", _) | ("0", None) => ProviderStatus::Pending,
+        (other, _) if !other.is_empty() => ProviderStatus::Processing,
+        _ => ProviderStatus::Pending,
+    };
+    Report::with_reference(status, item["transaction_id"].as_str())
+}
+
+/// Checks the `x-token` of a checkout notification.
+fn token_valid(form: &[(String, String)], secret: &[u8], given: &str) -> bool {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else { return false };
+    for name in NOTIFICATION_FIELDS {
+        let value = form.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).unwrap_or("");
+        mac.update(value.as_bytes());
+    }
+    let expected = hex::encode(mac.finalize().into_bytes());
+    !given.is_empty() && bool::from(subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), given.as_bytes()))
+}
+
+/// A phone as CinetPay's Transfer API wants it: the calling code and the rest.
+fn prefixed(phone: &Phone) -> Result<(String, String), ProviderError> {
+    let prefix = phone
+        .country()
+        .and_then(calling_code)
+        .ok_or_else(|| ProviderError::Rejected { code: "invalid_phone".into() })?;
+    let rest = phone.digits().strip_prefix(prefix).unwrap_or(phone.digits());
+    Ok((prefix.to_owned(), rest.to_owned()))
+}
+
+impl Adapter for Cinetpay {
+    fn degraded(&self) -> bool {
+        self.outbound.degraded()
+    }
+
+    fn check_amount(
+        &self,
+        _fournisseur: &str,
+        _phone: &Phone,
+        operation: Operation,
+        _currency: Currency,
+        amount: Amount,
+    ) -> Result<(), String> {
+        if operation == Operation::Payment && amount.minor() % 5 != 0 {
+            return Err("CinetPay takes amounts in multiples of 5".into());
+        }
+        Ok(())
+    }
+
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
+        let tx = &payment.transaction_id;
+        let card = payment.provider.as_str() == "carte";
+        let (first, last) = match payment.customer_name.as_ref().map(|n| n.as_str().trim()) {
+            Some(name) => match name.split_once(' ') {
+                Some((first, last)) => (first.to_owned(), last.trim().to_owned()),
+                None => (name.to_owned(), name.to_owned()),
+            },
+            None => ("Client".to_owned(), "Caisse".to_owned()),
+        };
+        let mut body = json!({
+            "apikey": self.settings.apikey.expose(),
+            "site_id": self.settings.site_id,
+            "transaction_id": tx,
+            "amount": payment.amount.minor(),
+            "currency": payment.currency.code(),
+            "description": DESCRIPTION,
+            "notify_url": self.notify_url,
+            "return_url": format!("{}{tx}", self.return_base),
+            "channels": if card { "CREDIT_CARD" } else { "MOBILE_MONEY" },
+            "lang": "fr",
+            "metadata": tx,
+            "customer_phone_number": payment.customer_phone.as_str(),
+            "customer_name": first,
+            "customer_surname": last,
+            "customer_country": payment.country.clone().unwrap_or_default(),
+        });
+        if let Some(email) = &payment.customer_email {
+            body["customer_email"] = json!(email.as_str());
+        }
+        if card {
+            // Cards want a postal address CinetPay does not check; Caisse does not collect one.
+            for (field, value) in [
+                ("customer_address", "-"),
+                ("customer_city", "-"),
+                ("customer_state", "-"),
+                ("customer_zip_code", "00000"),
+            ] {
+                body[field] = json!(value);
+            }
+        }
+        // Not repeated on its own: CinetPay refuses a second initialisation under the same id, and the sweeps'
+        // status query decides what became of the first.
+        let call = self.checkout("/v2/payment", body, false);
+        let outbound = self.outbound.clone();
+        Box::pin(async move {
+            let answer = outbound.send(call).await?;
+            let body = answer.json()?;
+            match code(&body).as_str() {
+                "201" => {
+                    let url = body["data"]["payment_url"]
+                        .as_str()
+                        .ok_or_else(|| ProviderError::Unreachable("a CinetPay answer without payment_url".into()))?;
+                    ReturnUrl::parse(url, false)
+                        .map(Some)
+                        .map_err(|e| ProviderError::Unreachable(format!("CinetPay's payment URL: {e}")))
+                }
+                "609" | "613" => {
+                    tracing::error!(code = %code(&body), "CinetPay refused our credentials: check adapters.cinetpay");
+                    Err(ProviderError::Unreachable(format!("CinetPay answered code {}", code(&body))))
+                }
+                // Our id was already initialised: the status query says what became of it.
+                "620" | "624" | "" => {
+                    Err(ProviderError::Unreachable(format!("CinetPay answered code {:?}", code(&body))))
+                }
+                other => Err(ProviderError::Rejected { code: failure(other) }),
+            }
+        })
+    }
+
+    fn status(
+        &self,
+        subject: Subject,
+        transaction_id: &str,
+        _parent: Option<&str>,
+    ) -> LocalFuture<Result<Report, ProviderError>> {
+        match subject {
+            Subject::Payment => {
+                let body = json!({
+                    "apikey": self.settings.apikey.expose(),
+                    "site_id": self.settings.site_id,
+                    "transaction_id": transaction_id,
+                });
+                let call = self.checkout("/v2/payment/check", body, true);
+                let outbound = self.outbound.clone();
+                Box::pin(async move { Ok(check_status(&outbound.send(call).await?.json()?)) })
+            }
+            Subject::Payout => {
+                let asked = self.transfer(
+                    Method::GET,
+                    "/v1/transfer/check/money",
+                    vec![("client_transaction_id", transaction_id.to_owned())],
+                    None,
+                );
+                Box::pin(async move { Ok(transfer_status(&asked.await?)) })
+            }
+            Subject::Refund => {
+                Box::pin(std::future::ready(Ok(ProviderStatus::Failed { code: "refund_unsupported".into() }.into())))
+            }
+        }
+    }
+
+    fn settles_at_once(&self, subject: Subject) -> bool {
+        subject == Subject::Payout
+    }
+
+    fn refund(&self, _payment: &Payment, _refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
+        Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "refund_unsupported".into() })))
+    }
+
+    fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
+        let (prefix, phone) = match prefixed(&payout.beneficiary_phone) {
+            Ok(parts) => parts,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let name = payout.beneficiary_name.as_ref().map_or("Beneficiaire", |n| n.as_str()).to_owned();
+        let contact =
+            json!([{"prefix": prefix, "phone": phone, "name": name, "surname": name, "email": "noreply@caisse.local"}]);
+        let notify = format!("{}/{}", self.notify_url, self.transfer_token(&payout.transaction_id));
+        let money = json!([{
+            "prefix": prefix,
+            "phone": phone,
+            "amount": payout.net_amount.minor(),
+            "client_transaction_id": payout.transaction_id,
+            "notify_url": notify,
+        }]);
+        let add =
+            self.transfer(Method::POST, "/v1/transfer/contact", Vec::new(), Some(vec![("data", contact.to_string())]));
+        let send = self.transfer(
+            Method::POST,
+            "/v1/transfer/money/send/contact",
+            Vec::new(),
+            Some(vec![("data", money.to_string())]),
+        );
+        Box::pin(async move {
+            let added = add.await?;
+            // 726: already a contact, which is what was asked.
+            if !matches!(code(&added).as_str(), "0" | "726") {
+                return Err(ProviderError::Rejected { code: failure(&code(&added)) });
+            }
+            let sent = send.await?;
+            match code(&sent).as_str() {
+                // 805: already sent under this client_transaction_id: the first request reached CinetPay.
+                "0" | "805" => Ok(()),
+                "" => Err(ProviderError::Unreachable("a CinetPay transfer answer without code".into())),
+                other => Err(ProviderError::Rejected { code: failure(other) }),
+            }
+        })
+    }
+
+    /// A checkout notification (form POST, `x-token`), or a transfer notification at a URL ending in the
+    /// transaction's token. Either is a hint only.
+    fn parse_notice(
+        &self,
+        headers: &HeaderMap,
+        path_token: Option<&str>,
+        body: &[u8],
+    ) -> Result<Notice, ProviderError> {
+        let form: Vec<(String, String)> =
+            serde_urlencoded::from_bytes(body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
+        let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        if let Some(ours) = field("client_transaction_id") {
+            let expected = self.transfer_token(ours);
+            let given = path_token.unwrap_or_default();
+            if expected.is_empty() || !bool::from(subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), given.as_bytes()))
+            {
+                return Err(ProviderError::Unauthenticated(
+                    "the notification URL's token is not this transfer's".into(),
+                ));
+            }
+            return Ok(Notice {
+                subject: Subject::Payout,
+                transaction_id: ours.to_owned(),
+                status: ProviderStatus::Processing,
+            });
+        }
+        let given = headers.get("x-token").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if !token_valid(&form, self.settings.secret_key.expose().as_bytes(), given) {
+            return Err(ProviderError::Unauthenticated("the x-token does not match the notification".into()));
+        }
+        if field("cpm_site_id") != Some(self.settings.site_id.as_str()) {
+            return Err(ProviderError::NotOurs("a notification of another site".into()));
+        }
+        let ours = field("cpm_trans_id")
+            .filter(|t| t.starts_with("tx_") && t.len() <= 64)
+            .ok_or_else(|| ProviderError::NotOurs("a transaction Caisse did not make".into()))?;
+        Ok(Notice { subject: Subject::Payment, transaction_id: ours.to_owned(), status: ProviderStatus::Processing })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_and_transfers_read_as_caisse_reads_them() {
+        let accepted = json!({"code": "00", "data": {"status": "ACCEPTED", "operator_id": "MP2411.1234"}});
+        let report = check_status(&accepted);
+        assert_eq!((report.status, report.reference.unwrap().as_str()), (ProviderStatus::Succeeded, "MP2411.1234"));
+        assert_eq!(check_status(&json!({"code": "662"})).status, ProviderStatus::Processing);
+        assert_eq!(
+            check_status(&json!({"code": "627"})).status,
+            ProviderStatus::Failed { code: "transaction_cancel".into() }
+        );
+        assert_eq!(
+            check_status(&json!({"code": "00", "data": {"status": "REFUSED"}})).status,
+            ProviderStatus::Failed { code: "payment_failed".into() }
+        );
+        assert_eq!(check_status(&json!({"code": "624"})).status, ProviderStatus::Pending);
+        assert_eq!(
+            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "VAL", "transaction_id": "TR1"}]})).status,
+            ProviderStatus::Succeeded
+        );
+        assert_eq!(
+            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "REC"}]})).status,
+            ProviderStatus::Processing
+        );
+        assert_eq!(transfer_status(&json!({"code": 723})).status, ProviderStatus::Pending);
+        assert_eq!(
+            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "REJ"}]})).status,
+            ProviderStatus::Failed { code: "rejected".into() }
+        );
+    }
+
+    #[test]
+    fn the_x_token_covers_the_sixteen_fields_in_order() {
+        let form: Vec<(String, String)> =
+            NOTIFICATION_FIELDS.iter().map(|f| (f.to_string(), format!("v-{f}"))).collect();
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"secret").unwrap();
+        for f in NOTIFICATION_FIELDS {
+            mac.update(format!("v-{f}").as_bytes());
+        }
+        let token = hex::encode(mac.finalize().into_bytes());
+        assert!(token_valid(&form, b"secret", &token));
+        assert!(!token_valid(&form, b"other", &token));
+        let mut swapped = form.clone();
+        swapped[3].1 = "1".into();
+        assert!(!token_valid(&swapped, b"secret", &token));
+        assert!(!token_valid(&form, b"secret", ""));
+    }
+
+    #[test]
+    fn beneficiaries_are_split_into_prefix_and_number() {
+        let phone = Phone::parse("+22890000001").unwrap();
+        assert_eq!(prefixed(&phone).unwrap(), ("228".to_owned(), "90000001".to_owned()));
+    }
+}
