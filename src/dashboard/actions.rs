@@ -96,6 +96,10 @@ pub async fn refund(
         let asked = amount.unwrap_or_else(|| payment.refundable());
         return page(StatusCode::OK, refund_review(&user.csrf, &payment, asked, reason_text));
     }
+    if !state.flow.refund_possible(&user.merchant.id, &reference, amount).await? {
+        let message = "Ce paiement ne peut pas être remboursé ici : son fournisseur n'a pas de remboursement ni de retrait vers le payeur.";
+        return page(StatusCode::BAD_REQUEST, refund_refused(&user.csrf, &payment, message));
+    }
     let idempotency = one_time_key(&form, &["refund", &reference, amount_text, reason_text])?;
     let command = Command::RequestRefund { reference: parsed, amount, reason };
     match state.flow.request_refund(&user.merchant.id, command, Some(idempotency)).await {

@@ -46,8 +46,8 @@ pub struct Carrier {
     pub subject: Subject,
     /// Our id for it, from which the provider's idempotency id is derived.
     pub transaction_id: String,
-    /// The payment's transaction id, when the transaction is one of its refunds.
-    pub parent: Option<String>,
+    /// The payment, when the transaction is one of its refunds.
+    pub payment: Option<Payment>,
 }
 
 /// The engine and the providers, which every step of a payment's life needs together. Cheap to clone.
@@ -107,8 +107,11 @@ impl Flow {
             tracing::warn!(tx = %transaction_id, adapter = %name, "the transaction's adapter is not configured any more");
             return None;
         };
-        let parent = parent.cloned();
-        Some(Carrier { adapter, name, subject, transaction_id, parent })
+        let payment = match (record, subject) {
+            (Record::Payment(p), Subject::Refund) => Some(p.clone()),
+            _ => None,
+        };
+        Some(Carrier { adapter, name, subject, transaction_id, payment })
     }
 
     /// Applies a provider's refusal of a request: the transaction fails with the provider's code. Answers
@@ -210,6 +213,23 @@ impl Flow {
         }
     }
 
+    /// Whether the provider that took a payment can send back `amount` of it (all that is left when `None`), its
+    /// own way: a refund API, or a payout to the payer's phone. A payment not found, or no longer carried by any
+    /// adapter, is left to the engine to refuse.
+    pub async fn refund_possible(
+        &self,
+        merchant: &MerchantId,
+        reference: &str,
+        amount: Option<caisse_engine::domain::money::Amount>,
+    ) -> Result<bool, EngineError> {
+        let Some(payment) = self.engine.payment(merchant, reference).await? else { return Ok(true) };
+        let record = Record::Payment(payment);
+        let Some(carrier) = self.carrier(&record, TransactionType::Payment) else { return Ok(true) };
+        let Record::Payment(payment) = record else { return Ok(true) };
+        let amount = amount.unwrap_or_else(|| payment.refundable());
+        Ok(carrier.adapter.can_refund(&payment, amount))
+    }
+
     /// Records the refund request (the amount reserved), durably, then asks the provider to send it.
     pub async fn request_refund(
         &self,
@@ -276,7 +296,7 @@ impl Flow {
         if !carrier.adapter.settles_at_once(carrier.subject) {
             return executed;
         }
-        let asked = carrier.adapter.status(carrier.subject, &carrier.transaction_id, carrier.parent.as_deref());
+        let asked = carrier.adapter.status(carrier.subject, &carrier.transaction_id, carrier.payment.as_ref());
         let report = match Self::within_budget(asked).await {
             Ok(report) => report,
             Err(e) => {

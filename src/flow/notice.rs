@@ -98,11 +98,11 @@ impl Flow {
             return Ok(());
         }
         // A notice says only that something changed: what changed is asked of the provider.
-        let parent = match (&located.record, notice.subject) {
-            (Record::Payment(p), Subject::Refund) => Some(p.transaction_id.as_str()),
+        let payment = match (&located.record, notice.subject) {
+            (Record::Payment(p), Subject::Refund) => Some(p),
             _ => None,
         };
-        let confirmed = adapter.status(notice.subject, &notice.transaction_id, parent).await.map_err(|e| {
+        let confirmed = adapter.status(notice.subject, &notice.transaction_id, payment).await.map_err(|e| {
             tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
             NoticeError::Unconfirmed(e.to_string())
         })?;

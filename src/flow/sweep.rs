@@ -100,11 +100,11 @@ async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
     if !matches!((&located.record, item.kind), (Record::Payment(_), TransactionType::Refund) | (Record::Payout(_), _)) {
         return;
     }
-    let Some(Carrier { adapter, subject, transaction_id, parent, .. }) = flow.carrier(&located.record, item.kind)
+    let Some(Carrier { adapter, subject, transaction_id, payment, .. }) = flow.carrier(&located.record, item.kind)
     else {
         return;
     };
-    let status = match adapter.status(subject, &transaction_id, parent.as_deref()).await {
+    let status = match adapter.status(subject, &transaction_id, payment.as_ref()).await {
         Ok(status) => status,
         Err(e) => return tracing::warn!(error = %e, owner = %item.owner, "reconciliation status query failed"),
     };
@@ -190,11 +190,11 @@ async fn resubmit_pending(flow: &Flow) {
 /// that lost its memory) is sent again under the same id, so nothing is ever created twice.
 async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider) {
     let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
-    let Some(Carrier { adapter, subject, transaction_id, parent, .. }) = flow.carrier(&located.record, kind) else {
+    let Some(Carrier { adapter, subject, transaction_id, payment, .. }) = flow.carrier(&located.record, kind) else {
         return;
     };
     let located = Located { kind, ..located };
-    let result = match adapter.status(subject, &transaction_id, parent.as_deref()).await {
+    let result = match adapter.status(subject, &transaction_id, payment.as_ref()).await {
         Ok(Report { status: ProviderStatus::Pending, .. }) => match &located.record {
             Record::Payment(p) => match (&p.refund, subject) {
                 (Some(r), Subject::Refund) => adapter.refund(p, r).await,
@@ -280,7 +280,7 @@ mod tests {
         fn request_to_pay(&self, _: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
             self.0.call(Ok(None))
         }
-        fn status(&self, _: Subject, _: &str, _: Option<&str>) -> LocalFuture<Result<Report, ProviderError>> {
+        fn status(&self, _: Subject, _: &str, _: Option<&Payment>) -> LocalFuture<Result<Report, ProviderError>> {
             if self.0.down.load(Ordering::SeqCst) {
                 return self.0.call(Err(ProviderError::Unreachable("down".into())));
             }

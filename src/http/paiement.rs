@@ -270,6 +270,13 @@ pub async fn refund(
     let amount =
         b.amount.map(|m| Amount::positive(m).map_err(|e| ApiError::invalid("montant", e.to_string()))).transpose()?;
     let reason = optional("motif", b.reason, Reason::parse)?;
+    if !state.flow.refund_possible(&merchant.id, reference.as_str(), amount).await? {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "unsupported_provider",
+            "this payment's provider cannot send money back here: it has no refund API and no payout route to the payer",
+        ));
+    }
     let command = Command::RequestRefund { reference, amount, reason };
     let executed = state.flow.request_refund(&merchant.id, command, idem).await?;
     respond(executed, StatusCode::OK)

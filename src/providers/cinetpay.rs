@@ -14,8 +14,9 @@
 //!   created). A card payment needs the customer's name and e-mail, which the API asks for (`carte`).
 //! - The Transfer API's token lives five minutes; it is cached four and fetched again after an expired-token
 //!   answer. A beneficiary is added as a contact before it is paid (already a contact is fine).
-//! - CinetPay has no refund API (refunds go through its back office): a refund through it is refused
-//!   (`refund_unsupported`).
+//! - CinetPay has no refund API (refunds go through its back office): a refund goes to the payer's phone through
+//!   the Transfer API under the refund's transaction id, and is queried as a transfer; without the Transfer API
+//!   configured, refunds are refused before they are accepted.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -351,7 +352,7 @@ impl Adapter for Cinetpay {
         &self,
         subject: Subject,
         transaction_id: &str,
-        _parent: Option<&str>,
+        _payment: Option<&Payment>,
     ) -> LocalFuture<Result<Report, ProviderError>> {
         match subject {
             Subject::Payment => {
@@ -373,58 +374,35 @@ impl Adapter for Cinetpay {
                 );
                 Box::pin(async move { Ok(transfer_status(&asked.await?)) })
             }
-            Subject::Refund => {
+            // A refund went to the payer as a transfer, under the refund's own transaction id.
+            Subject::Refund if self.settings.transfer.is_none() => {
                 Box::pin(std::future::ready(Ok(ProviderStatus::Failed { code: "refund_unsupported".into() }.into())))
             }
+            Subject::Refund => self.status(Subject::Payout, transaction_id, None),
         }
     }
 
     fn settles_at_once(&self, subject: Subject) -> bool {
-        subject == Subject::Payout
+        matches!(subject, Subject::Payout | Subject::Refund)
     }
 
-    fn refund(&self, _payment: &Payment, _refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
-        Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "refund_unsupported".into() })))
+    /// CinetPay has no refund API: a refund goes to the payer's phone through the Transfer API, when it is
+    /// configured.
+    fn can_refund(&self, _payment: &Payment, _amount: Amount) -> bool {
+        self.settings.transfer.is_some()
+    }
+
+    fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
+        if self.settings.transfer.is_none() {
+            return Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "refund_unsupported".into() })));
+        }
+        let name = payment.customer_name.as_ref().map_or("Client", |n| n.as_str());
+        self.send_transfer(&refund.transaction_id(), &payment.customer_phone, name, refund.amount)
     }
 
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
-        let (prefix, phone) = match prefixed(&payout.beneficiary_phone) {
-            Ok(parts) => parts,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
-        let name = payout.beneficiary_name.as_ref().map_or("Beneficiaire", |n| n.as_str()).to_owned();
-        let contact =
-            json!([{"prefix": prefix, "phone": phone, "name": name, "surname": name, "email": "noreply@caisse.local"}]);
-        let notify = format!("{}/{}", self.notify_url, self.transfer_token(&payout.transaction_id));
-        let money = json!([{
-            "prefix": prefix,
-            "phone": phone,
-            "amount": payout.net_amount.minor(),
-            "client_transaction_id": payout.transaction_id,
-            "notify_url": notify,
-        }]);
-        let add =
-            self.transfer(Method::POST, "/v1/transfer/contact", Vec::new(), Some(vec![("data", contact.to_string())]));
-        let send = self.transfer(
-            Method::POST,
-            "/v1/transfer/money/send/contact",
-            Vec::new(),
-            Some(vec![("data", money.to_string())]),
-        );
-        Box::pin(async move {
-            let added = add.await?;
-            // 726: already a contact, which is what was asked.
-            if !matches!(code(&added).as_str(), "0" | "726") {
-                return Err(ProviderError::Rejected { code: failure(&code(&added)) });
-            }
-            let sent = send.await?;
-            match code(&sent).as_str() {
-                // 805: already sent under this client_transaction_id: the first request reached CinetPay.
-                "0" | "805" => Ok(()),
-                "" => Err(ProviderError::Unreachable("a CinetPay transfer answer without code".into())),
-                other => Err(ProviderError::Rejected { code: failure(other) }),
-            }
-        })
+        let name = payout.beneficiary_name.as_ref().map_or("Beneficiaire", |n| n.as_str());
+        self.send_transfer(&payout.transaction_id, &payout.beneficiary_phone, name, payout.net_amount)
     }
 
     /// A checkout notification (form POST, `x-token`), or a transfer notification at a URL ending in the
@@ -464,6 +442,54 @@ impl Adapter for Cinetpay {
             .filter(|t| t.starts_with("tx_") && t.len() <= 64)
             .ok_or_else(|| ProviderError::NotOurs("a transaction Caisse did not make".into()))?;
         Ok(Notice { subject: Subject::Payment, transaction_id: ours.to_owned(), status: ProviderStatus::Processing })
+    }
+}
+
+impl Cinetpay {
+    /// Sends `amount` to `to` under our transaction id `tx` (`client_transaction_id`), the contact added first.
+    fn send_transfer(
+        &self,
+        tx: &str,
+        to: &Phone,
+        name: &str,
+        amount: Amount,
+    ) -> LocalFuture<Result<(), ProviderError>> {
+        let (prefix, phone) = match prefixed(to) {
+            Ok(parts) => parts,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let contact =
+            json!([{"prefix": prefix, "phone": phone, "name": name, "surname": name, "email": "noreply@caisse.local"}]);
+        let notify = format!("{}/{}", self.notify_url, self.transfer_token(tx));
+        let money = json!([{
+            "prefix": prefix,
+            "phone": phone,
+            "amount": amount.minor(),
+            "client_transaction_id": tx,
+            "notify_url": notify,
+        }]);
+        let add =
+            self.transfer(Method::POST, "/v1/transfer/contact", Vec::new(), Some(vec![("data", contact.to_string())]));
+        let send = self.transfer(
+            Method::POST,
+            "/v1/transfer/money/send/contact",
+            Vec::new(),
+            Some(vec![("data", money.to_string())]),
+        );
+        Box::pin(async move {
+            let added = add.await?;
+            // 726: already a contact, which is what was asked.
+            if !matches!(code(&added).as_str(), "0" | "726") {
+                return Err(ProviderError::Rejected { code: failure(&code(&added)) });
+            }
+            let sent = send.await?;
+            match code(&sent).as_str() {
+                // 805: already sent under this client_transaction_id: the first request reached CinetPay.
+                "0" | "805" => Ok(()),
+                "" => Err(ProviderError::Unreachable("a CinetPay transfer answer without code".into())),
+                other => Err(ProviderError::Rejected { code: failure(other) }),
+            }
+        })
     }
 }
 

@@ -178,14 +178,19 @@ pub trait Adapter: Send + Sync {
     /// Called once a callback was confirmed and applied, so an adapter that takes each event once (Wave, by
     /// event id) remembers it; a callback that failed on the way is taken again when the provider retries.
     fn notice_handled(&self, _headers: &HeaderMap, _body: &[u8]) {}
-    /// The provider's view of a transaction. `parent` is the payment's transaction id when `subject` is a refund
-    /// (Wave finds a refund through the payment it refunds).
+    /// The provider's view of a transaction. `payment` is the payment a refund belongs to when `subject` is a
+    /// refund (Wave finds a refund through the session it refunds, and sends a partial one as a payout).
     fn status(
         &self,
         subject: Subject,
         transaction_id: &str,
-        parent: Option<&str>,
+        payment: Option<&Payment>,
     ) -> LocalFuture<Result<Report, ProviderError>>;
+    /// Whether the provider can send back `amount` of this payment, its own way (a refund API, or a payout to the
+    /// payer's phone); checked before a refund is accepted.
+    fn can_refund(&self, _payment: &Payment, _amount: Amount) -> bool {
+        true
+    }
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>>;
     /// Authenticates and parses an inbound notice; anything unauthenticated is refused before parsing.

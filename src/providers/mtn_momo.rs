@@ -286,7 +286,7 @@ impl Adapter for MtnMomo {
         &self,
         subject: Subject,
         transaction_id: &str,
-        _parent: Option<&str>,
+        _payment: Option<&Payment>,
     ) -> LocalFuture<Result<Report, ProviderError>> {
         let Some(id) = uuid_of(transaction_id) else {
             return Box::pin(std::future::ready(Err(ProviderError::Malformed(format!("`{transaction_id}`")))));

@@ -333,7 +333,7 @@ impl Adapter for Pawapay {
         &self,
         subject: Subject,
         transaction_id: &str,
-        _parent: Option<&str>,
+        _payment: Option<&Payment>,
     ) -> LocalFuture<Result<Report, ProviderError>> {
         let id = match id_of(transaction_id) {
             Ok(id) => id,

@@ -299,7 +299,7 @@ impl Adapter for Simulator {
         &self,
         _subject: Subject,
         transaction_id: &str,
-        _parent: Option<&str>,
+        _payment: Option<&Payment>,
     ) -> LocalFuture<Result<Report, ProviderError>> {
         let status = self.known.get(transaction_id).map(|s| s.clone()).unwrap_or(ProviderStatus::Pending);
         Box::pin(async move { Ok(status.into()) })

@@ -17,8 +17,8 @@
 //!   timestamp and the body, with or without a `.` between them, as integrators disagree; any of several
 //!   `v1` during a rotation; at most five minutes old) or, in Wave's other mode, `Authorization: Bearer
 //!   <secret>`. An event is taken once (by its `id`), and only as a hint: the session is always fetched.
-//! - Wave refunds a whole session only; a refund of part of a payment is refused by this adapter
-//!   (`partial_refund_unsupported`).
+//! - Wave refunds a whole session only: a refund of part of a payment goes to the payer as a Wave payout
+//!   under the refund's transaction id, queried as a payout.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -270,7 +270,7 @@ impl Adapter for Wave {
         &self,
         subject: Subject,
         transaction_id: &str,
-        parent: Option<&str>,
+        payment: Option<&Payment>,
     ) -> LocalFuture<Result<Report, ProviderError>> {
         match subject {
             Subject::Payment => {
@@ -279,24 +279,22 @@ impl Adapter for Wave {
                     Ok(search.await?.map_or_else(|| ProviderStatus::Pending.into(), |s| session_status(&s)))
                 })
             }
-            Subject::Payout => {
-                let outbound = self.outbound.clone();
-                let path = format!("/v1/payouts/search?client_reference={transaction_id}");
-                let call = self.call(Method::GET, &path, None, true);
-                Box::pin(async move {
-                    let found = best_session(read_search(&outbound.send(call).await?)?);
-                    Ok(found.map_or_else(|| ProviderStatus::Pending.into(), |p| payout_status(&p)))
-                })
-            }
-            // Wave has no refund to query: its refund of a session is idempotent, so asking it again is the
-            // query (200: refunded; `checkout-refund-failed`: refused).
+            Subject::Payout => self.payout_of(transaction_id),
             Subject::Refund => {
-                let Some(parent) = parent else {
+                let refund = payment
+                    .and_then(|p| p.refunds.iter().find(|r| r.transaction_id() == transaction_id).map(|r| (p, r)));
+                let Some((payment, refund)) = refund else {
                     return Box::pin(std::future::ready(Err(ProviderError::Malformed(
                         "a Wave refund is found through its payment".into(),
                     ))));
                 };
-                let refund = self.refund_session(parent);
+                // A refund of part of a payment went as a payout to the payer.
+                if refund.amount != payment.amount {
+                    return self.payout_of(transaction_id);
+                }
+                // Wave has no refund to query: its refund of a whole session is idempotent, so asking it again is
+                // the query (200: refunded; `checkout-refund-failed`: refused).
+                let refund = self.refund_session(&payment.transaction_id);
                 Box::pin(async move {
                     Ok(match refund.await {
                         Ok(()) => ProviderStatus::Succeeded.into(),
@@ -314,42 +312,19 @@ impl Adapter for Wave {
         matches!(subject, Subject::Refund | Subject::Payout)
     }
 
+    /// Wave refunds whole sessions; a refund of part of a payment goes to the payer as a payout, under the
+    /// refund's transaction id.
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
-        if refund.amount != payment.amount {
-            return Box::pin(std::future::ready(Err(ProviderError::Rejected {
-                code: "partial_refund_unsupported".into(),
-            })));
+        if refund.amount == payment.amount {
+            return self.refund_session(&payment.transaction_id);
         }
-        self.refund_session(&payment.transaction_id)
+        let name = payment.customer_name.as_ref().map(|n| n.as_str().to_owned());
+        self.send_payout(&refund.transaction_id(), payment.currency, refund.amount, &payment.customer_phone, name)
     }
 
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
-        let mut body = json!({
-            "currency": payout.currency.code(),
-            "receive_amount": amount_text(payout.net_amount, payout.currency),
-            "mobile": payout.beneficiary_phone.as_str(),
-            "client_reference": payout.transaction_id,
-        });
-        if let Some(name) = &payout.beneficiary_name {
-            body["name"] = json!(name.as_str());
-        }
-        let mut call = self.call(Method::POST, "/v1/payout", Some(body), true);
-        call.headers.push(("idempotency-key", payout.transaction_id.clone()));
-        let outbound = self.outbound.clone();
-        Box::pin(async move {
-            let answer = outbound.send(call).await?;
-            match answer.status {
-                s if s.is_success() => Ok(()),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                    Err(unreachable_or_refused(answer.status, "payout"))
-                }
-                s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
-                    let code = answer.json().ok().and_then(|b| b["code"].as_str().map(str::to_owned));
-                    Err(ProviderError::Rejected { code: code_of(code.as_deref(), "payout_refused") })
-                }
-                status => Err(unreachable_or_refused(status, "payout")),
-            }
-        })
+        let name = payout.beneficiary_name.as_ref().map(|n| n.as_str().to_owned());
+        self.send_payout(&payout.transaction_id, payout.currency, payout.net_amount, &payout.beneficiary_phone, name)
     }
 
     /// A webhook: authenticated with the webhook secret, taken once per event id, about a checkout session
@@ -410,6 +385,53 @@ impl Adapter for Wave {
 }
 
 impl Wave {
+    /// The payout made under our transaction id `tx`, as Caisse reads it (pending while Wave has none).
+    fn payout_of(&self, tx: &str) -> LocalFuture<Result<Report, ProviderError>> {
+        let outbound = self.outbound.clone();
+        let call = self.call(Method::GET, &format!("/v1/payouts/search?client_reference={tx}"), None, true);
+        Box::pin(async move {
+            let found = best_session(read_search(&outbound.send(call).await?)?);
+            Ok(found.map_or_else(|| ProviderStatus::Pending.into(), |p| payout_status(&p)))
+        })
+    }
+
+    /// Sends `amount` to `mobile` under our transaction id `tx` (`idempotency-key` and `client_reference`).
+    fn send_payout(
+        &self,
+        tx: &str,
+        currency: caisse_engine::domain::money::Currency,
+        amount: caisse_engine::domain::money::Amount,
+        mobile: &caisse_engine::domain::phone::Phone,
+        name: Option<String>,
+    ) -> LocalFuture<Result<(), ProviderError>> {
+        let mut body = json!({
+            "currency": currency.code(),
+            "receive_amount": amount_text(amount, currency),
+            "mobile": mobile.as_str(),
+            "client_reference": tx,
+        });
+        if let Some(name) = name {
+            body["name"] = json!(name);
+        }
+        let mut call = self.call(Method::POST, "/v1/payout", Some(body), true);
+        call.headers.push(("idempotency-key", tx.to_owned()));
+        let outbound = self.outbound.clone();
+        Box::pin(async move {
+            let answer = outbound.send(call).await?;
+            match answer.status {
+                s if s.is_success() => Ok(()),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                    Err(unreachable_or_refused(answer.status, "payout"))
+                }
+                s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
+                    let code = answer.json().ok().and_then(|b| b["code"].as_str().map(str::to_owned));
+                    Err(ProviderError::Rejected { code: code_of(code.as_deref(), "payout_refused") })
+                }
+                status => Err(unreachable_or_refused(status, "payout")),
+            }
+        })
+    }
+
     /// Refunds the whole session of the payment `tx` (idempotent at Wave).
     fn refund_session(&self, tx: &str) -> LocalFuture<Result<(), ProviderError>> {
         let outbound = self.outbound.clone();

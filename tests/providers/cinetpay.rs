@@ -15,6 +15,11 @@ const SECRET_KEY: &str = "fake-cinetpay-secret-key";
 
 /// The fake, and a production server whose cards (and Orange Money in Mali) go to it.
 async fn start() -> (Fake, TestApp) {
+    start_with(true).await
+}
+
+/// As [`start`], with or without the Transfer API's credentials.
+async fn start_with(transfer: bool) -> (Fake, TestApp) {
     let port = free_port();
     let fake = Fake::start(&["cinetpay", "--listen", "127.0.0.1:0", "--settle-ms", "200"]);
     let base_url = fake.base.clone();
@@ -28,10 +33,9 @@ async fn start() -> (Fake, TestApp) {
             apikey: Secret::new(APIKEY.into()),
             site_id: SITE_ID.into(),
             secret_key: Secret::new(SECRET_KEY.into()),
-            transfer: Some((
-                "fake-cinetpay-transfer-apikey".into(),
-                Secret::new("fake-cinetpay-transfer-password".into()),
-            )),
+            transfer: transfer.then(|| {
+                ("fake-cinetpay-transfer-apikey".into(), Secret::new("fake-cinetpay-transfer-password".into()))
+            }),
         });
         for p in &mut s.providers {
             match p.code.as_str() {
@@ -173,13 +177,33 @@ async fn notifications_are_authenticated_hints_and_lost_ones_are_polled() {
     on_cinetpays_page(&app, text(&refused["url_paiement"]), "decline").await;
     let failed = app.wait_payment(text(&refused["reference"]), "echec").await;
     assert_eq!(failed["failure_code"], "payment_failed");
-    // CinetPay has no refund API. (Another payment pays the fee the refund does not give back.)
+    // CinetPay has no refund API: the refund goes to the payer's phone through the Transfer API. (Another
+    // payment pays the fee the refund does not give back.)
     let more = app.initiate(&card(1_000)).await;
     on_cinetpays_page(&app, text(&more["url_paiement"]), "pay").await;
     app.wait_payment(text(&more["reference"]), "succes").await;
     app.post_refund(text(&created["reference"]), &json!({})).await.expect(200);
-    let payment = app.wait_refund(text(&created["reference"]), "echec").await;
-    assert_eq!(payment["statut"], "succes");
+    let payment = app.wait_refund(text(&created["reference"]), "succes").await;
+    assert_eq!(payment["statut"], "rembourse");
+    let sends = received(&fake, "POST", "/v1/transfer/money/send/contact").await;
+    let form: Vec<(String, String)> = serde_urlencoded::from_str(text(&sends[0]["body"])).expect("a form");
+    let data: Value = serde_json::from_str(&form[0].1).expect("JSON data");
+    assert_eq!(
+        (data[0]["prefix"].as_str(), data[0]["phone"].as_str(), data[0]["amount"].as_i64()),
+        (Some("228"), Some("90000055"), Some(1_000))
+    );
+}
+
+#[actix_web::test]
+async fn without_the_transfer_api_a_refund_is_refused_before_anything_moves() {
+    let (fake, app) = start_with(false).await;
+    let created = app.initiate(&card(1_000)).await;
+    on_cinetpays_page(&app, text(&created["url_paiement"]), "pay").await;
+    app.wait_payment(text(&created["reference"]), "succes").await;
+    let resp = app.post_refund(text(&created["reference"]), &json!({"montant": 500})).await;
+    assert_error(&resp, 400, "unsupported_provider", None);
+    assert_eq!(app.get_payment(text(&created["reference"])).await["remboursements"], json!([]));
+    assert!(received(&fake, "POST", "/v1/auth/login").await.is_empty());
 }
 
 #[actix_web::test]

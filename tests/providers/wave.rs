@@ -228,10 +228,22 @@ async fn payouts_carry_their_idempotency_key_and_refunds_are_whole() {
     assert_eq!(refunds.len(), 2);
     // 19 800 + 9 900 net collected, 1 000 paid out (the refused payouts gave theirs back), 20 000 refunded.
     assert_eq!(app.balance("XOF").await.0, 29_700 - 1_000 - 20_000, "refunded out of disponible");
+    // Part of a payment goes back to the payer as a Wave payout under the refund's own id.
     let other_reference = text(&other["reference"]);
     app.post_refund(other_reference, &json!({"montant": 4_000})).await.expect(200);
-    let refused = app.wait_refund(other_reference, "echec").await;
-    assert_eq!(refused["statut"], "succes", "the payment stays paid");
+    let refunded = app.wait_refund(other_reference, "succes").await;
+    assert_eq!(
+        (refunded["statut"].as_str(), refunded["montant_rembourse"].as_i64()),
+        (Some("rembourse_partiellement"), Some(4_000))
+    );
+    let refund_tx = format!("tx_{}", text(&refunded["remboursement"]["reference"]).trim_start_matches("rmb_"));
+    let payouts = fake.received("POST", "/v1/payout").await;
+    let as_payout = payouts
+        .iter()
+        .find(|p| p["headers"]["idempotency-key"] == refund_tx.as_str())
+        .expect("a payout for the refund");
+    let body: Value = serde_json::from_str(text(&as_payout["body"])).expect("JSON");
+    assert_eq!((body["receive_amount"].as_str(), body["mobile"].as_str()), (Some("4000"), Some("+221770000057")));
 }
 
 async fn session_id(fake: &Fake, payment: &Value) -> String {
