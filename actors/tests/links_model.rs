@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use caisse_engine::core::{decide, Command, Decided, NewLink, NewPayment, PaymentNotice, Record, Rejection, Target};
-use caisse_engine::domain::ids::{IdKind, MerchantId};
+use caisse_engine::domain::ids::IdKind;
 use caisse_engine::domain::ledger::Balances;
 use caisse_engine::domain::links::{link_of, Link, LinkUsage};
 use caisse_engine::domain::money::{Amount, Currency, FeeRule};
@@ -105,6 +105,19 @@ fn fail(what: impl std::fmt::Debug) -> TestCaseError {
 }
 
 impl Shop {
+    fn new() -> Shop {
+        Shop {
+            balances: Balances::default(),
+            seq: 0,
+            links: Vec::new(),
+            payments: Vec::new(),
+            model: Vec::new(),
+            counted: Vec::new(),
+            now_ms: T0_MS,
+            next_id: 0,
+        }
+    }
+
     fn ids(&mut self) -> impl FnMut(IdKind) -> String + '_ {
         move |kind| {
             self.next_id += 1;
@@ -288,17 +301,7 @@ impl Shop {
 }
 
 fn run(ops: &[Op]) -> Result<(), TestCaseError> {
-    let _ = MerchantId::new();
-    let mut shop = Shop {
-        balances: Balances::default(),
-        seq: 0,
-        links: Vec::new(),
-        payments: Vec::new(),
-        model: Vec::new(),
-        counted: Vec::new(),
-        now_ms: T0_MS,
-        next_id: 0,
-    };
+    let mut shop = Shop::new();
     for op in ops {
         shop.step(*op)?;
     }
@@ -333,16 +336,7 @@ fn a_late_success_on_a_closed_link_still_counts() {
         Op::Pay { link: 0, ghost: false },
         Op::Deactivate(0),
     ];
-    let mut shop = Shop {
-        balances: Balances::default(),
-        seq: 0,
-        links: Vec::new(),
-        payments: Vec::new(),
-        model: Vec::new(),
-        counted: Vec::new(),
-        now_ms: T0_MS,
-        next_id: 0,
-    };
+    let mut shop = Shop::new();
     for op in ops {
         shop.step(op).unwrap_or_else(|e| panic!("{op:?}: {e}"));
     }

@@ -20,11 +20,16 @@ pub const CSS: &str = include_str!("caisse.css");
 
 /// `GET /assets/caisse.css`.
 pub async fn stylesheet() -> HttpResponse {
+    css(CSS)
+}
+
+/// A stylesheet compiled into the binary, cached an hour by browsers.
+pub fn css(body: &'static str) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=3600")))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
         .content_type("text/css; charset=utf-8")
-        .body(CSS)
+        .body(body)
 }
 
 /// The navigation entries; the current page's is highlighted.

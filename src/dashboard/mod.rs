@@ -207,17 +207,21 @@ pub fn redirect_to(location: String) -> HttpResponse {
 }
 
 fn secure_headers(response: &mut actix_web::HttpResponseBuilder) {
+    secure_headers_with(
+        response,
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    );
+}
+
+/// The headers every page Caisse serves carries (never cached, never framed, no sniffing, no referrer), with
+/// its content security policy.
+pub fn secure_headers_with(response: &mut actix_web::HttpResponseBuilder, policy: &'static str) {
     response
         .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
         .insert_header((header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
         .insert_header((header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")))
-        .insert_header((
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-            ),
-        ));
+        .insert_header((header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(policy)));
 }
 
 /// A submitted form (`application/x-www-form-urlencoded`); the first value of a name wins.

@@ -90,17 +90,10 @@ fn page(status: StatusCode, markup: maud::Markup) -> HttpResponse {
 /// `form-action` lets the form's answer take the customer to a provider's page (https; a local fake on the
 /// loopback), which browsers check against the policy like the form's own target.
 fn secure(response: &mut actix_web::HttpResponseBuilder) {
-    response
-        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
-        .insert_header((header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
-        .insert_header((header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")))
-        .insert_header((
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self' https: http://127.0.0.1:* http://localhost:*; frame-ancestors 'none'; base-uri 'none'",
-            ),
-        ));
+    crate::dashboard::secure_headers_with(
+        response,
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self' https: http://127.0.0.1:* http://localhost:*; frame-ancestors 'none'; base-uri 'none'",
+    );
 }
 
 fn see_other(location: &str) -> HttpResponse {

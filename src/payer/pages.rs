@@ -1,7 +1,6 @@
 //! The markup of the payment page: the form, the waiting screen and receipt, and the short messages (closed
 //! link, not found, too many tries). French, labels on every field, one column that reads at 320 px.
 
-use actix_web::http::header::{self, HeaderValue};
 use actix_web::HttpResponse;
 use caisse_engine::domain::links::Link;
 use caisse_engine::domain::money::{format_major, Currency};
@@ -16,11 +15,7 @@ pub const CSS: &str = include_str!("payer.css");
 
 /// `GET /assets/payer.css`.
 pub async fn stylesheet() -> HttpResponse {
-    HttpResponse::Ok()
-        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=3600")))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
-        .content_type("text/css; charset=utf-8")
-        .body(CSS)
+    crate::dashboard::layout::css(CSS)
 }
 
 /// A fournisseur the customer may choose, with the countries whose numbers it takes.

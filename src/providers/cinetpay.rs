@@ -73,13 +73,8 @@ pub struct Cinetpay {
 impl Cinetpay {
     pub fn new(settings: CinetpaySettings, public_url: &str) -> Cinetpay {
         let public_url = public_url.trim_end_matches('/');
-        let transfer_key = {
-            use sha2::Digest;
-            let mut hasher = Sha256::new();
-            hasher.update(b"caisse cinetpay transfer notification token\0");
-            hasher.update(settings.secret_key.expose().as_bytes());
-            hasher.finalize().to_vec()
-        };
+        let transfer_key =
+            super::callback_token_key("caisse cinetpay transfer notification token", settings.secret_key.expose());
         Cinetpay {
             notify_url: format!("{public_url}/v1/notifications/cinetpay"),
             return_base: format!("{public_url}/retour/"),
@@ -91,9 +86,7 @@ impl Cinetpay {
     }
 
     fn transfer_token(&self, transaction_id: &str) -> String {
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.transfer_key) else { return String::new() };
-        mac.update(transaction_id.as_bytes());
-        hex::encode(&mac.finalize().into_bytes()[..16])
+        super::callback_token(&self.transfer_key, transaction_id)
     }
 
     fn checkout(&self, path: &str, body: Value, idempotent: bool) -> Call<'static> {

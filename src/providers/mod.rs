@@ -199,6 +199,26 @@ pub trait Adapter: Send + Sync {
         -> Result<Notice, ProviderError>;
 }
 
+/// The key of an adapter's per-transaction callback tokens, derived from one of its secrets (which outlives
+/// restarts, so a callback for a request made before one is still recognised) under a label of its own.
+pub(crate) fn callback_token_key(label: &str, secret: &str) -> Vec<u8> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(label.as_bytes());
+    hasher.update([0]);
+    hasher.update(secret.as_bytes());
+    hasher.finalize().to_vec()
+}
+
+/// The unguessable path segment of one transaction's callback URL, for providers that do not sign callbacks:
+/// an HMAC of the transaction id, 32 hex characters.
+pub(crate) fn callback_token(key: &[u8], transaction_id: &str) -> String {
+    use hmac::Mac;
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(key) else { return String::new() };
+    mac.update(transaction_id.as_bytes());
+    hex::encode(&mac.finalize().into_bytes()[..16])
+}
+
 /// One route of a fournisseur: the countries it covers (`None`: any) and the adapter that carries them, which
 /// is `None` when that adapter has no credentials (or is not built yet).
 struct RouteTo {

@@ -24,9 +24,7 @@ use caisse_engine::domain::ids::uuid_of;
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::provider::ReturnUrl;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
-use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
-use sha2::Sha256;
 
 use super::http::{Answer, Call, Outbound};
 use super::pawapay::amount_text;
@@ -69,13 +67,8 @@ impl MtnMomo {
     pub fn new(settings: MtnSettings, public_url: &str) -> MtnMomo {
         let callback_base =
             if public_url.is_empty() { String::new() } else { format!("{public_url}/v1/notifications/mtn_momo") };
-        let callback_key = {
-            use sha2::Digest;
-            let mut hasher = Sha256::new();
-            hasher.update(b"caisse mtn_momo callback token\0");
-            hasher.update(settings.collection.api_key.expose().as_bytes());
-            hasher.finalize().to_vec()
-        };
+        let callback_key =
+            super::callback_token_key("caisse mtn_momo callback token", settings.collection.api_key.expose());
         MtnMomo {
             settings,
             callback_base,
@@ -87,9 +80,7 @@ impl MtnMomo {
 
     /// The unguessable path segment of a transaction's callback URL.
     fn callback_token(&self, transaction_id: &str) -> String {
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.callback_key) else { return String::new() };
-        mac.update(transaction_id.as_bytes());
-        hex::encode(&mac.finalize().into_bytes()[..16])
+        super::callback_token(&self.callback_key, transaction_id)
     }
 
     fn product(&self, product: Product) -> Result<&MtnProduct, ProviderError> {

@@ -63,13 +63,7 @@ impl Wave {
     }
 
     fn call(&self, method: Method, path: &str, body: Option<Value>, idempotent: bool) -> Call<'static> {
-        Call {
-            method,
-            url: format!("{}{path}", self.settings.base_url),
-            headers: vec![("Authorization", format!("Bearer {}", self.settings.api_key.expose()))],
-            body,
-            idempotent,
-        }
+        api_call(&self.settings, method, path, body, idempotent)
     }
 
     /// The checkout session made for our transaction `tx`, if Wave has one.
@@ -82,6 +76,28 @@ impl Wave {
     fn seen(&self, id: &str) -> bool {
         self.seen.lock().map(|s| s.1.contains(id)).unwrap_or(false)
     }
+}
+
+/// A request to Wave's API with the wallet's key.
+fn api_call(
+    settings: &WaveSettings,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    idempotent: bool,
+) -> Call<'static> {
+    Call {
+        method,
+        url: format!("{}{path}", settings.base_url),
+        headers: vec![("Authorization", format!("Bearer {}", settings.api_key.expose()))],
+        body,
+        idempotent,
+    }
+}
+
+/// The id of a session as it may go in a path (Wave's own are short and plain).
+fn session_id(session: &Value) -> &str {
+    session["id"].as_str().filter(|id| id.len() <= 64 && !id.contains(['/', '?', '#'])).unwrap_or_default()
 }
 
 /// Wave's error code (`insufficient-funds`), in lower snake case, as Caisse's `failure_code` and refusals say.
@@ -242,22 +258,14 @@ impl Adapter for Wave {
     fn close(&self, payment: &Payment) -> LocalFuture<Result<bool, ProviderError>> {
         let outbound = self.outbound.clone();
         let search = self.session_of(&payment.transaction_id);
-        let base = self.settings.base_url.clone();
-        let key = self.settings.api_key.expose().to_owned();
+        let settings = self.settings.clone();
         Box::pin(async move {
             let Some(session) = search.await? else { return Ok(false) };
             if !still_open(&session) {
                 return Ok(true);
             }
-            let id = session["id"].as_str().filter(|id| id.len() <= 64 && !id.contains('/')).unwrap_or_default();
-            let call = Call {
-                method: Method::POST,
-                url: format!("{base}/v1/checkout/sessions/{id}/expire"),
-                headers: vec![("Authorization", format!("Bearer {key}"))],
-                body: None,
-                idempotent: true,
-            };
-            let answer = outbound.send(call).await?;
+            let path = format!("/v1/checkout/sessions/{}/expire", session_id(&session));
+            let answer = outbound.send(api_call(&settings, Method::POST, &path, None, true)).await?;
             match answer.status {
                 // 409: already complete or expired; the status query that follows says which.
                 s if s.is_success() || s == StatusCode::CONFLICT || s == StatusCode::NOT_FOUND => Ok(true),
@@ -436,20 +444,13 @@ impl Wave {
     fn refund_session(&self, tx: &str) -> LocalFuture<Result<(), ProviderError>> {
         let outbound = self.outbound.clone();
         let search = self.session_of(tx);
-        let base = self.settings.base_url.clone();
-        let key = self.settings.api_key.expose().to_owned();
+        let settings = self.settings.clone();
         Box::pin(async move {
             let Some(session) = search.await? else {
                 return Err(ProviderError::Rejected { code: "checkout_session_not_found".into() });
             };
-            let id = session["id"].as_str().filter(|id| id.len() <= 64 && !id.contains('/')).unwrap_or_default();
-            let call = Call {
-                method: Method::POST,
-                url: format!("{base}/v1/checkout/sessions/{id}/refund"),
-                headers: vec![("Authorization", format!("Bearer {key}"))],
-                body: None,
-                idempotent: true,
-            };
+            let path = format!("/v1/checkout/sessions/{}/refund", session_id(&session));
+            let call = api_call(&settings, Method::POST, &path, None, true);
             let answer = outbound.send(call).await?;
             match answer.status {
                 s if s.is_success() => Ok(()),
