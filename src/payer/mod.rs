@@ -434,9 +434,15 @@ async fn start(
             state.flow.initiate_payment(merchant, new.clone(), Some(route.clone()), Some(idempotency.clone())).await;
         match result {
             Ok(Executed::Done(Record::Payment(p))) => return Ok(p),
+            // The first tap's payment, as it is now: the replayed answer is as it was when it was made, before
+            // the provider's page (`url_paiement`) was kept on it.
             Ok(Executed::Replayed { body, .. }) => {
-                return serde_json::from_str::<Payment>(&body)
-                    .map_err(|e| Started::Failed(internal("replayed payment", e)));
+                let first = serde_json::from_str::<Payment>(&body)
+                    .map_err(|e| Started::Failed(internal("replayed payment", e)))?;
+                return match state.engine.payment(merchant, first.reference.as_str()).await {
+                    Ok(now) => Ok(now.unwrap_or(first)),
+                    Err(e) => Err(Started::Failed(engine_trouble("replayed payment", e))),
+                };
             }
             Ok(other) => return Err(Started::Failed(internal("payment", format!("{other:?}")))),
             Err(EngineError::IdempotencyKeyInUse) if Instant::now() < deadline => {

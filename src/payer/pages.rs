@@ -211,7 +211,9 @@ pub fn status(merchant: &str, link: &Link, payment: &Payment, provider: &str, re
     let waiting = matches!(payment.status, PaymentStatus::Initiated | PaymentStatus::Processing);
     let paid =
         matches!(payment.status, PaymentStatus::Succeeded | PaymentStatus::PartlyRefunded | PaymentStatus::Refunded);
-    let title = if waiting {
+    let title = if waiting && payment.payment_url.is_some() {
+        "Terminez le paiement"
+    } else if waiting {
         "Validez le paiement sur votre téléphone"
     } else if paid {
         "Paiement réussi"
@@ -229,8 +231,13 @@ pub fn status(merchant: &str, link: &Link, payment: &Payment, provider: &str, re
                 h1 { (title) }
                 @if waiting {
                     p.status.wait role="status" { "En attente de votre validation…" }
-                    p { "Une demande de paiement " (provider) " de " strong { (price) } " a été envoyée sur votre téléphone. "
-                        "Ouvrez-la et validez avec votre code secret. Cette page se met à jour toute seule." }
+                    @if let Some(page) = &payment.payment_url {
+                        p { "Terminez le paiement de " strong { (price) } " sur la page de " (provider) ". Cette page se met à jour toute seule." }
+                        a.button href=(page) { "Continuer vers " (provider) }
+                    } @else {
+                        p { "Une demande de paiement " (provider) " de " strong { (price) } " a été envoyée sur votre téléphone. "
+                            "Ouvrez-la et validez avec votre code secret. Cette page se met à jour toute seule." }
+                    }
                 } @else if paid {
                     p.status.ok role="status" { "Merci, votre paiement est confirmé." }
                     dl {
