@@ -100,6 +100,7 @@ pub async fn create(
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
     let form = user.form(payload).await?;
+    super::actions::refuse_if_suspended(&state, &user)?;
     let page = |status: StatusCode, body: Markup| {
         Ok(html(status, layout::page(&user, state.settings.environment, Nav::Links, "Nouveau lien", body)))
     };

@@ -200,7 +200,8 @@ impl Flow {
     }
 
     /// Keeps the page where the customer approves a payment (the payment moves to `en_cours`); answers the
-    /// payment after it. A failure to write it is logged: the next status query or resubmission gives it again.
+    /// payment after it. A failure to write it is logged: the next status query that reports the page (Wave's
+    /// does) keeps it then.
     pub async fn opened(&self, merchant: &MerchantId, payment: &Payment, page: ReturnUrl) -> Option<Executed> {
         let notice = PaymentNotice::Opened { payment_url: page };
         let command = Command::PaymentNotice { reference: payment.reference.clone(), notice };

@@ -136,7 +136,11 @@ pub async fn apply_provider_status(
                 ProviderStatus::Failed { code } => Some(PaymentNotice::Declined { failure_code: code.clone() }),
                 ProviderStatus::Expired => Some(PaymentNotice::Expired),
                 _ if expire => Some(PaymentNotice::Expired),
-                ProviderStatus::Processing => Some(PaymentNotice::Processing),
+                // A page the payment lacks (its keeping failed) is kept now.
+                ProviderStatus::Processing => match (&report.page, &p.payment_url) {
+                    (Some(page), None) => Some(PaymentNotice::Opened { payment_url: page.clone() }),
+                    _ => Some(PaymentNotice::Processing),
+                },
                 ProviderStatus::Pending => None,
             };
             notice.map(|notice| Command::PaymentNotice { reference: p.reference.clone(), notice })

@@ -1,8 +1,9 @@
 //! `POST /v1/liens`, `GET /v1/liens`, `GET /v1/liens/{id}`, `POST /v1/liens/{id}/desactiver`
 //! (docs/api.md § Payment links).
 //!
-//! A link is checked here by the same rules a payment is (provider, currency, the provider's bounds for the
-//! amount), so a customer who opens it is never the first to find out that it cannot be paid.
+//! A link is checked here by the rules a payment is that need no phone number (provider, currency, the
+//! provider's bounds for the amount); what depends on the customer's number (the country's routes, an adapter's
+//! own rules) is checked when the customer submits the payment page.
 
 use std::collections::BTreeMap;
 

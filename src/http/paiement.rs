@@ -13,7 +13,7 @@ use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::provider::{AdapterName, ProviderRoute, ReturnUrl};
 use caisse_engine::domain::text::{Description, Email, Metadata, Name, Reason, Reference};
-use caisse_engine::{Command, NewPayment};
+use caisse_engine::{Command, Executed, NewPayment};
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
@@ -221,7 +221,31 @@ pub async fn initiate(
         link: None,
     };
     let executed = state.flow.initiate_payment(&merchant.id, new, Some(route), idem).await?;
-    respond(executed, StatusCode::CREATED)
+    match executed {
+        Executed::Replayed { status, body } => replay_with_page(&state, &merchant.id, status, body).await,
+        executed => respond(executed, StatusCode::CREATED),
+    }
+}
+
+/// A replayed initiation. Its stored answer is the payment as it was written, before the provider's page was kept
+/// on it; the first answer carried that page, so a replay of a payment that has one now answers the payment as
+/// it is now (same status code, `Idempotent-Replayed`), and any other replay the stored answer as it is.
+async fn replay_with_page(
+    state: &AppState,
+    merchant: &caisse_engine::domain::ids::MerchantId,
+    status: u16,
+    body: String,
+) -> Result<HttpResponse, ApiError> {
+    let stored: Option<Payment> = serde_json::from_str(&body).ok();
+    let now = match stored.as_ref().filter(|p| p.payment_url.is_none()) {
+        Some(p) => state.engine.payment(merchant, p.reference.as_str()).await?.filter(|now| now.payment_url.is_some()),
+        None => None,
+    };
+    let body = match now {
+        Some(now) => serde_json::to_string(&now).map_err(|e| ApiError::internal("replayed payment", e))?,
+        None => body,
+    };
+    respond(Executed::Replayed { status, body }, StatusCode::CREATED)
 }
 
 /// A reference that cannot exist is simply not found.

@@ -32,6 +32,7 @@ use caisse_engine::domain::links::Link;
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::provider::{ProviderRoute, ReturnUrl};
 use caisse_engine::domain::records::Payment;
+use caisse_engine::domain::status::PaymentStatus;
 use caisse_engine::domain::text::{Email, Name, Reference};
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::{EngineError, Executed, Idempotency, NewPayment, Record, Rejection};
@@ -328,9 +329,12 @@ pub async fn submit(
     };
     let started = start(&state, &found.merchant, new, route, idempotency).await;
     match started {
+        // The provider's page only while the payment waits there; a finished one ends on its own page.
         Ok(payment) => match &payment.payment_url {
-            Some(url) => see_other(url),
-            None => see_other(&format!("/payer/{}/{}", found.link.id, payment.reference)),
+            Some(url) if matches!(payment.status, PaymentStatus::Initiated | PaymentStatus::Processing) => {
+                see_other(url)
+            }
+            _ => see_other(&format!("/payer/{}/{}", found.link.id, payment.reference)),
         },
         Err(Started::Closed) => closed(&found, Timestamp::now()),
         Err(Started::Reused) => trouble(
@@ -522,10 +526,32 @@ pub async fn back(state: web::Data<AppState>, path: web::Path<String>) -> HttpRe
         Err(e) => return engine_trouble("return route", e),
     };
     match route.and_then(|r| r.return_url) {
-        Some(url) => {
-            let separator = if url.as_str().contains('?') { '&' } else { '?' };
-            see_other(&format!("{}{separator}reference={}", url.as_str(), payment.reference))
-        }
+        Some(url) => see_other(&with_reference(url.as_str(), payment.reference.as_str())),
         None => page(StatusCode::OK, pages::returned(&payment)),
+    }
+}
+
+/// `url` with `reference` added to its query, before any `#fragment` (which the merchant's server never sees).
+fn with_reference(url: &str, reference: &str) -> String {
+    let (address, fragment) = match url.split_once('#') {
+        Some((address, fragment)) => (address, Some(fragment)),
+        None => (url, None),
+    };
+    let separator = if address.contains('?') { '&' } else { '?' };
+    match fragment {
+        Some(fragment) => format!("{address}{separator}reference={reference}#{fragment}"),
+        None => format!("{address}{separator}reference={reference}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_goes_in_the_query_before_any_fragment() {
+        assert_eq!(with_reference("https://a.example/merci", "r1"), "https://a.example/merci?reference=r1");
+        assert_eq!(with_reference("https://a.example/m?x=1", "r1"), "https://a.example/m?x=1&reference=r1");
+        assert_eq!(with_reference("https://a.example/m#fin", "r1"), "https://a.example/m?reference=r1#fin");
     }
 }

@@ -181,10 +181,10 @@ impl Outbound {
                 (Some(body), None) => request.send_json(body).await,
                 (None, None) => request.send().await,
             }
-            .map_err(|e| ProviderError::Unreachable(format!("{} {}: {e}", call.method, call.url)))?;
+            .map_err(|e| ProviderError::Unreachable(format!("{} {}: {e}", call.method, shown(&call.url))))?;
             let status = response.status();
             let body = response.body().limit(MAX_ANSWER_BYTES).await.map_err(|e| {
-                ProviderError::Unreachable(format!("{} {}: reading the answer: {e}", call.method, call.url))
+                ProviderError::Unreachable(format!("{} {}: reading the answer: {e}", call.method, shown(&call.url)))
             })?;
             Ok(Answer { status, body: body.to_vec() })
         };
@@ -192,7 +192,8 @@ impl Outbound {
             Ok(result) => result,
             Err(_) => Err(ProviderError::Unreachable(format!(
                 "{} {}: no answer within {CALL_TIMEOUT:?}",
-                call.method, call.url
+                call.method,
+                shown(&call.url)
             ))),
         }
     }
@@ -213,6 +214,11 @@ impl Outbound {
             tracing::error!(adapter = self.name, failures, "provider failing: calls paused for {CIRCUIT_OPEN:?}");
         }
     }
+}
+
+/// A URL as errors and logs show it: without its query string, which may carry a token (CinetPay's Transfer API).
+fn shown(url: &str) -> &str {
+    url.split('?').next().unwrap_or(url)
 }
 
 fn now_ms() -> u64 {

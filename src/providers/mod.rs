@@ -68,6 +68,9 @@ pub enum ProviderStatus {
 pub struct Report {
     pub status: ProviderStatus,
     pub reference: Option<ProviderReference>,
+    /// Where the customer approves the payment, when the provider's answer says (Wave's launch URL): kept on a
+    /// payment under way that lacks it, so a page lost on the way is found again by the next query.
+    pub page: Option<ReturnUrl>,
 }
 
 impl Report {
@@ -79,13 +82,13 @@ impl Report {
                 .inspect_err(|e| tracing::warn!(error = %e, "the provider's reference is not kept"))
                 .ok()
         });
-        Report { status, reference }
+        Report { status, reference, page: None }
     }
 }
 
 impl From<ProviderStatus> for Report {
     fn from(status: ProviderStatus) -> Report {
-        Report { status, reference: None }
+        Report { status, reference: None, page: None }
     }
 }
 

@@ -150,7 +150,8 @@ fn session_status(session: &Value) -> Report {
         // Open: the customer may still pay, whatever an earlier attempt gave.
         _ => ProviderStatus::Processing,
     };
-    Report::with_reference(status, session["transaction_id"].as_str())
+    let page = session["wave_launch_url"].as_str().and_then(|url| ReturnUrl::parse(url, false).ok());
+    Report { page, ..Report::with_reference(status, session["transaction_id"].as_str()) }
 }
 
 /// A payout as Caisse reads it.

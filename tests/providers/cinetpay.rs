@@ -128,6 +128,10 @@ async fn cards_need_a_holder_and_amounts_are_multiples_of_five() {
     no_email.as_object_mut().expect("an object").remove("client_email");
     assert_error(&app.post_payment(&no_email).await, 400, "invalid_request", Some("client_email"));
     assert_error(&app.post_payment(&card(5_002)).await, 400, "invalid_request", Some("montant"));
+    // CinetPay counts in whole units: a card payment in cents (EUR) is refused rather than charged 100 times.
+    let mut euros = card(1_050);
+    euros["devise"] = json!("EUR");
+    assert_error(&app.post_payment(&euros).await, 400, "invalid_request", Some("montant"));
     assert!(fake.received("POST", "/v2/payment").await.is_empty(), "nothing reached CinetPay");
 }
 
@@ -177,27 +181,39 @@ async fn notifications_are_authenticated_hints_and_lost_ones_are_polled() {
     on_cinetpays_page(&app, text(&refused["url_paiement"]), "decline").await;
     let failed = app.wait_payment(text(&refused["reference"]), "echec").await;
     assert_eq!(failed["failure_code"], "payment_failed");
-    // CinetPay has no refund API: the refund goes to the payer's phone through the Transfer API. (Another
-    // payment pays the fee the refund does not give back.)
-    let more = app.initiate(&card(1_000)).await;
-    on_cinetpays_page(&app, text(&more["url_paiement"]), "pay").await;
-    app.wait_payment(text(&more["reference"]), "succes").await;
-    app.post_refund(text(&created["reference"]), &json!({})).await.expect(200);
-    let payment = app.wait_refund(text(&created["reference"]), "succes").await;
-    assert_eq!(payment["statut"], "rembourse");
+    // A card is not refunded as mobile money to a number nobody checked against the card: refused at once.
+    let card_refund = app.post_refund(text(&created["reference"]), &json!({})).await;
+    assert_error(&card_refund, 400, "unsupported_provider", None);
+    // CinetPay has no refund API: a mobile-money payment's refund goes to the payer's phone (the number CinetPay
+    // was told to take the money from) through the Transfer API.
+    let mobile = app.initiate(&orange_money(1_000)).await;
+    let sent: Value =
+        serde_json::from_str(text(&received(&fake, "POST", "/v2/payment").await.last().expect("an init")["body"]))
+            .expect("JSON");
+    assert_eq!((sent["channels"].as_str(), sent["lock_phone_number"].as_bool()), (Some("MOBILE_MONEY"), Some(true)));
+    on_cinetpays_page(&app, text(&mobile["url_paiement"]), "pay").await;
+    app.wait_payment(text(&mobile["reference"]), "succes").await;
+    app.post_refund(text(&mobile["reference"]), &json!({"montant": 500})).await.expect(200);
+    let payment = app.wait_refund(text(&mobile["reference"]), "succes").await;
+    assert_eq!(payment["statut"], "rembourse_partiellement");
     let sends = received(&fake, "POST", "/v1/transfer/money/send/contact").await;
     let form: Vec<(String, String)> = serde_urlencoded::from_str(text(&sends[0]["body"])).expect("a form");
     let data: Value = serde_json::from_str(&form[0].1).expect("JSON data");
     assert_eq!(
         (data[0]["prefix"].as_str(), data[0]["phone"].as_str(), data[0]["amount"].as_i64()),
-        (Some("228"), Some("90000055"), Some(1_000))
+        (Some("223"), Some("70000055"), Some(500))
     );
+}
+
+/// An Orange Money payment from Mali, which this server routes to CinetPay.
+fn orange_money(amount: i64) -> Value {
+    json!({"montant": amount, "devise": "XOF", "fournisseur": "orange_money", "client_telephone": "+22370000055"})
 }
 
 #[actix_web::test]
 async fn without_the_transfer_api_a_refund_is_refused_before_anything_moves() {
     let (fake, app) = start_with(false).await;
-    let created = app.initiate(&card(1_000)).await;
+    let created = app.initiate(&orange_money(1_000)).await;
     on_cinetpays_page(&app, text(&created["url_paiement"]), "pay").await;
     app.wait_payment(text(&created["reference"]), "succes").await;
     let resp = app.post_refund(text(&created["reference"]), &json!({"montant": 500})).await;

@@ -64,7 +64,17 @@ async fn a_payment_is_paid_on_waves_page_credited_once_and_the_customer_comes_ba
     fake.knobs(json!({"callbacks": "duplicate"})).await;
     let mut body = payment(1_000, "+221770000055");
     body["url_retour"] = json!("https://boutique.example.com/merci");
-    let created = app.initiate(&body).await;
+    let first = app.send(app.post("/v1/paiement/initier").idem("commande-17").json(&body)).await;
+    first.expect(201);
+    let created = first.json.clone();
+    // A retry of the request (a timeout on the merchant's side) answers the same payment, with Wave's page.
+    let replay = app.send(app.post("/v1/paiement/initier").idem("commande-17").json(&body)).await;
+    replay.expect(201);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        (replay.json["reference"].clone(), replay.json["url_paiement"].clone()),
+        (created["reference"].clone(), created["url_paiement"].clone())
+    );
     let (reference, tx) = (text(&created["reference"]).to_owned(), text(&created["transaction_id"]).to_owned());
     let url = text(&created["url_paiement"]).to_owned();
     assert!(url.starts_with(&format!("{}/c/cos-", fake.base)), "the merchant gets Wave's page: {created}");

@@ -51,6 +51,9 @@ const COUNTRY_CODES: &[(&str, &str)] = &[
     ("33", "FR"),
 ];
 
+/// Countries whose national numbers are dialled with a leading `0` that the international form drops.
+const TRUNK_PREFIXED: [&str; 3] = ["FR", "GH", "NG"];
+
 /// The calling code of a country Caisse's providers serve (ISO 3166 alpha-2, `BJ` -> `229`).
 pub fn calling_code(country: &str) -> Option<&'static str> {
     COUNTRY_CODES.iter().find(|(_, c)| *c == country).map(|(code, _)| *code)
@@ -88,15 +91,20 @@ impl Phone {
 
     /// A number as a customer types it on a page that offers a country: international forms as
     /// [`Phone::parse_written`] reads them, and otherwise a national number (`97 00 00 01`), whose digits
-    /// follow the country's calling code as typed. The numbering plans of the countries Caisse serves have no
-    /// trunk prefix to drop (a leading `0`, as in Côte d'Ivoire's `07 ...`, is part of the number).
+    /// follow the country's calling code. West and Central African numbering plans have no trunk prefix (a
+    /// leading `0`, as in Côte d'Ivoire's `07 ...`, is part of the number); France, Ghana and Nigeria dial one
+    /// (`06 12 34 56 78`), which is dropped.
     pub fn parse_national(input: &str, country: &str) -> Result<Phone, PhoneError> {
         let trimmed = input.trim();
         if trimmed.starts_with('+') || trimmed.starts_with("00") {
             return Phone::parse_written(trimmed);
         }
+        let national = match TRUNK_PREFIXED.contains(&country) {
+            true => trimmed.strip_prefix('0').unwrap_or(trimmed),
+            false => trimmed,
+        };
         match calling_code(country) {
-            Some(code) => Phone::parse_written(&format!("+{code}{trimmed}")),
+            Some(code) => Phone::parse_written(&format!("+{code}{national}")),
             None => Phone::parse_written(trimmed),
         }
     }
@@ -185,6 +193,7 @@ mod tests {
             assert_eq!(Phone::parse_national(written, "BJ").unwrap().as_str(), "+22997000001", "{written}");
         }
         assert_eq!(Phone::parse_national("07 07 00 00 01", "CI").unwrap().as_str(), "+2250707000001");
+        assert_eq!(Phone::parse_national("06 12 34 56 78", "FR").unwrap().as_str(), "+33612345678");
         assert_eq!(Phone::parse_national("+221 77 000 00 01", "BJ").unwrap().country(), Some("SN"));
         assert!(Phone::parse_national("97 00 ab 01", "BJ").is_err());
         assert!(Phone::parse_national("", "BJ").is_err());

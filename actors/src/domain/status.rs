@@ -378,7 +378,8 @@ pub const RULES: &[Rule] = &[
     rule(Some(Out(O::Pending)), T::PayoutSent, Out(O::Sent), Some(E::PayoutProcessed), Effect::ConsumePayout),
     rule(Some(Out(O::Pending)), T::PayoutRefused, Out(O::Rejected), Some(E::PayoutRejected), Effect::ReleasePayout),
     // Payment links: they move no money and send no webhook of their own; their payments do. An `expire` link
-    // (past its `expire_at`) and a closed one take no command, and a late success leaves them as they are.
+    // (past its `expire_at`) and a closed one take no command. A late success of a `unique` link's payment
+    // moves its stored status (`actif` even past `expire_at`) to `paye`; a closed link stays as it is.
     rule(None, T::LinkCreated, Lnk(L::Active), None, Effect::None),
     rule(Some(Lnk(L::Active)), T::LinkPaid, Lnk(L::Paid), None, Effect::None),
     rule(Some(Lnk(L::Active)), T::LinkDeactivated, Lnk(L::Deactivated), None, Effect::None),
