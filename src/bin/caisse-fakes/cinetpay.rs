@@ -1,6 +1,6 @@
 //! The CinetPay fake: Checkout v2 (`/v2/payment`, `/v2/payment/check`), the hosted page a customer pays on,
 //! signed notifications, and the Transfer API (login, contacts, `money/send/contact`, `check/money`) with its
-//! transfer notifications (docs.cinetpay.com; `../shared/providers.md` § 5.1).
+//! transfer notifications (docs.cinetpay.com/api/1.0-en/checkout and /transfert).
 //!
 //! A checkout is paid or refused on its page (`GET /pay/{token}`, whose buttons post `outcome=pay|decline` to
 //! `POST /pay/{token}`): the notification follows (a GET ping, then the form POST with the sixteen `cpm_*`

@@ -1,6 +1,6 @@
 //! The Wave fake: Checkout sessions (create, get, search by `client_reference`, expire, refund of a whole
 //! session), the hosted page a customer pays on, the Payout API with its `idempotency-key`, and signed
-//! webhooks (docs.wave.com; `../shared/providers.md` § 3 for what is verified and what is not).
+//! webhooks (docs.wave.com/checkout, /payout and /webhook).
 //!
 //! Sessions and payouts live in [`Book`], beside the other fakes' state. A session is paid or declined on its
 //! hosted page (`GET /c/{id}`, whose buttons post to `POST /c/{id}` with `outcome=pay|decline`), which also

@@ -1,4 +1,4 @@
-//! The MTN MoMo Open API fake (momodeveloper.mtn.com; Caisse's notes in shared/providers.md §1 and §7.1).
+//! The MTN MoMo Open API fake (momodeveloper.mtn.com).
 //!
 //! # Layout
 //! - `mod.rs`: configuration, routing, the two gates every call passes (the APIM subscription key, then the

@@ -1,4 +1,4 @@
-//! The pawaPay Merchant API v2 fake (docs.pawapay.io/v2; Caisse's notes in shared/providers.md §4 and §7.4).
+//! The pawaPay Merchant API v2 fake (docs.pawapay.io/v2).
 //!
 //! # Layout
 //! - `mod.rs`: routing, the bearer token check, status queries, resend-callback, fail-enqueued, the wire
