@@ -38,6 +38,48 @@ pub struct AdaptersLayer {
     pub(super) mtn_momo: Option<MtnLayer>,
     pub(super) wave: Option<WaveLayer>,
     pub(super) cinetpay: Option<CinetpayLayer>,
+    pub(super) orange_money: Option<OrangeLayer>,
+}
+
+/// `[adapters.orange_money]`: Orange Money Web Payment for one country (its client credentials and merchant key).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrangeLayer {
+    pub(super) base_url: Option<String>,
+    pub(super) token_url: Option<String>,
+    pub(super) country: Option<String>,
+    pub(super) client_id: Option<String>,
+    pub(super) client_secret: Option<String>,
+    pub(super) client_secret_file: Option<String>,
+    pub(super) merchant_key: Option<String>,
+    pub(super) merchant_key_file: Option<String>,
+}
+
+const ORANGE_KEYS: [&str; 8] = [
+    "base_url",
+    "token_url",
+    "country",
+    "client_id",
+    "client_secret",
+    "client_secret_file",
+    "merchant_key",
+    "merchant_key_file",
+];
+
+impl OrangeLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        Some(match key {
+            "base_url" => &mut self.base_url,
+            "token_url" => &mut self.token_url,
+            "country" => &mut self.country,
+            "client_id" => &mut self.client_id,
+            "client_secret" => &mut self.client_secret,
+            "client_secret_file" => &mut self.client_secret_file,
+            "merchant_key" => &mut self.merchant_key,
+            "merchant_key_file" => &mut self.merchant_key_file,
+            _ => return None,
+        })
+    }
 }
 
 /// `[adapters.cinetpay]`: the checkout's API key, site id and secret key (which signs notifications), and the
@@ -216,17 +258,36 @@ impl AdaptersLayer {
                 any_cinetpay = true;
             }
         }
-        (any_pawapay || any_mtn || any_wave || any_cinetpay).then_some(AdaptersLayer {
+        let mut orange = OrangeLayer::default();
+        let mut any_orange = false;
+        for key in ORANGE_KEYS {
+            if let (Some(value), Some(slot)) =
+                (get(&format!("CAISSE_ADAPTERS_ORANGE_MONEY_{}", key.to_uppercase())), orange.slot(key))
+            {
+                *slot = Some(value);
+                any_orange = true;
+            }
+        }
+        (any_pawapay || any_mtn || any_wave || any_cinetpay || any_orange).then_some(AdaptersLayer {
             pawapay: any_pawapay.then_some(pawapay),
             mtn_momo: any_mtn.then_some(mtn),
             wave: any_wave.then_some(wave),
             cinetpay: any_cinetpay.then_some(cinetpay),
+            orange_money: any_orange.then_some(orange),
         })
     }
 
     /// `other`'s keys win over `self`'s, key by key.
     pub(super) fn merge(mut self, other: AdaptersLayer) -> AdaptersLayer {
-        let AdaptersLayer { pawapay, mtn_momo, wave, cinetpay } = other;
+        let AdaptersLayer { pawapay, mtn_momo, wave, cinetpay, orange_money } = other;
+        if let Some(mut theirs) = orange_money {
+            let mine = self.orange_money.get_or_insert_with(OrangeLayer::default);
+            for key in ORANGE_KEYS {
+                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
+                    *slot = Some(value);
+                }
+            }
+        }
         if let Some(mut theirs) = cinetpay {
             let mine = self.cinetpay.get_or_insert_with(CinetpayLayer::default);
             for key in CINETPAY_KEYS {
@@ -309,6 +370,18 @@ pub struct CinetpaySettings {
     pub transfer: Option<(String, Secret)>,
 }
 
+/// Orange Money Web Payment: one country's API (`country` is Orange's path segment: `ci`, `sn`, `ml`, ...; `dev`
+/// for its sandbox), its OAuth client and the merchant key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrangeSettings {
+    pub base_url: String,
+    pub token_url: String,
+    pub country: String,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub merchant_key: Secret,
+}
+
 /// The adapters that have their credentials, hence can be active.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AdapterSettings {
@@ -316,6 +389,7 @@ pub struct AdapterSettings {
     pub mtn_momo: Option<MtnSettings>,
     pub wave: Option<WaveSettings>,
     pub cinetpay: Option<CinetpaySettings>,
+    pub orange_money: Option<OrangeSettings>,
 }
 
 /// One route of a fournisseur: these countries go to this adapter.
@@ -415,7 +489,48 @@ pub(super) fn resolve(layer: Option<AdaptersLayer>, environment: Environment) ->
         None => None,
         Some(c) => resolve_cinetpay(c)?,
     };
-    Ok(AdapterSettings { pawapay, mtn_momo, wave, cinetpay })
+    let orange_money = match layer.orange_money {
+        None => None,
+        Some(o) => resolve_orange(o, environment)?,
+    };
+    Ok(AdapterSettings { pawapay, mtn_momo, wave, cinetpay, orange_money })
+}
+
+fn resolve_orange(o: OrangeLayer, environment: Environment) -> Result<Option<OrangeSettings>, ConfigError> {
+    let client_secret = secret("adapters.orange_money.client_secret", o.client_secret, o.client_secret_file)?;
+    let merchant_key = secret("adapters.orange_money.merchant_key", o.merchant_key, o.merchant_key_file)?;
+    let client_id = o.client_id.filter(|c| !c.is_empty());
+    let (client_id, client_secret, merchant_key) = match (client_id, client_secret, merchant_key) {
+        (Some(i), Some(s), Some(k)) => (i, s, k),
+        (None, None, None) => return Ok(None),
+        _ => {
+            return Err(bad(
+                "adapters.orange_money.client_id",
+                "Orange Money needs client_id, client_secret and merchant_key together",
+            ))
+        }
+    };
+    let country = match (o.country.filter(|c| !c.is_empty()), environment) {
+        (Some(c), _) => c,
+        (None, Environment::Sandbox) => "dev".to_owned(),
+        (None, Environment::Production) => {
+            return Err(bad("adapters.orange_money.country", "required in production (ci, sn, ml, ...)"))
+        }
+    };
+    if !(2..=8).contains(&country.len()) || !country.bytes().all(|b| b.is_ascii_lowercase()) {
+        return Err(bad("adapters.orange_money.country", format!("`{country}` is not one of Orange's country paths")));
+    }
+    let url = o.base_url.filter(|u| !u.is_empty()).unwrap_or_else(|| "https://api.orange.com".to_owned());
+    let base = base_url("adapters.orange_money.base_url", &url)?;
+    let token = o.token_url.filter(|u| !u.is_empty()).unwrap_or_else(|| format!("{base}/oauth/v3/token"));
+    Ok(Some(OrangeSettings {
+        token_url: base_url("adapters.orange_money.token_url", &token)?,
+        base_url: base,
+        country,
+        client_id,
+        client_secret,
+        merchant_key,
+    }))
 }
 
 fn resolve_cinetpay(c: CinetpayLayer) -> Result<Option<CinetpaySettings>, ConfigError> {
@@ -532,6 +647,7 @@ mod tests {
             mtn_momo: None,
             wave: None,
             cinetpay: None,
+            orange_money: None,
         };
         assert_eq!(resolve(Some(layer(None, None)), Environment::Production).unwrap().pawapay, None);
         let active = resolve(Some(layer(None, Some("t"))), Environment::Production).unwrap().pawapay.unwrap();
@@ -562,6 +678,33 @@ mod mtn_tests {
         assert_eq!((sandbox.target_environment.as_str(), sandbox.disbursement.is_none()), ("sandbox", true));
         assert!(resolve(layer, Environment::Production).unwrap_err().to_string().contains("target_environment"));
         let half: &[(&str, &str)] = &[("CAISSE_ADAPTERS_MTN_MOMO_COLLECTION_API_USER", "u")];
+        assert!(resolve(AdaptersLayer::from_env(&env(half)), Environment::Sandbox).is_err());
+        assert!(!format!("{sandbox:?}").contains("\"s\""), "secrets never print");
+    }
+}
+
+#[cfg(test)]
+mod orange_tests {
+    use super::*;
+
+    #[test]
+    fn orange_needs_its_three_credentials_and_a_country_in_production() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+        };
+        let whole: &[(&str, &str)] = &[
+            ("CAISSE_ADAPTERS_ORANGE_MONEY_CLIENT_ID", "i"),
+            ("CAISSE_ADAPTERS_ORANGE_MONEY_CLIENT_SECRET", "s"),
+            ("CAISSE_ADAPTERS_ORANGE_MONEY_MERCHANT_KEY", "k"),
+        ];
+        let layer = AdaptersLayer::from_env(&env(whole));
+        let sandbox = resolve(layer.clone(), Environment::Sandbox).unwrap().orange_money.unwrap();
+        assert_eq!(
+            (sandbox.country.as_str(), sandbox.token_url.as_str()),
+            ("dev", "https://api.orange.com/oauth/v3/token")
+        );
+        assert!(resolve(layer, Environment::Production).unwrap_err().to_string().contains("country"));
+        let half: &[(&str, &str)] = &[("CAISSE_ADAPTERS_ORANGE_MONEY_CLIENT_ID", "i")];
         assert!(resolve(AdaptersLayer::from_env(&env(half)), Environment::Sandbox).is_err());
         assert!(!format!("{sandbox:?}").contains("\"s\""), "secrets never print");
     }

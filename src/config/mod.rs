@@ -20,7 +20,8 @@ pub mod adapters;
 
 use crate::client_address::Cidr;
 pub use adapters::{
-    AdapterSettings, CinetpaySettings, MtnProduct, MtnSettings, PawapaySettings, Route, Secret, WaveSettings,
+    AdapterSettings, CinetpaySettings, MtnProduct, MtnSettings, OrangeSettings, PawapaySettings, Route, Secret,
+    WaveSettings,
 };
 pub use caisse_engine::store::sealing::MasterKey;
 

@@ -46,7 +46,7 @@ pub struct Carrier {
     pub subject: Subject,
     /// Our id for it, from which the provider's idempotency id is derived.
     pub transaction_id: String,
-    /// The payment, when the transaction is one of its refunds.
+    /// The payment, when the transaction is one or one of its refunds.
     pub payment: Option<Payment>,
 }
 
@@ -107,8 +107,8 @@ impl Flow {
             tracing::warn!(tx = %transaction_id, adapter = %name, "the transaction's adapter is not configured any more");
             return None;
         };
-        let payment = match (record, subject) {
-            (Record::Payment(p), Subject::Refund) => Some(p.clone()),
+        let payment = match record {
+            Record::Payment(p) => Some(p.clone()),
             _ => None,
         };
         Some(Carrier { adapter, name, subject, transaction_id, payment })

@@ -99,7 +99,7 @@ impl Flow {
         }
         // A notice says only that something changed: what changed is asked of the provider.
         let payment = match (&located.record, notice.subject) {
-            (Record::Payment(p), Subject::Refund) => Some(p),
+            (Record::Payment(p), Subject::Payment | Subject::Refund) => Some(p),
             _ => None,
         };
         let confirmed = adapter.status(notice.subject, &notice.transaction_id, payment).await.map_err(|e| {

@@ -137,7 +137,7 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
     let status = match flow.carrier(&located.record, TransactionType::Payment) {
         // A timeout or a 5xx decides nothing, not even an expiry: the provider may have taken the money. The next
         // pass asks again; only an answer (a final one, or "not created"/"still pending") settles it.
-        Some(carrier) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id, None).await {
+        Some(carrier) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id, Some(payment)).await {
             Ok(status) => status,
             Err(e) => {
                 return tracing::warn!(error = %e, reference = %item.owner, "last status query failed; asked again next pass")
@@ -152,12 +152,14 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
         (ProviderStatus::Pending | ProviderStatus::Processing, Some(carrier)) => {
             match carrier.adapter.close(payment).await {
                 Ok(false) => status,
-                Ok(true) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id, None).await {
-                    Ok(after) => after,
-                    Err(e) => {
-                        return tracing::warn!(error = %e, reference = %item.owner, "status after closing unknown; asked again next pass")
+                Ok(true) => {
+                    match carrier.adapter.status(Subject::Payment, &payment.transaction_id, Some(payment)).await {
+                        Ok(after) => after,
+                        Err(e) => {
+                            return tracing::warn!(error = %e, reference = %item.owner, "status after closing unknown; asked again next pass")
+                        }
                     }
-                },
+                }
                 Err(e) => {
                     return tracing::warn!(error = %e, reference = %item.owner, "closing at the provider failed; tried again next pass")
                 }

@@ -121,7 +121,7 @@ impl Cinetpay {
                 let mut pairs = vec![("token", token)];
                 pairs.extend(query.iter().cloned());
                 let url = format!("{base}{path}?{}", serde_urlencoded::to_string(&pairs).unwrap_or_default());
-                let answer = outbound.send_form(method.clone(), url, form.clone()).await?;
+                let answer = outbound.send_form(method.clone(), url, Vec::new(), form.clone()).await?;
                 let body = answer.json()?;
                 if matches!(code(&body).as_str(), "705" | "706") && attempt == 0 {
                     tokens.lock().map(|mut t| t.take()).ok();
@@ -148,7 +148,7 @@ async fn transfer_login(
         }
     }
     let form = vec![("apikey", login.to_owned()), ("password", password.to_owned())];
-    let answer = outbound.send_form(Method::POST, format!("{base}/v1/auth/login"), Some(form)).await?;
+    let answer = outbound.send_form(Method::POST, format!("{base}/v1/auth/login"), Vec::new(), Some(form)).await?;
     let body = answer.json()?;
     let token = body["data"]["token"]
         .as_str()

@@ -120,9 +120,10 @@ impl Outbound {
         &self,
         method: Method,
         url: String,
+        headers: Vec<(&'static str, String)>,
         form: Option<Vec<(&'static str, String)>>,
     ) -> Result<Answer, ProviderError> {
-        let call = Call { method, url, headers: Vec::new(), body: None, idempotent: true };
+        let call = Call { method, url, headers, body: None, idempotent: true };
         self.send_with(call, form.as_deref()).await
     }
 

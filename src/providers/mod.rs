@@ -15,6 +15,7 @@ pub mod chaos;
 pub mod cinetpay;
 pub mod http;
 pub mod mtn_momo;
+pub mod orange_money;
 pub mod pawapay;
 pub mod rfc9421;
 pub mod sandbox;
@@ -181,8 +182,9 @@ pub trait Adapter: Send + Sync {
     /// Called once a callback was confirmed and applied, so an adapter that takes each event once (Wave, by
     /// event id) remembers it; a callback that failed on the way is taken again when the provider retries.
     fn notice_handled(&self, _headers: &HeaderMap, _body: &[u8]) {}
-    /// The provider's view of a transaction. `payment` is the payment a refund belongs to when `subject` is a
-    /// refund (Wave finds a refund through the session it refunds, and sends a partial one as a payout).
+    /// The provider's view of a transaction. `payment` is the payment when `subject` is one, or the payment a
+    /// refund belongs to (Wave finds a refund through the session it refunds, Orange queries a payment with the
+    /// token in its page's address).
     fn status(
         &self,
         subject: Subject,
@@ -366,6 +368,10 @@ impl Providers {
                 tracing::warn!("adapters.wave.webhook_secret is not set: Wave's webhooks are refused, and only status queries settle payments");
             }
             adapters.insert("wave".into(), Arc::new(wave::Wave::new(wave.clone(), public_url)));
+        }
+        if let Some(orange) = &settings.adapters.orange_money {
+            adapters
+                .insert("orange_money".into(), Arc::new(orange_money::OrangeMoney::new(orange.clone(), public_url)));
         }
         if let Some(cinetpay) = &settings.adapters.cinetpay {
             adapters.insert("cinetpay".into(), Arc::new(cinetpay::Cinetpay::new(cinetpay.clone(), public_url)));

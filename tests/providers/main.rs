@@ -12,6 +12,7 @@ use support::TestApp;
 mod agent;
 mod cinetpay;
 mod mtn;
+mod orange;
 mod pawapay;
 mod restart;
 mod wave;

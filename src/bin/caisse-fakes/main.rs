@@ -11,6 +11,8 @@
 //! caisse-fakes wave     --listen 127.0.0.1:0 [--api-key K] [--webhook-secret S] [--webhook-url U] [--settle-ms 200]
 //! caisse-fakes cinetpay --listen 127.0.0.1:0 [--apikey K] [--site-id S] [--secret-key K]
 //!                       [--transfer-login L] [--transfer-password P] [--settle-ms 200]
+//! caisse-fakes orange-money --listen 127.0.0.1:0 [--client-id I] [--client-secret S] [--merchant-key K]
+//!                       [--country dev]
 //! ```
 //!
 //! The first line on stdout is exactly `listening on http://127.0.0.1:PORT`; logs go to stderr. The process
@@ -24,7 +26,7 @@
 //! - `control.rs`: the `/__fake/*` control API (requests, transactions, knobs, complete, clock).
 //! - `callbacks.rs`: the bounded callback sender and the callback modes.
 //! - `pawapay/`: the pawaPay v2 fake. `mtn/`: the MTN MoMo fake. `wave.rs`: the Wave fake. `cinetpay.rs`: the
-//!   CinetPay fake.
+//!   CinetPay fake. `orange.rs`: the Orange Money Web Payment fake.
 
 mod callbacks;
 mod cinetpay;
@@ -32,6 +34,7 @@ mod common;
 mod control;
 mod knobs;
 mod mtn;
+mod orange;
 mod pawapay;
 mod server;
 mod wave;
@@ -55,6 +58,9 @@ pub const DEFAULT_API_KEY: &str = "fake-api-key";
 pub const DEFAULT_WAVE_API_KEY: &str = "wave_sn_prod_fake-api-key";
 pub const DEFAULT_WAVE_WEBHOOK_SECRET: &str = "wave_sn_WHS_fake-webhook-secret";
 pub const DEFAULT_CINETPAY_APIKEY: &str = "fake-cinetpay-apikey";
+pub const DEFAULT_ORANGE_CLIENT_ID: &str = "fake-orange-client-id";
+pub const DEFAULT_ORANGE_CLIENT_SECRET: &str = "fake-orange-client-secret";
+pub const DEFAULT_ORANGE_MERCHANT_KEY: &str = "fake-orange-merchant-key";
 pub const DEFAULT_CINETPAY_SITE_ID: &str = "105000000";
 pub const DEFAULT_CINETPAY_SECRET_KEY: &str = "fake-cinetpay-secret-key";
 pub const DEFAULT_CINETPAY_TRANSFER_LOGIN: &str = "fake-cinetpay-transfer-apikey";
@@ -80,6 +86,24 @@ enum Command {
     Wave(WaveArgs),
     /// CinetPay's Checkout v2 and Transfer API, with a hosted payment page and signed notifications.
     Cinetpay(CinetpayArgs),
+    /// Orange Money Web Payment, with a hosted payment page and its unsigned notification.
+    #[command(name = "orange-money")]
+    OrangeMoney(OrangeArgs),
+}
+
+#[derive(Args)]
+struct OrangeArgs {
+    #[command(flatten)]
+    common: Common,
+    #[arg(long, default_value = DEFAULT_ORANGE_CLIENT_ID)]
+    client_id: String,
+    #[arg(long, default_value = DEFAULT_ORANGE_CLIENT_SECRET)]
+    client_secret: String,
+    #[arg(long, default_value = DEFAULT_ORANGE_MERCHANT_KEY)]
+    merchant_key: String,
+    /// The country path served (`dev`: Orange's sandbox, where the currency is OUV).
+    #[arg(long, default_value = "dev")]
+    country: String,
 }
 
 #[derive(Args)]
@@ -202,6 +226,15 @@ fn build(command: Command) -> Result<(Common, Provider, Knobs), String> {
             let signer = pawapay::signing::Signer::generate()?;
             (args.common, Provider::Pawapay(pawapay::Config { token: args.token, signer }))
         }
+        Command::OrangeMoney(args) => {
+            let config = orange::Config {
+                client_id: args.client_id,
+                client_secret: args.client_secret,
+                merchant_key: args.merchant_key,
+                country: args.country,
+            };
+            (args.common, Provider::Orange(config))
+        }
         Command::Cinetpay(args) => {
             let config = cinetpay::Config {
                 apikey: args.apikey,
@@ -289,6 +322,7 @@ async fn run(common: Common, provider: Provider, knobs: Knobs) -> std::io::Resul
         Provider::Mtn(_) => "mtn-momo",
         Provider::Wave(_) => "wave",
         Provider::Cinetpay(_) => "cinetpay",
+        Provider::Orange(_) => "orange-money",
     };
     tracing::info!(%address, settle_ms = common.settle_ms, "{name} fake serving");
     actix_web::rt::spawn(callbacks::run(queue));

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::callbacks::{self, Outgoing};
 use crate::common::{provider_reference, Clock, RecordedRequest, Stage, Store, Txn, REQUESTS_MAX};
 use crate::knobs::Knobs;
-use crate::{cinetpay, control, mtn, pawapay, wave};
+use crate::{cinetpay, control, mtn, orange, pawapay, wave};
 
 /// How long a "never answer" call is held before the fake gives up on it; the client has long gone by then.
 const NEVER_ANSWER_HOLD: Duration = Duration::from_secs(600);
@@ -35,6 +35,7 @@ pub enum Provider {
     Mtn(mtn::Config),
     Wave(wave::Config),
     Cinetpay(cinetpay::Config),
+    Orange(orange::Config),
 }
 
 /// Everything a request may change, behind one lock that is never held across an await.
@@ -46,6 +47,7 @@ pub struct State {
     pub tokens: mtn::Tokens,
     pub wave: wave::Book,
     pub cinetpay: cinetpay::Book,
+    pub orange: orange::Book,
 }
 
 pub struct Fake {
@@ -71,7 +73,7 @@ impl Fake {
     pub fn status_name(&self, txn: &Txn) -> &'static str {
         match &self.provider {
             Provider::Pawapay(_) => pawapay::status_name(txn),
-            Provider::Mtn(_) | Provider::Wave(_) | Provider::Cinetpay(_) => mtn::status_name(txn),
+            Provider::Mtn(_) | Provider::Wave(_) | Provider::Cinetpay(_) | Provider::Orange(_) => mtn::status_name(txn),
         }
     }
 
@@ -81,7 +83,7 @@ impl Fake {
             Provider::Pawapay(config) => pawapay::callbacks_for(config, knobs, txn),
             Provider::Mtn(_) => mtn::callbacks_for(knobs, txn),
             // Wave's webhooks leave when the customer acts on the hosted page, not from the transaction store.
-            Provider::Wave(_) | Provider::Cinetpay(_) => Vec::new(),
+            Provider::Wave(_) | Provider::Cinetpay(_) | Provider::Orange(_) => Vec::new(),
         }
     }
 }
@@ -171,6 +173,7 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
             Provider::Mtn(_) => mtn::too_many_requests(),
             Provider::Wave(_) => wave::too_many_requests(),
             Provider::Cinetpay(_) => serde_json::json!({"code": "429", "message": "TOO_MANY_REQUESTS"}),
+            Provider::Orange(_) => serde_json::json!({"status": 429, "message": "too many requests"}),
         };
         let mut reply = Reply::json(429, body);
         reply.headers.push(("Retry-After", "1".into()));
@@ -183,6 +186,7 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
         Provider::Mtn(config) => mtn::handle(&fake, config, &call),
         Provider::Wave(config) => wave::handle(&fake, config, &call),
         Provider::Cinetpay(config) => cinetpay::handle(&fake, config, &call),
+        Provider::Orange(config) => orange::handle(&fake, config, &call),
     };
     // Recorded once handled: whoever sees a request in the log also sees what it created, so a test that
     // acts on "the request reached the provider" never races the creation.
@@ -208,6 +212,7 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -
             Provider::Mtn(_) => mtn::internal_error(),
             Provider::Wave(_) => wave::internal_error(),
             Provider::Cinetpay(_) => serde_json::json!({"code": "624", "message": "UNKNOWN_ERROR"}),
+            Provider::Orange(_) => serde_json::json!({"status": 500, "message": "internal error"}),
         };
         return Reply::json(500, body).into_response();
     }
@@ -290,6 +295,9 @@ pub async fn run_ticker(fake: web::Data<Fake>) {
         interval.tick().await;
         if matches!(fake.provider, Provider::Wave(_)) {
             wave::tick(&fake);
+        }
+        if matches!(fake.provider, Provider::Orange(_)) {
+            orange::tick(&fake);
         }
         if matches!(fake.provider, Provider::Cinetpay(_)) {
             fake.callbacks.send_all(cinetpay::tick(&fake));

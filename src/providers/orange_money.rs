@@ -1,0 +1,304 @@
+//! The Orange Money adapter (Web Payment): collection only, the customer approves on Orange's page
+//! (`url_paiement`); no refund, no payout (Orange sells those under other contracts).
+//!
+//! Protocol only; what a status means is decided in `flow`. The rules that keep money safe:
+//! - An OAuth2 client-credentials token (`expires_in` is a string or a number, depending on the version) is
+//!   cached until shortly before it expires and fetched again after a 401.
+//! - Our transaction id is the `order_id` (29 characters, within Orange's 30), fixed by the durable write that
+//!   created the payment: Orange refuses a second webpayment under it, so a retry never makes a second one.
+//! - `transactionstatus` decides, and needs the payment's `pay_token`, which is the last segment of the
+//!   `payment_url` Orange answered (kept on the payment as `url_paiement`).
+//! - Orange's notification is unsigned and never retried. Its URL ends with a token this server derives for
+//!   the transaction (an HMAC of the transaction id, compared in constant time), which plays the part of
+//!   Orange's `notif_token` without keeping a secret per transaction; the notification is only a hint, and a lost
+//!   one changes nothing, since the sweeps query `transactionstatus` until the payment is final.
+//! - Amounts are integers; `OUV` is the currency of Orange's `dev` environment only.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::http::header::HeaderMap;
+use awc::http::{Method, StatusCode};
+use caisse_engine::domain::money::{Amount, Currency};
+use caisse_engine::domain::phone::Phone;
+use caisse_engine::domain::provider::ReturnUrl;
+use caisse_engine::domain::records::{Payment, Payout, Refund};
+use serde_json::{json, Value};
+
+use super::http::{Call, Outbound};
+use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
+use crate::config::{Operation, OrangeSettings};
+
+/// A token is fetched again this long before Orange says it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(60);
+/// What the customer reads as the merchant on Orange's page (at most 30 characters).
+const SHOP: &str = "Caisse";
+
+pub struct OrangeMoney {
+    settings: OrangeSettings,
+    notify_base: String,
+    return_base: String,
+    callback_key: Vec<u8>,
+    token: Arc<Mutex<Option<(String, Instant)>>>,
+    outbound: Arc<Outbound>,
+}
+
+impl OrangeMoney {
+    pub fn new(settings: OrangeSettings, public_url: &str) -> OrangeMoney {
+        let public_url = public_url.trim_end_matches('/');
+        OrangeMoney {
+            callback_key: super::callback_token_key(
+                "caisse orange_money notification token",
+                settings.client_secret.expose(),
+            ),
+            notify_base: format!("{public_url}/v1/notifications/orange_money"),
+            return_base: format!("{public_url}/retour/"),
+            settings,
+            token: Arc::default(),
+            outbound: Arc::new(Outbound::new("orange_money")),
+        }
+    }
+
+    /// The last segment of a notification URL: the transaction id and its token, `tx_…-<16 hex>`. Half the
+    /// usual token (64 bits of an HMAC still cannot be guessed) keeps the URL within Orange's 120 characters.
+    fn path_token(&self, tx: &str) -> String {
+        let token = super::callback_token(&self.callback_key, tx);
+        format!("{tx}-{}", token.get(..16).unwrap_or(&token))
+    }
+
+    /// Sends `body` to `{base}/orange-money-webpay/{country}/v1/{path}` with a valid token, once more after a 401.
+    fn send(&self, path: &str, body: Value) -> LocalFuture<Result<(StatusCode, Value), ProviderError>> {
+        let url = format!("{}/orange-money-webpay/{}/v1/{path}", self.settings.base_url, self.settings.country);
+        let (settings, tokens, outbound) = (self.settings.clone(), self.token.clone(), self.outbound.clone());
+        Box::pin(async move {
+            for attempt in 0..2 {
+                let token = bearer(&outbound, &tokens, &settings).await?;
+                let call = Call {
+                    method: Method::POST,
+                    url: url.clone(),
+                    headers: vec![("Authorization", format!("Bearer {token}")), ("Accept", "application/json".into())],
+                    body: Some(body.clone()),
+                    // Orange refuses an order_id it saw, so repeating a creation never makes a second one.
+                    idempotent: true,
+                };
+                let answer = outbound.send(call).await?;
+                if answer.status == StatusCode::UNAUTHORIZED && attempt == 0 {
+                    tokens.lock().map(|mut t| t.take()).ok();
+                    continue;
+                }
+                let json = answer.json().unwrap_or(Value::Null);
+                return Ok((answer.status, json));
+            }
+            Err(ProviderError::Unreachable("Orange refused a fresh token".into()))
+        })
+    }
+}
+
+/// A bearer token: the cached one while valid, else a new one (client credentials, HTTP Basic).
+async fn bearer(
+    outbound: &Outbound,
+    tokens: &Mutex<Option<(String, Instant)>>,
+    settings: &OrangeSettings,
+) -> Result<String, ProviderError> {
+    if let Some((token, until)) = tokens.lock().ok().and_then(|t| t.clone()) {
+        if Instant::now() < until {
+            return Ok(token);
+        }
+    }
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        settings.client_id,
+        settings.client_secret.expose()
+    ));
+    let headers = vec![("Authorization", format!("Basic {basic}")), ("Accept", "application/json".into())];
+    let form = Some(vec![("grant_type", "client_credentials".into())]);
+    let answer = outbound.send_form(Method::POST, settings.token_url.clone(), headers, form).await?;
+    if answer.status != StatusCode::OK {
+        tracing::error!(status = %answer.status, "Orange refused our client credentials: check adapters.orange_money");
+        return Err(ProviderError::Unreachable(format!("Orange token answered {}", answer.status)));
+    }
+    let body = answer.json()?;
+    let token = body["access_token"]
+        .as_str()
+        .filter(|t| !t.is_empty() && t.len() < 8192)
+        .ok_or_else(|| ProviderError::Unreachable("Orange's token answer has no access_token".into()))?;
+    let lifetime = Duration::from_secs(expires_in(&body["expires_in"]).min(90 * 86_400));
+    if let Ok(mut cache) = tokens.lock() {
+        *cache = Some((token.to_owned(), Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN)));
+    }
+    Ok(token.to_owned())
+}
+
+/// `expires_in`, a number or a string of digits (Orange's versions differ); an hour when unreadable.
+fn expires_in(value: &Value) -> u64 {
+    value.as_u64().or_else(|| value.as_str().and_then(|s| s.trim().parse().ok())).unwrap_or(3600)
+}
+
+/// The `pay_token` in Orange's payment URL (`…/payment/pay_token/<token>`).
+fn pay_token(payment_url: &str) -> Option<&str> {
+    let token = payment_url.split('?').next()?.rsplit('/').next()?;
+    (!token.is_empty()
+        && token.len() <= 200
+        && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    .then_some(token)
+}
+
+/// A `transactionstatus` answer as Caisse reads it.
+fn status_of(body: &Value) -> Report {
+    let status = match body["status"].as_str() {
+        Some("SUCCESS") => ProviderStatus::Succeeded,
+        Some("FAILED") => ProviderStatus::Failed { code: "payment_failed".into() },
+        Some("EXPIRED") => ProviderStatus::Expired,
+        // INITIATED (waiting for the customer), PENDING (confirmed, under way), anything new.
+        _ => ProviderStatus::Processing,
+    };
+    Report::with_reference(status, body["txnid"].as_str())
+}
+
+impl Adapter for OrangeMoney {
+    fn degraded(&self) -> bool {
+        self.outbound.degraded()
+    }
+
+    fn check_amount(
+        &self,
+        _f: &str,
+        _phone: &Phone,
+        operation: Operation,
+        currency: Currency,
+        _amount: Amount,
+    ) -> Result<(), String> {
+        if operation != Operation::Payment {
+            return Err("Orange Money Web Payment collects only: route payouts to another adapter".into());
+        }
+        if currency.decimals() != 0 {
+            return Err(format!("Orange Money takes whole amounts only, not {}", currency.code()));
+        }
+        Ok(())
+    }
+
+    fn can_refund(&self, _payment: &Payment, _amount: Amount) -> bool {
+        false
+    }
+
+    fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
+        let tx = &payment.transaction_id;
+        let currency = if self.settings.country == "dev" { "OUV" } else { payment.currency.code() };
+        let back = format!("{}{tx}", self.return_base);
+        let body = json!({
+            "merchant_key": self.settings.merchant_key.expose(),
+            "currency": currency,
+            "order_id": tx,
+            "amount": payment.amount.minor(),
+            "return_url": back,
+            "cancel_url": back,
+            "notif_url": format!("{}/{}", self.notify_base, self.path_token(tx)),
+            "lang": "fr",
+            "reference": SHOP,
+        });
+        let sent = self.send("webpayment", body);
+        Box::pin(async move {
+            let (status, body) = sent.await?;
+            match status {
+                StatusCode::CREATED | StatusCode::OK => {
+                    let url = body["payment_url"]
+                        .as_str()
+                        .ok_or_else(|| ProviderError::Unreachable("an Orange answer without payment_url".into()))?;
+                    if pay_token(url).is_none() {
+                        return Err(ProviderError::Unreachable("Orange's payment_url carries no pay_token".into()));
+                    }
+                    ReturnUrl::parse(url, false)
+                        .map(Some)
+                        .map_err(|e| ProviderError::Unreachable(format!("Orange's payment URL: {e}")))
+                }
+                // Our order_id was already used: the first request reached Orange; its status decides.
+                StatusCode::FORBIDDEN if body.to_string().contains("order") => {
+                    Err(ProviderError::Unreachable("Orange already has this order_id".into()))
+                }
+                s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
+                    Err(ProviderError::Rejected { code: "invalid_request".into() })
+                }
+                s => Err(ProviderError::Unreachable(format!("Orange webpayment answered {s}"))),
+            }
+        })
+    }
+
+    fn status(
+        &self,
+        subject: Subject,
+        transaction_id: &str,
+        payment: Option<&Payment>,
+    ) -> LocalFuture<Result<Report, ProviderError>> {
+        let Some(payment) = payment.filter(|p| subject == Subject::Payment && p.transaction_id == transaction_id)
+        else {
+            return Box::pin(std::future::ready(Err(ProviderError::Malformed("Orange Money collects only".into()))));
+        };
+        // No page yet: Orange never answered the creation, so nothing exists there to query.
+        let Some(token) = payment.payment_url.as_deref().and_then(pay_token) else {
+            return Box::pin(std::future::ready(Ok(ProviderStatus::Pending.into())));
+        };
+        let body = json!({"order_id": transaction_id, "amount": payment.amount.minor(), "pay_token": token});
+        let sent = self.send("transactionstatus", body);
+        Box::pin(async move {
+            let (status, body) = sent.await?;
+            match status {
+                s if s.is_success() => Ok(status_of(&body)),
+                s => Err(ProviderError::Unreachable(format!("Orange transactionstatus answered {s}"))),
+            }
+        })
+    }
+
+    fn refund(&self, _payment: &Payment, _refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
+        Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "refund_unsupported".into() })))
+    }
+
+    fn payout(&self, _payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
+        Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "payout_unsupported".into() })))
+    }
+
+    /// Orange's notification `{status, notif_token, txnid}`, at a URL ending in the transaction's token.
+    fn parse_notice(
+        &self,
+        _headers: &HeaderMap,
+        path_token: Option<&str>,
+        body: &[u8],
+    ) -> Result<Notice, ProviderError> {
+        let given = path_token.unwrap_or_default();
+        let Some((tx, _)) = given.rsplit_once('-') else {
+            return Err(ProviderError::Unauthenticated("the notification URL carries no transaction token".into()));
+        };
+        let expected = self.path_token(tx);
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), given.as_bytes())) {
+            return Err(ProviderError::Unauthenticated(
+                "the notification URL's token is not this transaction's".into(),
+            ));
+        }
+        let _: Value = serde_json::from_slice(body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
+        Ok(Notice { subject: Subject::Payment, transaction_id: tx.to_owned(), status: ProviderStatus::Processing })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_lifetimes_and_statuses() {
+        assert_eq!(expires_in(&json!("7776000")), 7_776_000);
+        assert_eq!(expires_in(&json!(3600)), 3600);
+        assert_eq!(expires_in(&json!(null)), 3600);
+        assert_eq!(pay_token("https://webpayment-sb.orange-money.com/payment/pay_token/ab12CD"), Some("ab12CD"));
+        assert_eq!(pay_token("https://x/payment/pay_token/<script>"), None);
+        assert_eq!(
+            status_of(&json!({"status": "SUCCESS", "txnid": "MP150709.1341.A00073"})).status,
+            ProviderStatus::Succeeded
+        );
+        assert_eq!(status_of(&json!({"status": "INITIATED"})).status, ProviderStatus::Processing);
+        assert_eq!(status_of(&json!({"status": "EXPIRED"})).status, ProviderStatus::Expired);
+        assert_eq!(
+            status_of(&json!({"status": "FAILED"})).status,
+            ProviderStatus::Failed { code: "payment_failed".into() }
+        );
+    }
+}
