@@ -76,6 +76,7 @@ impl Answer {
 }
 
 /// One request to send.
+#[derive(Clone)]
 pub struct Call<'a> {
     pub method: Method,
     pub url: String,

@@ -353,7 +353,7 @@ impl Providers {
             adapters.insert("sandbox".into(), sim.clone());
         }
         if let Some(pawapay) = &settings.adapters.pawapay {
-            adapters.insert("pawapay".into(), Arc::new(pawapay::Pawapay::new(pawapay.clone())));
+            adapters.insert("pawapay".into(), Arc::new(pawapay::Pawapay::new(pawapay.clone(), public_url)));
         }
         if let Some(mtn) = &settings.adapters.mtn_momo {
             if settings.public_url.is_empty() {

@@ -15,7 +15,8 @@
 //!
 //! Fournisseurs map to pawaPay provider codes per country ([`PROVIDER_CODES`]); a fournisseur pawaPay does not
 //! carry in a country is refused before anything is created. pawaPay's Wave providers need the customer's
-//! browser (a redirect) and are not offered through this adapter yet.
+//! browser: their deposit carries `successfulUrl`/`failedUrl` (Caisse's return page) and answers `GET_AUTH_URL`,
+//! and the `authorizationUrl` the status query then gives is the payment's `url_paiement`.
 
 use actix_web::http::header::HeaderMap;
 use awc::http::{Method, StatusCode};
@@ -47,7 +48,15 @@ pub const PROVIDER_CODES: &[(&str, &str, &str)] = &[
     ("orange_money", "CI", "ORANGE_CIV"),
     ("orange_money", "SN", "ORANGE_SEN"),
     ("free_money", "SN", "FREE_SEN"),
+    // Wave needs the customer's browser: the deposit's `authorizationUrl` is its `url_paiement`.
+    ("wave", "CI", "WAVE_CIV"),
+    ("wave", "SN", "WAVE_SEN"),
 ];
+
+/// Status queries made for a Wave deposit's `authorizationUrl` right after it is accepted, and the pause
+/// between them.
+const AUTH_URL_TRIES: u32 = 3;
+const AUTH_URL_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What the customer reads on the prompt (pawaPay takes 4 to 22 characters).
 const DEPOSIT_MESSAGE: &str = "Paiement Caisse";
@@ -57,6 +66,8 @@ const REFUND_METADATA_KEY: &str = "caisseTransactionId";
 
 pub struct Pawapay {
     settings: PawapaySettings,
+    /// `{public_url}/retour/`: where Wave sends the customer back after a deposit through pawaPay.
+    return_base: String,
     /// pawaPay's limits per provider code and operation, refreshed in the background.
     conf: std::sync::Arc<std::sync::Mutex<active_conf::ActiveConf>>,
     outbound: std::sync::Arc<Outbound>,
@@ -69,9 +80,10 @@ pub struct Pawapay {
 const MAX_KEYS: usize = 16;
 
 impl Pawapay {
-    pub fn new(settings: PawapaySettings) -> Pawapay {
+    pub fn new(settings: PawapaySettings, public_url: &str) -> Pawapay {
         Pawapay {
             settings,
+            return_base: format!("{}/retour/", public_url.trim_end_matches('/')),
             conf: Default::default(),
             outbound: std::sync::Arc::new(Outbound::new("pawapay")),
             keys: Default::default(),
@@ -168,7 +180,8 @@ fn read_status(answer: &Answer) -> Result<Report, ProviderError> {
     match body["status"].as_str() {
         Some("FOUND") => {
             let data = &body["data"];
-            Ok(Report::with_reference(status_of(data), data["providerTransactionId"].as_str()))
+            let page = data["authorizationUrl"].as_str().and_then(|url| ReturnUrl::parse(url, false).ok());
+            Ok(Report { page, ..Report::with_reference(status_of(data), data["providerTransactionId"].as_str()) })
         }
         // Never created: nothing happened at pawaPay, and the same id may be sent again.
         Some("NOT_FOUND") => Ok(ProviderStatus::Pending.into()),
@@ -317,7 +330,7 @@ impl Adapter for Pawapay {
             Ok(id) => id,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        let body = json!({
+        let mut body = json!({
             "depositId": id,
             "amount": amount_text(payment.amount, payment.currency),
             "currency": payment.currency.code(),
@@ -325,8 +338,33 @@ impl Adapter for Pawapay {
             "clientReferenceId": payment.transaction_id,
             "customerMessage": DEPOSIT_MESSAGE,
         });
+        let redirect = code.starts_with("WAVE_");
+        if redirect {
+            let back = format!("{}{}", self.return_base, payment.transaction_id);
+            body["successfulUrl"] = json!(back);
+            body["failedUrl"] = json!(back);
+        }
         let created = self.create("/v2/deposits", body);
-        Box::pin(async move { created.await.map(|()| None) })
+        let outbound = self.outbound.clone();
+        let ask = self.call(Method::GET, &format!("/v2/deposits/{id}"), None, true);
+        Box::pin(async move {
+            created.await?;
+            if !redirect {
+                return Ok(None);
+            }
+            // The authorisation URL comes with the status, a moment after the deposit is accepted; without it
+            // the payment waits all the same, and a later status query that carries it keeps it.
+            for attempt in 0..AUTH_URL_TRIES {
+                if attempt > 0 {
+                    actix_web::rt::time::sleep(AUTH_URL_PAUSE).await;
+                }
+                let report = read_status(&outbound.send(ask.clone()).await?)?;
+                if report.page.is_some() {
+                    return Ok(report.page);
+                }
+            }
+            Ok(None)
+        })
     }
 
     fn status(
@@ -431,7 +469,8 @@ mod tests {
         assert_eq!(provider_code("mtn_momo", &phone("+2250503456789")), Some("MTN_MOMO_CIV"));
         assert_eq!(provider_code("orange_money", &phone("+221773456789")), Some("ORANGE_SEN"));
         assert_eq!(provider_code("mtn_momo", &phone("+22890000000")), None, "Togo is not carried");
-        assert_eq!(provider_code("wave", &phone("+221773456789")), None, "redirect providers are not offered");
+        assert_eq!(provider_code("wave", &phone("+221773456789")), Some("WAVE_SEN"), "through its authorisation URL");
+        assert_eq!(provider_code("wave", &phone("+22951345789")), None, "no Wave in Benin");
     }
 
     #[test]
@@ -468,7 +507,7 @@ mod tests {
             base_url: "http://127.0.0.1:1".into(),
             api_token: crate::config::Secret::new("t".into()),
         };
-        let adapter = Pawapay::new(settings);
+        let adapter = Pawapay::new(settings, "https://pay.example.com");
         let tx = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
         let uuid = uuid_of(&tx).unwrap();
         let headers = HeaderMap::new();

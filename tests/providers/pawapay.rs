@@ -359,3 +359,33 @@ async fn signed_callbacks_are_verified_against_pawapays_key() {
         .raw(Some("application/json"), body);
     app.send(forged).await.expect(401);
 }
+
+/// pawaPay's Wave providers need the customer's browser: the deposit carries Caisse's return page, and the
+/// `authorizationUrl` pawaPay gives becomes the payment's `url_paiement`.
+#[actix_web::test]
+async fn a_wave_deposit_through_pawapay_answers_its_authorisation_url() {
+    let (fake, app) = start_with(|s| {
+        s.public_url = format!("http://{}", s.listen);
+        for p in &mut s.providers {
+            if p.code.as_str() == "wave" {
+                p.adapter = Some("pawapay".into());
+            }
+        }
+    })
+    .await;
+    let created = app
+        .initiate(
+            &json!({"montant": 1_000, "devise": "XOF", "fournisseur": "wave", "client_telephone": "+221773456789"}),
+        )
+        .await;
+    let tx = created["transaction_id"].as_str().expect("a transaction id").to_owned();
+    let url = created["url_paiement"].as_str().expect("an authorisation URL").to_owned();
+    assert!(url.starts_with("https://pay.wave.example/fake/"), "{created}");
+    assert_eq!(created["statut"], "en_cours");
+    let deposits = fake.received("POST", "/v2/deposits").await;
+    let sent = body_of(&deposits[0]);
+    assert_eq!(sent["payer"]["accountDetails"]["provider"], "WAVE_SEN");
+    assert_eq!(sent["successfulUrl"], format!("{}/retour/{tx}", app.address));
+    assert_eq!(sent["failedUrl"], sent["successfulUrl"]);
+    app.wait_payment(created["reference"].as_str().expect("a reference"), "succes").await;
+}
