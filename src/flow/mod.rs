@@ -100,9 +100,14 @@ impl Flow {
                 None
             }
         };
-        let name = kept(&transaction_id)
-            .or_else(|| parent.and_then(|tx| kept(tx)))
-            .or_else(|| self.route(code.as_str(), phone).map(|r| r.adapter))?;
+        let own = kept(&transaction_id);
+        let parents = parent.and_then(|tx| kept(tx));
+        // A refund kept on another adapter than its payment's is sent there as a payout to the payer.
+        let subject = match (subject, &own, &parents) {
+            (Subject::Refund, Some(own), Some(parents)) if own != parents => Subject::Payout,
+            (subject, _, _) => subject,
+        };
+        let name = own.or(parents).or_else(|| self.route(code.as_str(), phone).map(|r| r.adapter))?;
         let Some(adapter) = self.providers.adapter(name.as_str()) else {
             tracing::warn!(tx = %transaction_id, adapter = %name, "the transaction's adapter is not configured any more");
             return None;
@@ -214,9 +219,8 @@ impl Flow {
         }
     }
 
-    /// Whether the provider that took a payment can send back `amount` of it (all that is left when `None`), its
-    /// own way: a refund API, or a payout to the payer's phone. A payment not found, or no longer carried by any
-    /// adapter, is left to the engine to refuse.
+    /// Whether `amount` of a payment (all that is left when `None`) can go back to the payer: see
+    /// [`Flow::refund_route`]. A payment not found, or no longer carried by any adapter, is left to the engine.
     pub async fn refund_possible(
         &self,
         merchant: &MerchantId,
@@ -224,11 +228,31 @@ impl Flow {
         amount: Option<caisse_engine::domain::money::Amount>,
     ) -> Result<bool, EngineError> {
         let Some(payment) = self.engine.payment(merchant, reference).await? else { return Ok(true) };
-        let record = Record::Payment(payment);
-        let Some(carrier) = self.carrier(&record, TransactionType::Payment) else { return Ok(true) };
-        let Record::Payment(payment) = record else { return Ok(true) };
+        if self.carrier(&Record::Payment(payment.clone()), TransactionType::Payment).is_none() {
+            return Ok(true);
+        }
         let amount = amount.unwrap_or_else(|| payment.refundable());
-        Ok(carrier.adapter.can_refund(&payment, amount))
+        Ok(self.refund_route(&payment, amount).is_some())
+    }
+
+    /// The adapter a refund of `amount` of `payment` goes through: the payment's own when it can send it back
+    /// (a refund API, or its own payout to the payer), else the first other active adapter that pays the
+    /// payment's fournisseur at the payer's phone, where it goes as a payout (Orange Web Payment collects only;
+    /// pawaPay or MTN pay Orange's and MTN's customers). `None`: no way back.
+    pub fn refund_route(&self, payment: &Payment, amount: caisse_engine::domain::money::Amount) -> Option<AdapterName> {
+        let carrier = self.carrier(&Record::Payment(payment.clone()), TransactionType::Payment)?;
+        if carrier.adapter.can_refund(payment, amount) {
+            return Some(carrier.name);
+        }
+        let (code, phone) = (payment.provider.as_str(), &payment.customer_phone);
+        // Never the simulator: a real payment's money must really go back.
+        let (name, _) = self.providers.named_adapters().find(|(name, adapter)| {
+            name.as_str() != carrier.name.as_str()
+                && name.as_str() != "sandbox"
+                && adapter.pays_out(code, phone)
+                && adapter.check_amount(code, phone, crate::config::Operation::Payout, payment.currency, amount).is_ok()
+        })?;
+        AdapterName::parse(name).ok()
     }
 
     /// Records the refund request (the amount reserved), durably, then asks the provider to send it.
@@ -238,13 +262,14 @@ impl Flow {
         command: Command,
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
-        // The refund goes the way its payment went.
+        // The refund goes the way its payment went, or as a payout through another adapter (refund_route).
         let route = match &command {
-            Command::RequestRefund { reference, .. } => {
+            Command::RequestRefund { reference, amount, .. } => {
                 match self.engine.payment(merchant, reference.as_str()).await? {
-                    Some(p) => self
-                        .carrier(&Record::Payment(p), TransactionType::Payment)
-                        .map(|carrier| ProviderRoute { adapter: carrier.name, return_url: None }),
+                    Some(p) => {
+                        let amount = amount.unwrap_or_else(|| p.refundable());
+                        self.refund_route(&p, amount).map(|adapter| ProviderRoute { adapter, return_url: None })
+                    }
                     None => None,
                 }
             }
@@ -256,7 +281,7 @@ impl Flow {
         let sent = match &executed {
             Executed::Done(record @ Record::Payment(p)) => {
                 match (self.carrier(record, TransactionType::Refund), &p.refund) {
-                    (Some(carrier), Some(refund)) => Self::within_budget(carrier.adapter.refund(p, refund)).await,
+                    (Some(carrier), Some(refund)) => Self::within_budget(send_refund(&carrier, p, refund)).await,
                     _ => Ok(()),
                 }
             }
@@ -319,5 +344,44 @@ impl Flow {
                 executed
             }
         }
+    }
+}
+
+/// Sends a refund the way its carrier says: a refund, or a payout to the payer ([`refund_as_payout`]).
+pub fn send_refund(
+    carrier: &Carrier,
+    payment: &Payment,
+    refund: &caisse_engine::domain::records::Refund,
+) -> crate::providers::LocalFuture<Result<(), ProviderError>> {
+    match carrier.subject {
+        Subject::Payout => carrier.adapter.payout(&refund_as_payout(payment, refund)),
+        _ => carrier.adapter.refund(payment, refund),
+    }
+}
+
+/// A refund as the payout that carries it to the payer: the refund's own id and transaction id, its amount in
+/// full (no fee on a refund), the payment's fournisseur, currency and customer.
+pub fn refund_as_payout(
+    payment: &Payment,
+    refund: &caisse_engine::domain::records::Refund,
+) -> caisse_engine::domain::records::Payout {
+    caisse_engine::domain::records::Payout {
+        id: refund.reference.clone(),
+        transaction_id: refund.transaction_id(),
+        status: caisse_engine::domain::status::PayoutStatus::Pending,
+        amount: refund.amount,
+        currency: payment.currency,
+        fee: caisse_engine::domain::money::Amount::ZERO,
+        net_amount: refund.amount,
+        provider: payment.provider.clone(),
+        beneficiary_phone: payment.customer_phone.clone(),
+        beneficiary_name: payment.customer_name.clone(),
+        description: None,
+        metadata: caisse_engine::domain::text::Metadata::empty(),
+        created_at: refund.created_at,
+        updated_at: refund.created_at,
+        processed_at: None,
+        rejection_reason: None,
+        reference: None,
     }
 }

@@ -192,14 +192,13 @@ async fn resubmit_pending(flow: &Flow) {
 /// that lost its memory) is sent again under the same id, so nothing is ever created twice.
 async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider) {
     let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
-    let Some(Carrier { adapter, subject, transaction_id, payment, .. }) = flow.carrier(&located.record, kind) else {
-        return;
-    };
+    let Some(carrier) = flow.carrier(&located.record, kind) else { return };
+    let Carrier { adapter, subject, transaction_id, payment, .. } = &carrier;
     let located = Located { kind, ..located };
-    let result = match adapter.status(subject, &transaction_id, payment.as_ref()).await {
+    let result = match adapter.status(*subject, transaction_id, payment.as_ref()).await {
         Ok(Report { status: ProviderStatus::Pending, .. }) => match &located.record {
-            Record::Payment(p) => match (&p.refund, subject) {
-                (Some(r), Subject::Refund) => adapter.refund(p, r).await,
+            Record::Payment(p) => match (&p.refund, kind) {
+                (Some(r), TransactionType::Refund) => crate::flow::send_refund(&carrier, p, r).await,
                 _ => match adapter.request_to_pay(p).await {
                     Ok(Some(page)) => {
                         flow.opened(&item.merchant, p, page).await;

@@ -386,6 +386,10 @@ impl Adapter for Cinetpay {
         }
     }
 
+    fn pays_out(&self, _fournisseur: &str, _phone: &Phone) -> bool {
+        self.settings.transfer.is_some()
+    }
+
     fn settles_at_once(&self, subject: Subject) -> bool {
         matches!(subject, Subject::Payout | Subject::Refund)
     }

@@ -196,6 +196,11 @@ pub trait Adapter: Send + Sync {
     fn can_refund(&self, _payment: &Payment, _amount: Amount) -> bool {
         true
     }
+    /// Whether this adapter can pay `fournisseur`'s customers at this phone: what a refund another adapter cannot
+    /// make needs from it (Orange Web Payment collects only, CinetPay pays through its Transfer API).
+    fn pays_out(&self, fournisseur: &str, phone: &Phone) -> bool {
+        self.serves(fournisseur, phone)
+    }
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>>;
     /// Authenticates and parses an inbound notice; anything unauthenticated is refused before parsing.
@@ -423,6 +428,11 @@ impl Providers {
     /// Every active adapter.
     pub fn adapters(&self) -> impl Iterator<Item = &Arc<dyn Adapter>> {
         self.adapters.values()
+    }
+
+    /// Every active adapter with its name, in name order.
+    pub fn named_adapters(&self) -> impl Iterator<Item = (&String, &Arc<dyn Adapter>)> {
+        self.adapters.iter()
     }
 
     /// An active adapter by name (`pawapay`, `sandbox`, ...), for its callbacks.

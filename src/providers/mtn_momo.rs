@@ -266,6 +266,10 @@ impl Adapter for MtnMomo {
         self.outbound.degraded()
     }
 
+    fn pays_out(&self, _fournisseur: &str, _phone: &caisse_engine::domain::phone::Phone) -> bool {
+        self.settings.disbursement.is_some()
+    }
+
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
         let party = json!({"partyIdType": "MSISDN", "partyId": payment.customer_phone.digits()});
         let body = body(payment.amount, payment.currency, &payment.transaction_id, ("payer", party));

@@ -182,6 +182,10 @@ impl Adapter for OrangeMoney {
         false
     }
 
+    fn pays_out(&self, _fournisseur: &str, _phone: &Phone) -> bool {
+        false
+    }
+
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
         let tx = &payment.transaction_id;
         let currency = if self.settings.country == "dev" { "OUV" } else { payment.currency.code() };

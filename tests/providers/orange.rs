@@ -137,3 +137,65 @@ async fn collection_only_and_tokens_are_renewed() {
     app.initiate(&payment(1_000)).await;
     assert_eq!(fake.received("POST", "/oauth/v3/token").await.len(), 2, "a fresh token after a 401");
 }
+
+/// A refund Orange cannot make goes to the payer as a payout of an adapter that pays Orange's customers in
+/// that country (pawaPay here), under the refund's own id, and completes as any refund.
+#[actix_web::test]
+async fn a_refund_goes_back_through_another_adapters_payout() {
+    let port = free_port();
+    let orange = Fake::start(&["orange-money", "--listen", "127.0.0.1:0"]);
+    let callback = format!("http://127.0.0.1:{port}/v1/notifications/pawapay");
+    let pawapay = Fake::start(&[
+        "pawapay",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        "pawapay-test-token",
+        "--payout-callback-url",
+        &callback,
+    ]);
+    let (orange_url, pawapay_url) = (orange.base.clone(), pawapay.base.clone());
+    let app = spawn_app_with(move |s| {
+        s.environment = Environment::Production;
+        s.listen = format!("127.0.0.1:{port}").parse().expect("a loopback address");
+        s.public_url = format!("http://127.0.0.1:{port}");
+        s.adapters.orange_money = Some(OrangeSettings {
+            token_url: format!("{orange_url}/oauth/v3/token"),
+            base_url: orange_url,
+            country: "dev".into(),
+            client_id: "fake-orange-client-id".into(),
+            client_secret: Secret::new("fake-orange-client-secret".into()),
+            merchant_key: Secret::new("fake-orange-merchant-key".into()),
+        });
+        s.adapters.pawapay = Some(caisse::config::PawapaySettings {
+            base_url: pawapay_url,
+            api_token: Secret::new("pawapay-test-token".into()),
+        });
+        for p in &mut s.providers {
+            if p.code.as_str() == "orange_money" {
+                p.adapter = Some("orange_money".into());
+            }
+        }
+    })
+    .await;
+    let created = app.initiate(&payment(3_000)).await;
+    let reference = text(&created["reference"]).to_owned();
+    on_oranges_page(&app, text(&created["url_paiement"]), "pay").await;
+    app.wait_payment(&reference, "succes").await;
+    app.initiate(&payment(3_000)).await; // a second payment's page left alone; its funds are not needed
+    app.post_refund(&reference, &json!({"montant": 1_000})).await.expect(200);
+    let refunded = app.wait_refund(&reference, "succes").await;
+    assert_eq!(
+        (refunded["statut"].as_str(), refunded["montant_rembourse"].as_i64()),
+        (Some("rembourse_partiellement"), Some(1_000))
+    );
+    let payouts = pawapay.received("POST", "/v2/payouts").await;
+    assert_eq!(payouts.len(), 1, "one payout at pawaPay");
+    let sent: Value = serde_json::from_str(text(&payouts[0]["body"])).expect("JSON");
+    let refund_tx = format!("tx_{}", text(&refunded["remboursement"]["reference"]).trim_start_matches("rmb_"));
+    assert_eq!(sent["clientReferenceId"], refund_tx.as_str());
+    assert_eq!(sent["recipient"]["accountDetails"]["provider"], "ORANGE_CIV");
+    assert_eq!(sent["recipient"]["accountDetails"]["phoneNumber"], "2250700000055");
+    assert_eq!(sent["amount"], "1000");
+    assert_eq!(app.balance("XOF").await.0, 2_955 - 1_000, "the refund left disponible, its fee kept");
+}
