@@ -386,8 +386,9 @@ impl Adapter for Cinetpay {
         }
     }
 
-    fn pays_out(&self, _fournisseur: &str, _phone: &Phone) -> bool {
-        self.settings.transfer.is_some()
+    /// Mobile-money wallets through the Transfer API; never a card's money to a phone.
+    fn pays_out(&self, fournisseur: &str, _phone: &Phone) -> bool {
+        fournisseur != "carte" && self.settings.transfer.is_some()
     }
 
     fn settles_at_once(&self, subject: Subject) -> bool {

@@ -197,9 +197,11 @@ pub trait Adapter: Send + Sync {
         true
     }
     /// Whether this adapter can pay `fournisseur`'s customers at this phone: what a refund another adapter cannot
-    /// make needs from it (Orange Web Payment collects only, CinetPay pays through its Transfer API).
+    /// make needs from it. Each adapter answers for the wallets it reaches (pawaPay by its provider codes, Wave
+    /// and MTN their own, CinetPay mobile money through its Transfer API, Orange Web Payment none); a card is
+    /// never paid back to a phone.
     fn pays_out(&self, fournisseur: &str, phone: &Phone) -> bool {
-        self.serves(fournisseur, phone)
+        fournisseur != "carte" && self.serves(fournisseur, phone)
     }
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>>;
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>>;

@@ -266,8 +266,9 @@ impl Adapter for MtnMomo {
         self.outbound.degraded()
     }
 
-    fn pays_out(&self, _fournisseur: &str, _phone: &caisse_engine::domain::phone::Phone) -> bool {
-        self.settings.disbursement.is_some()
+    /// MTN's own customers only, through disbursement.
+    fn pays_out(&self, fournisseur: &str, _phone: &caisse_engine::domain::phone::Phone) -> bool {
+        fournisseur == "mtn_momo" && self.settings.disbursement.is_some()
     }
 
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {

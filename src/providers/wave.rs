@@ -315,6 +315,11 @@ impl Adapter for Wave {
         }
     }
 
+    /// Wave's own customers only.
+    fn pays_out(&self, fournisseur: &str, _phone: &caisse_engine::domain::phone::Phone) -> bool {
+        fournisseur == "wave"
+    }
+
     /// When Wave answers a request, its answer is final at once (a refund), or soon (a payout): both are
     /// asked about right after the request rather than at the next reconciliation.
     fn settles_at_once(&self, subject: Subject) -> bool {
