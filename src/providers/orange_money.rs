@@ -138,10 +138,12 @@ fn expires_in(value: &Value) -> u64 {
 /// The `pay_token` in Orange's payment URL (`…/payment/pay_token/<token>`).
 fn pay_token(payment_url: &str) -> Option<&str> {
     let token = payment_url.split('?').next()?.rsplit('/').next()?;
-    (!token.is_empty()
-        && token.len() <= 200
-        && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
-    .then_some(token)
+    (!token.is_empty() && token.len() <= 200 && token.bytes().all(url_safe)).then_some(token)
+}
+
+/// A byte of an identifier that may go in a URL as it is.
+fn url_safe(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_')
 }
 
 /// A `transactionstatus` answer as Caisse reads it.
