@@ -231,6 +231,29 @@ pub(crate) fn callback_token(key: &[u8], transaction_id: &str) -> String {
     hex::encode(&mac.finalize().into_bytes()[..16])
 }
 
+/// `Basic base64(user:secret)`, as OAuth client credentials and MTN's token requests authenticate.
+pub(crate) fn basic_auth(user: &str, secret: &str) -> String {
+    use base64::Engine as _;
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}")))
+}
+
+/// The bearer token of a token answer and how long it lives (`expires_in` as a number or a string of digits,
+/// as providers' versions differ; an hour when unreadable, at most `max`). A provider's answer is untrusted:
+/// a missing, empty or oversized token is no answer.
+pub(crate) fn access_token(
+    provider: &str,
+    body: &serde_json::Value,
+    max: std::time::Duration,
+) -> Result<(String, std::time::Duration), ProviderError> {
+    let token = body["access_token"]
+        .as_str()
+        .filter(|t| !t.is_empty() && t.len() < 8192)
+        .ok_or_else(|| ProviderError::Unreachable(format!("{provider}'s token answer has no access_token")))?;
+    let expires = &body["expires_in"];
+    let seconds = expires.as_u64().or_else(|| expires.as_str().and_then(|s| s.trim().parse().ok())).unwrap_or(3600);
+    Ok((token.to_owned(), std::time::Duration::from_secs(seconds).min(max)))
+}
+
 /// One route of a fournisseur: the countries it covers (`None`: any) and the adapter that carries them, which
 /// is `None` when that adapter has no credentials (or is not built yet).
 struct RouteTo {

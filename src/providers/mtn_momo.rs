@@ -171,17 +171,11 @@ async fn bearer(
             return Ok(token);
         }
     }
-    use base64::Engine as _;
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
-        "{}:{}",
-        credentials.api_user,
-        credentials.api_key.expose()
-    ));
     let call = Call {
         method: Method::POST,
         url: format!("{base}/{}/token/", product.path()),
         headers: vec![
-            ("Authorization", format!("Basic {basic}")),
+            ("Authorization", super::basic_auth(&credentials.api_user, credentials.api_key.expose())),
             ("Ocp-Apim-Subscription-Key", credentials.subscription_key.expose().to_owned()),
         ],
         body: None,
@@ -192,17 +186,12 @@ async fn bearer(
         tracing::error!(status = %answer.status, product = product.path(), "MTN refused our credentials: check adapters.mtn_momo");
         return Err(ProviderError::Unreachable(format!("MTN token answered {}", answer.status)));
     }
-    let body = answer.json()?;
-    let token = body["access_token"]
-        .as_str()
-        .filter(|t| !t.is_empty() && t.len() < 8192)
-        .ok_or_else(|| ProviderError::Unreachable("MTN token answer without access_token".into()))?;
-    let lifetime = Duration::from_secs(body["expires_in"].as_u64().unwrap_or(3600).min(86_400));
+    let (token, lifetime) = super::access_token("MTN", &answer.json()?, Duration::from_secs(86_400))?;
     let until = Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN);
     if let Ok(mut cache) = tokens.lock() {
-        cache.insert(product, (token.to_owned(), until));
+        cache.insert(product, (token.clone(), until));
     }
-    Ok(token.to_owned())
+    Ok(token)
 }
 
 /// The body every MTN creation shares (amount as a string, currency, our id as `externalId`, the messages),

@@ -105,34 +105,19 @@ async fn bearer(
             return Ok(token);
         }
     }
-    use base64::Engine as _;
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
-        "{}:{}",
-        settings.client_id,
-        settings.client_secret.expose()
-    ));
-    let headers = vec![("Authorization", format!("Basic {basic}")), ("Accept", "application/json".into())];
+    let basic = super::basic_auth(&settings.client_id, settings.client_secret.expose());
+    let headers = vec![("Authorization", basic), ("Accept", "application/json".into())];
     let form = Some(vec![("grant_type", "client_credentials".into())]);
     let answer = outbound.send_form(Method::POST, settings.token_url.clone(), headers, form).await?;
     if answer.status != StatusCode::OK {
         tracing::error!(status = %answer.status, "Orange refused our client credentials: check adapters.orange_money");
         return Err(ProviderError::Unreachable(format!("Orange token answered {}", answer.status)));
     }
-    let body = answer.json()?;
-    let token = body["access_token"]
-        .as_str()
-        .filter(|t| !t.is_empty() && t.len() < 8192)
-        .ok_or_else(|| ProviderError::Unreachable("Orange's token answer has no access_token".into()))?;
-    let lifetime = Duration::from_secs(expires_in(&body["expires_in"]).min(90 * 86_400));
+    let (token, lifetime) = super::access_token("Orange", &answer.json()?, Duration::from_secs(90 * 86_400))?;
     if let Ok(mut cache) = tokens.lock() {
-        *cache = Some((token.to_owned(), Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN)));
+        *cache = Some((token.clone(), Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN)));
     }
-    Ok(token.to_owned())
-}
-
-/// `expires_in`, a number or a string of digits (Orange's versions differ); an hour when unreadable.
-fn expires_in(value: &Value) -> u64 {
-    value.as_u64().or_else(|| value.as_str().and_then(|s| s.trim().parse().ok())).unwrap_or(3600)
+    Ok(token)
 }
 
 /// The `pay_token` in Orange's payment URL (`…/payment/pay_token/<token>`).
@@ -291,9 +276,14 @@ mod tests {
 
     #[test]
     fn tokens_lifetimes_and_statuses() {
-        assert_eq!(expires_in(&json!("7776000")), 7_776_000);
-        assert_eq!(expires_in(&json!(3600)), 3600);
-        assert_eq!(expires_in(&json!(null)), 3600);
+        let max = Duration::from_secs(90 * 86_400);
+        let lifetime = |expires: Value| {
+            super::super::access_token("Orange", &json!({"access_token": "t", "expires_in": expires}), max).unwrap().1
+        };
+        assert_eq!(lifetime(json!("7776000")), Duration::from_secs(7_776_000));
+        assert_eq!(lifetime(json!(3600)), Duration::from_secs(3600));
+        assert_eq!(lifetime(json!(null)), Duration::from_secs(3600));
+        assert!(super::super::access_token("Orange", &json!({"expires_in": 10}), max).is_err(), "no token, no answer");
         assert_eq!(pay_token("https://webpayment-sb.orange-money.com/payment/pay_token/ab12CD"), Some("ab12CD"));
         assert_eq!(pay_token("https://x/payment/pay_token/<script>"), None);
         assert_eq!(
