@@ -68,6 +68,7 @@ impl Application {
         config.store_cache_bytes = settings.store_cache_bytes;
         config.master_key = settings.master_key.clone();
         let engine = Engine::open(config)?;
+        engine.start_audits(settings.audits);
         // A demo account is for trying the sandbox; production starts empty (merchants come from the admin
         // API or `caisse merchant create`), and prints no key.
         let demo = if settings.environment == Environment::Sandbox && engine.merchant_count()? == 0 {

@@ -1,7 +1,7 @@
 //! The server's metrics in Prometheus' text format (version 0.0.4), which the admin listener serves at
 //! `GET /metrics`: the server's own counters (HTTP requests by route and status with their latency, provider
 //! calls by adapter and outcome) and the engine's (`caisse_engine::metrics`: commit latency, payments,
-//! webhooks, actors).
+//! webhooks, actors, ledger audits).
 //!
 //! The text format is small and fixed (`# HELP`, `# TYPE`, one line per series), so it is written here
 //! rather than through a metrics library: the counters stay plain atomics next to what they measure.
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use caisse_engine::metrics::{DeliveryResult, Histogram, HistogramSnapshot, METRICS as ENGINE};
+use caisse_engine::metrics::{AuditKind, DeliveryResult, Histogram, HistogramSnapshot, METRICS as ENGINE};
 use dashmap::DashMap;
 
 /// The server's counters.
@@ -109,6 +109,52 @@ pub fn text(actors: usize) -> String {
 
     header(&mut out, "caisse_merchant_actors", "gauge", "Merchant actors in memory.");
     let _ = writeln!(out, "caisse_merchant_actors {actors}");
+
+    let audits = &ENGINE.audits;
+    header(&mut out, "caisse_ledger_audits_total", "counter", "Ledger audits run, by kind and result.");
+    for kind in AuditKind::ALL {
+        let (passed, failed) = audits.runs(kind);
+        for (result, n) in [("passed", passed), ("failed", failed)] {
+            let _ = writeln!(out, "caisse_ledger_audits_total{{kind=\"{}\",result=\"{result}\"}} {n}", kind.as_str());
+        }
+    }
+    header(
+        &mut out,
+        "caisse_ledger_audit_failing",
+        "gauge",
+        "1 when the last ledger audit of this kind found balances that disagree with the ledger.",
+    );
+    for kind in AuditKind::ALL {
+        let _ = writeln!(
+            out,
+            "caisse_ledger_audit_failing{{kind=\"{}\"}} {}",
+            kind.as_str(),
+            u8::from(audits.failing(kind))
+        );
+    }
+    header(
+        &mut out,
+        "caisse_ledger_audit_last_pass_timestamp_seconds",
+        "gauge",
+        "When the last ledger audit of this kind passed (Unix time; 0: not since the start).",
+    );
+    for kind in AuditKind::ALL {
+        let _ = writeln!(
+            out,
+            "caisse_ledger_audit_last_pass_timestamp_seconds{{kind=\"{}\"}} {}",
+            kind.as_str(),
+            audits.passed_at(kind)
+        );
+    }
+    header(
+        &mut out,
+        "caisse_ledger_audit_events",
+        "gauge",
+        "Journal events the last passing audit of this kind replayed.",
+    );
+    for kind in AuditKind::ALL {
+        let _ = writeln!(out, "caisse_ledger_audit_events{{kind=\"{}\"}} {}", kind.as_str(), audits.events(kind));
+    }
     out
 }
 

@@ -15,6 +15,7 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::{Actor, Addr, Arbiter, MailboxError, Message};
 use dashmap::mapref::entry::Entry;
@@ -31,6 +32,7 @@ use crate::merchant::{
     ActorSettings, Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, MerchantActor,
     ProviderNote,
 };
+use crate::metrics::{AuditKind, METRICS};
 use crate::registry::Registry;
 use crate::store::sealing::MasterKey;
 use crate::store::{AuditReport, AwaitingProvider, BackupReport, Located, Page, SledStore, Store, StoreError};
@@ -72,12 +74,41 @@ struct Inner {
     settings: ActorSettings,
     generations: AtomicU64,
     audit: AuditReport,
+    /// The background audits' thread, once started: dropping the sender stops it.
+    auditor: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
 }
 
-/// Stopping the Arbiters drops the actors and with them their handles on the store; joining them before the
-/// store itself is dropped means that when the last `Engine` is gone, the store is closed and its lock free.
+/// When the engine audits the ledger in the background ([`Engine::start_audits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditSchedule {
+    /// The audit since the checkpoints, which moves them forward so that the audit at the next start, even
+    /// after a crash, replays only what was written since; `None`: never.
+    pub since_checkpoints_every: Option<Duration>,
+    /// The audit of the whole ledger, which also finds an event changed before its checkpoint; `None`: never.
+    pub full_every: Option<Duration>,
+}
+
+impl Default for AuditSchedule {
+    fn default() -> AuditSchedule {
+        AuditSchedule {
+            since_checkpoints_every: Some(Duration::from_secs(60)),
+            full_every: Some(Duration::from_secs(24 * 60 * 60)),
+        }
+    }
+}
+
+/// Stopping the Arbiters drops the actors and with them their handles on the store; joining them (and the
+/// background audits) before the store itself is dropped means that when the last `Engine` is gone, the store
+/// is closed and its lock free.
 impl Drop for Inner {
     fn drop(&mut self) {
+        let auditor = self.auditor.get_mut().map(Option::take).unwrap_or_else(|poisoned| poisoned.into_inner().take());
+        if let Some((stop, thread)) = auditor {
+            drop(stop);
+            if thread.join().is_err() {
+                tracing::error!("the background audit thread panicked");
+            }
+        }
         for arbiter in &self.arbiters {
             arbiter.stop();
         }
@@ -101,15 +132,11 @@ impl Engine {
         Engine::with_store(Arc::new(store), config)
     }
 
-    /// Starts the engine on any [`Store`] backend.
+    /// Starts the engine on any [`Store`] backend, once the audit since the checkpoints has passed: every
+    /// balance a merchant would start with agrees with its ledger.
     pub fn with_store(store: Arc<dyn Store>, config: EngineConfig) -> Result<Engine, EngineError> {
-        let audit = store.audit().map_err(|e| EngineError::Internal(format!("startup audit failed: {e}")))?;
-        tracing::info!(
-            merchants = audit.merchants,
-            events = audit.events,
-            elapsed_ms = audit.elapsed_ms,
-            "ledger audit passed"
-        );
+        let audit = run_audit(store.as_ref(), AuditKind::SinceCheckpoints)
+            .map_err(|e| EngineError::Internal(format!("startup audit failed: {e}")))?;
         let shards = match config.shards {
             0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             n => n,
@@ -123,6 +150,7 @@ impl Engine {
                 settings: config.actors,
                 generations: AtomicU64::new(1),
                 audit,
+                auditor: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -133,9 +161,30 @@ impl Engine {
         WebhookPool::start(self.inner.store.clone(), config)
     }
 
-    /// Runs the full ledger audit again (the startup audit's check, on demand).
+    /// Runs the audit of the whole ledger (the startup audit's checks from the first event, on demand).
+    /// Blocks for a time that grows with the ledger: call it on a blocking thread.
     pub fn audit(&self) -> Result<AuditReport, EngineError> {
-        Ok(self.inner.store.audit()?)
+        Ok(run_audit(self.inner.store.as_ref(), AuditKind::Full)?)
+    }
+
+    /// Starts auditing in the background on `schedule`, on a thread of its own, until the engine is dropped.
+    /// Each audit logs its result and updates the audit metrics; a failure is logged as an error and shown by
+    /// `caisse_ledger_audit_failing` (the server keeps running: the next start refuses). A second call
+    /// changes nothing.
+    pub fn start_audits(&self, schedule: AuditSchedule) {
+        let mut auditor = self.inner.auditor.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if auditor.is_some() || (schedule.since_checkpoints_every.is_none() && schedule.full_every.is_none()) {
+            return;
+        }
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let store = self.inner.store.clone();
+        let spawned = std::thread::Builder::new()
+            .name("caisse-audit".into())
+            .spawn(move || background_audits(store.as_ref(), schedule, &stopped));
+        match spawned {
+            Ok(thread) => *auditor = Some((stop, thread)),
+            Err(e) => tracing::error!(error = %e, "could not start the background audits"),
+        }
     }
 
     /// True when a durable write currently succeeds.
@@ -441,5 +490,57 @@ async fn durable(ticket: crate::store::Ticket) -> Result<(), EngineError> {
     match ticket.await {
         Ok(result) => Ok(result?),
         Err(_) => Err(EngineError::from(StoreError::Closed)),
+    }
+}
+
+/// Runs one audit, logs what it found and records it in the metrics.
+fn run_audit(store: &dyn Store, kind: AuditKind) -> Result<AuditReport, StoreError> {
+    let result = match kind {
+        AuditKind::Full => store.audit(),
+        AuditKind::SinceCheckpoints => store.audit_since_checkpoints(),
+    };
+    match &result {
+        Ok(report) => {
+            METRICS.audits.passed(kind, report.events, Timestamp::now().unix_s());
+            tracing::info!(
+                kind = kind.as_str(),
+                merchants = report.merchants,
+                from_checkpoint = report.from_checkpoint,
+                events = report.events,
+                elapsed_ms = report.elapsed_ms,
+                "ledger audit passed"
+            );
+        }
+        Err(e) => {
+            METRICS.audits.failed(kind);
+            tracing::error!(kind = kind.as_str(), error = %e, "ledger audit FAILED: a balance disagrees with the ledger");
+        }
+    }
+    result
+}
+
+/// The background audits' loop: each kind when its interval has passed since it last ran, until `stopped`
+/// hears the engine go (its sender dropped).
+fn background_audits(store: &dyn Store, schedule: AuditSchedule, stopped: &std::sync::mpsc::Receiver<()>) {
+    let started = std::time::Instant::now();
+    let mut last = [
+        (AuditKind::SinceCheckpoints, schedule.since_checkpoints_every, started),
+        (AuditKind::Full, schedule.full_every, started),
+    ];
+    loop {
+        let next = last.iter().filter_map(|(_, every, at)| every.map(|e| *at + e)).min();
+        let Some(next) = next else { return };
+        let wait = next.saturating_duration_since(std::time::Instant::now());
+        match stopped.recv_timeout(wait) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        for (kind, every, at) in &mut last {
+            if every.is_some_and(|e| at.elapsed() >= e) {
+                // A failure is logged and counted by `run_audit`; the schedule goes on.
+                let _ = run_audit(store, *kind);
+                *at = std::time::Instant::now();
+            }
+        }
     }
 }

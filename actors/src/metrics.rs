@@ -1,5 +1,6 @@
 //! The engine's counters for the operator's metrics (docs/operations.md § Monitoring): commit latency,
-//! payments by status reached, webhook attempts by result, the webhook queue, live merchant actors.
+//! payments by status reached, webhook attempts by result, the webhook queue, live merchant actors, ledger
+//! audits.
 //!
 //! They are process-wide atomics, written on the paths they measure and read by the server's `GET /metrics`,
 //! which renders them; the engine itself never reads them. Counters only grow, as Prometheus expects.
@@ -81,6 +82,71 @@ impl DeliveryResult {
     }
 }
 
+/// Which ledger audit ran: the whole ledger, or each merchant's since its audit checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuditKind {
+    Full,
+    SinceCheckpoints,
+}
+
+impl AuditKind {
+    pub const ALL: [AuditKind; 2] = [AuditKind::Full, AuditKind::SinceCheckpoints];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Full => "full",
+            AuditKind::SinceCheckpoints => "since_checkpoints",
+        }
+    }
+}
+
+/// What the engine's audits found, for the operator: runs by kind and result, when each kind last passed,
+/// and whether the last audit failed.
+#[derive(Default)]
+pub struct AuditMetrics {
+    /// By kind, then passed (0) or failed (1).
+    runs: [[AtomicU64; 2]; 2],
+    /// Unix seconds of the last pass of each kind; 0 before the first.
+    passed_at: [AtomicU64; 2],
+    /// The events the last passing audit of each kind replayed.
+    events: [AtomicU64; 2],
+    /// 1 after an audit failed, until one of the same kind passes.
+    failing: [AtomicU64; 2],
+}
+
+impl AuditMetrics {
+    pub fn passed(&self, kind: AuditKind, events: u64, at_unix_s: u64) {
+        self.runs[kind as usize][0].fetch_add(1, Ordering::Relaxed);
+        self.passed_at[kind as usize].store(at_unix_s, Ordering::Relaxed);
+        self.events[kind as usize].store(events, Ordering::Relaxed);
+        self.failing[kind as usize].store(0, Ordering::Relaxed);
+    }
+
+    pub fn failed(&self, kind: AuditKind) {
+        self.runs[kind as usize][1].fetch_add(1, Ordering::Relaxed);
+        self.failing[kind as usize].store(1, Ordering::Relaxed);
+    }
+
+    /// Runs of this kind that passed and that failed.
+    pub fn runs(&self, kind: AuditKind) -> (u64, u64) {
+        let runs = &self.runs[kind as usize];
+        (runs[0].load(Ordering::Relaxed), runs[1].load(Ordering::Relaxed))
+    }
+
+    pub fn passed_at(&self, kind: AuditKind) -> u64 {
+        self.passed_at[kind as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn events(&self, kind: AuditKind) -> u64 {
+        self.events[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// True while the last audit of this kind failed.
+    pub fn failing(&self, kind: AuditKind) -> bool {
+        self.failing[kind as usize].load(Ordering::Relaxed) == 1
+    }
+}
+
 #[derive(Default)]
 pub struct EngineMetrics {
     /// From a change queued by a merchant actor to its durability.
@@ -90,6 +156,7 @@ pub struct EngineMetrics {
     deliveries: [AtomicU64; 3],
     /// Notifications the webhook dispatcher holds: being delivered, plus waiting for a free worker.
     pub webhook_queue: AtomicI64,
+    pub audits: AuditMetrics,
 }
 
 impl EngineMetrics {

@@ -8,10 +8,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use caisse_engine::domain::money::{Amount, Currency, FeeRule};
 use caisse_engine::domain::records::ProviderCode;
 use caisse_engine::domain::time::parse_duration_ms;
+use caisse_engine::AuditSchedule;
 use serde::Deserialize;
 
 use crate::sandbox_modes::Chaos;
@@ -138,6 +140,8 @@ pub struct Settings {
     pub key_roll_grace_ms: u64,
     /// API requests failing authentication one address may make per minute (0: no limit).
     pub failed_auth_per_minute: u32,
+    /// When the ledger is audited in the background (`audit_checkpoint_every`, `audit_full_every`).
+    pub audits: AuditSchedule,
 }
 
 /// How log lines are written (`log_format`).
@@ -201,6 +205,8 @@ pub struct Layer {
     trusted_proxies: Option<Vec<String>>,
     key_roll_grace: Option<String>,
     failed_auth_per_minute: Option<i64>,
+    audit_checkpoint_every: Option<String>,
+    audit_full_every: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -302,6 +308,8 @@ impl Layer {
             master_key_file: get("CAISSE_MASTER_KEY_FILE"),
             key_roll_grace: get("CAISSE_KEY_ROLL_GRACE"),
             failed_auth_per_minute: int("CAISSE_FAILED_AUTH_PER_MINUTE")?,
+            audit_checkpoint_every: get("CAISSE_AUDIT_CHECKPOINT_EVERY"),
+            audit_full_every: get("CAISSE_AUDIT_FULL_EVERY"),
             trusted_proxies: get("CAISSE_TRUSTED_PROXIES")
                 .map(|v| v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect()),
         })
@@ -339,6 +347,8 @@ impl Layer {
             trusted_proxies,
             key_roll_grace,
             failed_auth_per_minute,
+            audit_checkpoint_every,
+            audit_full_every,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -366,6 +376,8 @@ impl Layer {
         win(&mut self.trusted_proxies, trusted_proxies);
         win(&mut self.key_roll_grace, key_roll_grace);
         win(&mut self.failed_auth_per_minute, failed_auth_per_minute);
+        win(&mut self.audit_checkpoint_every, audit_checkpoint_every);
+        win(&mut self.audit_full_every, audit_full_every);
         if let Some(theirs) = adapters {
             self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
         }
@@ -517,6 +529,18 @@ impl Settings {
         };
         let failed_auth_per_minute =
             positive(layer.failed_auth_per_minute, "failed_auth_per_minute", 1_000_000)? as u32;
+        let every = |v: Option<String>, name: &str| -> Result<Option<Duration>, ConfigError> {
+            match need(v, name)?.trim() {
+                "0" => Ok(None),
+                text => parse_duration_ms(text)
+                    .map(|ms| Some(Duration::from_millis(ms)))
+                    .map_err(|e| bad(name, e.to_string())),
+            }
+        };
+        let audits = AuditSchedule {
+            since_checkpoints_every: every(layer.audit_checkpoint_every, "audit_checkpoint_every")?,
+            full_every: every(layer.audit_full_every, "audit_full_every")?,
+        };
         Ok(Settings {
             listen,
             data_dir,
@@ -542,6 +566,7 @@ impl Settings {
             trusted_proxies,
             key_roll_grace_ms,
             failed_auth_per_minute,
+            audits,
         })
     }
 

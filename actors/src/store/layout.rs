@@ -30,6 +30,10 @@
 //! `link_owners` maps an id to its merchant; `link_refs` maps `merchant ++ reference` to the id of the link
 //! that took that reference; `link_payments` lists the payments made through a link under
 //! `merchant ++ link id ++ ULID of the payment's transaction id`, value the payment reference, oldest first.
+//!
+//! `audited` holds, under a merchant's id, an audit checkpoint: a [`Snapshot`](super::Snapshot) of the balances
+//! the ledger gave at the last event an audit replayed and found sound. The audit at start replays each
+//! merchant's journal from there, not from its first event (see `sled_store::recovery`).
 
 use std::ops::Range;
 
@@ -69,7 +73,8 @@ pub(super) const LINKS: usize = 18;
 pub(super) const LINK_OWNERS: usize = 19;
 pub(super) const LINK_REFS: usize = 20;
 pub(super) const LINK_PAYMENTS: usize = 21;
-pub(super) const TREE_NAMES: [&str; 22] = [
+pub(super) const AUDITED: usize = 22;
+pub(super) const TREE_NAMES: [&str; 23] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -92,13 +97,14 @@ pub(super) const TREE_NAMES: [&str; 22] = [
     "link_owners",
     "link_refs",
     "link_payments",
+    "audited",
 ];
 
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
 /// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
-pub(super) const APPLY_ORDER: [ApplyStep; 22] = [
+pub(super) const APPLY_ORDER: [ApplyStep; 23] = [
     ApplyStep::plain(MERCHANTS),
     ApplyStep::plain(MERCHANT_SUSPENSIONS),
     ApplyStep::plain(RETIRED_KEYS),
@@ -106,6 +112,7 @@ pub(super) const APPLY_ORDER: [ApplyStep; 22] = [
     ApplyStep::plain(MERCHANT_EMAILS),
     ApplyStep { tree: JOURNAL, rewrite: Some(journal_runs) },
     ApplyStep::plain(SNAPSHOTS),
+    ApplyStep::plain(AUDITED),
     ApplyStep::plain(PAYMENTS),
     ApplyStep::plain(PAYOUTS),
     ApplyStep::plain(LINKS),
@@ -125,13 +132,14 @@ pub(super) const APPLY_ORDER: [ApplyStep; 22] = [
 
 /// The version of everything this file lays out: trees, keys and value encodings. A data directory stamped
 /// with another version is refused at open (`sled_store::stamp`); raise it with any change to what is stored.
-pub(crate) const FORMAT_VERSION: u32 = 5;
+pub(crate) const FORMAT_VERSION: u32 = 6;
 
 /// Earlier versions whose directories this build opens and restamps: each later version only added trees or
 /// appended fields that `legacy` reads, so their data reads the same (format 3 added `routes`,
 /// `provider_references`, `merchant_suspensions` and `retired_keys`; format 4 appended a payment's refunds and
-/// refunded total, and a payout's merchant reference; format 5 added the four trees of payment links).
-pub(crate) const UPGRADED_IN_PLACE: [u32; 3] = [2, 3, 4];
+/// refunded total, and a payout's merchant reference; format 5 added the four trees of payment links; format 6
+/// added `audited`).
+pub(crate) const UPGRADED_IN_PLACE: [u32; 4] = [2, 3, 4, 5];
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
 pub(super) const BINARY_V1: u8 = 1;
@@ -779,9 +787,10 @@ mod tests {
                 "link_owners",
                 "link_refs",
                 "link_payments",
+                "audited",
             ]
         );
-        assert_eq!(FORMAT_VERSION, 5);
+        assert_eq!(FORMAT_VERSION, 6);
     }
 
     #[test]

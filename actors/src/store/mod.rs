@@ -11,8 +11,9 @@
 //! point at them, so an index never leads to nothing).
 //!
 //! Recovery rebuilds a merchant from its latest snapshot plus the journal after it
-//! ([`Commits::recover_merchant`]); the startup audit ([`Audit::audit`]) recomputes every balance from the
-//! whole ledger and refuses to start the service if anything disagrees. `docs/storage.md` walks through the
+//! ([`Commits::recover_merchant`]); the startup audit ([`Audit::audit_since_checkpoints`]) recomputes every
+//! balance from the ledger after the last audited checkpoint and refuses to start the service if anything
+//! disagrees; [`Audit::audit`] does the same from the beginning of the ledger. `docs/storage.md` walks through the
 //! sled backend's write path, recovery and on-disk format.
 
 mod layout;
@@ -123,12 +124,15 @@ pub struct Recovered {
     pub balances: Balances,
 }
 
-/// What the startup audit found.
+/// What an audit found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditReport {
     pub merchants: u64,
+    /// Journal events replayed.
     pub events: u64,
     pub elapsed_ms: u64,
+    /// Merchants whose replay started from an audit checkpoint rather than from their first event.
+    pub from_checkpoint: u64,
 }
 
 /// What a backup copied, and how long writes waited for it.

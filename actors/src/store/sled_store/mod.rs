@@ -106,7 +106,11 @@ impl Commits for SledStore {
 
 impl Audit for SledStore {
     fn audit(&self) -> Result<AuditReport, StoreError> {
-        self.audit_journal()
+        self.audit_journal(recovery::Scope::Full)
+    }
+
+    fn audit_since_checkpoints(&self) -> Result<AuditReport, StoreError> {
+        self.audit_journal(recovery::Scope::SinceCheckpoints)
     }
 
     fn healthy(&self) -> bool {

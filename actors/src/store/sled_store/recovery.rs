@@ -1,16 +1,18 @@
-//! Rebuilding balances from the journal: recovering one merchant from its snapshot, and the startup audit that
-//! replays every merchant's whole ledger and checks each snapshot against it.
+//! Rebuilding balances from the journal: recovering one merchant from its snapshot, and the audits that replay
+//! each merchant's ledger (the whole of it, or since its audit checkpoint) and check the stored balances against
+//! it.
 
 use std::ops::{Bound, Range};
 use std::time::Instant;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::SledStore;
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::ledger::{check_balanced, Balances, Entry};
 use crate::domain::money::Currency;
 use crate::domain::time::Timestamp;
+use crate::store::op::Op;
 use crate::store::{AuditReport, Recovered, Snapshot, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
@@ -99,93 +101,232 @@ impl SledStore {
         Self::replay(id, start, self.journal_after(id, snapshot.seq))
     }
 
-    /// [`Audit::audit`](crate::store::Audit::audit): the whole journal replayed merchant by merchant, each
-    /// snapshot compared on the way.
+    /// [`Audit::audit`](crate::store::Audit::audit) (`Scope::Full`) and
+    /// [`Audit::audit_since_checkpoints`](crate::store::Audit::audit_since_checkpoints): every merchant's journal
+    /// replayed, from its first event or from its audit checkpoint, then the checkpoints moved to the last
+    /// event replayed once every merchant passed.
     ///
-    /// The journal is split in two at a merchant id and each half audited on its own thread: decoding and
-    /// replaying every event is most of a start (docs/perf/history.md), nothing else runs yet, and merchants
-    /// are independent. Any 30-byte id splits the journal between two merchants, since a merchant's keys are
-    /// its id followed by a sequence number.
-    pub(super) fn audit_journal(&self) -> Result<AuditReport, StoreError> {
+    /// The merchants are split in two halves, each audited on its own thread: decoding and replaying events is
+    /// most of an audit (docs/perf/history.md) and merchants are independent.
+    pub(super) fn audit_journal(&self, scope: Scope) -> Result<AuditReport, StoreError> {
         let started = Instant::now();
-        let mut report = match self.audit_split()? {
-            None => self.audit_range(Bound::Unbounded, Bound::Unbounded)?,
-            Some(split) => {
-                let (low, high) = std::thread::scope(|scope| {
-                    let high = scope.spawn(|| self.audit_range(Bound::Included(&split), Bound::Unbounded));
-                    let low = self.audit_range(Bound::Unbounded, Bound::Excluded(&split));
-                    (low, high.join())
-                });
-                let high = high.unwrap_or_else(|_| Err(StoreError::Io("an audit thread panicked".into())));
-                // The lower half's error first, so the merchant named does not depend on timing.
-                let (low, high) = (low?, high?);
-                AuditReport {
-                    merchants: low.merchants + high.merchants,
-                    events: low.events + high.events,
-                    elapsed_ms: 0,
-                }
-            }
-        };
+        let merchants = self.journal_merchants()?;
+        if scope == Scope::Full {
+            self.no_state_without_a_journal(&merchants)?;
+        }
+        let (low, high) = merchants.split_at(merchants.len() / 2);
+        let (low, high) = std::thread::scope(|threads| {
+            let high = threads.spawn(|| self.audit_merchants(high, scope));
+            let low = self.audit_merchants(low, scope);
+            (low, high.join())
+        });
+        let high = high.unwrap_or_else(|_| Err(StoreError::Io("an audit thread panicked".into())));
+        // The lower half's error first, so the merchant named does not depend on timing.
+        let (mut low, high) = (low?, high?);
+        low.0.merchants += high.0.merchants;
+        low.0.events += high.0.events;
+        low.0.from_checkpoint += high.0.from_checkpoint;
+        low.1.extend(high.1);
+        let (mut report, checkpoints) = low;
+        self.write_checkpoints(checkpoints)?;
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(report)
     }
 
-    /// The median merchant id, where the audit splits the journal; `None` with fewer than two merchants.
-    fn audit_split(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut ids = Vec::new();
-        for item in self.scan(MERCHANTS, Bound::Unbounded, Bound::Unbounded, false)? {
+    /// Every merchant with a journal, in id order: one seek per merchant, past the previous one's keys.
+    fn journal_merchants(&self) -> Result<Vec<MerchantId>, StoreError> {
+        let mut merchants = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let start = match &after {
+                Some(last) => Bound::Excluded(last.as_slice()),
+                None => Bound::Unbounded,
+            };
+            let Some(item) = self.scan(JOURNAL, start, Bound::Unbounded, false)?.next() else { break };
             let (key, _) = item?;
-            if key.len() == MERCHANT_ID_LEN {
-                ids.push(key.to_vec());
-            }
+            let id = merchant_of(&key)?;
+            after = Some(journal_key(&id, u64::MAX));
+            merchants.push(id);
         }
-        Ok(if ids.len() < 2 { None } else { ids.get(ids.len() / 2).cloned() })
+        Ok(merchants)
     }
 
-    /// Audits the merchants whose journal keys fall in the range; `elapsed_ms` is left to the caller.
-    fn audit_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<AuditReport, StoreError> {
-        let mut report = AuditReport::default();
-        let mut current: Option<(MerchantId, Recovered, Option<Snapshot>)> = None;
-        let finish = |m: &MerchantId, state: &Recovered, snap: &Option<Snapshot>| -> Result<(), StoreError> {
-            if let Some(s) = snap {
-                if s.seq > state.seq {
+    /// A snapshot or an audit checkpoint of a merchant without a journal means its journal went missing.
+    fn no_state_without_a_journal(&self, merchants: &[MerchantId]) -> Result<(), StoreError> {
+        let known: std::collections::HashSet<&[u8]> = merchants.iter().map(|m| m.as_bytes()).collect();
+        for (tree, what) in [(SNAPSHOTS, "a snapshot"), (AUDITED, "an audit checkpoint")] {
+            for item in self.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
+                let (key, _) = item?;
+                if !known.contains(key.as_ref()) {
                     return Err(StoreError::Corrupt(format!(
-                        "merchant {m}: snapshot at event {} but the journal ends at {}",
-                        s.seq, state.seq
+                        "merchant {} has {what} but no journal",
+                        String::from_utf8_lossy(&key)
                     )));
                 }
             }
-            Ok(())
-        };
-        for item in self.scan(JOURNAL, start, end, false)? {
-            let (key, value) = item?;
-            let id_bytes = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short journal key".into()))?;
-            let same = current.as_ref().is_some_and(|(m, _, _)| m.as_bytes() == id_bytes);
-            if !same {
-                if let Some((m, state, snap)) = current.take() {
-                    finish(&m, &state, &snap)?;
-                }
-                let text = std::str::from_utf8(id_bytes).map_err(|_| StoreError::Corrupt("journal key".into()))?;
-                let m = MerchantId::parse(text).map_err(|e| StoreError::Corrupt(format!("journal key: {e}")))?;
-                let snap: Option<Snapshot> = self.get(SNAPSHOTS, m.as_bytes())?;
-                report.merchants += 1;
-                current = Some((m, Recovered::default(), snap));
-            }
-            let Some((m, state, snap)) = current.as_mut() else { continue };
-            for (_, span) in unread(&key, &value, state.seq.saturating_add(1))? {
-                let (event, _): (LedgerLine, _) = decode_prefix("journal", value.get(span).unwrap_or_default())?;
-                *state = Self::replay(m, std::mem::take(state), std::iter::once(Ok(event)))?;
-                report.events += 1;
-                if let Some(s) = snap.as_ref().filter(|s| s.seq == state.seq) {
-                    compare_snapshot(m, &s.balances, &state.balances)?;
-                }
-            }
         }
-        if let Some((m, state, snap)) = current.take() {
-            finish(&m, &state, &snap)?;
-        }
-        Ok(report)
+        Ok(())
     }
+
+    /// Audits these merchants one after the other; `elapsed_ms` is left to the caller. Answers the report and
+    /// the checkpoints to write.
+    fn audit_merchants(
+        &self,
+        merchants: &[MerchantId],
+        scope: Scope,
+    ) -> Result<(AuditReport, Vec<(MerchantId, AuditCheckpoint)>), StoreError> {
+        let mut report = AuditReport::default();
+        let mut checkpoints = Vec::new();
+        for merchant in merchants {
+            let audited = self.audit_merchant(merchant, scope)?;
+            report.merchants += 1;
+            report.events += audited.events;
+            report.from_checkpoint += u64::from(audited.from_checkpoint);
+            if let Some(checkpoint) = audited.checkpoint {
+                checkpoints.push((merchant.clone(), checkpoint));
+            }
+        }
+        Ok((report, checkpoints))
+    }
+
+    /// One merchant's audit: its ledger replayed (each event in sequence and balanced, no balance below zero),
+    /// the snapshot and the audit checkpoint compared at their events, and the balances recovery starts the
+    /// merchant with compared with the ledger's at the end.
+    fn audit_merchant(&self, merchant: &MerchantId, scope: Scope) -> Result<MerchantAudit, StoreError> {
+        // Read before the journal: a snapshot is written with its event, so the journal read next reaches it.
+        let snapshot: Option<Snapshot> = self.get(SNAPSHOTS, merchant.as_bytes())?;
+        let checkpoint: Option<AuditCheckpoint> = self.get(AUDITED, merchant.as_bytes())?;
+        let start = match (scope, &checkpoint) {
+            (Scope::SinceCheckpoints, Some(c)) => Recovered { seq: c.seq, balances: c.balances.clone() },
+            _ => Recovered::default(),
+        };
+        let start_seq = start.seq;
+        let mut state = start;
+        let mut events = 0;
+        let held = [
+            ("snapshot", snapshot.as_ref().map(|s| (s.seq, &s.balances))),
+            ("audit checkpoint", checkpoint.as_ref().map(|c| (c.seq, &c.balances))),
+        ];
+        for line in self.journal_after::<LedgerLine>(merchant, start_seq) {
+            state = Self::replay(merchant, std::mem::take(&mut state), std::iter::once(line))?;
+            events += 1;
+            for (what, held) in held {
+                if let Some((_, balances)) = held.filter(|(seq, _)| *seq == state.seq) {
+                    compare_balances(merchant, what, state.seq, balances, &state.balances)?;
+                }
+            }
+        }
+        for (what, held) in held {
+            if let Some((seq, _)) = held.filter(|(seq, _)| *seq > state.seq) {
+                return Err(StoreError::Corrupt(format!(
+                    "merchant {merchant}: {what} at event {seq} but the journal ends at {}",
+                    state.seq
+                )));
+            }
+        }
+        // Recovery starts from the snapshot. One taken at or before this replay's start was not met on the way: unless
+        // it is the very snapshot the checkpoint's audit verified, what recovery would make of it is compared
+        // with the ledger here (at most a snapshot interval of events, or the whole journal of a merchant too
+        // small to have a snapshot).
+        let unmet = match &snapshot {
+            Some(s) => s.seq <= start_seq,
+            None => start_seq > 0,
+        };
+        let verified = checkpoint.as_ref().is_some_and(|c| c.snapshot == snapshot);
+        if unmet && !verified {
+            let from = snapshot.clone().map(|s| Recovered { seq: s.seq, balances: s.balances }).unwrap_or_default();
+            let end = state.seq;
+            let lines = self
+                .journal_after::<LedgerLine>(merchant, from.seq)
+                .take_while(|line| !matches!(line, Ok(line) if line.seq > end));
+            let recovered = Self::replay(merchant, from, lines)?;
+            compare_balances(merchant, "recovery from the snapshot", end, &recovered.balances, &state.balances)?;
+        }
+        let moved = checkpoint.as_ref().is_none_or(|c| c.seq < state.seq || c.snapshot != snapshot);
+        Ok(MerchantAudit {
+            events,
+            from_checkpoint: start_seq > 0,
+            checkpoint: moved.then_some(AuditCheckpoint { seq: state.seq, balances: state.balances, snapshot }),
+        })
+    }
+
+    /// Writes the checkpoints an audit that passed found, through the writer like every other change, a
+    /// bounded number per write. A checkpoint lost in a crash only means the next audit starts further back.
+    fn write_checkpoints(&self, checkpoints: Vec<(MerchantId, AuditCheckpoint)>) -> Result<(), StoreError> {
+        const PER_WRITE: usize = 1_000;
+        let mut checkpoints = checkpoints.into_iter().peekable();
+        while checkpoints.peek().is_some() {
+            let ops = checkpoints
+                .by_ref()
+                .take(PER_WRITE)
+                .map(|(merchant, checkpoint)| {
+                    Ok(Op::Insert(AUDITED, merchant.as_bytes().to_vec(), encode(&checkpoint)?))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            self.submit_and_wait(ops)?;
+        }
+        Ok(())
+    }
+
+    /// Submits operations to the writer and waits for their durability, off any async runtime or on one
+    /// (the audit at start runs inside the server's): it polls the ticket rather than blocking on it, and
+    /// waits out a full queue, within a bound.
+    fn submit_and_wait(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+        const POLL: std::time::Duration = std::time::Duration::from_millis(1);
+        let started = Instant::now();
+        let mut ticket = loop {
+            match self.writer.submit(ops.clone(), None, Vec::new()) {
+                Ok(ticket) => break ticket,
+                Err(StoreError::Overloaded) if started.elapsed() < PATIENCE => std::thread::sleep(POLL * 10),
+                Err(e) => return Err(e),
+            }
+        };
+        loop {
+            match ticket.try_recv() {
+                Ok(result) => return result,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) if started.elapsed() < PATIENCE => {
+                    std::thread::sleep(POLL)
+                }
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                    return Err(StoreError::Io("an audit checkpoint was not written within 60 s".into()))
+                }
+            }
+        }
+    }
+}
+
+/// Which audit runs: from each merchant's first event, or from its audit checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    Full,
+    SinceCheckpoints,
+}
+
+/// What one merchant's audit found.
+struct MerchantAudit {
+    events: u64,
+    from_checkpoint: bool,
+    /// The checkpoint to write, when it differs from the stored one.
+    checkpoint: Option<AuditCheckpoint>,
+}
+
+/// What `audited` holds for a merchant: the balances the ledger gave at event `seq` in an audit that passed,
+/// and the snapshot that audit verified (recovery from it gives the same balances at `seq`), so that a later
+/// audit replays neither the ledger before `seq` nor, while the snapshot is unchanged, the events after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct AuditCheckpoint {
+    seq: u64,
+    balances: Balances,
+    snapshot: Option<Snapshot>,
+}
+
+/// The merchant a journal key belongs to.
+fn merchant_of(key: &[u8]) -> Result<MerchantId, StoreError> {
+    let id = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short journal key".into()))?;
+    let text = std::str::from_utf8(id).map_err(|_| StoreError::Corrupt("journal key".into()))?;
+    MerchantId::parse(text).map_err(|e| StoreError::Corrupt(format!("journal key: {e}")))
 }
 
 /// The events under one journal key numbered `next` or more, with their numbers and where they lie in the
@@ -196,15 +337,22 @@ fn unread(key: &[u8], value: &[u8], next: u64) -> Result<impl Iterator<Item = (u
     Ok((first..).zip(spans).filter(move |(seq, _)| *seq >= next))
 }
 
-/// A snapshot must equal the balances the ledger gives at the same event; name the first currency that differs.
-fn compare_snapshot(merchant: &MerchantId, snapshot: &Balances, ledger: &Balances) -> Result<(), StoreError> {
-    let currencies = snapshot.0.keys().chain(ledger.0.keys());
+/// Stored balances (`what`: a snapshot, a checkpoint) must equal the ledger's at event `seq`; name the first
+/// currency that differs.
+fn compare_balances(
+    merchant: &MerchantId,
+    what: &str,
+    seq: u64,
+    stored: &Balances,
+    ledger: &Balances,
+) -> Result<(), StoreError> {
+    let currencies = stored.0.keys().chain(ledger.0.keys());
     for currency in currencies {
-        let (s, l) = (snapshot.get(*currency), ledger.get(*currency));
+        let (s, l) = (stored.get(*currency), ledger.get(*currency));
         if (s.available, s.pending) != (l.available, l.pending) {
             return Err(StoreError::Corrupt(format!(
-                "merchant {merchant} {currency}: snapshot says disponible {} en_attente {}, the ledger says \
-                 disponible {} en_attente {}",
+                "merchant {merchant} {currency}: {what} says disponible {} en_attente {} at event {seq}, the ledger \
+                 says disponible {} en_attente {}",
                 s.available, s.pending, l.available, l.pending
             )));
         }
@@ -218,7 +366,6 @@ mod tests {
     use crate::core::JournalEvent;
     use crate::domain::ledger::Account;
     use crate::domain::status::Trigger;
-    use crate::store::op::Op;
     use crate::store::overlay::{Entry as Stored, TreeMap};
     use crate::store::{Audit, Commits, Records};
 
@@ -228,6 +375,11 @@ mod tests {
     }
 
     fn credit_event(seq: u64) -> Vec<u8> {
+        credit_of(seq, 100)
+    }
+
+    /// Event `seq` crediting `amount` XOF.
+    fn credit_of(seq: u64, amount: i64) -> Vec<u8> {
         encode(&JournalEvent {
             seq,
             at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
@@ -236,8 +388,8 @@ mod tests {
             status: "succes".into(),
             currency: Currency::XOF,
             entries: vec![
-                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -100 },
-                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: 100 },
+                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -amount },
+                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: amount },
             ],
         })
         .unwrap()
@@ -365,5 +517,148 @@ mod tests {
             (line.seq, line.at, line.currency, line.entries),
             (event.seq, event.at, event.currency, event.entries)
         );
+    }
+
+    /// Balances of `available` XOF, as a snapshot or checkpoint holds them.
+    fn holding(seq: u64, available: i64) -> Snapshot {
+        let mut balances = Balances::default();
+        let entries = [
+            Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -available },
+            Entry { account: Account::Available, currency: Currency::XOF, amount_minor: available },
+        ];
+        balances.apply(&entries, 1_795_310_624_123).unwrap();
+        Snapshot { seq, balances }
+    }
+
+    fn put_snapshot(store: &SledStore, m: &MerchantId, tree: usize, snapshot: &Snapshot) {
+        store.trees[tree].insert(m.as_bytes(), encode(snapshot).unwrap()).unwrap();
+    }
+
+    /// Replaces event `seq` (stored alone, as a run of one) by one crediting `amount`.
+    fn tamper(store: &SledStore, m: &MerchantId, seq: u64, amount: i64) {
+        let value = journal_run([credit_of(seq, amount).as_slice()]).unwrap();
+        store.trees[JOURNAL].insert(journal_key(m, seq), value).unwrap();
+    }
+
+    fn put_checkpoint(store: &SledStore, m: &MerchantId, seq: u64, available: i64) {
+        let Snapshot { seq, balances } = holding(seq, available);
+        let checkpoint = AuditCheckpoint { seq, balances, snapshot: None };
+        store.trees[AUDITED].insert(m.as_bytes(), encode(&checkpoint).unwrap()).unwrap();
+    }
+
+    fn checkpoint(store: &SledStore, m: &MerchantId) -> Option<(u64, i64)> {
+        let held: Option<AuditCheckpoint> = store.get(AUDITED, m.as_bytes()).unwrap();
+        held.map(|c| (c.seq, c.balances.get(Currency::XOF).available))
+    }
+
+    fn corrupt(result: Result<AuditReport, StoreError>) -> String {
+        match result {
+            Err(StoreError::Corrupt(message)) => message,
+            other => panic!("the audit passed over a disagreement: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_audit_at_start_replays_only_what_follows_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let (m, other) = (MerchantId::new(), MerchantId::new());
+        put(&store, runs(&m, 1..=10));
+        put(&store, runs(&other, 1..=3));
+        let first = store.audit_since_checkpoints().unwrap();
+        assert_eq!((first.merchants, first.events, first.from_checkpoint), (2, 13, 0));
+        assert_eq!(checkpoint(&store, &m), Some((10, 1_000)));
+        assert_eq!(checkpoint(&store, &other), Some((3, 300)));
+
+        put(&store, runs(&m, 11..=15));
+        let second = store.audit_since_checkpoints().unwrap();
+        assert_eq!((second.merchants, second.events, second.from_checkpoint), (2, 5, 2));
+        assert_eq!(checkpoint(&store, &m), Some((15, 1_500)));
+        let nothing_new = store.audit_since_checkpoints().unwrap();
+        assert_eq!(nothing_new.events, 0);
+        // The full audit replays everything, checkpoints included, and they survive a reopening.
+        assert_eq!(store.audit().unwrap().events, 18);
+        drop(store);
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(checkpoint(&store, &m), Some((15, 1_500)));
+        assert_eq!(store.audit_since_checkpoints().unwrap().events, 0);
+    }
+
+    /// After the checkpoint, a changed event or a changed snapshot stops the start as a full audit would.
+    #[test]
+    fn tampering_after_the_checkpoint_stops_the_audit_at_start() {
+        for target in ["ledger", "snapshot"] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SledStore::open(dir.path()).unwrap();
+            let m = MerchantId::new();
+            for seq in 1..=20 {
+                store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
+            }
+            put_snapshot(&store, &m, SNAPSHOTS, &holding(10, 1_000));
+            store.audit_since_checkpoints().unwrap();
+            assert_eq!(checkpoint(&store, &m), Some((20, 2_000)));
+            for seq in 21..=30 {
+                store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
+            }
+            put_snapshot(&store, &m, SNAPSHOTS, &holding(30, 3_000));
+            match target {
+                "ledger" => tamper(&store, &m, 25, 150),
+                _ => put_snapshot(&store, &m, SNAPSHOTS, &holding(30, 3_050)),
+            }
+            let message = corrupt(store.audit_since_checkpoints());
+            assert!(message.contains("snapshot says disponible"), "{target}: {message}");
+            assert!(message.contains("at event 30"), "{target}: {message}");
+            assert_eq!(checkpoint(&store, &m), Some((20, 2_000)), "a failed audit moves no checkpoint");
+        }
+    }
+
+    /// Before the checkpoint, a changed event is past what the start replays and the full audit finds it; a
+    /// snapshot changed since the checkpoint is checked at start however old it is.
+    #[test]
+    fn tampering_before_the_checkpoint_is_found_by_the_full_audit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let m = MerchantId::new();
+        for seq in 1..=10 {
+            store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
+        }
+        put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 400));
+        store.audit().unwrap();
+        assert_eq!(checkpoint(&store, &m), Some((10, 1_000)));
+
+        // Event 7, between the snapshot and the checkpoint.
+        tamper(&store, &m, 7, 130);
+        assert_eq!(store.audit_since_checkpoints().unwrap().events, 0);
+        let message = corrupt(store.audit());
+        assert!(message.contains("audit checkpoint says disponible 1000 en_attente 0 at event 10"), "{message}");
+        assert!(message.contains("the ledger says disponible 1030"), "{message}");
+        // Event 2, before both.
+        tamper(&store, &m, 7, 100);
+        tamper(&store, &m, 2, 130);
+        assert_eq!(store.audit_since_checkpoints().unwrap().events, 0);
+        let message = corrupt(store.audit());
+        assert!(message.contains("snapshot says disponible 400 en_attente 0 at event 4"), "{message}");
+        // The snapshot changed to agree with the changed ledger: recovery would start the merchant above its
+        // checkpoint, and the start refuses.
+        put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 430));
+        let message = corrupt(store.audit_since_checkpoints());
+        assert!(message.contains("recovery from the snapshot says disponible 1030"), "{message}");
+        assert_eq!(checkpoint(&store, &m), Some((10, 1_000)), "a failed audit moves no checkpoint");
+    }
+
+    #[test]
+    fn a_checkpoint_past_the_journal_or_without_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let (m, gone) = (MerchantId::new(), MerchantId::new());
+        put(&store, runs(&m, 1..=3));
+        put_checkpoint(&store, &m, 5, 500);
+        let message = corrupt(store.audit());
+        assert!(message.ends_with("audit checkpoint at event 5 but the journal ends at 3"), "{message}");
+        put_checkpoint(&store, &m, 3, 300);
+        store.audit().unwrap();
+        put_checkpoint(&store, &gone, 3, 300);
+        let message = corrupt(store.audit());
+        assert!(message.ends_with("has an audit checkpoint but no journal"), "{message}");
     }
 }
