@@ -45,6 +45,10 @@ enum Commands {
         #[arg(long)]
         to: PathBuf,
     },
+    /// Audit the whole ledger: every balance recomputed from every ledger event, every snapshot and audit
+    /// checkpoint compared. Through the running server's admin API when it answers, else on the store. Exits
+    /// with 1 when a balance disagrees.
+    Audit,
     /// Copy a backup into the (empty) data directory and audit it. The server must be stopped.
     Restore {
         #[arg(long)]
@@ -101,7 +105,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let listen = match &cli.command {
         Commands::Serve { listen } => listen.clone(),
-        Commands::Merchant { .. } | Commands::Keygen | Commands::Backup { .. } | Commands::Restore { .. } => None,
+        Commands::Merchant { .. }
+        | Commands::Keygen
+        | Commands::Backup { .. }
+        | Commands::Restore { .. }
+        | Commands::Audit => None,
     };
     if let Commands::Keygen = cli.command {
         println!("{}", keygen());
@@ -126,6 +134,15 @@ fn main() -> ExitCode {
             }
         }),
         Commands::Restore { from } => client::restore(&settings, &from).map(|value| println!("{value}")),
+        Commands::Audit => client::run(&settings, client::Command::Audit).and_then(|values| {
+            for value in &values {
+                println!("{value}");
+            }
+            match values.iter().find(|v| v["audit"] != "passed") {
+                Some(failed) => Err(format!("the ledger audit FAILED: {}", failed["error"].as_str().unwrap_or("?"))),
+                None => Ok(()),
+            }
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -395,3 +395,70 @@ fn the_audit_covers_both_halves_and_names_a_merchant_whose_snapshot_disagrees() 
     let text = refused.expect("a snapshot that disagrees with the ledger refuses the start").to_string();
     assert!(text.contains(&target.to_string()) && text.contains("snapshot says"), "{text}");
 }
+
+/// A checkpoint changed while the server was stopped: recovery does not read it, so the start (which replays
+/// nothing older than the checkpoint) lets the merchant start with its true balances; the full audit compares
+/// every checkpoint with the ledger and finds it, on demand and in the background, whose failure the metrics
+/// show.
+#[test]
+fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
+    use caisse_engine::metrics::{AuditKind, METRICS};
+    use caisse_engine::AuditSchedule;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.actors.snapshot_every = 2;
+    let m = MerchantId::new();
+    let available = actix::System::new().block_on({
+        let (config, m) = (config.clone(), m.clone());
+        async move {
+            let engine = Engine::open(config).unwrap();
+            for _ in 0..3 {
+                pay(&engine, &m, 1_000).await;
+            }
+            engine.balances(&m).await.unwrap().get(xof()).available
+        }
+    });
+    // This start replays the six events and writes the checkpoint at the last.
+    let report = actix::System::new()
+        .block_on({
+            let config = config.clone();
+            async move { Engine::open(config).map(|e| e.audit_report().clone()) }
+        })
+        .unwrap();
+    assert_eq!((report.events, report.from_checkpoint), (6, 0));
+    {
+        // The checkpoint's layout: a format byte, then seq, balances and the verified snapshot (postcard).
+        let db = sled::open(dir.path()).unwrap();
+        let audited = db.open_tree("audited").unwrap();
+        let stored = audited.get(m.as_bytes()).unwrap().expect("a checkpoint after the audit at start");
+        let (seq, rest): (u64, &[u8]) = postcard::take_from_bytes(&stored[1..]).unwrap();
+        let (mut balances, rest): (caisse_engine::domain::ledger::Balances, &[u8]) =
+            postcard::take_from_bytes(rest).unwrap();
+        assert_eq!(seq, 6);
+        balances.0.get_mut(&xof()).unwrap().available += 500;
+        let mut tampered = postcard::to_extend(&(seq, balances), vec![1]).unwrap();
+        tampered.extend_from_slice(rest);
+        audited.insert(m.as_bytes(), tampered).unwrap();
+        db.flush().unwrap();
+    }
+    let failed_before = METRICS.audits.runs(AuditKind::Full).1;
+    actix::System::new().block_on(async move {
+        let engine = Engine::open(config).expect("nothing after the checkpoint disagrees");
+        assert_eq!(engine.audit_report().events, 0);
+        assert_eq!(engine.balances(&m).await.unwrap().get(xof()).available, available);
+        let text = engine.audit().expect_err("the full audit compares the checkpoint").to_string();
+        assert!(text.contains(&format!("audit checkpoint says disponible {}", available + 500)), "{text}");
+
+        engine.start_audits(AuditSchedule {
+            since_checkpoints_every: Some(std::time::Duration::from_millis(20)),
+            full_every: Some(std::time::Duration::from_millis(50)),
+        });
+        let started = std::time::Instant::now();
+        while METRICS.audits.runs(AuditKind::Full).1 < failed_before + 2 {
+            assert!(started.elapsed() < std::time::Duration::from_secs(20), "the background audit did not run");
+            actix::clock::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(METRICS.audits.failing(AuditKind::Full));
+    });
+}

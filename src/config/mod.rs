@@ -712,11 +712,23 @@ mod tests {
             ("CAISSE_WEBHOOK_EXTRA_CA", "/nonexistent/ca.pem", "webhook_extra_ca"),
             ("CAISSE_STORE_CACHE_MIB", "0", "store_cache_mib"),
             ("CAISSE_STORE_CACHE_MIB", "100000", "store_cache_mib"),
+            ("CAISSE_AUDIT_CHECKPOINT_EVERY", "often", "audit_checkpoint_every"),
+            ("CAISSE_AUDIT_FULL_EVERY", "-1h", "audit_full_every"),
         ];
         for (var, value, setting) in cases {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
             assert_eq!(err.setting, setting, "{var}={value}: {err}");
         }
+    }
+
+    #[test]
+    fn the_background_audits_default_to_a_minute_and_a_day_and_zero_turns_them_off() {
+        let defaults = Settings::load(None, env(&[]), Layer::default()).unwrap();
+        assert_eq!(defaults.audits, AuditSchedule::default());
+        assert_eq!(defaults.audits.since_checkpoints_every, Some(Duration::from_secs(60)));
+        let off = env(&[("CAISSE_AUDIT_CHECKPOINT_EVERY", "0"), ("CAISSE_AUDIT_FULL_EVERY", "0")]);
+        let off = Settings::load(None, off, Layer::default()).unwrap();
+        assert_eq!(off.audits, AuditSchedule { since_checkpoints_every: None, full_every: None });
     }
 
     #[test]

@@ -162,7 +162,18 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
         String::from_utf8_lossy(&refused.stderr)
     );
 
+    // The full audit, now, through the admin API: it passes, and the metrics count it.
+    let audited = json_lines(&run(caisse(work.path(), port, admin_port, Some(TOKEN)).arg("audit")));
+    assert_eq!((audited.len(), audited[0]["audit"].as_str()), (1, Some("passed")), "{audited:?}");
+    assert_eq!(audited[0]["merchants"], 0, "no merchant has a ledger yet: {audited:?}");
+    let metrics = String::from_utf8_lossy(&admin.fetch(admin.get("/metrics")).await.body).into_owned();
+    assert!(metrics.contains("caisse_ledger_audits_total{kind=\"full\",result=\"passed\"} 1"), "{metrics}");
+    assert!(metrics.contains("caisse_ledger_audit_failing{kind=\"since_checkpoints\"} 0"), "{metrics}");
+
     drop(server);
+    // Stopped, the audit runs on the store.
+    let audited = json_lines(&run(caisse(work.path(), port, admin_port, None).arg("audit")));
+    assert_eq!(audited[0]["audit"], "passed", "{audited:?}");
     let printed = std::fs::read_to_string(&stdout).expect("stdout");
     assert!(!printed.contains(key) && !printed.contains("sk_live_"), "no key on stdout: {printed}");
     // log_format = "json": every line an object with the four fields, the request lines with theirs.

@@ -29,6 +29,10 @@ async fn metrics_are_present_and_move_with_the_traffic() {
         "caisse_provider_requests_total",
         "caisse_store_commit_duration_seconds",
         "caisse_merchant_actors",
+        "caisse_ledger_audits_total",
+        "caisse_ledger_audit_failing",
+        "caisse_ledger_audit_last_pass_timestamp_seconds",
+        "caisse_ledger_audit_events",
     ] {
         assert!(before.contains(&format!("# TYPE {name} ")), "{name} missing:\n{before}");
     }
