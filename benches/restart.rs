@@ -42,6 +42,10 @@ const WRITER: &str = "--restart-writer";
 const CONCURRENCY: usize = 4_096;
 /// How long one start may take before the bench gives up on it.
 const START_PATIENCE: Duration = Duration::from_secs(600);
+/// How long a writer may take for one size.
+const WRITE_PATIENCE: Duration = Duration::from_secs(4 * 3_600);
+/// How long a server may take to stop after SIGTERM before the bench kills it and says so.
+const STOP_PATIENCE: Duration = Duration::from_secs(60);
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -186,12 +190,15 @@ fn kill_writer_when_done(data: &Path, from: usize, to: usize, merchants: usize) 
         .spawn()
         .expect("start the writer");
     let stdout = child.stdout.take().expect("the writer's stdout");
-    let said = BufReader::new(stdout).lines().next();
-    match said {
-        Some(Ok(line)) if line == format!("written {to}") => {}
+    let (said, hear) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = said.send(BufReader::new(stdout).lines().next());
+    });
+    match hear.recv_timeout(WRITE_PATIENCE) {
+        Ok(Some(Ok(line))) if line == format!("written {to}") => {}
         other => {
             let _ = child.kill();
-            panic!("the writer stopped before writing {to} lives: {other:?}");
+            panic!("the writer did not write {to} lives within {WRITE_PATIENCE:?}: {other:?}");
         }
     }
     child.kill().expect("SIGKILL the writer");
@@ -245,7 +252,14 @@ fn start_and_stop(work: &Path, data: &Path, label: &str) -> String {
     unsafe {
         libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM);
     }
-    let _ = server.0.wait();
+    let stopping = Instant::now();
+    while server.0.try_wait().ok().flatten().is_none() {
+        if stopping.elapsed() > STOP_PATIENCE {
+            println!("restart: caisse serve did not stop within {STOP_PATIENCE:?} of SIGTERM; killed");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let field = |message: &str, name: &str| -> String {
         text.lines()

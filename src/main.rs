@@ -134,21 +134,40 @@ fn main() -> ExitCode {
             }
         }),
         Commands::Restore { from } => client::restore(&settings, &from).map(|value| println!("{value}")),
-        Commands::Audit => client::run(&settings, client::Command::Audit).and_then(|values| {
-            for value in &values {
-                println!("{value}");
-            }
-            match values.iter().find(|v| v["audit"] != "passed") {
-                Some(failed) => Err(format!("the ledger audit FAILED: {}", failed["error"].as_str().unwrap_or("?"))),
-                None => Ok(()),
-            }
-        }),
+        Commands::Audit => return audit(&settings),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("caisse: {message}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `caisse audit`: prints what the audit found; exits 0 when it passed, 1 when the ledger disagrees, 2 when it
+/// could not run.
+fn audit(settings: &Settings) -> ExitCode {
+    let values = match client::run(settings, client::Command::Audit) {
+        Ok(values) => values,
+        Err(message) => {
+            eprintln!("caisse: the ledger audit could not run: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    for value in &values {
+        println!("{value}");
+    }
+    let said = |v: &serde_json::Value| v["error"].as_str().unwrap_or("no reason given").to_owned();
+    match values.iter().find(|v| v["audit"] != "passed") {
+        None => ExitCode::SUCCESS,
+        Some(v) if v["audit"] == "failed" => {
+            eprintln!("caisse: the ledger audit FAILED: {}", said(v));
+            ExitCode::FAILURE
+        }
+        Some(v) => {
+            eprintln!("caisse: the ledger audit could not run: {}", said(v));
+            ExitCode::from(2)
         }
     }
 }

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use caisse_engine::metrics::{AuditKind, DeliveryResult, Histogram, HistogramSnapshot, METRICS as ENGINE};
+use caisse_engine::metrics::{AuditResult, DeliveryResult, Histogram, HistogramSnapshot, METRICS as ENGINE};
+use caisse_engine::store::AuditScope;
 use dashmap::DashMap;
 
 /// The server's counters.
@@ -112,19 +113,24 @@ pub fn text(actors: usize) -> String {
 
     let audits = &ENGINE.audits;
     header(&mut out, "caisse_ledger_audits_total", "counter", "Ledger audits run, by kind and result.");
-    for kind in AuditKind::ALL {
-        let (passed, failed) = audits.runs(kind);
-        for (result, n) in [("passed", passed), ("failed", failed)] {
-            let _ = writeln!(out, "caisse_ledger_audits_total{{kind=\"{}\",result=\"{result}\"}} {n}", kind.as_str());
+    for kind in AuditScope::ALL {
+        for result in AuditResult::ALL {
+            let _ = writeln!(
+                out,
+                "caisse_ledger_audits_total{{kind=\"{}\",result=\"{}\"}} {}",
+                kind.as_str(),
+                result.as_str(),
+                audits.runs(kind, result)
+            );
         }
     }
     header(
         &mut out,
         "caisse_ledger_audit_failing",
         "gauge",
-        "1 when the last ledger audit of this kind found balances that disagree with the ledger.",
+        "1 when the last ledger audit of this kind found a balance, snapshot or checkpoint that disagrees with the ledger.",
     );
-    for kind in AuditKind::ALL {
+    for kind in AuditScope::ALL {
         let _ = writeln!(
             out,
             "caisse_ledger_audit_failing{{kind=\"{}\"}} {}",
@@ -138,7 +144,7 @@ pub fn text(actors: usize) -> String {
         "gauge",
         "When the last ledger audit of this kind passed (Unix time; 0: not since the start).",
     );
-    for kind in AuditKind::ALL {
+    for kind in AuditScope::ALL {
         let _ = writeln!(
             out,
             "caisse_ledger_audit_last_pass_timestamp_seconds{{kind=\"{}\"}} {}",
@@ -152,7 +158,7 @@ pub fn text(actors: usize) -> String {
         "gauge",
         "Journal events the last passing audit of this kind replayed.",
     );
-    for kind in AuditKind::ALL {
+    for kind in AuditScope::ALL {
         let _ = writeln!(out, "caisse_ledger_audit_events{{kind=\"{}\"}} {}", kind.as_str(), audits.events(kind));
     }
     out

@@ -32,10 +32,12 @@ use crate::merchant::{
     ActorSettings, Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, MerchantActor,
     ProviderNote,
 };
-use crate::metrics::{AuditKind, METRICS};
+use crate::metrics::METRICS;
 use crate::registry::Registry;
 use crate::store::sealing::MasterKey;
-use crate::store::{AuditReport, AwaitingProvider, BackupReport, Located, Page, SledStore, Store, StoreError};
+use crate::store::{
+    AuditReport, AuditScope, AwaitingProvider, BackupReport, Located, Page, SledStore, Store, StoreError,
+};
 use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
 
 #[derive(Debug, Clone)]
@@ -76,6 +78,15 @@ struct Inner {
     audit: AuditReport,
     /// The background audits' thread, once started: dropping the sender stops it.
     auditor: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
+    /// One audit at a time: two would race to move the checkpoints, and share two cores.
+    audits: Arc<Audits>,
+}
+
+/// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
+#[derive(Default)]
+struct Audits {
+    one_at_a_time: std::sync::Mutex<()>,
+    stop: std::sync::atomic::AtomicBool,
 }
 
 /// When the engine audits the ledger in the background ([`Engine::start_audits`]).
@@ -102,6 +113,8 @@ impl Default for AuditSchedule {
 /// is closed and its lock free.
 impl Drop for Inner {
     fn drop(&mut self) {
+        // An audit in progress gives up at its next merchant, so a stop does not wait for a long audit.
+        self.audits.stop.store(true, Ordering::Release);
         let auditor = self.auditor.get_mut().map(Option::take).unwrap_or_else(|poisoned| poisoned.into_inner().take());
         if let Some((stop, thread)) = auditor {
             drop(stop);
@@ -135,7 +148,8 @@ impl Engine {
     /// Starts the engine on any [`Store`] backend, once the audit since the checkpoints has passed: every
     /// balance a merchant would start with agrees with its ledger.
     pub fn with_store(store: Arc<dyn Store>, config: EngineConfig) -> Result<Engine, EngineError> {
-        let audit = run_audit(store.as_ref(), AuditKind::SinceCheckpoints)
+        let audits = Arc::new(Audits::default());
+        let audit = run_audit(store.as_ref(), &audits, AuditScope::SinceCheckpoints)
             .map_err(|e| EngineError::Internal(format!("startup audit failed: {e}")))?;
         let shards = match config.shards {
             0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
@@ -151,6 +165,7 @@ impl Engine {
                 generations: AtomicU64::new(1),
                 audit,
                 auditor: std::sync::Mutex::new(None),
+                audits,
             }),
         })
     }
@@ -163,8 +178,10 @@ impl Engine {
 
     /// Runs the audit of the whole ledger (the startup audit's checks from the first event, on demand).
     /// Blocks for a time that grows with the ledger: call it on a blocking thread.
-    pub fn audit(&self) -> Result<AuditReport, EngineError> {
-        Ok(run_audit(self.inner.store.as_ref(), AuditKind::Full)?)
+    /// Answers the store's own error, so a caller can tell a ledger that disagrees ([`StoreError::Corrupt`])
+    /// from an audit that could not run.
+    pub fn audit(&self) -> Result<AuditReport, StoreError> {
+        run_audit(self.inner.store.as_ref(), &self.inner.audits, AuditScope::Full)
     }
 
     /// Starts auditing in the background on `schedule`, on a thread of its own, until the engine is dropped.
@@ -177,10 +194,10 @@ impl Engine {
             return;
         }
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let store = self.inner.store.clone();
+        let (store, audits) = (self.inner.store.clone(), self.inner.audits.clone());
         let spawned = std::thread::Builder::new()
             .name("caisse-audit".into())
-            .spawn(move || background_audits(store.as_ref(), schedule, &stopped));
+            .spawn(move || background_audits(store.as_ref(), &audits, schedule, &stopped));
         match spawned {
             Ok(thread) => *auditor = Some((stop, thread)),
             Err(e) => tracing::error!(error = %e, "could not start the background audits"),
@@ -493,12 +510,10 @@ async fn durable(ticket: crate::store::Ticket) -> Result<(), EngineError> {
     }
 }
 
-/// Runs one audit, logs what it found and records it in the metrics.
-fn run_audit(store: &dyn Store, kind: AuditKind) -> Result<AuditReport, StoreError> {
-    let result = match kind {
-        AuditKind::Full => store.audit(),
-        AuditKind::SinceCheckpoints => store.audit_since_checkpoints(),
-    };
+/// Runs one audit (waiting for one in progress), logs what it found and records it in the metrics.
+fn run_audit(store: &dyn Store, audits: &Audits, kind: AuditScope) -> Result<AuditReport, StoreError> {
+    let _one = audits.one_at_a_time.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let result = store.audit_until(kind, &audits.stop);
     match &result {
         Ok(report) => {
             METRICS.audits.passed(kind, report.events, Timestamp::now().unix_s());
@@ -510,10 +525,20 @@ fn run_audit(store: &dyn Store, kind: AuditKind) -> Result<AuditReport, StoreErr
                 elapsed_ms = report.elapsed_ms,
                 "ledger audit passed"
             );
+            if let Some(e) = &report.checkpoint_error {
+                tracing::warn!(kind = kind.as_str(), error = %e, "the audit checkpoints were not moved forward");
+            }
+        }
+        Err(StoreError::Closed) if audits.stop.load(Ordering::Acquire) => {
+            tracing::info!(kind = kind.as_str(), "ledger audit stopped with the engine");
+        }
+        Err(e @ StoreError::Corrupt(_)) => {
+            METRICS.audits.failed(kind);
+            tracing::error!(kind = kind.as_str(), error = %e, "ledger audit FAILED: the ledger disagrees");
         }
         Err(e) => {
-            METRICS.audits.failed(kind);
-            tracing::error!(kind = kind.as_str(), error = %e, "ledger audit FAILED: a balance disagrees with the ledger");
+            METRICS.audits.could_not_run(kind);
+            tracing::error!(kind = kind.as_str(), error = %e, "ledger audit could not run");
         }
     }
     result
@@ -521,11 +546,16 @@ fn run_audit(store: &dyn Store, kind: AuditKind) -> Result<AuditReport, StoreErr
 
 /// The background audits' loop: each kind when its interval has passed since it last ran, until `stopped`
 /// hears the engine go (its sender dropped).
-fn background_audits(store: &dyn Store, schedule: AuditSchedule, stopped: &std::sync::mpsc::Receiver<()>) {
+fn background_audits(
+    store: &dyn Store,
+    audits: &Audits,
+    schedule: AuditSchedule,
+    stopped: &std::sync::mpsc::Receiver<()>,
+) {
     let started = std::time::Instant::now();
     let mut last = [
-        (AuditKind::SinceCheckpoints, schedule.since_checkpoints_every, started),
-        (AuditKind::Full, schedule.full_every, started),
+        (AuditScope::SinceCheckpoints, schedule.since_checkpoints_every, started),
+        (AuditScope::Full, schedule.full_every, started),
     ];
     loop {
         let next = last.iter().filter_map(|(_, every, at)| every.map(|e| *at + e)).min();
@@ -538,7 +568,7 @@ fn background_audits(store: &dyn Store, schedule: AuditSchedule, stopped: &std::
         for (kind, every, at) in &mut last {
             if every.is_some_and(|e| at.elapsed() >= e) {
                 // A failure is logged and counted by `run_audit`; the schedule goes on.
-                let _ = run_audit(store, *kind);
+                let _ = run_audit(store, audits, *kind);
                 *at = std::time::Instant::now();
             }
         }

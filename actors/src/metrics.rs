@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 
+use crate::store::AuditScope;
+
 /// Upper bounds, in seconds, of the latency histograms' buckets (the last bucket, `+Inf`, is implicit).
 pub const LATENCY_BUCKETS_S: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -82,67 +84,75 @@ impl DeliveryResult {
     }
 }
 
-/// Which ledger audit ran: the whole ledger, or each merchant's since its audit checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AuditKind {
-    Full,
-    SinceCheckpoints,
+/// How an audit ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditResult {
+    /// Every balance agrees with the ledger.
+    Passed,
+    /// A balance, a snapshot or a checkpoint disagrees with the ledger, or the journal is broken.
+    Failed,
+    /// It could not run to the end (reading the store failed).
+    Error,
 }
 
-impl AuditKind {
-    pub const ALL: [AuditKind; 2] = [AuditKind::Full, AuditKind::SinceCheckpoints];
+impl AuditResult {
+    pub const ALL: [AuditResult; 3] = [AuditResult::Passed, AuditResult::Failed, AuditResult::Error];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            AuditKind::Full => "full",
-            AuditKind::SinceCheckpoints => "since_checkpoints",
+            AuditResult::Passed => "passed",
+            AuditResult::Failed => "failed",
+            AuditResult::Error => "error",
         }
     }
 }
 
 /// What the engine's audits found, for the operator: runs by kind and result, when each kind last passed,
-/// and whether the last audit failed.
+/// and whether the last audit of a kind found a disagreement.
 #[derive(Default)]
 pub struct AuditMetrics {
-    /// By kind, then passed (0) or failed (1).
-    runs: [[AtomicU64; 2]; 2],
+    /// By kind, then by result.
+    runs: [[AtomicU64; 3]; 2],
     /// Unix seconds of the last pass of each kind; 0 before the first.
     passed_at: [AtomicU64; 2],
     /// The events the last passing audit of each kind replayed.
     events: [AtomicU64; 2],
-    /// 1 after an audit failed, until one of the same kind passes.
+    /// 1 after an audit found a disagreement, until one of the same kind passes.
     failing: [AtomicU64; 2],
 }
 
 impl AuditMetrics {
-    pub fn passed(&self, kind: AuditKind, events: u64, at_unix_s: u64) {
-        self.runs[kind as usize][0].fetch_add(1, Ordering::Relaxed);
+    pub fn passed(&self, kind: AuditScope, events: u64, at_unix_s: u64) {
+        self.runs[kind as usize][AuditResult::Passed as usize].fetch_add(1, Ordering::Relaxed);
         self.passed_at[kind as usize].store(at_unix_s, Ordering::Relaxed);
         self.events[kind as usize].store(events, Ordering::Relaxed);
         self.failing[kind as usize].store(0, Ordering::Relaxed);
     }
 
-    pub fn failed(&self, kind: AuditKind) {
-        self.runs[kind as usize][1].fetch_add(1, Ordering::Relaxed);
+    pub fn failed(&self, kind: AuditScope) {
+        self.runs[kind as usize][AuditResult::Failed as usize].fetch_add(1, Ordering::Relaxed);
         self.failing[kind as usize].store(1, Ordering::Relaxed);
     }
 
-    /// Runs of this kind that passed and that failed.
-    pub fn runs(&self, kind: AuditKind) -> (u64, u64) {
-        let runs = &self.runs[kind as usize];
-        (runs[0].load(Ordering::Relaxed), runs[1].load(Ordering::Relaxed))
+    pub fn could_not_run(&self, kind: AuditScope) {
+        self.runs[kind as usize][AuditResult::Error as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn passed_at(&self, kind: AuditKind) -> u64 {
+    /// Runs of this kind that ended with `result`.
+    pub fn runs(&self, kind: AuditScope, result: AuditResult) -> u64 {
+        self.runs[kind as usize][result as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn passed_at(&self, kind: AuditScope) -> u64 {
         self.passed_at[kind as usize].load(Ordering::Relaxed)
     }
 
-    pub fn events(&self, kind: AuditKind) -> u64 {
+    pub fn events(&self, kind: AuditScope) -> u64 {
         self.events[kind as usize].load(Ordering::Relaxed)
     }
 
-    /// True while the last audit of this kind failed.
-    pub fn failing(&self, kind: AuditKind) -> bool {
+    /// True while the last audit of this kind that ran to the end found a disagreement.
+    pub fn failing(&self, kind: AuditScope) -> bool {
         self.failing[kind as usize].load(Ordering::Relaxed) == 1
     }
 }

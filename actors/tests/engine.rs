@@ -402,7 +402,8 @@ fn the_audit_covers_both_halves_and_names_a_merchant_whose_snapshot_disagrees() 
 /// show.
 #[test]
 fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
-    use caisse_engine::metrics::{AuditKind, METRICS};
+    use caisse_engine::metrics::{AuditResult, METRICS};
+    use caisse_engine::store::AuditScope;
     use caisse_engine::AuditSchedule;
 
     let dir = tempfile::tempdir().unwrap();
@@ -442,7 +443,7 @@ fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
         audited.insert(m.as_bytes(), tampered).unwrap();
         db.flush().unwrap();
     }
-    let failed_before = METRICS.audits.runs(AuditKind::Full).1;
+    let failed_before = METRICS.audits.runs(AuditScope::Full, AuditResult::Failed);
     actix::System::new().block_on(async move {
         let engine = Engine::open(config).expect("nothing after the checkpoint disagrees");
         assert_eq!(engine.audit_report().events, 0);
@@ -455,10 +456,10 @@ fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
             full_every: Some(std::time::Duration::from_millis(50)),
         });
         let started = std::time::Instant::now();
-        while METRICS.audits.runs(AuditKind::Full).1 < failed_before + 2 {
+        while METRICS.audits.runs(AuditScope::Full, AuditResult::Failed) < failed_before + 2 {
             assert!(started.elapsed() < std::time::Duration::from_secs(20), "the background audit did not run");
             actix::clock::sleep(std::time::Duration::from_millis(20)).await;
         }
-        assert!(METRICS.audits.failing(AuditKind::Full));
+        assert!(METRICS.audits.failing(AuditScope::Full));
     });
 }

@@ -199,7 +199,7 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
                 "audit": "passed", "merchants": report.merchants, "events": report.events,
                 "elapsed_ms": report.elapsed_ms,
             }),
-            Err(e) => json!({"audit": "failed", "error": e.to_string()}),
+            Err(e) => super::audit_refused(&e),
         }]),
         Command::Backup(to) => {
             let report = store.backup(&to).map_err(|e| e.to_string())?;

@@ -102,7 +102,7 @@ async fn backup(
 
 /// `POST /admin/audit`: the audit of the whole ledger, now (docs/operations.md § The ledger audit). Answers
 /// 200 with what it found whether it passed or not: a failed audit is news about the store, not a bad
-/// request; `"audit": "failed"` and `error` say what disagrees.
+/// request; `"audit": "failed"` and `error` say what disagrees, `"audit": "error"` that it could not run.
 async fn audit(state: web::Data<AdminState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     authorize(&state, &req)?;
     let engine = state.app.engine.clone();
@@ -114,8 +114,14 @@ async fn audit(state: web::Data<AdminState>, req: HttpRequest) -> Result<HttpRes
             "events": report.events,
             "elapsed_ms": report.elapsed_ms,
         }),
-        Err(e) => serde_json::json!({"audit": "failed", "error": e.to_string()}),
+        Err(e) => audit_refused(&e),
     }))
+}
+
+/// What an audit that did not pass says: `failed` when the ledger disagrees, `error` when it could not run.
+pub(crate) fn audit_refused(error: &caisse_engine::store::StoreError) -> serde_json::Value {
+    let disagrees = matches!(error, caisse_engine::store::StoreError::Corrupt(_));
+    serde_json::json!({"audit": if disagrees { "failed" } else { "error" }, "error": error.to_string()})
 }
 
 /// Checks `Authorization: Bearer <admin token>` in constant time.

@@ -529,12 +529,17 @@ impl Settings {
         };
         let failed_auth_per_minute =
             positive(layer.failed_auth_per_minute, "failed_auth_per_minute", 1_000_000)? as u32;
+        // Zero in any form turns an audit off; a few milliseconds would run audits back to back.
         let every = |v: Option<String>, name: &str| -> Result<Option<Duration>, ConfigError> {
-            match need(v, name)?.trim() {
-                "0" => Ok(None),
-                text => parse_duration_ms(text)
-                    .map(|ms| Some(Duration::from_millis(ms)))
-                    .map_err(|e| bad(name, e.to_string())),
+            let text = need(v, name)?;
+            let ms = match text.trim() {
+                "0" => 0,
+                text => parse_duration_ms(text).map_err(|e| bad(name, e.to_string()))?,
+            };
+            match ms {
+                0 => Ok(None),
+                1..=999 => Err(bad(name, format!("`{text}` is under a second; give at least 1s, or 0 for never"))),
+                ms => Ok(Some(Duration::from_millis(ms))),
             }
         };
         let audits = AuditSchedule {
@@ -714,6 +719,7 @@ mod tests {
             ("CAISSE_STORE_CACHE_MIB", "100000", "store_cache_mib"),
             ("CAISSE_AUDIT_CHECKPOINT_EVERY", "often", "audit_checkpoint_every"),
             ("CAISSE_AUDIT_FULL_EVERY", "-1h", "audit_full_every"),
+            ("CAISSE_AUDIT_CHECKPOINT_EVERY", "10ms", "audit_checkpoint_every"),
         ];
         for (var, value, setting) in cases {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
@@ -726,7 +732,7 @@ mod tests {
         let defaults = Settings::load(None, env(&[]), Layer::default()).unwrap();
         assert_eq!(defaults.audits, AuditSchedule::default());
         assert_eq!(defaults.audits.since_checkpoints_every, Some(Duration::from_secs(60)));
-        let off = env(&[("CAISSE_AUDIT_CHECKPOINT_EVERY", "0"), ("CAISSE_AUDIT_FULL_EVERY", "0")]);
+        let off = env(&[("CAISSE_AUDIT_CHECKPOINT_EVERY", "0"), ("CAISSE_AUDIT_FULL_EVERY", "0s")]);
         let off = Settings::load(None, off, Layer::default()).unwrap();
         assert_eq!(off.audits, AuditSchedule { since_checkpoints_every: None, full_every: None });
     }

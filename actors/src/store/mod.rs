@@ -133,6 +133,28 @@ pub struct AuditReport {
     pub elapsed_ms: u64,
     /// Merchants whose replay started from an audit checkpoint rather than from their first event.
     pub from_checkpoint: u64,
+    /// Why the checkpoints could not be moved forward after the audit passed (a full disk, a writer held by a
+    /// backup): the next audit starts from the old ones. `None` when they were written.
+    pub checkpoint_error: Option<String>,
+}
+
+/// Which audit: from each merchant's first event, or from its audit checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuditScope {
+    Full,
+    SinceCheckpoints,
+}
+
+impl AuditScope {
+    pub const ALL: [AuditScope; 2] = [AuditScope::Full, AuditScope::SinceCheckpoints];
+
+    /// The name logs and metrics give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditScope::Full => "full",
+            AuditScope::SinceCheckpoints => "since_checkpoints",
+        }
+    }
 }
 
 /// What a backup copied, and how long writes waited for it.

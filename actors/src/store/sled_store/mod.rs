@@ -27,7 +27,9 @@ use serde::de::DeserializeOwned;
 use super::layout::*;
 use super::overlay::{Merged, Overlay};
 use super::writer::Writer;
-use super::{Audit, AuditReport, BackupReport, Change, Commits, FailureLatch, Recovered, StoreError, Ticket};
+use super::{
+    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, FailureLatch, Recovered, StoreError, Ticket,
+};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 use crate::store::sealing::MasterKey;
@@ -105,12 +107,8 @@ impl Commits for SledStore {
 }
 
 impl Audit for SledStore {
-    fn audit(&self) -> Result<AuditReport, StoreError> {
-        self.audit_journal(recovery::Scope::Full)
-    }
-
-    fn audit_since_checkpoints(&self) -> Result<AuditReport, StoreError> {
-        self.audit_journal(recovery::Scope::SinceCheckpoints)
+    fn audit_until(&self, scope: AuditScope, stop: &AtomicBool) -> Result<AuditReport, StoreError> {
+        self.audit_journal(scope, stop)
     }
 
     fn healthy(&self) -> bool {

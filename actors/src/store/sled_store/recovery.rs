@@ -2,18 +2,20 @@
 //! each merchant's ledger (the whole of it, or since its audit checkpoint) and check the stored balances against
 //! it.
 
+use std::collections::BTreeSet;
 use std::ops::{Bound, Range};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::SledStore;
+use super::{io, SledStore};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::ledger::{check_balanced, Balances, Entry};
 use crate::domain::money::Currency;
 use crate::domain::time::Timestamp;
 use crate::store::op::Op;
-use crate::store::{AuditReport, Recovered, Snapshot, StoreError};
+use crate::store::{AuditReport, AuditScope, Recovered, Snapshot, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
@@ -101,23 +103,29 @@ impl SledStore {
         Self::replay(id, start, self.journal_after(id, snapshot.seq))
     }
 
-    /// [`Audit::audit`](crate::store::Audit::audit) (`Scope::Full`) and
-    /// [`Audit::audit_since_checkpoints`](crate::store::Audit::audit_since_checkpoints): every merchant's journal
-    /// replayed, from its first event or from its audit checkpoint, then the checkpoints moved to the last
-    /// event replayed once every merchant passed.
+    /// [`Audit::audit_until`](crate::store::Audit::audit_until): every merchant's journal replayed, from its
+    /// first event or from its audit checkpoint, then the checkpoints moved to the last event replayed once
+    /// every merchant passed.
     ///
     /// The merchants are split in two halves, each audited on its own thread: decoding and replaying events is
     /// most of an audit (docs/perf/history.md) and merchants are independent.
-    pub(super) fn audit_journal(&self, scope: Scope) -> Result<AuditReport, StoreError> {
+    pub(super) fn audit_journal(&self, scope: AuditScope, stop: &AtomicBool) -> Result<AuditReport, StoreError> {
         let started = Instant::now();
+        // Read before the journal's merchants: a snapshot or a checkpoint is only ever written for a merchant
+        // whose journal is already visible, so one found here without a journal next lost it.
+        let with_state = self.merchants_with_state()?;
         let merchants = self.journal_merchants()?;
-        if scope == Scope::Full {
-            self.no_state_without_a_journal(&merchants)?;
+        let known: BTreeSet<&[u8]> = merchants.iter().map(|m| m.as_bytes()).collect();
+        if let Some((key, what)) = with_state.iter().find(|(key, _)| !known.contains(key.as_slice())) {
+            return Err(StoreError::Corrupt(format!(
+                "merchant {} has {what} but no journal",
+                String::from_utf8_lossy(key)
+            )));
         }
         let (low, high) = merchants.split_at(merchants.len() / 2);
         let (low, high) = std::thread::scope(|threads| {
-            let high = threads.spawn(|| self.audit_merchants(high, scope));
-            let low = self.audit_merchants(low, scope);
+            let high = threads.spawn(|| self.audit_merchants(high, scope, stop));
+            let low = self.audit_merchants(low, scope, stop);
             (low, high.join())
         });
         let high = high.unwrap_or_else(|_| Err(StoreError::Io("an audit thread panicked".into())));
@@ -128,44 +136,47 @@ impl SledStore {
         low.0.from_checkpoint += high.0.from_checkpoint;
         low.1.extend(high.1);
         let (mut report, checkpoints) = low;
-        self.write_checkpoints(checkpoints)?;
+        // The ledger passed; a checkpoint not written only means the next audit starts further back.
+        if let Err(e) = self.write_checkpoints(checkpoints) {
+            report.checkpoint_error = Some(e.to_string());
+        }
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(report)
     }
 
-    /// Every merchant with a journal, in id order: one seek per merchant, past the previous one's keys.
+    /// Every merchant with a journal, in id order: one seek in sled per merchant, past the previous one's keys,
+    /// and the merchants of the journal events still in the overlay, read once.
     fn journal_merchants(&self) -> Result<Vec<MerchantId>, StoreError> {
-        let mut merchants = Vec::new();
+        let mut merchants = BTreeSet::new();
+        for (key, _) in self.overlay.range(JOURNAL, Bound::Unbounded, Bound::Unbounded)? {
+            merchants.insert(merchant_of(&key)?);
+        }
+        let journal = &self.trees[JOURNAL];
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let start = match &after {
-                Some(last) => Bound::Excluded(last.as_slice()),
-                None => Bound::Unbounded,
+            let next = match &after {
+                Some(last) => journal.range::<&[u8], _>((Bound::Excluded(last.as_slice()), Bound::Unbounded)).next(),
+                None => journal.iter().next(),
             };
-            let Some(item) = self.scan(JOURNAL, start, Bound::Unbounded, false)?.next() else { break };
-            let (key, _) = item?;
+            let Some(item) = next else { break };
+            let (key, _) = item.map_err(io(TREE_NAMES[JOURNAL]))?;
             let id = merchant_of(&key)?;
             after = Some(journal_key(&id, u64::MAX));
-            merchants.push(id);
+            merchants.insert(id);
         }
-        Ok(merchants)
+        Ok(merchants.into_iter().collect())
     }
 
-    /// A snapshot or an audit checkpoint of a merchant without a journal means its journal went missing.
-    fn no_state_without_a_journal(&self, merchants: &[MerchantId]) -> Result<(), StoreError> {
-        let known: std::collections::HashSet<&[u8]> = merchants.iter().map(|m| m.as_bytes()).collect();
+    /// The merchants that have a snapshot or an audit checkpoint, each with what it has.
+    fn merchants_with_state(&self) -> Result<Vec<(Vec<u8>, &'static str)>, StoreError> {
+        let mut found = Vec::new();
         for (tree, what) in [(SNAPSHOTS, "a snapshot"), (AUDITED, "an audit checkpoint")] {
             for item in self.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
                 let (key, _) = item?;
-                if !known.contains(key.as_ref()) {
-                    return Err(StoreError::Corrupt(format!(
-                        "merchant {} has {what} but no journal",
-                        String::from_utf8_lossy(&key)
-                    )));
-                }
+                found.push((key.to_vec(), what));
             }
         }
-        Ok(())
+        Ok(found)
     }
 
     /// Audits these merchants one after the other; `elapsed_ms` is left to the caller. Answers the report and
@@ -173,11 +184,15 @@ impl SledStore {
     fn audit_merchants(
         &self,
         merchants: &[MerchantId],
-        scope: Scope,
+        scope: AuditScope,
+        stop: &AtomicBool,
     ) -> Result<(AuditReport, Vec<(MerchantId, AuditCheckpoint)>), StoreError> {
         let mut report = AuditReport::default();
         let mut checkpoints = Vec::new();
         for merchant in merchants {
+            if stop.load(Ordering::Acquire) {
+                return Err(StoreError::Closed);
+            }
             let audited = self.audit_merchant(merchant, scope)?;
             report.merchants += 1;
             report.events += audited.events;
@@ -192,22 +207,36 @@ impl SledStore {
     /// One merchant's audit: its ledger replayed (each event in sequence and balanced, no balance below zero),
     /// the snapshot and the audit checkpoint compared at their events, and the balances recovery starts the
     /// merchant with compared with the ledger's at the end.
-    fn audit_merchant(&self, merchant: &MerchantId, scope: Scope) -> Result<MerchantAudit, StoreError> {
+    fn audit_merchant(&self, merchant: &MerchantId, scope: AuditScope) -> Result<MerchantAudit, StoreError> {
         // Read before the journal: a snapshot is written with its event, so the journal read next reaches it.
         let snapshot: Option<Snapshot> = self.get(SNAPSHOTS, merchant.as_bytes())?;
         let checkpoint: Option<AuditCheckpoint> = self.get(AUDITED, merchant.as_bytes())?;
         let start = match (scope, &checkpoint) {
-            (Scope::SinceCheckpoints, Some(c)) => Recovered { seq: c.seq, balances: c.balances.clone() },
+            (AuditScope::SinceCheckpoints, Some(c)) => Recovered { seq: c.seq, balances: c.balances.clone() },
             _ => Recovered::default(),
         };
         let start_seq = start.seq;
+        // From a checkpoint, the journal must still reach it: read from its event, which is checked to be
+        // there and not replayed again.
+        let mut lines = self.journal_after::<LedgerLine>(merchant, start_seq.saturating_sub(1));
+        if start_seq > 0 {
+            match lines.next() {
+                Some(Ok(line)) if line.seq == start_seq => {}
+                Some(Err(e)) => return Err(e),
+                _ => {
+                    return Err(StoreError::Corrupt(format!(
+                        "merchant {merchant}: the journal does not reach its audit checkpoint at event {start_seq}"
+                    )))
+                }
+            }
+        }
         let mut state = start;
         let mut events = 0;
         let held = [
             ("snapshot", snapshot.as_ref().map(|s| (s.seq, &s.balances))),
             ("audit checkpoint", checkpoint.as_ref().map(|c| (c.seq, &c.balances))),
         ];
-        for line in self.journal_after::<LedgerLine>(merchant, start_seq) {
+        for line in lines {
             state = Self::replay(merchant, std::mem::take(&mut state), std::iter::once(line))?;
             events += 1;
             for (what, held) in held {
@@ -272,7 +301,8 @@ impl SledStore {
     /// (the audit at start runs inside the server's): it polls the ticket rather than blocking on it, and
     /// waits out a full queue, within a bound.
     fn submit_and_wait(&self, ops: Vec<Op>) -> Result<(), StoreError> {
-        const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+        // Longer than a backup may hold the writer.
+        const PATIENCE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
         const POLL: std::time::Duration = std::time::Duration::from_millis(1);
         let started = Instant::now();
         let mut ticket = loop {
@@ -290,18 +320,11 @@ impl SledStore {
                     std::thread::sleep(POLL)
                 }
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                    return Err(StoreError::Io("an audit checkpoint was not written within 60 s".into()))
+                    return Err(StoreError::Io(format!("the audit checkpoints were not written within {PATIENCE:?}")))
                 }
             }
         }
     }
-}
-
-/// Which audit runs: from each merchant's first event, or from its audit checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Scope {
-    Full,
-    SinceCheckpoints,
 }
 
 /// What one merchant's audit found.
@@ -655,10 +678,45 @@ mod tests {
         put_checkpoint(&store, &m, 5, 500);
         let message = corrupt(store.audit());
         assert!(message.ends_with("audit checkpoint at event 5 but the journal ends at 3"), "{message}");
+        let message = corrupt(store.audit_since_checkpoints());
+        assert!(message.ends_with("the journal does not reach its audit checkpoint at event 5"), "{message}");
         put_checkpoint(&store, &m, 3, 300);
         store.audit().unwrap();
         put_checkpoint(&store, &gone, 3, 300);
-        let message = corrupt(store.audit());
-        assert!(message.ends_with("has an audit checkpoint but no journal"), "{message}");
+        for audit in [SledStore::audit, SledStore::audit_since_checkpoints] {
+            let message = corrupt(audit(&store));
+            assert!(message.ends_with("has an audit checkpoint but no journal"), "{message}");
+        }
+    }
+
+    /// Events lost from the end of a journal that a checkpoint covered: the snapshot is older and unchanged, so
+    /// only the checkpoint knows the journal went further; the start refuses.
+    #[test]
+    fn a_journal_cut_short_below_its_checkpoint_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let m = MerchantId::new();
+        for seq in 1..=10 {
+            store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
+        }
+        put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 400));
+        store.audit_since_checkpoints().unwrap();
+        for seq in 7..=10 {
+            store.trees[JOURNAL].remove(journal_key(&m, seq)).unwrap();
+        }
+        let message = corrupt(store.audit_since_checkpoints());
+        assert!(message.ends_with("the journal does not reach its audit checkpoint at event 10"), "{message}");
+    }
+
+    /// An audit asked to stop gives up between merchants, changing no checkpoint.
+    #[test]
+    fn an_audit_told_to_stop_gives_up_and_moves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let m = MerchantId::new();
+        put(&store, runs(&m, 1..=3));
+        let stop = AtomicBool::new(true);
+        assert_eq!(store.audit_until(AuditScope::Full, &stop), Err(StoreError::Closed));
+        assert_eq!(checkpoint(&store, &m), None);
     }
 }
