@@ -12,7 +12,7 @@
 //! once every life is durable. Then `caisse serve` starts on the store (timed to its first `200` on
 //! `/v1/ping`), stops on SIGTERM, starts again (timed), stops, and `caisse audit` runs the full audit on the
 //! stopped store. The server's log lines give the parts of each start: sled's open, the write-ahead log's replay
-//! and the audit since the checkpoints.
+//! and the audit since the checkpoints. Last, each tree's keys and bytes per life, and what sled adds.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) the sizes are 2,000, 4,000 and 8,000 lives over 50
 //! merchants, as a smoke test.
@@ -95,6 +95,7 @@ fn main() {
             after_kill,
             after_stop,
         );
+        println!("restart: {size} lives, what the store holds per life: {}", breakdown(&data, size, bytes));
     }
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -294,6 +295,22 @@ fn full_audit(work: &Path, data: &Path) -> String {
         .expect("run caisse audit");
     assert!(output.status.success(), "caisse audit failed: {}", String::from_utf8_lossy(&output.stderr));
     format!("{:.2} s: {}", started.elapsed().as_secs_f64(), String::from_utf8_lossy(&output.stdout).trim())
+}
+
+/// Each tree's keys and bytes per life on the stopped store, and what sled adds to them.
+fn breakdown(data: &Path, lives: usize, disk_bytes: u64) -> String {
+    let store = caisse_engine::store::SledStore::open(data).expect("open the stopped store");
+    let sizes = store.tree_sizes().expect("read every tree");
+    let per_life = |bytes: u64| bytes as f64 / lives as f64;
+    let mut parts: Vec<String> = sizes
+        .iter()
+        .filter(|t| t.keys > 0)
+        .map(|t| format!("{} {:.2} keys {:.0} B", t.name, per_life(t.keys), per_life(t.key_bytes + t.value_bytes)))
+        .collect();
+    let stored: u64 = sizes.iter().map(|t| t.key_bytes + t.value_bytes).sum();
+    parts.push(format!("stored {:.0} B", per_life(stored)));
+    parts.push(format!("sled's own {:.0} B", per_life(disk_bytes.saturating_sub(stored))));
+    parts.join(", ")
 }
 
 /// True when `GET /v1/ping` answers 200.

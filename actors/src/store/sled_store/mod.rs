@@ -5,8 +5,8 @@
 //! reads every role shares (a key through the overlay, a range scan merged with it), the write role
 //! ([`Commits`]) and the [`Audit`] role; `records` reads records, lists and the journal, `outbox` handles
 //! notifications, `accounts` merchant accounts. `open` opens the database (after checking the format `stamp`)
-//! and starts the writer, `write` turns a change into sled operations, and `recovery` replays the journal for
-//! a merchant's recovery and for the startup audit.
+//! and starts the writer, `write` turns a change into sled operations, `recovery` replays the journal for a
+//! merchant's recovery and for the audits, and `sizes` says what each tree holds.
 
 mod accounts;
 mod backup;
@@ -14,6 +14,7 @@ mod open;
 mod outbox;
 mod records;
 mod recovery;
+mod sizes;
 mod stamp;
 mod write;
 
@@ -35,6 +36,7 @@ use crate::domain::records::Notification;
 use crate::store::sealing::MasterKey;
 
 pub use open::DEFAULT_CACHE_BYTES;
+pub use sizes::TreeSize;
 pub use stamp::STAMP_FILE;
 
 /// Scanning a filtered list stops after this many index entries, so one request's work is bounded.
