@@ -39,6 +39,7 @@ pub fn delivery_config(settings: &Settings) -> DeliveryConfig {
         production: settings.environment == Environment::Production,
         schedule: RetrySchedule { waits_ms: settings.webhook_retry_schedule_ms.clone(), jitter_permille: 200 },
         extra_roots_pem: settings.webhook_extra_ca.clone(),
+        retention: settings.notification_retention,
         ..DeliveryConfig::default()
     }
 }

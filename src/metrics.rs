@@ -108,6 +108,18 @@ pub fn text(actors: usize) -> String {
     header(&mut out, "caisse_store_commit_duration_seconds", "histogram", "From a change queued to its durability.");
     histogram(&mut out, "caisse_store_commit_duration_seconds", "", &ENGINE.commit_latency.snapshot());
 
+    header(
+        &mut out,
+        "caisse_webhook_notifications_forgotten_total",
+        "counter",
+        "Delivered notifications deleted once past their retention.",
+    );
+    let _ = writeln!(
+        out,
+        "caisse_webhook_notifications_forgotten_total {}",
+        ENGINE.notifications_forgotten.load(Ordering::Relaxed)
+    );
+
     header(&mut out, "caisse_merchant_actors", "gauge", "Merchant actors in memory.");
     let _ = writeln!(out, "caisse_merchant_actors {actors}");
 

@@ -167,6 +167,8 @@ pub struct EngineMetrics {
     /// Notifications the webhook dispatcher holds: being delivered, plus waiting for a free worker.
     pub webhook_queue: AtomicI64,
     pub audits: AuditMetrics,
+    /// Delivered notifications deleted past their retention.
+    pub notifications_forgotten: AtomicU64,
 }
 
 impl EngineMetrics {

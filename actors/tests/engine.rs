@@ -463,3 +463,59 @@ fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
         assert!(METRICS.audits.failing(AuditScope::Full));
     });
 }
+
+/// Delivered notifications made before the retention go, body and attempts; those not delivered (failed,
+/// waiting for a resend by hand) and the recent ones stay, whoever their merchant.
+#[test]
+fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept() {
+    use caisse_engine::domain::ids::{new_id_at, IdKind};
+    use caisse_engine::domain::records::{DeliveryState, Notification};
+    use caisse_engine::store::{Outbox, SledStore};
+    use caisse_engine::webhook::delivery::DeliveryConfig;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let day_ms = 24 * 60 * 60 * 1000;
+    let now = Timestamp::now().unix_ms();
+    let (m, other) = (MerchantId::new(), MerchantId::new());
+    let made = |merchant: &MerchantId, age_ms: u64, state: DeliveryState| Notification {
+        id: new_id_at(IdKind::Event, now - age_ms),
+        merchant: merchant.clone(),
+        event: EventKind::PaymentSucceeded,
+        reference: "pay_1".into(),
+        body: "{}".into(),
+        created_at: Timestamp::from_unix_ms(now - age_ms),
+        state,
+        next_attempt_at: None,
+        attempts: Vec::new(),
+        chain_attempts: 1,
+        total_attempts: 1,
+    };
+    let old: Vec<Notification> = (0..1_200)
+        .map(|i| made(if i % 2 == 0 { &m } else { &other }, 40 * day_ms + i, DeliveryState::Delivered))
+        .collect();
+    let failed = made(&m, 45 * day_ms, DeliveryState::Failed);
+    let recent = made(&m, 2 * day_ms, DeliveryState::Delivered);
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        for n in old.iter().chain([&failed, &recent]) {
+            store.save_notification(n, n).unwrap().blocking_recv().unwrap().unwrap();
+        }
+    }
+    actix::System::new().block_on(async move {
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let config = DeliveryConfig {
+            retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
+            retention_every: Duration::from_millis(50),
+            ..DeliveryConfig::default()
+        };
+        let _pool = engine.start_webhooks(config).unwrap();
+        let started = std::time::Instant::now();
+        while old.iter().any(|n| engine.notification(&n.merchant, &n.id).unwrap().is_some()) {
+            assert!(started.elapsed() < Duration::from_secs(20), "old delivered notifications are still there");
+            actix::clock::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(engine.notification(&m, &failed.id).unwrap(), Some(failed.clone()), "not delivered: kept");
+        assert_eq!(engine.notification(&m, &recent.id).unwrap(), Some(recent.clone()), "recent: kept");
+    });
+}

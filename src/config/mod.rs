@@ -142,6 +142,8 @@ pub struct Settings {
     pub failed_auth_per_minute: u32,
     /// When the ledger is audited in the background (`audit_checkpoint_every`, `audit_full_every`).
     pub audits: AuditSchedule,
+    /// How long delivered notifications are kept (`notification_retention`); `None`: forever.
+    pub notification_retention: Option<Duration>,
 }
 
 /// How log lines are written (`log_format`).
@@ -207,6 +209,7 @@ pub struct Layer {
     failed_auth_per_minute: Option<i64>,
     audit_checkpoint_every: Option<String>,
     audit_full_every: Option<String>,
+    notification_retention: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -310,6 +313,7 @@ impl Layer {
             failed_auth_per_minute: int("CAISSE_FAILED_AUTH_PER_MINUTE")?,
             audit_checkpoint_every: get("CAISSE_AUDIT_CHECKPOINT_EVERY"),
             audit_full_every: get("CAISSE_AUDIT_FULL_EVERY"),
+            notification_retention: get("CAISSE_NOTIFICATION_RETENTION"),
             trusted_proxies: get("CAISSE_TRUSTED_PROXIES")
                 .map(|v| v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect()),
         })
@@ -349,6 +353,7 @@ impl Layer {
             failed_auth_per_minute,
             audit_checkpoint_every,
             audit_full_every,
+            notification_retention,
         } = other;
         fn win<T>(mine: &mut Option<T>, theirs: Option<T>) {
             if theirs.is_some() {
@@ -378,6 +383,7 @@ impl Layer {
         win(&mut self.failed_auth_per_minute, failed_auth_per_minute);
         win(&mut self.audit_checkpoint_every, audit_checkpoint_every);
         win(&mut self.audit_full_every, audit_full_every);
+        win(&mut self.notification_retention, notification_retention);
         if let Some(theirs) = adapters {
             self.adapters = Some(self.adapters.take().unwrap_or_default().merge(theirs));
         }
@@ -542,6 +548,22 @@ impl Settings {
                 ms => Ok(Some(Duration::from_millis(ms))),
             }
         };
+        let retention_text = need(layer.notification_retention, "notification_retention")?;
+        let notification_retention = match retention_text.trim() {
+            "0" => None,
+            text => match parse_duration_ms(text).map_err(|e| bad("notification_retention", e.to_string()))? {
+                0 => None,
+                ms if ms < 60 * 60 * 1000 => {
+                    return Err(bad(
+                        "notification_retention",
+                        format!(
+                            "`{text}` is under an hour; merchants read their notifications for days (0 keeps them)"
+                        ),
+                    ))
+                }
+                ms => Some(Duration::from_millis(ms)),
+            },
+        };
         let audits = AuditSchedule {
             since_checkpoints_every: every(layer.audit_checkpoint_every, "audit_checkpoint_every")?,
             full_every: every(layer.audit_full_every, "audit_full_every")?,
@@ -572,6 +594,7 @@ impl Settings {
             key_roll_grace_ms,
             failed_auth_per_minute,
             audits,
+            notification_retention,
         })
     }
 
@@ -720,6 +743,7 @@ mod tests {
             ("CAISSE_AUDIT_CHECKPOINT_EVERY", "often", "audit_checkpoint_every"),
             ("CAISSE_AUDIT_FULL_EVERY", "-1h", "audit_full_every"),
             ("CAISSE_AUDIT_CHECKPOINT_EVERY", "10ms", "audit_checkpoint_every"),
+            ("CAISSE_NOTIFICATION_RETENTION", "5m", "notification_retention"),
         ];
         for (var, value, setting) in cases {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
@@ -735,6 +759,9 @@ mod tests {
         let off = env(&[("CAISSE_AUDIT_CHECKPOINT_EVERY", "0"), ("CAISSE_AUDIT_FULL_EVERY", "0s")]);
         let off = Settings::load(None, off, Layer::default()).unwrap();
         assert_eq!(off.audits, AuditSchedule { since_checkpoints_every: None, full_every: None });
+        assert_eq!(defaults.notification_retention, Some(Duration::from_secs(30 * 24 * 60 * 60)));
+        let forever = Settings::load(None, env(&[("CAISSE_NOTIFICATION_RETENTION", "0")]), Layer::default());
+        assert_eq!(forever.unwrap().notification_retention, None);
     }
 
     #[test]

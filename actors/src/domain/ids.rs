@@ -191,6 +191,12 @@ pub fn new_id_at(kind: IdKind, unix_ms: u64) -> String {
     format_id(kind, &encode_ulid(unix_ms, random_bits()))
 }
 
+/// The smallest id of `kind` made at `unix_ms`: every id made before that instant sorts below it, so it bounds
+/// a range of ids by time.
+pub fn first_id_at(kind: IdKind, unix_ms: u64) -> String {
+    format_id(kind, &encode_ulid(unix_ms, 0))
+}
+
 /// Checks that `id` is `kind`'s prefix, `_`, and 26 uppercase Crockford base32 characters.
 pub fn validate_id(kind: IdKind, id: &str) -> Result<(), IdError> {
     let expected = kind.prefix();

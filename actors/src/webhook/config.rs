@@ -25,7 +25,14 @@ pub struct DeliveryConfig {
     pub scan_every: Duration,
     /// Extra trust anchors (PEM), for receivers behind an internal CA (and the tests' self-signed one).
     pub extra_roots_pem: Option<PathBuf>,
+    /// Delivered notifications made longer ago than this are deleted, body and attempts; `None` keeps them.
+    pub retention: Option<Duration>,
+    /// How often the dispatcher looks for delivered notifications past `retention`.
+    pub retention_every: Duration,
 }
+
+/// What merchants expect of a notification log: a month of history (docs/operations.md § Retention).
+pub const DEFAULT_NOTIFICATION_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 impl Default for DeliveryConfig {
     fn default() -> Self {
@@ -40,6 +47,8 @@ impl Default for DeliveryConfig {
             max_waiting_per_worker: 50_000,
             scan_every: Duration::from_millis(500),
             extra_roots_pem: None,
+            retention: Some(DEFAULT_NOTIFICATION_RETENTION),
+            retention_every: Duration::from_secs(60 * 60),
         }
     }
 }

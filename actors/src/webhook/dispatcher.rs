@@ -5,6 +5,10 @@
 //! notification to the delivery actor of its merchant's shard and remembers it as in flight until that actor
 //! reports the attempt persisted, so no notification has two attempts at once. Fresh notifications that find
 //! no room wait in a bounded backlog; beyond it the due index holds them until a scan.
+//!
+//! It also deletes delivered notifications past their retention (`DeliveryConfig::retention`): it is the one
+//! place that knows which notifications are in flight, and it makes resends, so a notification being resent is
+//! never deleted under it (a resend read before a deletion is saved after it, and brings it back).
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -14,11 +18,12 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::config::{DeliveryConfig, DeliveryError};
-use super::messages::{Deliver, Fresh, InFlightCount, Resend, Settled};
+use super::messages::{Deliver, ForgetStep, Fresh, InFlightCount, Resend, Settled};
 use super::schedule::resend;
+use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
-use crate::store::Outbox;
+use crate::store::{Outbox, StoreError};
 
 /// Fresh notifications the workers had no room for wait here (up to this many) instead of waiting for the
 /// next scan; beyond it they stay in the store's due index, which the scan reads.
@@ -35,7 +40,30 @@ pub(super) struct Dispatcher {
     backlog_ids: HashSet<String>,
     /// A scan is already scheduled soon; one is enough.
     scan_soon: bool,
+    /// The pass deleting delivered notifications past their retention, while one runs.
+    retention: Option<RetentionPass>,
 }
+
+/// Where a pass deleting delivered notifications past their retention stands. It walks the merchants in id
+/// order and each one's notifications oldest first, a bounded step per message, so deliveries and resends
+/// are handled between steps.
+struct RetentionPass {
+    /// Notifications made before this go, if delivered.
+    before: Timestamp,
+    /// The merchant being read; `None`: the next one after `done`.
+    merchant: Option<MerchantId>,
+    done: Option<MerchantId>,
+    /// The last notification of `merchant` read.
+    after: Option<String>,
+    forgotten: u64,
+    /// A step's deletion is being made durable: the next step waits for it.
+    busy: bool,
+}
+
+/// Notifications read per step of a retention pass.
+const FORGET_CHUNK: usize = 512;
+/// Merchants without anything past retention looked at per step.
+const MERCHANTS_PER_STEP: usize = 256;
 
 impl Dispatcher {
     pub(super) fn new(
@@ -53,6 +81,7 @@ impl Dispatcher {
             backlog: VecDeque::new(),
             backlog_ids: HashSet::new(),
             scan_soon: false,
+            retention: None,
         }
     }
 
@@ -121,6 +150,53 @@ impl Dispatcher {
         }
     }
 
+    /// Starts a retention pass unless one runs.
+    fn start_retention(&mut self, keep: Duration, ctx: &mut Context<Self>) {
+        if self.retention.is_some() {
+            return;
+        }
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+        let before = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(keep_ms));
+        self.retention =
+            Some(RetentionPass { before, merchant: None, done: None, after: None, forgotten: 0, busy: false });
+        ctx.notify(ForgetStep);
+    }
+
+    /// One step of the retention pass: the next notifications past retention of the current merchant (or of the
+    /// next merchants that have any), those delivered and not being delivered picked to go. `Ok(None)` when
+    /// the pass is over.
+    fn retention_step(&self, pass: &mut RetentionPass) -> Result<Option<Vec<Notification>>, StoreError> {
+        for _ in 0..MERCHANTS_PER_STEP {
+            let merchant = match &pass.merchant {
+                Some(m) => m.clone(),
+                None => match self.store.next_merchant_with_notifications(pass.done.as_ref())? {
+                    Some(m) => {
+                        pass.merchant = Some(m.clone());
+                        pass.after = None;
+                        m
+                    }
+                    None => return Ok(None),
+                },
+            };
+            let read =
+                self.store.notifications_made_before(&merchant, pass.before, pass.after.as_deref(), FORGET_CHUNK)?;
+            let Some(last) = read.last() else {
+                pass.done = pass.merchant.take();
+                continue;
+            };
+            pass.after = Some(last.id.clone());
+            let (in_flight, backlog) = (&self.in_flight, &self.backlog_ids);
+            let forget = read
+                .into_iter()
+                .filter(|n| {
+                    n.state == DeliveryState::Delivered && !in_flight.contains(&n.id) && !backlog.contains(&n.id)
+                })
+                .collect();
+            return Ok(Some(forget));
+        }
+        Ok(Some(Vec::new()))
+    }
+
     fn scan(&mut self) {
         self.scan_soon = false;
         let room = self.budget().saturating_sub(self.in_flight.len());
@@ -159,6 +235,67 @@ impl Actor for Dispatcher {
         }
         ctx.run_interval(self.config.scan_every, |act, _| act.scan());
         self.scan();
+        if let Some(keep) = self.config.retention {
+            ctx.run_interval(self.config.retention_every, move |act, ctx| act.start_retention(keep, ctx));
+        }
+    }
+}
+
+impl Handler<ForgetStep> for Dispatcher {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: ForgetStep, _: &mut Self::Context) -> Self::Result {
+        let Some(mut pass) = self.retention.take() else { return Box::pin(fut::ready(())) };
+        if pass.busy {
+            self.retention = Some(pass);
+            return Box::pin(fut::ready(()));
+        }
+        let step = self.retention_step(&mut pass);
+        let forget = match step {
+            Ok(Some(forget)) => forget,
+            Ok(None) => {
+                if pass.forgotten > 0 {
+                    tracing::info!(
+                        forgotten = pass.forgotten,
+                        before = %pass.before,
+                        "deleted delivered notifications past their retention"
+                    );
+                }
+                return Box::pin(fut::ready(()));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the notification retention pass stopped; the next one starts over");
+                return Box::pin(fut::ready(()));
+            }
+        };
+        let ticket = if forget.is_empty() { None } else { Some(self.store.forget_notifications(&forget)) };
+        let count = forget.len() as u64;
+        pass.busy = true;
+        self.retention = Some(pass);
+        Box::pin(
+            async move {
+                match ticket {
+                    None => Ok(()),
+                    Some(Err(e)) => Err(e),
+                    Some(Ok(ticket)) => ticket.await.unwrap_or(Err(StoreError::Closed)),
+                }
+            }
+            .into_actor(self)
+            .map(move |result, act, ctx| match result {
+                Ok(()) => {
+                    crate::metrics::METRICS.notifications_forgotten.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(pass) = act.retention.as_mut() {
+                        pass.forgotten += count;
+                        pass.busy = false;
+                    }
+                    ctx.notify(ForgetStep);
+                }
+                Err(e) => {
+                    act.retention = None;
+                    tracing::error!(error = %e, "could not delete notifications past retention; the next pass tries again");
+                }
+            }),
+        )
     }
 }
 

@@ -30,3 +30,8 @@ pub(super) struct Resend {
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub(super) struct InFlightCount;
+
+/// The dispatcher's next step of a pass deleting delivered notifications past their retention.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct ForgetStep;

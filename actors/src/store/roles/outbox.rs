@@ -30,6 +30,21 @@ pub trait Outbox: Send + Sync {
         limit: usize,
         skip: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Vec<Notification>, StoreError>;
+    /// This merchant's notifications made before `before` (a notification's id carries when it was made), oldest
+    /// first, from after `after` (a notification id) when given, at most `limit`.
+    fn notifications_made_before(
+        &self,
+        merchant: &MerchantId,
+        before: Timestamp,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Notification>, StoreError>;
+    /// The first merchant after `after` (in id order) that has notifications, to walk every merchant's.
+    fn next_merchant_with_notifications(&self, after: Option<&MerchantId>) -> Result<Option<MerchantId>, StoreError>;
+    /// Deletes these notifications (as read), with any due entry they have, durably once the ticket completes.
+    /// The caller decides they may go: the webhook dispatcher, which also makes resends, forgets only delivered
+    /// notifications it is not delivering.
+    fn forget_notifications(&self, notifications: &[Notification]) -> Result<Ticket, StoreError>;
     /// Notifications whose next attempt is due at or before `now`, oldest first.
     fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
         self.due_notifications_skipping(now, limit, &mut |_| false)

@@ -4,7 +4,7 @@
 use std::ops::Bound;
 
 use super::{SledStore, MAX_SCAN};
-use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use crate::domain::ids::{first_id_at, IdKind, MerchantId, MERCHANT_ID_LEN};
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::store::op::Op;
@@ -64,6 +64,57 @@ impl Outbox for SledStore {
 
     fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError> {
         self.get(NOTIFICATIONS, &mkey(merchant, id.as_bytes()))
+    }
+
+    fn notifications_made_before(
+        &self,
+        merchant: &MerchantId,
+        before: Timestamp,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let (first, after) = (mkey(merchant, b""), after.map(|id| mkey(merchant, id.as_bytes())));
+        let start = match &after {
+            Some(key) => Bound::Excluded(key.as_slice()),
+            None => Bound::Included(first.as_slice()),
+        };
+        // Ids are `evt_` and a ULID, which begins with the time it was made: the first id of `before` bounds them.
+        let end = mkey(merchant, first_id_at(IdKind::Event, before.unix_ms()).as_bytes());
+        let mut found = Vec::new();
+        for item in self.scan(NOTIFICATIONS, start, Bound::Excluded(end.as_slice()), false)?.take(limit) {
+            let (_, value) = item?;
+            found.push(decode(TREE_NAMES[NOTIFICATIONS], &value)?);
+        }
+        Ok(found)
+    }
+
+    fn next_merchant_with_notifications(&self, after: Option<&MerchantId>) -> Result<Option<MerchantId>, StoreError> {
+        // Past every key of `after`: its id followed by the largest byte.
+        let past = after.map(|m| mkey(m, &[0xff]));
+        let start = match &past {
+            Some(key) => Bound::Excluded(key.as_slice()),
+            None => Bound::Unbounded,
+        };
+        match self.scan(NOTIFICATIONS, start, Bound::Unbounded, false)?.next() {
+            None => Ok(None),
+            Some(item) => {
+                let (key, _) = item?;
+                let id =
+                    key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short notification key".into()))?;
+                MerchantId::from_bytes(id).map(Some).map_err(|e| StoreError::Corrupt(format!("notification key: {e}")))
+            }
+        }
+    }
+
+    fn forget_notifications(&self, notifications: &[Notification]) -> Result<Ticket, StoreError> {
+        let mut ops = Vec::with_capacity(notifications.len());
+        for n in notifications {
+            ops.push(Op::Remove(NOTIFICATIONS, mkey(&n.merchant, n.id.as_bytes())));
+            if let Some(at) = n.next_attempt_at {
+                ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &n.id)));
+            }
+        }
+        self.writer.submit(ops, None, Vec::new())
     }
 
     fn due_notifications_skipping(
@@ -173,5 +224,46 @@ mod tests {
         store.writer.submit(garbage, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
         let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
         assert_eq!(due, [first, second]);
+    }
+
+    #[test]
+    fn notifications_made_before_a_time_are_found_oldest_first_and_forgotten() {
+        use crate::domain::ids::new_id_at;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let (m, other) = (MerchantId::new(), MerchantId::new());
+        let made = |merchant: &MerchantId, at: u64, due: Option<u64>| {
+            let mut n = notification("{}");
+            n.id = new_id_at(IdKind::Event, at);
+            n.merchant = merchant.clone();
+            n.next_attempt_at = due.map(Timestamp::from_unix_ms);
+            let mut unsaved = n.clone();
+            unsaved.next_attempt_at = None;
+            store.save_notification(&unsaved, &n).unwrap().blocking_recv().unwrap().unwrap();
+            n
+        };
+        let old: Vec<Notification> = (1..=3).map(|i| made(&m, 1_000 * i, None)).collect();
+        let pending = made(&m, 4_000, Some(9_000));
+        let recent = made(&m, 50_000, None);
+        made(&other, 1_000, None);
+
+        let before = Timestamp::from_unix_ms(10_000);
+        let all = store.notifications_made_before(&m, before, None, 10).unwrap();
+        assert_eq!(all.iter().map(|n| &n.id).collect::<Vec<_>>(), [&old[0].id, &old[1].id, &old[2].id, &pending.id]);
+        let page = store.notifications_made_before(&m, before, Some(&old[0].id), 2).unwrap();
+        assert_eq!(page, [old[1].clone(), old[2].clone()]);
+
+        let first = store.next_merchant_with_notifications(None).unwrap().unwrap();
+        let second = store.next_merchant_with_notifications(Some(&first)).unwrap().unwrap();
+        assert_ne!(first, second);
+        assert!([&m, &other].contains(&&first) && [&m, &other].contains(&&second));
+        assert_eq!(store.next_merchant_with_notifications(Some(&second)).unwrap(), None);
+
+        store.forget_notifications(&[old[0].clone(), pending.clone()]).unwrap().blocking_recv().unwrap().unwrap();
+        assert_eq!(store.notification(&m, &old[0].id).unwrap(), None);
+        let left = store.notifications_made_before(&m, Timestamp::from_unix_ms(60_000), None, 10).unwrap();
+        assert_eq!(left, [old[1].clone(), old[2].clone(), recent]);
+        // The forgotten pending notification's due entry went with it.
+        assert!(store.due_notifications(Timestamp::from_unix_ms(20_000), 10).unwrap().is_empty());
     }
 }
