@@ -44,6 +44,28 @@ pub fn delivery_config(settings: &Settings) -> DeliveryConfig {
     }
 }
 
+/// How often the server deletes idempotency records past their 24 hours, and how many batches (of 512
+/// records, one merchant's each) a pass deletes at most: a busy day's records go over a few passes.
+const FORGET_IDEMPOTENCY_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+const FORGET_IDEMPOTENCY_BATCHES: usize = 10_000;
+
+/// Deletes idempotency records past their 24 hours (docs/api.md § Idempotency) every hour, for the life of
+/// the server, each merchant's through its actor.
+fn forget_idempotency_hourly(engine: Engine) {
+    actix_web::rt::spawn(async move {
+        loop {
+            actix_web::rt::time::sleep(FORGET_IDEMPOTENCY_EVERY).await;
+            let ttl_ms = caisse_engine::store::IDEMPOTENCY_TTL_MS;
+            let before = caisse_engine::domain::time::Timestamp::from_unix_ms(
+                caisse_engine::domain::time::Timestamp::now().unix_ms().saturating_sub(ttl_ms),
+            );
+            if let Err(e) = engine.forget_idempotency_before(before, FORGET_IDEMPOTENCY_BATCHES).await {
+                tracing::warn!(error = %e, "deleting expired idempotency records stopped; the next pass goes on");
+            }
+        }
+    });
+}
+
 /// Seconds a stopping server gives requests in flight before it closes their connections.
 pub const SHUTDOWN_GRACE_S: u64 = 10;
 
@@ -148,6 +170,7 @@ impl Application {
             }
         };
         sweep::start(flow, settings.payment_ttl_ms);
+        forget_idempotency_hourly(state.engine.clone());
         Ok(Application { server, port: bound.port(), admin, state, demo })
     }
 

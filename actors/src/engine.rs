@@ -29,8 +29,8 @@ use crate::domain::records::{Merchant, Notification, Payment, Payout, Transactio
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 use crate::merchant::{
-    ActorSettings, Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, MerchantActor,
-    ProviderNote,
+    ActorSettings, Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, Idempotency,
+    MerchantActor, ProviderNote,
 };
 use crate::metrics::METRICS;
 use crate::registry::Registry;
@@ -499,6 +499,33 @@ impl Engine {
 
     pub async fn balances(&self, merchant: &MerchantId) -> Result<Balances, EngineError> {
         self.ask(merchant, GetBalances).await
+    }
+
+    /// Deletes the idempotency records made before `before` (they answer for 24 hours, docs/api.md §
+    /// Idempotency), every merchant's, each through its actor, a bounded batch at a time; at most
+    /// `max_batches` batches, so one call is bounded. Answers how many index entries went.
+    pub async fn forget_idempotency_before(&self, before: Timestamp, max_batches: usize) -> Result<u64, EngineError> {
+        const BATCH: usize = 512;
+        let mut forgotten = 0;
+        let mut batches = 0;
+        let mut after: Option<MerchantId> = None;
+        while batches < max_batches {
+            let Some(merchant) = self.inner.store.next_merchant_with_idempotency(after.as_ref())? else { break };
+            loop {
+                batches += 1;
+                let gone = self.ask(&merchant, ForgetIdempotency { before, limit: BATCH }).await?;
+                forgotten += gone as u64;
+                // Fewer than a batch: this merchant is done (what is left waits for a request in progress).
+                if gone < BATCH || batches >= max_batches {
+                    break;
+                }
+            }
+            after = Some(merchant);
+        }
+        if forgotten > 0 {
+            tracing::info!(forgotten, before = %before, "deleted idempotency records past their 24 hours");
+        }
+        Ok(forgotten)
     }
 }
 

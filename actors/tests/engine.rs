@@ -519,3 +519,84 @@ fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept(
         assert_eq!(engine.notification(&m, &recent.id).unwrap(), Some(recent.clone()), "recent: kept");
     });
 }
+
+/// Idempotency records answer for 24 hours; past them, a pass through every merchant's actor deletes them and
+/// their entries in the index by time. A record still answering stays, and so does the newer record of a key
+/// used again (only its old entry goes).
+#[test]
+fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
+    use caisse_engine::domain::text::IdempotencyKey;
+    use caisse_engine::store::{IdempotencyRecord, Records, SledStore};
+
+    let dir = tempfile::tempdir().unwrap();
+    let day_ms = 24 * 60 * 60 * 1000;
+    let m = MerchantId::new();
+    let key = |k: &str| IdempotencyKey::parse(k).unwrap();
+    actix::System::new().block_on({
+        let (dir, m) = (dir.path().to_owned(), m.clone());
+        async move {
+            let engine = Engine::open(EngineConfig::new(dir)).unwrap();
+            for i in 0..3 {
+                let idempotency = Idempotency {
+                    key: key(&format!("live-{i}")),
+                    fingerprint: format!("f{i}"),
+                    earlier_fingerprint: None,
+                    success_status: 201,
+                };
+                let command = Command::InitiatePayment(new_payment(1_000, None));
+                engine.execute(&m, command, Some(idempotency)).await.unwrap();
+            }
+        }
+    });
+    let now = Timestamp::now().unix_ms();
+    {
+        // Records made two days ago, as the store lays them out: the record under `merchant ++ key`, and an
+        // empty entry under `merchant ++ made_at ++ key` in `idempotency_times`.
+        let db = sled::open(dir.path()).unwrap();
+        let (records, times) = (db.open_tree("idempotency").unwrap(), db.open_tree("idempotency_times").unwrap());
+        let put = |k: &str, made_ms: u64, entry_ms: u64| {
+            let record = IdempotencyRecord {
+                fingerprint: "old".into(),
+                status: 201,
+                body: "{}".into(),
+                created_at: Timestamp::from_unix_ms(made_ms),
+            };
+            let mut record_key = m.as_bytes().to_vec();
+            record_key.extend_from_slice(k.as_bytes());
+            records.insert(record_key, postcard::to_extend(&record, vec![1]).unwrap()).unwrap();
+            let mut entry = m.as_bytes().to_vec();
+            entry.extend_from_slice(&entry_ms.to_be_bytes());
+            entry.extend_from_slice(k.as_bytes());
+            times.insert(entry, Vec::<u8>::new()).unwrap();
+        };
+        for i in 0..3 {
+            put(&format!("old-{i}"), now - 2 * day_ms + i, now - 2 * day_ms + i);
+        }
+        // Used three days ago, then again an hour ago: the old entry is stale, the record answers still.
+        put("reused", now - 3 * day_ms, now - 3 * day_ms);
+        put("reused", now - 60 * 60 * 1000, now - 60 * 60 * 1000);
+        db.flush().unwrap();
+    }
+    let forgotten = actix::System::new().block_on({
+        let dir = dir.path().to_owned();
+        async move {
+            let engine = Engine::open(EngineConfig::new(dir)).unwrap();
+            let before = Timestamp::from_unix_ms(now - day_ms);
+            let forgotten = engine.forget_idempotency_before(before, 100).await.unwrap();
+            // A second pass finds nothing more.
+            assert_eq!(engine.forget_idempotency_before(before, 100).await.unwrap(), 0);
+            // Asked for records made up to now, it still keeps those that answer.
+            assert_eq!(engine.forget_idempotency_before(Timestamp::now(), 100).await.unwrap(), 0);
+            forgotten
+        }
+    });
+    assert_eq!(forgotten, 4, "three old records and the reused key's old entry");
+    let store = SledStore::open(dir.path()).unwrap();
+    for i in 0..3 {
+        assert_eq!(store.idempotency(&m, &key(&format!("old-{i}"))).unwrap(), None);
+        assert!(store.idempotency(&m, &key(&format!("live-{i}"))).unwrap().is_some(), "a live record stays");
+    }
+    assert!(store.idempotency(&m, &key("reused")).unwrap().is_some(), "the newer record of a reused key stays");
+    let left = store.idempotency_made_before(&m, Timestamp::now().plus_ms(1), 100).unwrap();
+    assert_eq!(left.len(), 4, "the live records' entries and the reused key's newer one: {left:?}");
+}

@@ -6,14 +6,15 @@ use std::time::Instant;
 use actix::prelude::*;
 
 use super::execute::Reply;
-use super::{Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, MerchantActor};
+use super::{Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, MerchantActor};
 use crate::core::{Command, Record};
 use crate::domain::ledger::Balances;
 use crate::domain::links::Link;
 use crate::domain::records::{Payment, Payout};
+use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 use crate::metrics::METRICS;
-use crate::store::StoreError;
+use crate::store::{ExpiredIdempotency, StoreError};
 
 impl Handler<Execute> for MerchantActor {
     type Result = ResponseActFuture<Self, Result<Executed, EngineError>>;
@@ -107,5 +108,51 @@ impl Handler<GetBalances> for MerchantActor {
         self.last_message = Instant::now();
         let balances = self.balances.clone();
         self.read(Ok(balances))
+    }
+}
+
+impl Handler<ForgetIdempotency> for MerchantActor {
+    type Result = ResponseActFuture<Self, Result<usize, EngineError>>;
+
+    /// Not an activity: `last_message` stays, so a merchant started only for this stops when idle as before.
+    fn handle(&mut self, msg: ForgetIdempotency, _ctx: &mut Self::Context) -> Self::Result {
+        if self.retired {
+            return Box::pin(fut::ready(Err(EngineError::Retired)));
+        }
+        let found = (|| -> Result<Vec<ExpiredIdempotency>, EngineError> {
+            let now = Timestamp::now();
+            let mut expired = Vec::new();
+            for (key, made_at) in self.store.idempotency_made_before(&self.id, msg.before, msg.limit)? {
+                // A request with this key is being made durable: its record is not read yet, so nothing of
+                // the key is touched until it is.
+                if self.keys_in_flight.contains_key(&key) {
+                    continue;
+                }
+                let record = self.store.idempotency(&self.id, &key)?;
+                // The key used again since has a newer record; only the old entry goes.
+                let current = record.as_ref().is_some_and(|r| r.created_at == made_at);
+                if current && record.as_ref().is_some_and(|r| r.is_live(now)) {
+                    continue;
+                }
+                expired.push(ExpiredIdempotency { key, made_at, record: current });
+            }
+            Ok(expired)
+        })();
+        let expired = match found {
+            Ok(expired) if expired.is_empty() => return Box::pin(fut::ready(Ok(0))),
+            Ok(expired) => expired,
+            Err(e) => return Box::pin(fut::ready(Err(e))),
+        };
+        let count = expired.len();
+        match self.store.forget_idempotency(&self.id, &expired) {
+            Err(e) => Box::pin(fut::ready(Err(EngineError::from(e)))),
+            Ok(ticket) => Box::pin(fut::wrap_future(async move {
+                match ticket.await {
+                    Ok(Ok(())) => Ok(count),
+                    Ok(Err(e)) => Err(EngineError::from(e)),
+                    Err(_) => Err(EngineError::from(StoreError::Closed)),
+                }
+            })),
+        }
     }
 }

@@ -10,6 +10,7 @@ use crate::domain::links::Link;
 use crate::domain::provider::{ProviderReference, ProviderRoute};
 use crate::domain::records::{Payment, Payout};
 use crate::domain::text::IdempotencyKey;
+use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 
 /// The idempotency part of a request (docs/api.md § Idempotency): the key, what identifies the request, and the status the
@@ -75,3 +76,12 @@ pub struct GetLink(pub String);
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<Balances, EngineError>")]
 pub struct GetBalances;
+
+/// Deletes this merchant's idempotency records made before `before` (at most `limit` index entries), which
+/// only its actor may do: it knows which keys have a request in progress. Answers how many entries went.
+#[derive(Message, Clone)]
+#[rtype(result = "Result<usize, EngineError>")]
+pub struct ForgetIdempotency {
+    pub before: Timestamp,
+    pub limit: usize,
+}

@@ -38,7 +38,9 @@ use crate::error::EngineError;
 use crate::registry::Registry;
 use crate::store::{FailureLatch, Store};
 
-pub use messages::{Execute, Executed, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, ProviderNote};
+pub use messages::{
+    Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, ProviderNote,
+};
 
 /// Tuning of every merchant actor.
 #[derive(Debug, Clone, Copy)]

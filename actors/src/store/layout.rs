@@ -31,6 +31,10 @@
 //! that took that reference; `link_payments` lists the payments made through a link under
 //! `merchant ++ link id ++ ULID of the payment's transaction id`, value the payment reference, oldest first.
 //!
+//! `idempotency_times` indexes the idempotency records by when they were made, under
+//! `merchant ++ created_at (u64 ms) ++ key` with an empty value, so that records past their 24 hours are found
+//! without reading the others (written with the record, removed with it).
+//!
 //! `audited` holds, under a merchant's id, an audit checkpoint: a [`Snapshot`](super::Snapshot) of the balances
 //! the ledger gave at the last event an audit replayed and found sound. The audit at start replays each
 //! merchant's journal from there, not from its first event (see `sled_store::recovery`).
@@ -74,7 +78,8 @@ pub(super) const LINK_OWNERS: usize = 19;
 pub(super) const LINK_REFS: usize = 20;
 pub(super) const LINK_PAYMENTS: usize = 21;
 pub(super) const AUDITED: usize = 22;
-pub(super) const TREE_NAMES: [&str; 23] = [
+pub(super) const IDEMPOTENCY_TIMES: usize = 23;
+pub(super) const TREE_NAMES: [&str; 24] = [
     "merchants",
     "merchant_keys",
     "merchant_emails",
@@ -98,13 +103,14 @@ pub(super) const TREE_NAMES: [&str; 23] = [
     "link_refs",
     "link_payments",
     "audited",
+    "idempotency_times",
 ];
 
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
 /// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
-pub(super) const APPLY_ORDER: [ApplyStep; 23] = [
+pub(super) const APPLY_ORDER: [ApplyStep; 24] = [
     ApplyStep::plain(MERCHANTS),
     ApplyStep::plain(MERCHANT_SUSPENSIONS),
     ApplyStep::plain(RETIRED_KEYS),
@@ -122,6 +128,7 @@ pub(super) const APPLY_ORDER: [ApplyStep; 23] = [
     ApplyStep::plain(ROUTES),
     ApplyStep::plain(PROVIDER_REFERENCES),
     ApplyStep::plain(IDEMPOTENCY),
+    ApplyStep::plain(IDEMPOTENCY_TIMES),
     ApplyStep::plain(REFS),
     ApplyStep::plain(TX_OWNER),
     ApplyStep::plain(TX_INDEX),
@@ -138,7 +145,7 @@ pub(crate) const FORMAT_VERSION: u32 = 6;
 /// appended fields that `legacy` reads, so their data reads the same (format 3 added `routes`,
 /// `provider_references`, `merchant_suspensions` and `retired_keys`; format 4 appended a payment's refunds and
 /// refunded total, and a payout's merchant reference; format 5 added the four trees of payment links; format 6
-/// added `audited`).
+/// added `audited` and `idempotency_times`).
 pub(crate) const UPGRADED_IN_PLACE: [u32; 4] = [2, 3, 4, 5];
 
 /// The first byte of a stored value: postcard's encoding of a record follows.
@@ -173,6 +180,14 @@ pub(super) fn mkey(merchant: &MerchantId, rest: &[u8]) -> Vec<u8> {
     key.extend_from_slice(merchant.as_bytes());
     key.extend_from_slice(rest);
     key
+}
+
+/// An idempotency record's entry in `idempotency_times`.
+pub(super) fn idempotency_time_key(merchant: &MerchantId, created_at: Timestamp, key: &str) -> Vec<u8> {
+    let mut rest = Vec::with_capacity(8 + key.len());
+    rest.extend_from_slice(&created_at.unix_ms().to_be_bytes());
+    rest.extend_from_slice(key.as_bytes());
+    mkey(merchant, &rest)
 }
 
 pub(super) fn journal_key(merchant: &MerchantId, seq: u64) -> Vec<u8> {
@@ -788,6 +803,7 @@ mod tests {
                 "link_refs",
                 "link_payments",
                 "audited",
+                "idempotency_times",
             ]
         );
         assert_eq!(FORMAT_VERSION, 6);

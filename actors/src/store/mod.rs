@@ -63,6 +63,16 @@ impl IdempotencyRecord {
     }
 }
 
+/// An idempotency record's entry in the index by time, past the records' 24 hours, as a merchant's actor
+/// found it: the entry goes, and the record behind it too when `record` (the record was made at `made_at`
+/// and is still the key's; a key used again since has a newer record, which stays).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredIdempotency {
+    pub key: IdempotencyKey,
+    pub made_at: Timestamp,
+    pub record: bool,
+}
+
 /// A merchant's balances as of journal position `seq`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {

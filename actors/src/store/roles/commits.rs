@@ -1,7 +1,7 @@
 //! The write role: how a merchant actor makes its decisions durable, and how it is rebuilt.
 
 use crate::domain::ids::MerchantId;
-use crate::store::{Change, FailureLatch, Recovered, StoreError, Ticket};
+use crate::store::{Change, ExpiredIdempotency, FailureLatch, Recovered, StoreError, Ticket};
 
 /// Writes of the merchant actors, and their recovery.
 pub trait Commits: Send + Sync {
@@ -9,6 +9,12 @@ pub trait Commits: Send + Sync {
     /// `guard` was set by an earlier failure. The ticket completes once the change is durable (Ok) or known
     /// not to be (Err); a backend that completes it earlier breaks the promise behind every 2xx answer.
     fn commit(&self, change: Change, guard: &FailureLatch) -> Result<Ticket, StoreError>;
+
+    /// Deletes expired idempotency entries (and the records `ExpiredIdempotency::record` names) of this
+    /// merchant in one durable write. Only the merchant's actor calls it: it knows no request with those keys
+    /// is in progress, and its later writes queue behind this one. A failure here is not the actor's (what
+    /// it deletes is past use), so it carries no failure latch.
+    fn forget_idempotency(&self, merchant: &MerchantId, expired: &[ExpiredIdempotency]) -> Result<Ticket, StoreError>;
 
     /// A merchant's balances and journal position: its latest snapshot plus the journal after it.
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError>;

@@ -20,6 +20,17 @@ pub trait Records: Send + Sync {
     fn owner_of_transaction(&self, transaction_id: &str) -> Result<Option<(MerchantId, Located)>, StoreError>;
     fn idempotency(&self, merchant: &MerchantId, key: &IdempotencyKey)
         -> Result<Option<IdempotencyRecord>, StoreError>;
+    /// This merchant's idempotency keys whose records were made before `before`, oldest first, at most `limit`,
+    /// each with when its record was made (from the index by time: a key used again since has a newer record,
+    /// which the caller reads).
+    fn idempotency_made_before(
+        &self,
+        merchant: &MerchantId,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(IdempotencyKey, Timestamp)>, StoreError>;
+    /// The first merchant after `after` (in id order) with idempotency records, to walk every merchant's.
+    fn next_merchant_with_idempotency(&self, after: Option<&MerchantId>) -> Result<Option<MerchantId>, StoreError>;
     /// This merchant's transactions, newest first, from after `cursor` (a transaction id), at most `limit`
     /// of those `keep` says yes to.
     fn transactions(

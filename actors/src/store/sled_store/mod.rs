@@ -26,10 +26,12 @@ use serde::de::DeserializeOwned;
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use super::layout::*;
+use super::op::Op;
 use super::overlay::{Merged, Overlay};
 use super::writer::Writer;
 use super::{
-    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, FailureLatch, Recovered, StoreError, Ticket,
+    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, ExpiredIdempotency, FailureLatch, Recovered,
+    StoreError, Ticket,
 };
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
@@ -101,6 +103,17 @@ impl Commits for SledStore {
     fn commit(&self, change: Change, guard: &FailureLatch) -> Result<Ticket, StoreError> {
         let (ops, notify) = Self::change_ops(&change)?;
         self.writer.submit(ops, Some(guard), notify)
+    }
+
+    fn forget_idempotency(&self, merchant: &MerchantId, expired: &[ExpiredIdempotency]) -> Result<Ticket, StoreError> {
+        let mut ops = Vec::with_capacity(2 * expired.len());
+        for e in expired {
+            ops.push(Op::Remove(IDEMPOTENCY_TIMES, idempotency_time_key(merchant, e.made_at, e.key.as_str())));
+            if e.record {
+                ops.push(Op::Remove(IDEMPOTENCY, mkey(merchant, e.key.as_str().as_bytes())));
+            }
+        }
+        self.writer.submit(ops, None, Vec::new())
     }
 
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError> {

@@ -125,6 +125,47 @@ impl Records for SledStore {
         self.get(IDEMPOTENCY, &mkey(merchant, key.as_str().as_bytes()))
     }
 
+    fn idempotency_made_before(
+        &self,
+        merchant: &MerchantId,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(IdempotencyKey, Timestamp)>, StoreError> {
+        let start = mkey(merchant, b"");
+        let end = mkey(merchant, &before.unix_ms().to_be_bytes());
+        let mut found = Vec::new();
+        for item in self.scan(IDEMPOTENCY_TIMES, Bound::Included(&start), Bound::Excluded(&end), false)?.take(limit) {
+            let (key, _) = item?;
+            let corrupt = || StoreError::Corrupt("idempotency_times key".into());
+            let rest = key.get(MERCHANT_ID_LEN..).ok_or_else(corrupt)?;
+            let (at, text) = rest.split_at_checked(8).ok_or_else(corrupt)?;
+            let at = u64::from_be_bytes(at.try_into().map_err(|_| corrupt())?);
+            let text = std::str::from_utf8(text).map_err(|_| corrupt())?;
+            let key =
+                IdempotencyKey::parse(text).map_err(|e| StoreError::Corrupt(format!("idempotency_times: {e}")))?;
+            found.push((key, Timestamp::from_unix_ms(at)));
+        }
+        Ok(found)
+    }
+
+    fn next_merchant_with_idempotency(&self, after: Option<&MerchantId>) -> Result<Option<MerchantId>, StoreError> {
+        // Past every key of `after`: its id followed by the largest byte.
+        let past = after.map(|m| mkey(m, &[0xff]));
+        let start = match &past {
+            Some(key) => Bound::Excluded(key.as_slice()),
+            None => Bound::Unbounded,
+        };
+        match self.scan(IDEMPOTENCY_TIMES, start, Bound::Unbounded, false)?.next() {
+            None => Ok(None),
+            Some(item) => {
+                let (key, _) = item?;
+                let id =
+                    key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("idempotency_times key".into()))?;
+                MerchantId::from_bytes(id).map(Some).map_err(|e| StoreError::Corrupt(format!("idempotency_times: {e}")))
+            }
+        }
+    }
+
     fn transactions(
         &self,
         merchant: &MerchantId,

@@ -84,6 +84,11 @@ impl SledStore {
         pending_ops(m, &change.record, &mut ops);
         if let Some((key, record)) = &change.idempotency {
             ops.push(Op::Insert(IDEMPOTENCY, mkey(m, key.as_str().as_bytes()), encode(record)?));
+            ops.push(Op::Insert(
+                IDEMPOTENCY_TIMES,
+                idempotency_time_key(m, record.created_at, key.as_str()),
+                Vec::new(),
+            ));
         }
         if let Some((transaction_id, route)) = &change.route {
             ops.push(Op::Insert(ROUTES, transaction_id.as_bytes().to_vec(), encode(route)?));
