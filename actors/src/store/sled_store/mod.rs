@@ -84,6 +84,22 @@ impl SledStore {
         }
     }
 
+    /// The first merchant after `after` (in id order) with a key in `tree`, whose keys begin with the merchant's
+    /// id: one seek past `after`'s keys, to walk the merchants of a tree.
+    fn next_merchant(&self, tree: usize, after: Option<&MerchantId>) -> Result<Option<MerchantId>, StoreError> {
+        // Past every key of `after`: its id followed by the largest byte.
+        let past = after.map(|m| mkey(m, &[0xff]));
+        let start = match &past {
+            Some(key) => Bound::Excluded(key.as_slice()),
+            None => Bound::Unbounded,
+        };
+        let Some(item) = self.scan(tree, start, Bound::Unbounded, false)?.next() else { return Ok(None) };
+        let (key, _) = item?;
+        let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{} key: {e}", TREE_NAMES[tree]));
+        let id = key.get(..crate::domain::ids::MERCHANT_ID_LEN).ok_or_else(|| corrupt(&"too short"))?;
+        MerchantId::from_bytes(id).map(Some).map_err(|e| corrupt(&e))
+    }
+
     /// The keys of `tree` between `start` and `end`, the overlay merged with sled, in key order or, with
     /// `reverse`, from the end. The overlay's part is read first, so a layer the applier releases meanwhile is
     /// still seen (sled holds it by then, and says the same).

@@ -89,21 +89,7 @@ impl Outbox for SledStore {
     }
 
     fn next_merchant_with_notifications(&self, after: Option<&MerchantId>) -> Result<Option<MerchantId>, StoreError> {
-        // Past every key of `after`: its id followed by the largest byte.
-        let past = after.map(|m| mkey(m, &[0xff]));
-        let start = match &past {
-            Some(key) => Bound::Excluded(key.as_slice()),
-            None => Bound::Unbounded,
-        };
-        match self.scan(NOTIFICATIONS, start, Bound::Unbounded, false)?.next() {
-            None => Ok(None),
-            Some(item) => {
-                let (key, _) = item?;
-                let id =
-                    key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short notification key".into()))?;
-                MerchantId::from_bytes(id).map(Some).map_err(|e| StoreError::Corrupt(format!("notification key: {e}")))
-            }
-        }
+        self.next_merchant(NOTIFICATIONS, after)
     }
 
     fn forget_notifications(&self, notifications: &[Notification]) -> Result<Ticket, StoreError> {

@@ -149,21 +149,7 @@ impl Records for SledStore {
     }
 
     fn next_merchant_with_idempotency(&self, after: Option<&MerchantId>) -> Result<Option<MerchantId>, StoreError> {
-        // Past every key of `after`: its id followed by the largest byte.
-        let past = after.map(|m| mkey(m, &[0xff]));
-        let start = match &past {
-            Some(key) => Bound::Excluded(key.as_slice()),
-            None => Bound::Unbounded,
-        };
-        match self.scan(IDEMPOTENCY_TIMES, start, Bound::Unbounded, false)?.next() {
-            None => Ok(None),
-            Some(item) => {
-                let (key, _) = item?;
-                let id =
-                    key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("idempotency_times key".into()))?;
-                MerchantId::from_bytes(id).map(Some).map_err(|e| StoreError::Corrupt(format!("idempotency_times: {e}")))
-            }
-        }
+        self.next_merchant(IDEMPOTENCY_TIMES, after)
     }
 
     fn transactions(
