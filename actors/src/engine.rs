@@ -204,6 +204,14 @@ impl Engine {
         }
     }
 
+    /// Stops writing after making everything written durable in the store's own files, so that the next start
+    /// replays nothing: for a server that has stopped serving, while the webhook actors and sweeps may still
+    /// hold the engine (their later writes are refused). The background audits stop first. Blocks.
+    pub fn close(&self) -> Result<(), EngineError> {
+        self.inner.audits.stop.store(true, Ordering::Release);
+        Ok(self.inner.store.close()?)
+    }
+
     /// True when a durable write currently succeeds.
     pub fn healthy(&self) -> bool {
         self.inner.store.healthy()

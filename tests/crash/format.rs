@@ -14,7 +14,7 @@ fn a_data_directory_of_another_format_is_refused_with_what_to_do() {
     for args in [&["serve"][..], &["merchant", "create", "--name", "A", "--email", "a@example.com"][..]] {
         let (status, stderr) = run_to_end(work.path(), &data, args);
         assert!(!status.success(), "{args:?} started on format 1");
-        assert!(stderr.contains("holds store format 1") && stderr.contains("reads format 5 only"), "{stderr}");
+        assert!(stderr.contains("holds store format 1") && stderr.contains("reads format 6 only"), "{stderr}");
         assert!(stderr.contains("empty data directory"), "{stderr}");
     }
     assert_eq!(std::fs::read_to_string(data.join("FORMAT")).expect("stamp"), "caisse-store 1\n", "left as it was");

@@ -16,6 +16,11 @@ pub trait Commits: Send + Sync {
     /// it deletes is past use), so it carries no failure latch.
     fn forget_idempotency(&self, merchant: &MerchantId, expired: &[ExpiredIdempotency]) -> Result<Ticket, StoreError>;
 
+    /// Makes everything written durable in the backend's own files and stops writing (later writes are
+    /// refused with [`StoreError::Closed`]), so that the next open has nothing to replay: a clean stop while
+    /// other handles (the webhook actors, the sweeps) still hold the store. Blocks until done.
+    fn close(&self) -> Result<(), StoreError>;
+
     /// A merchant's balances and journal position: its latest snapshot plus the journal after it.
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError>;
 }

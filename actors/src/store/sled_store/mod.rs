@@ -132,6 +132,10 @@ impl Commits for SledStore {
         self.writer.submit(ops, None, Vec::new())
     }
 
+    fn close(&self) -> Result<(), StoreError> {
+        self.writer.close()
+    }
+
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
         self.recover_from_snapshot(id)
     }

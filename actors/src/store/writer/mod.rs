@@ -77,6 +77,8 @@ struct Job {
     /// A pause ([`Writer::pause`]): once this job's batch is committed the writer waits until the sender is
     /// dropped, so nothing commits while a consistent copy is read.
     hold: Option<std_mpsc::Receiver<()>>,
+    /// A close ([`Writer::close`]): once this job's batch is committed the writer checkpoints and stops.
+    close: bool,
 }
 
 /// Longest a pause holds the writer, whatever its holder does.
@@ -224,12 +226,31 @@ impl Writer {
     pub(crate) fn pause(&self) -> Result<(Ticket, std_mpsc::SyncSender<()>), StoreError> {
         let (release, hold) = std_mpsc::sync_channel(0);
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, hold: Some(hold) };
+        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, hold: Some(hold), close: false };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok((ticket, release)),
             Err(TrySendError::Full(_)) => Err(StoreError::Overloaded),
             Err(TrySendError::Disconnected(_)) => Err(StoreError::Closed),
+        }
+    }
+
+    /// Commits what is queued, applies everything to sled and checkpoints it, then stops the writer: later
+    /// writes are refused ([`StoreError::Closed`]) and the next open has no log to replay. For a clean stop
+    /// while other handles still hold the store. Waits (polling, so it may run on an async runtime's thread)
+    /// until the writer has stopped.
+    pub(crate) fn close(&self) -> Result<(), StoreError> {
+        let (done, mut ticket) = oneshot::channel();
+        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, hold: None, close: true };
+        let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
+        // Waits for room: what is queued before the close is committed first.
+        queue.send(job).map_err(|_| StoreError::Closed)?;
+        loop {
+            match ticket.try_recv() {
+                Ok(result) => return result,
+                Err(oneshot::error::TryRecvError::Empty) => std::thread::sleep(std::time::Duration::from_millis(2)),
+                Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
+            }
         }
     }
 
@@ -243,7 +264,7 @@ impl Writer {
             return Err(StoreError::Aborted);
         }
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops, guard: guard.cloned(), notify, done, hold: None };
+        let job = Job { ops, guard: guard.cloned(), notify, done, hold: None, close: false };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok(ticket),
@@ -320,6 +341,22 @@ mod tests {
         assert_eq!(overlay.depth(), 1);
         let leftover = wal::list(&wal::wal_dir(dir.path())).unwrap();
         assert!(leftover.is_empty(), "log files left after a clean stop: {leftover:?}");
+    }
+
+    /// Closing while the handle lives (as a server does, with webhook actors still holding the store) commits
+    /// what was queued, applies and checkpoints it, and refuses every later write.
+    #[test]
+    fn closing_checkpoints_everything_and_refuses_later_writes() {
+        let f = start();
+        let queued = f.writer.submit(vec![Op::Insert(0, b"a".to_vec(), b"1".to_vec())], None, Vec::new()).unwrap();
+        f.writer.close().unwrap();
+        assert_eq!(queued.blocking_recv().unwrap(), Ok(()), "a write queued before the close is committed");
+        assert_eq!(f.trees[0].get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        let leftover = wal::list(&wal::wal_dir(f._dir.path())).unwrap();
+        assert!(leftover.is_empty(), "log files left after a close: {leftover:?}");
+        let later = f.writer.submit(vec![Op::Insert(0, b"b".to_vec(), b"2".to_vec())], None, Vec::new());
+        assert!(matches!(later, Err(StoreError::Closed)), "{later:?}");
+        assert_eq!(f.writer.close(), Err(StoreError::Closed));
     }
 
     /// A clean stop leaves no log file, only the spare with its old records; the next run must not number a

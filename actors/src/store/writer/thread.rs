@@ -61,7 +61,21 @@ impl WriterThread {
                         }
                     }
                     let holds: Vec<_> = batch.iter_mut().filter_map(|job| job.hold.take()).collect();
+                    let (closes, batch): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|job| job.close);
                     self.commit(batch);
+                    if !closes.is_empty() {
+                        // Everything queued before the close is committed: apply it all, checkpoint, stop.
+                        // Jobs queued after it are dropped with the queue, and their writers told it closed.
+                        self.shut_down();
+                        // The queue goes before the close is answered, so that every write from then on is
+                        // refused at once rather than queued for nobody.
+                        let (_, gone) = std_mpsc::sync_channel(0);
+                        drop(std::mem::replace(&mut self.jobs, gone));
+                        for close in closes {
+                            let _ = close.done.send(Ok(()));
+                        }
+                        return;
+                    }
                     // Paused: the batch (everything queued before the pause) is committed; nothing more until
                     // the holder lets go.
                     for hold in holds {
