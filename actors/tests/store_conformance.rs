@@ -483,6 +483,53 @@ fn the_audit_since_checkpoints_replays_only_what_is_new(backend: &dyn Backend) {
     assert_eq!(store.recover_merchant(&shop.id).unwrap().balances, shop.balances);
 }
 
+/// What retention reads and deletes: idempotency records by the time they were made, notifications by theirs,
+/// each merchant's in turn; deleting takes the index entry (and the record, or the notification's due entry)
+/// in one write. Then a close: everything stays readable after a reopen, and writes after it are refused.
+fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(backend: &dyn Backend) {
+    use caisse_engine::store::ExpiredIdempotency;
+    let dir = tempfile::tempdir().unwrap();
+    let mut shop = Shop::new();
+    {
+        let store = backend.open(dir.path());
+        shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("kept-1"))), Some("key-1"));
+        shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("kept-2"))), Some("key-2"));
+        let later = Timestamp::now().plus_ms(1);
+        let made = store.idempotency_made_before(&shop.id, later, 10).unwrap();
+        assert_eq!(made.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["key-1", "key-2"], "oldest first");
+        assert!(store.idempotency_made_before(&shop.id, Timestamp::EPOCH, 10).unwrap().is_empty());
+        assert_eq!(store.next_merchant_with_idempotency(None).unwrap(), Some(shop.id.clone()));
+        assert_eq!(store.next_merchant_with_idempotency(Some(&shop.id)).unwrap(), None);
+        let (key, made_at) = made[0].clone();
+        wait(
+            store
+                .forget_idempotency(&shop.id, &[ExpiredIdempotency { key: key.clone(), made_at, record: true }])
+                .unwrap(),
+        );
+        assert_eq!(store.idempotency(&shop.id, &key).unwrap(), None);
+        assert_eq!(store.idempotency_made_before(&shop.id, later, 10).unwrap().len(), 1);
+
+        // One notification per payment (initiated), oldest first.
+        let notes = store.notifications_made_before(&shop.id, later, None, 10).unwrap();
+        assert_eq!(notes.len(), 2);
+        assert!(notes[0].id < notes[1].id);
+        let rest = store.notifications_made_before(&shop.id, later, Some(&notes[0].id), 10).unwrap();
+        assert_eq!(rest, notes[1..]);
+        assert_eq!(store.next_merchant_with_notifications(None).unwrap(), Some(shop.id.clone()));
+        wait(store.forget_notifications(&notes[..1]).unwrap());
+        assert_eq!(store.notification(&shop.id, &notes[0].id).unwrap(), None);
+        let due = store.due_notifications(Timestamp::now(), 10).unwrap();
+        assert!(due.iter().all(|n| n.id != notes[0].id), "its due entry went with it");
+
+        store.close().unwrap();
+        let refused = store.put_merchant(account(&shop.id, 9), None);
+        assert!(matches!(refused, Err(StoreError::Closed)), "{refused:?}");
+    }
+    let store = backend.open(dir.path());
+    assert_eq!(store.notifications_made_before(&shop.id, Timestamp::now(), None, 10).unwrap().len(), 1);
+    assert!(store.idempotency(&shop.id, &IdempotencyKey::parse("key-2").unwrap()).unwrap().is_some());
+}
+
 /// The provider side of a transaction is written with the change that carries it and read by transaction id:
 /// the route with the creation, the provider's reference with an answer; a transaction without them has none.
 fn provider_trails_are_kept_with_their_change(backend: &dyn Backend) {
@@ -570,6 +617,11 @@ macro_rules! conformance {
             #[test]
             fn everything_survives_a_reopen_and_the_audit_agrees() {
                 super::everything_survives_a_reopen_and_the_audit_agrees(&$backend);
+            }
+
+            #[test]
+            fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes() {
+                super::retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(&$backend);
             }
 
             #[test]
