@@ -47,14 +47,18 @@ pub fn delivery_config(settings: &Settings) -> DeliveryConfig {
 /// How often the server deletes idempotency records past their 24 hours, and how many batches (of 512
 /// records, one merchant's each) a pass deletes at most: a busy day's records go over a few passes.
 const FORGET_IDEMPOTENCY_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+const FORGET_IDEMPOTENCY_FIRST: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 const FORGET_IDEMPOTENCY_BATCHES: usize = 10_000;
 
 /// Deletes idempotency records past their 24 hours (docs/api.md § Idempotency) every hour, for the life of
 /// the server, each merchant's through its actor.
 fn forget_idempotency_hourly(engine: Engine) {
     actix_web::rt::spawn(async move {
+        // A first pass soon after the start, so a server restarted more often than hourly still deletes.
+        let mut wait = FORGET_IDEMPOTENCY_FIRST;
         loop {
-            actix_web::rt::time::sleep(FORGET_IDEMPOTENCY_EVERY).await;
+            actix_web::rt::time::sleep(wait).await;
+            wait = FORGET_IDEMPOTENCY_EVERY;
             let ttl_ms = caisse_engine::store::IDEMPOTENCY_TTL_MS;
             let before = caisse_engine::domain::time::Timestamp::from_unix_ms(
                 caisse_engine::domain::time::Timestamp::now().unix_ms().saturating_sub(ttl_ms),

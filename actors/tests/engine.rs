@@ -496,9 +496,18 @@ fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept(
         .collect();
     let failed = made(&m, 45 * day_ms, DeliveryState::Failed);
     let recent = made(&m, 2 * day_ms, DeliveryState::Delivered);
+    // Made long ago, resent by hand and delivered yesterday: kept for the retention after that delivery.
+    let mut resent = made(&other, 50 * day_ms, DeliveryState::Delivered);
+    resent.attempts.push(caisse_engine::domain::records::Attempt {
+        at: Timestamp::from_unix_ms(now - day_ms),
+        signed_at_s: None,
+        http_status: Some(200),
+        error: None,
+        latency_ms: 3,
+    });
     {
         let store = SledStore::open(dir.path()).unwrap();
-        for n in old.iter().chain([&failed, &recent]) {
+        for n in old.iter().chain([&failed, &recent, &resent]) {
             store.save_notification(n, n).unwrap().blocking_recv().unwrap().unwrap();
         }
     }
@@ -517,6 +526,7 @@ fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept(
         }
         assert_eq!(engine.notification(&m, &failed.id).unwrap(), Some(failed.clone()), "not delivered: kept");
         assert_eq!(engine.notification(&m, &recent.id).unwrap(), Some(recent.clone()), "recent: kept");
+        assert_eq!(engine.notification(&other, &resent.id).unwrap(), Some(resent.clone()), "delivered lately: kept");
     });
 }
 

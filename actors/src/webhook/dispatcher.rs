@@ -186,11 +186,12 @@ impl Dispatcher {
             };
             pass.after = Some(last.id.clone());
             let (in_flight, backlog) = (&self.in_flight, &self.backlog_ids);
+            // Kept for the retention after its last delivery too: one resent by hand late in its life stays.
+            let before = pass.before;
             let forget = read
                 .into_iter()
-                .filter(|n| {
-                    n.state == DeliveryState::Delivered && !in_flight.contains(&n.id) && !backlog.contains(&n.id)
-                })
+                .filter(|n| n.state == DeliveryState::Delivered && n.attempts.last().is_none_or(|a| a.at < before))
+                .filter(|n| !in_flight.contains(&n.id) && !backlog.contains(&n.id))
                 .collect();
             return Ok(Some(forget));
         }
@@ -236,6 +237,10 @@ impl Actor for Dispatcher {
         ctx.run_interval(self.config.scan_every, |act, _| act.scan());
         self.scan();
         if let Some(keep) = self.config.retention {
+            // A first pass soon after the start, so a server restarted more often than the interval still
+            // deletes; then at every interval.
+            let first = self.config.retention_every.min(Duration::from_secs(5 * 60));
+            ctx.run_later(first, move |act, ctx| act.start_retention(keep, ctx));
             ctx.run_interval(self.config.retention_every, move |act, ctx| act.start_retention(keep, ctx));
         }
     }
@@ -244,7 +249,7 @@ impl Actor for Dispatcher {
 impl Handler<ForgetStep> for Dispatcher {
     type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, _: ForgetStep, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: ForgetStep, ctx: &mut Self::Context) -> Self::Result {
         let Some(mut pass) = self.retention.take() else { return Box::pin(fut::ready(())) };
         if pass.busy {
             self.retention = Some(pass);
@@ -263,10 +268,20 @@ impl Handler<ForgetStep> for Dispatcher {
                 }
                 return Box::pin(fut::ready(()));
             }
-            Err(e) => {
-                tracing::error!(error = %e, "the notification retention pass stopped; the next one starts over");
-                return Box::pin(fut::ready(()));
-            }
+            // One merchant's notifications that cannot be read are passed over, not every merchant after it.
+            Err(e) => match pass.merchant.take() {
+                Some(merchant) => {
+                    tracing::error!(merchant = %merchant, error = %e, "notifications past retention not read; passed over");
+                    pass.done = Some(merchant);
+                    self.retention = Some(pass);
+                    ctx.notify(ForgetStep);
+                    return Box::pin(fut::ready(()));
+                }
+                None => {
+                    tracing::error!(error = %e, "the notification retention pass stopped; the next one starts over");
+                    return Box::pin(fut::ready(()));
+                }
+            },
         };
         let ticket = if forget.is_empty() { None } else { Some(self.store.forget_notifications(&forget)) };
         let count = forget.len() as u64;

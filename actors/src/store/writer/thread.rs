@@ -66,13 +66,15 @@ impl WriterThread {
                     if !closes.is_empty() {
                         // Everything queued before the close is committed: apply it all, checkpoint, stop.
                         // Jobs queued after it are dropped with the queue, and their writers told it closed.
-                        self.shut_down();
+                        let closed = self.shut_down();
+                        // Closed, whatever the checkpoint did: a write now would find no applier.
+                        self.healthy.store(false, Ordering::Release);
                         // The queue goes before the close is answered, so that every write from then on is
                         // refused at once rather than queued for nobody.
                         let (_, gone) = std_mpsc::sync_channel(0);
                         drop(std::mem::replace(&mut self.jobs, gone));
                         for close in closes {
-                            let _ = close.done.send(Ok(()));
+                            let _ = close.done.send(closed.clone());
                         }
                         return;
                     }
@@ -88,7 +90,8 @@ impl WriterThread {
             self.maybe_close_layer();
             self.maybe_rotate();
         }
-        self.shut_down();
+        // Nobody is told: the handles are gone. `shut_down` logs what went wrong.
+        let _ = self.shut_down();
     }
 
     fn commit(&mut self, batch: Vec<Job>) {
@@ -232,30 +235,39 @@ impl WriterThread {
         }
     }
 
-    /// Every handle is gone: apply what the overlay holds and checkpoint everything, so the next start has
-    /// nothing to replay.
-    fn shut_down(&mut self) {
+    /// Every handle is gone (or the store is closing): apply what the overlay holds and checkpoint everything,
+    /// so the next start has nothing to replay. An error says the next start replays the log (nothing is lost:
+    /// the log holds it).
+    fn shut_down(&mut self) -> Result<(), StoreError> {
         self.close_layer();
         self.to_applier = None;
-        let Some(applier) = self.applier.take() else { return };
+        let Some(applier) = self.applier.take() else {
+            return Err(StoreError::Io("the applier had already stopped".into()));
+        };
         let mut checkpoint = match applier.join() {
             Ok(Ok(checkpoint)) => checkpoint,
             Ok(Err(err)) => {
                 tracing::error!(error = %err, "the applier stopped; the next start replays the write-ahead log");
-                return;
+                return Err(err);
             }
             Err(_) => {
                 tracing::error!("the applier thread panicked; the next start replays the write-ahead log");
-                return;
+                return Err(StoreError::Io("the applier thread panicked".into()));
             }
         };
-        let failed = self.apply_failure.lock().map_or(true, |failure| failure.is_some());
-        if self.broken.is_some() || failed {
-            return;
+        let failure = self.apply_failure.lock().map_or(Some(StoreError::Io("poisoned".into())), |f| f.clone());
+        if let Some(err) = self.broken.clone().or(failure) {
+            return Err(err);
         }
         match checkpoint.run(self.wal.seq() + 1) {
-            Ok(()) => tracing::debug!("store writer stopped after a final checkpoint"),
-            Err(err) => tracing::warn!(error = %err, "final checkpoint failed; the next start replays the log"),
+            Ok(()) => {
+                tracing::debug!("store writer stopped after a final checkpoint");
+                Ok(())
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "final checkpoint failed; the next start replays the log");
+                Err(err)
+            }
         }
     }
 }
