@@ -24,17 +24,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use caisse_engine::core::{Command, NewPayment, PaymentNotice};
+use caisse_engine::core::{Command, PaymentNotice};
 use caisse_engine::domain::ids::MerchantId;
-use caisse_engine::domain::money::{Amount, Currency, FeeRule};
-use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::records::{Merchant, ProviderCode};
-use caisse_engine::domain::text::Metadata;
+use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::{Audit, SledStore};
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Record};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+
+mod common;
+use common::new_payment;
 
 /// Counts live heap bytes while `COUNTING` is set, to measure what starting actors allocates exactly (the RSS
 /// also moves with allocator arenas and pages reused from earlier frees). Off, it costs one relaxed load.
@@ -74,22 +74,6 @@ const CONCURRENCY: usize = 4_096;
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")
-}
-
-fn new_payment() -> NewPayment {
-    NewPayment {
-        reference: None,
-        amount: Amount::positive(10_000).expect("amount"),
-        currency: Currency::parse("XOF").expect("currency"),
-        provider: ProviderCode::parse("mtn_momo").expect("provider"),
-        fee: FeeRule::new(150, Amount::ZERO).expect("fee"),
-        customer_phone: Phone::parse("+22997000055").expect("phone"),
-        customer_email: None,
-        customer_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-        link: None,
-    }
 }
 
 /// One payment life: two durable events.

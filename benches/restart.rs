@@ -23,15 +23,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use caisse_engine::core::{Command as EngineCommand, NewPayment, PaymentNotice};
+use caisse_engine::core::{Command as EngineCommand, PaymentNotice};
 use caisse_engine::domain::ids::MerchantId;
-use caisse_engine::domain::money::{Amount, Currency, FeeRule};
-use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::records::{Merchant, ProviderCode};
-use caisse_engine::domain::text::Metadata;
+use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::{AuditSchedule, Engine, EngineConfig, Executed, Record};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+
+mod common;
+use common::new_payment;
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -152,22 +152,6 @@ fn merchant_ids(data: &Path, n: usize) -> Vec<MerchantId> {
     let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
     std::fs::write(&file, text).expect("keep the merchants' ids");
     ids
-}
-
-fn new_payment() -> NewPayment {
-    NewPayment {
-        reference: None,
-        amount: Amount::positive(10_000).expect("amount"),
-        currency: Currency::parse("XOF").expect("currency"),
-        provider: ProviderCode::parse("mtn_momo").expect("provider"),
-        fee: FeeRule::new(150, Amount::ZERO).expect("fee"),
-        customer_phone: Phone::parse("+22997000055").expect("phone"),
-        customer_email: None,
-        customer_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-        link: None,
-    }
 }
 
 /// One payment life: two durable events.

@@ -14,17 +14,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use caisse_engine::core::{Command, NewPayment};
+use caisse_engine::core::Command;
 use caisse_engine::domain::ids::MerchantId;
-use caisse_engine::domain::money::{Amount, Currency, FeeRule};
-use caisse_engine::domain::phone::Phone;
-use caisse_engine::domain::records::{Merchant, ProviderCode};
-use caisse_engine::domain::text::Metadata;
+use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::webhook::delivery::DeliveryConfig;
 use caisse_engine::webhook::{verify, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use caisse_engine::{Engine, EngineConfig};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+
+mod common;
+use common::new_payment;
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -53,22 +53,6 @@ async fn hook(req: HttpRequest, body: web::Bytes, path: web::Path<usize>, rx: we
         };
     }
     HttpResponse::Ok().finish()
-}
-
-fn new_payment() -> NewPayment {
-    NewPayment {
-        reference: None,
-        amount: Amount::positive(10_000).expect("amount"),
-        currency: Currency::parse("XOF").expect("currency"),
-        provider: ProviderCode::parse("mtn_momo").expect("provider"),
-        fee: FeeRule::new(150, Amount::ZERO).expect("fee"),
-        customer_phone: Phone::parse("+22997000055").expect("phone"),
-        customer_email: None,
-        customer_name: None,
-        description: None,
-        metadata: Metadata::empty(),
-        link: None,
-    }
 }
 
 /// N initiations spread over `ids`, 4,096 in flight: one `payment.initiated` notification each.

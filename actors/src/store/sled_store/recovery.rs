@@ -542,6 +542,13 @@ mod tests {
         );
     }
 
+    /// Events `seqs` of merchant `m`, each stored alone (a run of one), straight into sled.
+    fn credits(store: &SledStore, m: &MerchantId, seqs: std::ops::RangeInclusive<u64>) {
+        for seq in seqs {
+            store.trees[JOURNAL].insert(journal_key(m, seq), credit(seq)).unwrap();
+        }
+    }
+
     /// Balances of `available` XOF, as a snapshot or checkpoint holds them.
     fn holding(seq: u64, available: i64) -> Snapshot {
         let mut balances = Balances::default();
@@ -614,15 +621,11 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = SledStore::open(dir.path()).unwrap();
             let m = MerchantId::new();
-            for seq in 1..=20 {
-                store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
-            }
+            credits(&store, &m, 1..=20);
             put_snapshot(&store, &m, SNAPSHOTS, &holding(10, 1_000));
             store.audit_since_checkpoints().unwrap();
             assert_eq!(checkpoint(&store, &m), Some((20, 2_000)));
-            for seq in 21..=30 {
-                store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
-            }
+            credits(&store, &m, 21..=30);
             put_snapshot(&store, &m, SNAPSHOTS, &holding(30, 3_000));
             match target {
                 "ledger" => tamper(&store, &m, 25, 150),
@@ -642,9 +645,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
-        for seq in 1..=10 {
-            store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
-        }
+        credits(&store, &m, 1..=10);
         put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 400));
         store.audit().unwrap();
         assert_eq!(checkpoint(&store, &m), Some((10, 1_000)));
@@ -696,9 +697,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
-        for seq in 1..=10 {
-            store.trees[JOURNAL].insert(journal_key(&m, seq), credit(seq)).unwrap();
-        }
+        credits(&store, &m, 1..=10);
         put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 400));
         store.audit_since_checkpoints().unwrap();
         for seq in 7..=10 {
