@@ -253,10 +253,10 @@ impl SledStore {
                 )));
             }
         }
-        // Recovery starts from the snapshot. One taken at or before this replay's start was not met on the way: unless
-        // it is the very snapshot the checkpoint's audit verified, what recovery would make of it is compared
-        // with the ledger here (at most a snapshot interval of events, or the whole journal of a merchant too
-        // small to have a snapshot).
+        // Recovery starts from the snapshot. One taken at or before this replay's start was not met on the way:
+        // unless it is the very snapshot the checkpoint's audit verified, what recovery would make of it is
+        // compared with the ledger here (at most a snapshot interval of events, or the whole journal of a
+        // merchant too small to have a snapshot).
         let unmet = match &snapshot {
             Some(s) => s.seq <= start_seq,
             None => start_seq > 0,
