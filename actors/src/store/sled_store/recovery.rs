@@ -298,32 +298,20 @@ impl SledStore {
     }
 
     /// Submits operations to the writer and waits for their durability, off any async runtime or on one
-    /// (the audit at start runs inside the server's): it polls the ticket rather than blocking on it, and
-    /// waits out a full queue, within a bound.
+    /// (the audit at start runs inside the server's), waiting out a full queue, within a bound longer than a
+    /// backup may hold the writer.
     fn submit_and_wait(&self, ops: Vec<Op>) -> Result<(), StoreError> {
-        // Longer than a backup may hold the writer.
-        const PATIENCE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-        const POLL: std::time::Duration = std::time::Duration::from_millis(1);
-        let started = Instant::now();
-        let mut ticket = loop {
+        let deadline = Instant::now() + std::time::Duration::from_secs(15 * 60);
+        let ticket = loop {
             match self.writer.submit(ops.clone(), None, Vec::new()) {
                 Ok(ticket) => break ticket,
-                Err(StoreError::Overloaded) if started.elapsed() < PATIENCE => std::thread::sleep(POLL * 10),
+                Err(StoreError::Overloaded) if Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
                 Err(e) => return Err(e),
             }
         };
-        loop {
-            match ticket.try_recv() {
-                Ok(result) => return result,
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) if started.elapsed() < PATIENCE => {
-                    std::thread::sleep(POLL)
-                }
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                    return Err(StoreError::Io(format!("the audit checkpoints were not written within {PATIENCE:?}")))
-                }
-            }
-        }
+        crate::store::writer::wait_polling(ticket, Some(deadline))
     }
 }
 

@@ -158,6 +158,21 @@ pub(crate) fn recover(db: &sled::Db, trees: &[sled::Tree], order: &[ApplyStep], 
     Ok((last + 1).max(after_spare))
 }
 
+/// Waits for a ticket by polling it, so that it may run on an async runtime's thread (where blocking on it
+/// would panic) as well as off one; past `deadline`, when given, it gives up with an I/O error.
+pub(crate) fn wait_polling(mut ticket: Ticket, deadline: Option<Instant>) -> Result<(), StoreError> {
+    loop {
+        match ticket.try_recv() {
+            Ok(result) => return result,
+            Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
+            Err(oneshot::error::TryRecvError::Empty) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                return Err(StoreError::Io("a write was not durable in time".into()))
+            }
+            Err(oneshot::error::TryRecvError::Empty) => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+}
+
 impl Writer {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn spawn(
@@ -240,18 +255,12 @@ impl Writer {
     /// while other handles still hold the store. Waits (polling, so it may run on an async runtime's thread)
     /// until the writer has stopped.
     pub(crate) fn close(&self) -> Result<(), StoreError> {
-        let (done, mut ticket) = oneshot::channel();
+        let (done, ticket) = oneshot::channel();
         let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, hold: None, close: true };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         // Waits for room: what is queued before the close is committed first.
         queue.send(job).map_err(|_| StoreError::Closed)?;
-        loop {
-            match ticket.try_recv() {
-                Ok(result) => return result,
-                Err(oneshot::error::TryRecvError::Empty) => std::thread::sleep(std::time::Duration::from_millis(2)),
-                Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
-            }
-        }
+        wait_polling(ticket, None)
     }
 
     pub(crate) fn submit(
