@@ -190,6 +190,24 @@ pub(super) fn idempotency_time_key(merchant: &MerchantId, created_at: Timestamp,
     mkey(merchant, &rest)
 }
 
+/// The merchant a key of a merchant's tree begins with.
+pub(super) fn merchant_of(key: &[u8]) -> Result<MerchantId, StoreError> {
+    let id = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("a key too short for a merchant".into()))?;
+    let text = std::str::from_utf8(id)
+        .map_err(|_| StoreError::Corrupt("a key that does not begin with a merchant id".into()))?;
+    MerchantId::parse(text).map_err(|e| StoreError::Corrupt(format!("a key's merchant id: {e}")))
+}
+
+/// The least key after every key that begins with `merchant`'s id: its id with the last byte raised by one
+/// (ids are ASCII, so the byte has room), the start of a seek to the next merchant of a tree.
+pub(super) fn past_merchant(merchant: &MerchantId) -> Vec<u8> {
+    let mut key = merchant.as_bytes().to_vec();
+    if let Some(last) = key.last_mut() {
+        *last = last.saturating_add(1);
+    }
+    key
+}
+
 pub(super) fn journal_key(merchant: &MerchantId, seq: u64) -> Vec<u8> {
     mkey(merchant, &seq.to_be_bytes())
 }

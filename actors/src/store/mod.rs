@@ -16,6 +16,8 @@
 //! disagrees; [`Audit::audit`] does the same from the beginning of the ledger. `docs/storage.md` walks through the
 //! sled backend's write path, recovery and on-disk format.
 
+mod kv;
+mod kv_store;
 mod layout;
 mod legacy;
 mod op;
@@ -41,6 +43,7 @@ use crate::domain::records::TransactionType;
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 
+pub use kv_store::KvStore;
 pub use roles::{Accounts, Audit, Commits, Outbox, Records, Store};
 pub use sled_store::SledStore;
 

@@ -9,7 +9,7 @@
 use super::overlay::Entry;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Op {
+pub enum Op {
     /// Sets `key` of tree number `tree` to `value`.
     Insert(usize, Vec<u8>, Vec<u8>),
     /// Removes `key` from tree number `tree`.

@@ -14,7 +14,8 @@ use std::ops::Bound;
 use std::path::Path;
 use std::time::Instant;
 
-use super::{io, SledStore};
+use super::{io, SledKv};
+use crate::store::kv::Kv;
 use crate::store::{BackupReport, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
@@ -23,7 +24,7 @@ use crate::store::layout::*;
 /// Keys inserted into the copy per sled batch.
 const BATCH_KEYS: usize = 10_000;
 
-impl SledStore {
+impl SledKv {
     pub(super) fn copy_to(&self, to: &Path) -> Result<BackupReport, StoreError> {
         let started = Instant::now();
         let io_error = |what: &str, e: std::io::Error| StoreError::Io(format!("{what} {}: {e}", to.display()));

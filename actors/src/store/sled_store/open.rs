@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use super::{io, SledStore};
+use super::{io, SledKv, SledStore};
 use crate::store::layout::{APPLY_ORDER, TREE_NAMES};
 use crate::store::overlay::Overlay;
 use crate::store::writer::Writer;
@@ -93,6 +93,6 @@ impl SledStore {
             healthy.clone(),
             feed_tx,
         )?;
-        Ok(SledStore { trees, overlay, writer, healthy, feed: std::sync::Mutex::new(Some(feed_rx)), master_key: None })
+        Ok(SledStore::new(SledKv { trees, overlay, writer, healthy }, feed_rx))
     }
 }

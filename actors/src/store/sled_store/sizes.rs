@@ -4,6 +4,7 @@
 use std::ops::Bound;
 
 use super::SledStore;
+use crate::store::kv::Kv;
 use crate::store::layout::TREE_NAMES;
 use crate::store::StoreError;
 
@@ -24,7 +25,7 @@ impl SledStore {
         let mut sizes = Vec::with_capacity(TREE_NAMES.len());
         for (tree, name) in TREE_NAMES.iter().enumerate() {
             let mut size = TreeSize { name, keys: 0, key_bytes: 0, value_bytes: 0 };
-            for item in self.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
+            for item in self.kv.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
                 let (key, value) = item?;
                 size.keys += 1;
                 size.key_bytes += key.len() as u64;

@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::{io, SledStore};
-use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
+use super::KvStore;
+use crate::domain::ids::MerchantId;
 use crate::domain::ledger::{check_balanced, Balances, Entry};
 use crate::domain::money::Currency;
 use crate::domain::time::Timestamp;
+use crate::store::kv::Kv;
 use crate::store::op::Op;
 use crate::store::{AuditReport, AuditScope, Recovered, Snapshot, StoreError};
 
@@ -35,7 +36,7 @@ pub(super) struct LedgerLine {
     entries: Vec<Entry>,
 }
 
-impl SledStore {
+impl<K: Kv> KvStore<K> {
     /// Replays `events` (one merchant's, in order, starting after `start`) onto `start`, checking each.
     pub(super) fn replay(
         merchant: &MerchantId,
@@ -144,27 +145,9 @@ impl SledStore {
         Ok(report)
     }
 
-    /// Every merchant with a journal, in id order: one seek in sled per merchant, past the previous one's keys,
-    /// and the merchants of the journal events still in the overlay, read once.
+    /// Every merchant with a journal, in id order.
     fn journal_merchants(&self) -> Result<Vec<MerchantId>, StoreError> {
-        let mut merchants = BTreeSet::new();
-        for (key, _) in self.overlay.range(JOURNAL, Bound::Unbounded, Bound::Unbounded)? {
-            merchants.insert(merchant_of(&key)?);
-        }
-        let journal = &self.trees[JOURNAL];
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let next = match &after {
-                Some(last) => journal.range::<&[u8], _>((Bound::Excluded(last.as_slice()), Bound::Unbounded)).next(),
-                None => journal.iter().next(),
-            };
-            let Some(item) = next else { break };
-            let (key, _) = item.map_err(io(TREE_NAMES[JOURNAL]))?;
-            let id = merchant_of(&key)?;
-            after = Some(journal_key(&id, u64::MAX));
-            merchants.insert(id);
-        }
-        Ok(merchants.into_iter().collect())
+        self.kv.merchants(JOURNAL)
     }
 
     /// The merchants that have a snapshot or an audit checkpoint, each with what it has.
@@ -303,7 +286,7 @@ impl SledStore {
     fn submit_and_wait(&self, ops: Vec<Op>) -> Result<(), StoreError> {
         let deadline = Instant::now() + std::time::Duration::from_secs(15 * 60);
         let ticket = loop {
-            match self.writer.submit(ops.clone(), None, Vec::new()) {
+            match self.submit(ops.clone(), None, Vec::new()) {
                 Ok(ticket) => break ticket,
                 Err(StoreError::Overloaded) if Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(10))
@@ -334,11 +317,6 @@ pub(super) struct AuditCheckpoint {
 }
 
 /// The merchant a journal key belongs to.
-fn merchant_of(key: &[u8]) -> Result<MerchantId, StoreError> {
-    let id = key.get(..MERCHANT_ID_LEN).ok_or_else(|| StoreError::Corrupt("short journal key".into()))?;
-    let text = std::str::from_utf8(id).map_err(|_| StoreError::Corrupt("journal key".into()))?;
-    MerchantId::parse(text).map_err(|e| StoreError::Corrupt(format!("journal key: {e}")))
-}
 
 /// The events under one journal key numbered `next` or more, with their numbers and where they lie in the
 /// value: those before were read from an earlier key (see [`journal_runs`]). Each event's own number is
@@ -378,7 +356,7 @@ mod tests {
     use crate::domain::ledger::Account;
     use crate::domain::status::Trigger;
     use crate::store::overlay::{Entry as Stored, TreeMap};
-    use crate::store::{Audit, Commits, Records};
+    use crate::store::{Audit, Commits, Records, SledStore};
 
     /// Event `seq` of a merchant whose every event credits 100 XOF, as the writer stores it (a run of one).
     fn credit(seq: u64) -> Vec<u8> {
@@ -414,7 +392,7 @@ mod tests {
 
     fn put(store: &SledStore, stored: Vec<(Vec<u8>, Stored)>) {
         for (key, value) in stored {
-            store.trees[JOURNAL].insert(key, value.unwrap()).unwrap();
+            store.kv.trees[JOURNAL].insert(key, value.unwrap()).unwrap();
         }
     }
 
@@ -436,9 +414,9 @@ mod tests {
         put(&store, runs(&m, 10..=12));
         // A run whose layer is still in the read path: its events are there too.
         put(&store, runs(&m, 13..=15));
-        store.overlay.record((13..=15).map(|seq| (JOURNAL, journal_key(&m, seq), Some(credit(seq))))).unwrap();
+        store.kv.overlay.record((13..=15).map(|seq| (JOURNAL, journal_key(&m, seq), Some(credit(seq))))).unwrap();
         // Keys 5, 9 (the replay's run), 12 and 15.
-        assert_eq!(store.trees[JOURNAL].len(), 4);
+        assert_eq!(store.kv.trees[JOURNAL].len(), 4);
         assert_eq!(seqs(&store, &m, 1), (1..=15).collect::<Vec<_>>());
         assert_eq!(seqs(&store, &m, 7), (7..=15).collect::<Vec<_>>());
         assert_eq!(seqs(&store, &m, 14), [14, 15]);
@@ -460,7 +438,7 @@ mod tests {
         let keys: TreeMap =
             [(1, credit(1)), (2, damaged)].into_iter().map(|(s, v)| (journal_key(&m, s), Some(v))).collect();
         put(&store, journal_runs(&keys).unwrap());
-        assert_eq!(store.trees[JOURNAL].len(), 1);
+        assert_eq!(store.kv.trees[JOURNAL].len(), 1);
         assert_eq!(seqs_taking(&store, &m, 1, 1), [1]);
         assert!(matches!(store.journal(&m, 1, 2), Err(StoreError::Corrupt(_))));
         assert!(matches!(store.journal(&m, 2, 1), Err(StoreError::Corrupt(_))));
@@ -496,12 +474,12 @@ mod tests {
             let store = SledStore::open(dir.path()).unwrap();
             for seq in 1..=events {
                 let ops = vec![Op::Insert(JOURNAL, journal_key(&m, seq), credit(seq))];
-                store.writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+                store.kv.writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
             }
         }
         let store = SledStore::open(dir.path()).unwrap();
-        assert_eq!(store.overlay.depth(), 1, "reopening applied the log");
-        assert!(store.trees[JOURNAL].len() < 10, "{} keys for {events} events", store.trees[JOURNAL].len());
+        assert_eq!(store.kv.overlay.depth(), 1, "reopening applied the log");
+        assert!(store.kv.trees[JOURNAL].len() < 10, "{} keys for {events} events", store.kv.trees[JOURNAL].len());
         assert_eq!(seqs(&store, &m, 1), (1..=events).collect::<Vec<_>>());
         assert_eq!(store.recover_merchant(&m).unwrap().seq, events);
         assert_eq!(store.audit().unwrap().events, events);
@@ -533,7 +511,7 @@ mod tests {
     /// Events `seqs` of merchant `m`, each stored alone (a run of one), straight into sled.
     fn credits(store: &SledStore, m: &MerchantId, seqs: std::ops::RangeInclusive<u64>) {
         for seq in seqs {
-            store.trees[JOURNAL].insert(journal_key(m, seq), credit(seq)).unwrap();
+            store.kv.trees[JOURNAL].insert(journal_key(m, seq), credit(seq)).unwrap();
         }
     }
 
@@ -549,19 +527,19 @@ mod tests {
     }
 
     fn put_snapshot(store: &SledStore, m: &MerchantId, tree: usize, snapshot: &Snapshot) {
-        store.trees[tree].insert(m.as_bytes(), encode(snapshot).unwrap()).unwrap();
+        store.kv.trees[tree].insert(m.as_bytes(), encode(snapshot).unwrap()).unwrap();
     }
 
     /// Replaces event `seq` (stored alone, as a run of one) by one crediting `amount`.
     fn tamper(store: &SledStore, m: &MerchantId, seq: u64, amount: i64) {
         let value = journal_run([credit_of(seq, amount).as_slice()]).unwrap();
-        store.trees[JOURNAL].insert(journal_key(m, seq), value).unwrap();
+        store.kv.trees[JOURNAL].insert(journal_key(m, seq), value).unwrap();
     }
 
     fn put_checkpoint(store: &SledStore, m: &MerchantId, seq: u64, available: i64) {
         let Snapshot { seq, balances } = holding(seq, available);
         let checkpoint = AuditCheckpoint { seq, balances, snapshot: None };
-        store.trees[AUDITED].insert(m.as_bytes(), encode(&checkpoint).unwrap()).unwrap();
+        store.kv.trees[AUDITED].insert(m.as_bytes(), encode(&checkpoint).unwrap()).unwrap();
     }
 
     fn checkpoint(store: &SledStore, m: &MerchantId) -> Option<(u64, i64)> {
@@ -689,7 +667,7 @@ mod tests {
         put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 400));
         store.audit_since_checkpoints().unwrap();
         for seq in 7..=10 {
-            store.trees[JOURNAL].remove(journal_key(&m, seq)).unwrap();
+            store.kv.trees[JOURNAL].remove(journal_key(&m, seq)).unwrap();
         }
         let message = corrupt(store.audit_since_checkpoints());
         assert!(message.ends_with("the journal does not reach its audit checkpoint at event 10"), "{message}");

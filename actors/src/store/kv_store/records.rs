@@ -4,7 +4,7 @@
 
 use std::ops::Bound;
 
-use super::{SledStore, MAX_SCAN};
+use super::{KvStore, MAX_SCAN};
 use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::links::Link;
@@ -12,13 +12,14 @@ use crate::domain::provider::ProviderTrail;
 use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
+use crate::store::kv::Kv;
 use crate::store::{AwaitingProvider, IdempotencyRecord, Located, Page, Records, StoreError};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
 use crate::store::legacy::{decode_payment, decode_payout};
 
-impl SledStore {
+impl<K: Kv> KvStore<K> {
     pub(super) fn record(
         &self,
         merchant: &MerchantId,
@@ -72,7 +73,7 @@ impl SledStore {
     }
 }
 
-impl Records for SledStore {
+impl<K: Kv> Records for KvStore<K> {
     fn payment(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Payment>, StoreError> {
         match self.raw(PAYMENTS, &mkey(merchant, reference.as_bytes()))? {
             Some(bytes) => decode_payment(TREE_NAMES[PAYMENTS], &bytes).map(Some),

@@ -3,10 +3,11 @@
 
 use std::ops::Bound;
 
-use super::{io, SledStore};
+use super::KvStore;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Merchant;
 use crate::domain::time::Timestamp;
+use crate::store::kv::Kv;
 use crate::store::op::Op;
 use crate::store::sealing;
 use crate::store::{Accounts, StoreError, Ticket};
@@ -14,7 +15,7 @@ use crate::store::{Accounts, StoreError, Ticket};
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
 
-impl SledStore {
+impl<K: Kv> KvStore<K> {
     /// A merchant record with its secret key opened.
     fn read_merchant(&self, id: &[u8]) -> Result<Option<Merchant>, StoreError> {
         self.get::<Merchant>(MERCHANTS, id)?.map(|m| self.opened(m)).transpose()
@@ -35,7 +36,7 @@ impl SledStore {
     }
 }
 
-impl Accounts for SledStore {
+impl<K: Kv> Accounts for KvStore<K> {
     fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<Ticket, StoreError> {
         let email = merchant.email.to_lowercase();
         if let Some(owner) = self.raw(MERCHANT_EMAILS, email.as_bytes())? {
@@ -52,7 +53,7 @@ impl Accounts for SledStore {
         if let Some(old) = previous_key.filter(|old| *old != merchant.secret_key) {
             ops.push(Op::Remove(MERCHANT_KEYS, key_hash(&old)));
         }
-        self.writer.submit(ops, None, Vec::new())
+        self.submit(ops, None, Vec::new())
     }
 
     fn put_merchant_keeping(
@@ -68,7 +69,7 @@ impl Accounts for SledStore {
             Op::Insert(MERCHANT_KEYS, key_hash(&merchant.secret_key), merchant.id.as_bytes().to_vec()),
             Op::Insert(RETIRED_KEYS, key_hash(&previous_key), encode(&until)?),
         ];
-        self.writer.submit(ops, None, Vec::new())
+        self.submit(ops, None, Vec::new())
     }
 
     fn retired_key_until(&self, secret_key: &str) -> Result<Option<Timestamp>, StoreError> {
@@ -80,7 +81,7 @@ impl Accounts for SledStore {
     }
 
     fn merchants_generation(&self) -> u64 {
-        self.writer.generation(MERCHANTS)
+        self.kv.generation(MERCHANTS)
     }
 
     fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError> {
@@ -101,19 +102,7 @@ impl Accounts for SledStore {
     }
 
     fn merchant_count(&self) -> Result<u64, StoreError> {
-        // sled's count, corrected by what the overlay adds or removes. While the applier is inserting a new
-        // merchant, the count may miss it for that moment (sled's length was read before the insert, the key
-        // is found after it). The service counts merchants only at start, to decide on the demo merchant.
-        let merchants = &self.trees[MERCHANTS];
-        let mut count = merchants.len() as u64;
-        for (key, entry) in self.overlay.range(MERCHANTS, Bound::Unbounded, Bound::Unbounded)? {
-            match (entry.is_some(), merchants.contains_key(&key).map_err(io("merchants"))?) {
-                (true, false) => count += 1,
-                (false, true) => count = count.saturating_sub(1),
-                _ => {}
-            }
-        }
-        Ok(count)
+        self.kv.count(MERCHANTS)
     }
 
     fn merchants(&self, before: Option<&MerchantId>, limit: usize) -> Result<Vec<Merchant>, StoreError> {
@@ -135,7 +124,7 @@ impl Accounts for SledStore {
             Some(at) => Op::Insert(MERCHANT_SUSPENSIONS, key, encode(&at)?),
             None => Op::Remove(MERCHANT_SUSPENSIONS, key),
         };
-        self.writer.submit(vec![op], None, Vec::new())
+        self.submit(vec![op], None, Vec::new())
     }
 
     fn suspended_since(&self, id: &MerchantId) -> Result<Option<Timestamp>, StoreError> {

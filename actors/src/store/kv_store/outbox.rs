@@ -3,17 +3,18 @@
 
 use std::ops::Bound;
 
-use super::{SledStore, MAX_SCAN};
+use super::{KvStore, MAX_SCAN};
 use crate::domain::ids::{first_id_at, IdKind, MerchantId, MERCHANT_ID_LEN};
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
+use crate::store::kv::Kv;
 use crate::store::op::Op;
 use crate::store::{Outbox, Page, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
 
-impl Outbox for SledStore {
+impl<K: Kv> Outbox for KvStore<K> {
     fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>> {
         self.feed.lock().ok().and_then(|mut feed| feed.take())
     }
@@ -27,7 +28,7 @@ impl Outbox for SledStore {
         if let Some(at) = after.next_attempt_at {
             ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), after.merchant.as_bytes().to_vec()));
         }
-        self.writer.submit(ops, None, Vec::new())
+        self.submit(ops, None, Vec::new())
     }
 
     fn notifications(
@@ -100,7 +101,7 @@ impl Outbox for SledStore {
                 ops.push(Op::Remove(OUTBOX_DUE, due_key(at, &n.id)));
             }
         }
-        self.writer.submit(ops, None, Vec::new())
+        self.submit(ops, None, Vec::new())
     }
 
     fn due_notifications_skipping(
@@ -151,7 +152,7 @@ impl Outbox for SledStore {
         }
         if !stale.is_empty() {
             // Best effort: if it fails, the next scan finds the same entries again.
-            let _ = self.writer.submit(stale, None, Vec::new());
+            let _ = self.submit(stale, None, Vec::new());
         }
         Ok(due)
     }
@@ -162,7 +163,7 @@ mod tests {
     use super::*;
     use crate::domain::ids::MerchantId;
     use crate::domain::status::EventKind;
-    use crate::store::Outbox;
+    use crate::store::{Outbox, SledStore};
 
     fn notification(body: &str) -> Notification {
         Notification {
@@ -207,7 +208,7 @@ mod tests {
         // A due entry whose merchant cannot be read is passed over; the others still come due.
         let garbage =
             vec![Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(500), "evt_x"), b"not an id".to_vec())];
-        store.writer.submit(garbage, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+        store.kv.writer.submit(garbage, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
         let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
         assert_eq!(due, [first, second]);
     }

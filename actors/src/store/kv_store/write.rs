@@ -1,10 +1,11 @@
 //! What a [`Change`] writes: the sled operations the group-commit writer applies as one batch.
 
-use super::SledStore;
+use super::KvStore;
 use crate::core::Record;
 use crate::domain::ids::MerchantId;
 use crate::domain::links::{link_of, Link};
 use crate::domain::records::{DeliveryState, Notification, TransactionType};
+use crate::store::kv::Kv;
 use crate::store::op::Op;
 use crate::store::{Change, StoreError};
 
@@ -22,7 +23,7 @@ fn link_ops(m: &MerchantId, link: &Link, ops: &mut Vec<Op>) -> Result<(), StoreE
     Ok(())
 }
 
-impl SledStore {
+impl<K: Kv> KvStore<K> {
     pub(super) fn change_ops(change: &Change) -> Result<(Vec<Op>, Vec<Notification>), StoreError> {
         let m = &change.merchant;
         let mut ops = Vec::with_capacity(8 + 3 * change.outbox.len());
