@@ -1,8 +1,8 @@
 //! The store conformance suite: what every storage backend must do, driven through the role traits only
 //! (`Commits`, `Records`, `Outbox`, `Accounts`, `Audit`), never through a backend's own methods.
 //!
-//! Each check is a function of a [`Backend`]: how to open a store in a fresh place and how to open it again
-//! after a clean stop. The `conformance!` macro turns every check into a test for one backend; a new backend
+//! Each check is a function of a [`Backend`]: how to make a fresh place for a store (a directory, a database)
+//! and open the store there, again after a clean stop. The `conformance!` macro turns every check into a test for one backend; a new backend
 //! adds one line at the bottom and passes the same checks. Changes are built the way the merchant actor
 //! builds them, from the pure core's decisions, so what is stored is what the engine really writes.
 //!
@@ -10,7 +10,6 @@
 //! backend's is `actors/tests/crash.rs`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -22,26 +21,57 @@ use caisse_engine::domain::records::{DeliveryState, Merchant, TransactionType};
 use caisse_engine::domain::status::{EventKind, PaymentStatus};
 use caisse_engine::domain::text::{IdempotencyKey, Reference};
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{Change, FailureLatch, IdempotencyRecord, SledStore, Snapshot, Store, StoreError, Ticket};
+use caisse_engine::store::{
+    Change, FailureLatch, IdempotencyRecord, PgStore, SledStore, Snapshot, Store, StoreError, Ticket,
+};
 use caisse_engine::{Command, Record};
 
 #[path = "support/mod.rs"]
 mod support;
+
+#[path = "support/postgres.rs"]
+mod postgres;
 
 use caisse_engine::domain::links::link_of;
 use support::{new_link, new_payment, new_payout};
 
 /// A storage backend under test.
 trait Backend {
-    /// Opens (creating if needed) the store kept under `dir`.
-    fn open(&self, dir: &Path) -> Arc<dyn Store>;
+    /// A fresh, empty place for a store: a directory, a database.
+    fn place(&self) -> Box<dyn Place>;
+}
+
+/// Where one test keeps its store, removed when the test is done.
+trait Place {
+    /// Opens (creating if needed) the store kept here.
+    fn open(&self) -> Arc<dyn Store>;
 }
 
 struct Sled;
 
 impl Backend for Sled {
-    fn open(&self, dir: &Path) -> Arc<dyn Store> {
-        Arc::new(SledStore::open(dir).expect("open the sled store"))
+    fn place(&self) -> Box<dyn Place> {
+        Box::new(tempfile::tempdir().expect("a temporary directory"))
+    }
+}
+
+impl Place for tempfile::TempDir {
+    fn open(&self) -> Arc<dyn Store> {
+        Arc::new(SledStore::open(self.path()).expect("open the sled store"))
+    }
+}
+
+struct Postgres;
+
+impl Backend for Postgres {
+    fn place(&self) -> Box<dyn Place> {
+        Box::new(postgres::database())
+    }
+}
+
+impl Place for postgres::TestDatabase {
+    fn open(&self) -> Arc<dyn Store> {
+        Arc::new(PgStore::open(&self.url).expect("open the PostgreSQL store"))
     }
 }
 
@@ -150,8 +180,8 @@ impl Shop {
 /// A link is found by its id and its reference, its owner by its id alone; its payments list under it; the
 /// counters a payment's success moves are written with that success; links list newest first with a cursor.
 fn links_read_back_with_their_payments(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = backend.open(dir.path());
+    let place = backend.place();
+    let store = place.open();
     let mut shop = Shop::new();
     let Record::Link(first) = shop.run(&*store, Command::CreateLink(new_link(5_000, Some("fees-1"))), None) else {
         unreachable!()
@@ -203,8 +233,8 @@ fn account(id: &MerchantId, n: u32) -> Merchant {
 /// A committed change is visible through every view of it: the record, its reference, its transaction id,
 /// the transaction list, the journal, the list of work awaiting a provider, and the merchant's recovery.
 fn a_change_reads_back_through_every_view(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = backend.open(dir.path());
+    let place = backend.place();
+    let store = place.open();
     let mut shop = Shop::new();
     let Record::Payment(payment) = shop.pay(&*store, 5_000, "order-1") else { unreachable!() };
 
@@ -234,8 +264,8 @@ fn a_change_reads_back_through_every_view(backend: &dyn Backend) {
 /// Lists are newest first, complete and without repeats when walked a page at a time with their cursors,
 /// and a filter keeps only what it accepts.
 fn lists_page_newest_first_with_cursors(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = backend.open(dir.path());
+    let place = backend.place();
+    let store = place.open();
     let mut shop = Shop::new();
     let mut made = Vec::new();
     for n in 0..7 {
@@ -278,8 +308,8 @@ fn lists_page_newest_first_with_cursors(backend: &dyn Backend) {
 
 /// An idempotency record is written with its change and answers for its merchant only.
 fn idempotency_records_belong_to_their_merchant(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = backend.open(dir.path());
+    let place = backend.place();
+    let store = place.open();
     let mut shop = Shop::new();
     let record = shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("idem-1"))), Some("key-1"));
     let key = IdempotencyKey::parse("key-1").unwrap();
@@ -295,8 +325,8 @@ fn idempotency_records_belong_to_their_merchant(backend: &dyn Backend) {
 /// A change's notifications are fed to the dispatcher once durable, come due, are listed for their merchant,
 /// and leave the due list once an attempt settles them; a due entry left by a stale save is never offered.
 fn notifications_are_fed_come_due_and_settle(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = backend.open(dir.path());
+    let place = backend.place();
+    let store = place.open();
     let mut feed = store.outbox_feed().expect("the first caller takes the feed");
     assert!(store.outbox_feed().is_none(), "and only the first");
     let mut shop = Shop::new();
@@ -355,8 +385,8 @@ fn notifications_are_fed_come_due_and_settle(backend: &dyn Backend) {
 /// Accounts are found by id, by secret key and by e-mail whatever its case; a rolled key stops working in
 /// the same write; a second account cannot take an e-mail; every change moves the generation.
 fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = backend.open(dir.path());
+    let place = backend.place();
+    let store = place.open();
     assert_eq!(store.merchant_count().unwrap(), 0);
     let id = MerchantId::new();
     let first = account(&id, 1);
@@ -411,8 +441,8 @@ fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
 /// Once a write of an actor failed (its latch is set), every later write carrying the latch is refused at
 /// once and changes nothing.
 fn a_tripped_latch_refuses_the_write(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = backend.open(dir.path());
+    let place = backend.place();
+    let store = place.open();
     let mut shop = Shop::new();
     shop.pay(&*store, 1_000, "latch-1");
     shop.latch.store(true, std::sync::atomic::Ordering::Release);
@@ -427,11 +457,11 @@ fn a_tripped_latch_refuses_the_write(backend: &dyn Backend) {
 /// Everything survives a stop and a new open: records, lists, accounts, notifications, and a recovery and an
 /// audit that agree with the balances the changes produced.
 fn everything_survives_a_reopen_and_the_audit_agrees(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
+    let place = backend.place();
     let (mut a, mut b) = (Shop::new(), Shop::new());
     let a_account = account(&a.id, 1);
     {
-        let store = backend.open(dir.path());
+        let store = place.open();
         wait(store.put_merchant(a_account.clone(), None).unwrap());
         for n in 0..5 {
             a.pay(&*store, 1_000 * (n + 1), &format!("a-{n}"));
@@ -443,7 +473,7 @@ fn everything_survives_a_reopen_and_the_audit_agrees(backend: &dyn Backend) {
         let outcome = PayoutOutcome::Sent;
         b.run(&*store, Command::PayoutNotice { id: payout.key().to_owned(), outcome }, None);
     }
-    let store = backend.open(dir.path());
+    let store = place.open();
     for shop in [&a, &b] {
         let recovered = store.recover_merchant(&shop.id).unwrap();
         assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
@@ -461,10 +491,10 @@ fn everything_survives_a_reopen_and_the_audit_agrees(backend: &dyn Backend) {
 /// The audit at start replays each merchant's journal from its last audit checkpoint: what a passed audit
 /// replayed is not replayed again after a reopen, while the full audit still replays everything.
 fn the_audit_since_checkpoints_replays_only_what_is_new(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
+    let place = backend.place();
     let mut shop = Shop::new();
     let first = {
-        let store = backend.open(dir.path());
+        let store = place.open();
         for n in 0..3 {
             shop.pay(&*store, 1_000, &format!("p-{n}"));
             shop.confirm(&*store, &format!("p-{n}"));
@@ -473,7 +503,7 @@ fn the_audit_since_checkpoints_replays_only_what_is_new(backend: &dyn Backend) {
         assert_eq!((report.merchants, report.events, report.from_checkpoint), (1, shop.seq, 0));
         shop.seq
     };
-    let store = backend.open(dir.path());
+    let store = place.open();
     assert_eq!(store.audit_since_checkpoints().unwrap().events, 0);
     shop.pay(&*store, 2_000, "p-3");
     shop.confirm(&*store, "p-3");
@@ -488,10 +518,10 @@ fn the_audit_since_checkpoints_replays_only_what_is_new(backend: &dyn Backend) {
 /// in one write. Then a close: everything stays readable after a reopen, and writes after it are refused.
 fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(backend: &dyn Backend) {
     use caisse_engine::store::ExpiredIdempotency;
-    let dir = tempfile::tempdir().unwrap();
+    let place = backend.place();
     let mut shop = Shop::new();
     {
-        let store = backend.open(dir.path());
+        let store = place.open();
         shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("kept-1"))), Some("key-1"));
         shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("kept-2"))), Some("key-2"));
         let later = Timestamp::now().plus_ms(1);
@@ -525,7 +555,7 @@ fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(backend:
         let refused = store.put_merchant(account(&shop.id, 9), None);
         assert!(matches!(refused, Err(StoreError::Closed)), "{refused:?}");
     }
-    let store = backend.open(dir.path());
+    let store = place.open();
     assert_eq!(store.notifications_made_before(&shop.id, Timestamp::now(), None, 10).unwrap().len(), 1);
     assert!(store.idempotency(&shop.id, &IdempotencyKey::parse("key-2").unwrap()).unwrap().is_some());
 }
@@ -533,7 +563,7 @@ fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(backend:
 /// The provider side of a transaction is written with the change that carries it and read by transaction id:
 /// the route with the creation, the provider's reference with an answer; a transaction without them has none.
 fn provider_trails_are_kept_with_their_change(backend: &dyn Backend) {
-    let dir = tempfile::tempdir().unwrap();
+    let place = backend.place();
     let mut shop = Shop::new();
     let route = ProviderRoute {
         adapter: AdapterName::parse("pawapay").unwrap(),
@@ -541,7 +571,7 @@ fn provider_trails_are_kept_with_their_change(backend: &dyn Backend) {
     };
     let reference = ProviderReference::parse("MP250101.1200.A00001").unwrap();
     let transaction_id = {
-        let store = backend.open(dir.path());
+        let store = place.open();
         let (mut change, balances) = shop.change(&Command::InitiatePayment(new_payment(2_000, Some("routed"))), None);
         let Record::Payment(payment) = change.record.clone() else { unreachable!() };
         change.route = Some((payment.transaction_id.clone(), route.clone()));
@@ -562,7 +592,7 @@ fn provider_trails_are_kept_with_their_change(backend: &dyn Backend) {
         assert_eq!(store.provider_trail(&plain.transaction_id).unwrap(), ProviderTrail::default());
         payment.transaction_id
     };
-    let store = backend.open(dir.path());
+    let store = place.open();
     let trail = store.provider_trail(&transaction_id).unwrap();
     assert_eq!(trail, ProviderTrail { route: Some(route), reference: Some(reference) });
     assert_eq!(store.provider_trail("tx_01JD0000000000000000000000").unwrap(), ProviderTrail::default());
@@ -633,3 +663,4 @@ macro_rules! conformance {
 }
 
 conformance!(sled, Sled);
+conformance!(postgresql, Postgres);

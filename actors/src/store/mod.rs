@@ -22,6 +22,7 @@ mod layout;
 mod legacy;
 mod op;
 mod overlay;
+pub mod pg_store;
 mod roles;
 pub mod sealing;
 pub mod sled_store;
@@ -44,6 +45,7 @@ use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 
 pub use kv_store::KvStore;
+pub use pg_store::PgStore;
 pub use roles::{Accounts, Audit, Commits, Outbox, Records, Store};
 pub use sled_store::SledStore;
 

@@ -316,8 +316,6 @@ pub(super) struct AuditCheckpoint {
     snapshot: Option<Snapshot>,
 }
 
-/// The merchant a journal key belongs to.
-
 /// The events under one journal key numbered `next` or more, with their numbers and where they lie in the
 /// value: those before were read from an earlier key (see [`journal_runs`]). Each event's own number is
 /// checked as it is replayed.

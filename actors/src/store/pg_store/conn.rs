@@ -1,0 +1,156 @@
+//! Connections to PostgreSQL and the runtime they live on.
+//!
+//! The store's callers are synchronous (the roles' methods return values, as sled's reads do) and run on
+//! actix's arbiters, each a runtime of its own. A connection is a task on one runtime and must not be shared
+//! with another, so the store owns one multi-threaded runtime ([`Bridge`]) for all its connections: a caller
+//! hands it a future and waits for the answer on a channel, from any thread, bounded by [`QUERY_TIMEOUT`].
+//!
+//! A [`Conn`] keeps the statements it prepared, so a query is one round trip after its first use. Readers
+//! share a few connections ([`Readers`]): tokio-postgres pipelines the queries of concurrent callers on one
+//! connection, so a pool would add little. A connection found closed is replaced on its next use.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_postgres::{Client, NoTls, Statement};
+
+use crate::store::StoreError;
+
+/// The longest one query (or one group commit) may take before the caller is told it failed.
+pub(super) const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a new connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections shared by readers.
+const READERS: usize = 2;
+
+pub(super) fn db_error(context: &str, e: tokio_postgres::Error) -> StoreError {
+    // The database's own message (a constraint, a lost connection) says more than the driver's summary.
+    match e.as_db_error() {
+        Some(db) => StoreError::Io(format!("{context}: {} ({})", db.message(), db.code().code())),
+        None => StoreError::Io(format!("{context}: {e}")),
+    }
+}
+
+/// The runtime every connection of one store runs on.
+pub(super) struct Bridge {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Bridge {
+    pub(super) fn new() -> Result<Bridge, StoreError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("caisse-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Io(format!("start the PostgreSQL runtime: {e}")))?;
+        Ok(Bridge { runtime: Some(runtime) })
+    }
+
+    pub(super) fn handle(&self) -> Result<&tokio::runtime::Handle, StoreError> {
+        self.runtime.as_ref().map(|r| r.handle()).ok_or(StoreError::Closed)
+    }
+
+    /// Runs `work` on the store's runtime and waits for its answer, at most [`QUERY_TIMEOUT`]. Blocks the
+    /// calling thread, which may be any thread but one of this runtime's.
+    pub(super) fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let (answer, wait) = std::sync::mpsc::sync_channel(1);
+        self.handle()?.spawn(async move {
+            let result = tokio::time::timeout(QUERY_TIMEOUT, work)
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Io("PostgreSQL did not answer in time".into())));
+            // The caller may have stopped waiting; nothing to do then.
+            let _ = answer.send(result);
+        });
+        wait.recv().map_err(|_| StoreError::Closed)?
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        // Dropping a runtime waits for its tasks, which an async context forbids: the store may be dropped on
+        // an actix thread. Its connections end with the runtime's threads.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// One connection and the statements it prepared.
+pub(super) struct Conn {
+    pub(super) client: Client,
+    statements: Mutex<HashMap<String, Statement>>,
+}
+
+impl Conn {
+    /// Opens a connection; must run on the store's runtime, which then drives it.
+    pub(super) async fn open(config: &tokio_postgres::Config) -> Result<Conn, StoreError> {
+        let mut config = config.clone();
+        config.connect_timeout(CONNECT_TIMEOUT).keepalives(true).keepalives_idle(Duration::from_secs(30));
+        if config.get_application_name().is_none() {
+            config.application_name("caisse");
+        }
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| db_error("connect to PostgreSQL", e))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "a PostgreSQL connection ended");
+            }
+        });
+        Ok(Conn { client, statements: Mutex::new(HashMap::new()) })
+    }
+
+    /// `sql` prepared on this connection, once.
+    pub(super) async fn statement(&self, sql: &str) -> Result<Statement, StoreError> {
+        if let Some(statement) = self.statements.lock().map_err(|_| poisoned())?.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).await.map_err(|e| db_error("prepare a statement", e))?;
+        self.statements.lock().map_err(|_| poisoned())?.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Io("a PostgreSQL statement cache was poisoned".into())
+}
+
+/// The connections readers share, each opened on first use and replaced once closed.
+pub(super) struct Readers {
+    config: tokio_postgres::Config,
+    slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Readers {
+    pub(super) fn new(config: tokio_postgres::Config) -> Readers {
+        Readers {
+            config,
+            slots: (0..READERS).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// A connection to read on, the slots taken in turn.
+    pub(super) async fn conn(&self) -> Result<Arc<Conn>, StoreError> {
+        let at = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.slots.len();
+        let mut slot = self.slots[at].lock().await;
+        if let Some(conn) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(conn.clone());
+        }
+        let conn = Arc::new(Conn::open(&self.config).await?);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}

@@ -1,0 +1,294 @@
+//! The PostgreSQL engine ([`PgKv`]): the store's trees as tables of one database, which several nodes share
+//! in cluster mode. A change is durable once the transaction holding it has committed, with whatever the
+//! database promises for a commit (synchronous replication to a standby is what makes it survive the loss of
+//! the primary: docs/cluster.md).
+//!
+//! `schema` creates and migrates the tables, `conn` holds the connections and the runtime they run on, and
+//! `writer` makes each batch of queued changes one transaction. Reads go to the database each time: nothing
+//! is cached here, so what one node commits every node reads.
+
+mod conn;
+mod schema;
+mod writer;
+
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use self::conn::{db_error, Bridge, Conn, Readers};
+use self::schema::TreeSql;
+use self::writer::{Job, WriterTask, QUEUE_CAPACITY};
+use super::kv::{Kv, Scan};
+use super::kv_store::KvStore;
+use super::layout::{merchant_of, TREE_NAMES};
+use super::op::Op;
+use super::writer::wait_polling;
+use super::{BackupReport, FailureLatch, StoreError, Ticket};
+use crate::domain::ids::MerchantId;
+use crate::domain::records::Notification;
+
+/// The cluster store: the roles over PostgreSQL.
+pub type PgStore = KvStore<PgKv>;
+
+/// Notifications waiting for the dispatcher beyond this are found by its scan of the due index instead.
+const FEED_CAPACITY: usize = 64 * 1024;
+
+/// Rows one page of a range scan reads.
+const SCAN_PAGE: i64 = 256;
+
+pub struct PgKv {
+    inner: Arc<Inner>,
+    jobs: mpsc::Sender<Job>,
+    generations: Arc<Vec<AtomicU64>>,
+    healthy: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
+}
+
+/// What reads need, shared with the scans they hand out.
+struct Inner {
+    // Declared first so it drops first: the runtime goes before the connections it drives.
+    bridge: Bridge,
+    readers: Readers,
+    sql: Arc<Vec<TreeSql>>,
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (a `postgres://` URL or a libpq key-value string), creates or migrates
+    /// its schema and starts the writer. Does not audit: call [`Audit::audit`](crate::store::Audit::audit).
+    pub fn open(url: &str) -> Result<PgStore, StoreError> {
+        let config: tokio_postgres::Config =
+            url.parse().map_err(|e| StoreError::Io(format!("the PostgreSQL URL is not valid: {e}")))?;
+        let bridge = Bridge::new()?;
+        let writer_conn = {
+            let config = config.clone();
+            bridge.run(async move {
+                let mut conn = Conn::open(&config).await?;
+                schema::migrate(&mut conn).await?;
+                Ok(conn)
+            })?
+        };
+        let sql = Arc::new(schema::tree_sql());
+        let generations: Arc<Vec<AtomicU64>> = Arc::new(TREE_NAMES.iter().map(|_| AtomicU64::new(0)).collect());
+        let healthy = Arc::new(AtomicBool::new(true));
+        let closed = Arc::new(AtomicBool::new(false));
+        let (feed_tx, feed_rx) = mpsc::channel(FEED_CAPACITY);
+        let (jobs_tx, jobs_rx) = mpsc::channel(QUEUE_CAPACITY);
+        let task = WriterTask {
+            config: config.clone(),
+            conn: Some(writer_conn),
+            sql: sql.clone(),
+            jobs: jobs_rx,
+            generations: generations.clone(),
+            healthy: healthy.clone(),
+            closed: closed.clone(),
+            feed: feed_tx,
+        };
+        bridge.handle()?.spawn(task.run());
+        let inner = Arc::new(Inner { bridge, readers: Readers::new(config), sql });
+        let kv = PgKv { inner, jobs: jobs_tx, generations, healthy, closed };
+        Ok(PgStore::new(kv, feed_rx))
+    }
+}
+
+impl Inner {
+    fn sql(&self, tree: usize) -> Result<&TreeSql, StoreError> {
+        self.sql.get(tree).ok_or_else(|| StoreError::Corrupt(format!("no tree number {tree}")))
+    }
+
+    /// Runs `query` (picked from the tree's statements) with `params` on a reader and returns the rows.
+    fn rows(
+        self: &Arc<Self>,
+        tree: usize,
+        query: fn(&TreeSql) -> &String,
+        params: Vec<Param>,
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let inner = self.clone();
+        self.bridge.run(async move {
+            let conn = inner.readers.conn().await?;
+            let statement = conn.statement(query(inner.sql(tree)?)).await?;
+            let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
+            conn.client.query(&statement, &refs).await.map_err(|e| db_error(TREE_NAMES[tree], e))
+        })
+    }
+}
+
+/// A query parameter owned by the query's future.
+enum Param {
+    Bytes(Vec<u8>),
+    Int(i64),
+}
+
+impl Param {
+    fn as_sql(&self) -> &(dyn tokio_postgres::types::ToSql + Sync) {
+        match self {
+            Param::Bytes(bytes) => bytes,
+            Param::Int(n) => n,
+        }
+    }
+}
+
+fn column(row: &tokio_postgres::Row, at: usize, tree: usize) -> Result<Vec<u8>, StoreError> {
+    row.try_get::<_, Vec<u8>>(at).map_err(|e| StoreError::Corrupt(format!("{}: {e}", TREE_NAMES[tree])))
+}
+
+impl Kv for PgKv {
+    fn raw(&self, tree: usize, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+        let rows = self.inner.rows(tree, |s| &s.get, vec![Param::Bytes(key.to_vec())])?;
+        rows.first().map(|row| column(row, 0, tree).map(sled::IVec::from)).transpose()
+    }
+
+    fn scan(&self, tree: usize, start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool) -> Result<Scan, StoreError> {
+        // Bounds as the statements take them: a least key included, a greatest excluded. The least key after
+        // `k` is `k` followed by a zero byte.
+        let after = |key: &[u8]| {
+            let mut next = key.to_vec();
+            next.push(0);
+            next
+        };
+        let low = match start {
+            Bound::Included(key) => key.to_vec(),
+            Bound::Excluded(key) => after(key),
+            Bound::Unbounded => Vec::new(),
+        };
+        let high = match end {
+            Bound::Included(key) => Some(after(key)),
+            Bound::Excluded(key) => Some(key.to_vec()),
+            Bound::Unbounded => None,
+        };
+        Ok(Box::new(PgScan { inner: self.inner.clone(), tree, low, high, reverse, page: Vec::new(), done: false }))
+    }
+
+    fn submit(
+        &self,
+        ops: Vec<Op>,
+        guard: Option<&FailureLatch>,
+        notify: Vec<Notification>,
+    ) -> Result<Ticket, StoreError> {
+        if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
+            return Err(StoreError::Aborted);
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        let (done, ticket) = oneshot::channel();
+        let job = Job { ops, guard: guard.cloned(), notify, done, close: false };
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(ticket),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::Overloaded),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(StoreError::Closed),
+        }
+    }
+
+    fn generation(&self, tree: usize) -> u64 {
+        self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
+    }
+
+    fn count(&self, tree: usize) -> Result<u64, StoreError> {
+        let rows = self.inner.rows(tree, |s| &s.count, Vec::new())?;
+        let count: i64 = rows
+            .first()
+            .and_then(|row| row.try_get(0).ok())
+            .ok_or_else(|| StoreError::Corrupt(format!("{}: no count", TREE_NAMES[tree])))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    fn merchants(&self, tree: usize) -> Result<Vec<MerchantId>, StoreError> {
+        let rows = self.inner.rows(tree, |s| &s.merchants, Vec::new())?;
+        rows.iter().map(|row| merchant_of(&column(row, 0, tree)?)).collect()
+    }
+
+    /// Commits what is queued, then refuses later writes. The database holds everything committed: nothing
+    /// is left to replay at the next open.
+    fn close(&self) -> Result<(), StoreError> {
+        let (done, ticket) = oneshot::channel();
+        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true };
+        // Waits for room: what is queued before the close is committed first.
+        let handle = self.inner.bridge.handle()?.clone();
+        let jobs = self.jobs.clone();
+        handle.spawn(async move {
+            if let Err(mpsc::error::SendError(job)) = jobs.send(job).await {
+                let _ = job.done.send(Err(StoreError::Closed));
+            }
+        });
+        match wait_polling(ticket, None) {
+            Err(StoreError::Closed) if self.closed.load(Ordering::Acquire) => Ok(()),
+            other => other,
+        }
+    }
+
+    fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+
+    fn backup(&self, _to: &Path) -> Result<BackupReport, StoreError> {
+        Err(StoreError::Conflict(
+            "a PostgreSQL store is backed up with PostgreSQL's own tools (pg_dump, or base backups with WAL \
+             archiving); see docs/cluster.md"
+                .into(),
+        ))
+    }
+}
+
+/// A range scan read a page at a time, each page a query from where the last one stopped.
+struct PgScan {
+    inner: Arc<Inner>,
+    tree: usize,
+    /// The least key still to read (included).
+    low: Vec<u8>,
+    /// The key past the last still to read (excluded), when there is one.
+    high: Option<Vec<u8>>,
+    reverse: bool,
+    /// The page being handed out, reversed so that `pop` gives the next item.
+    page: Vec<(sled::IVec, sled::IVec)>,
+    done: bool,
+}
+
+impl PgScan {
+    fn fetch(&mut self) -> Result<(), StoreError> {
+        let mut params = vec![Param::Bytes(self.low.clone())];
+        if let Some(high) = &self.high {
+            params.push(Param::Bytes(high.clone()));
+        }
+        params.push(Param::Int(SCAN_PAGE));
+        let query: fn(&TreeSql) -> &String = match (self.reverse, self.high.is_some()) {
+            (false, false) => |s| &s.forward,
+            (false, true) => |s| &s.forward_to,
+            (true, false) => |s| &s.reverse,
+            (true, true) => |s| &s.reverse_to,
+        };
+        let rows = self.inner.rows(self.tree, query, params)?;
+        self.done = (rows.len() as i64) < SCAN_PAGE;
+        let mut page = Vec::with_capacity(rows.len());
+        for row in &rows {
+            page.push((sled::IVec::from(column(row, 0, self.tree)?), sled::IVec::from(column(row, 1, self.tree)?)));
+        }
+        if let Some((last, _)) = page.last() {
+            if self.reverse {
+                self.high = Some(last.to_vec());
+            } else {
+                self.low = last.to_vec();
+                self.low.push(0);
+            }
+        }
+        page.reverse();
+        self.page = page;
+        Ok(())
+    }
+}
+
+impl Iterator for PgScan {
+    type Item = Result<(sled::IVec, sled::IVec), StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.page.is_empty() && !self.done {
+            if let Err(e) = self.fetch() {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+        self.page.pop().map(Ok)
+    }
+}

@@ -1,0 +1,214 @@
+//! Group commit on PostgreSQL: one task owns the writing connection and makes each batch of queued jobs one
+//! transaction, acknowledged only after `COMMIT` returns.
+//!
+//! The task takes the first waiting job, then whatever else is already queued up to [`MAX_BATCH_JOBS`],
+//! folds their operations into the last value of each key (a key written twice in a batch is written once),
+//! and sends one multi-row upsert and one multi-row delete per table touched, pipelined on the connection
+//! inside one transaction. Jobs commit in queue order, so a merchant's changes (queued by its actor in
+//! decision order) land in order.
+//!
+//! When a batch fails every job in it fails and their guards are set ([`FailureLatch`]), exactly as with
+//! the sled engine. A commit whose answer is lost (the connection dropped while `COMMIT` was in flight) may
+//! have committed: its jobs are still reported failed, their actors reload from the database, and a client's
+//! retry with the same idempotency key finds the first answer if it was kept. The connection is then replaced;
+//! while the store is unhealthy and idle the task checks the database once a second, so health returns with it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::ToSql;
+
+use super::conn::{db_error, Conn, QUERY_TIMEOUT};
+use super::schema::TreeSql;
+use crate::domain::records::Notification;
+use crate::store::op::Op;
+use crate::store::{FailureLatch, StoreError};
+
+/// Jobs one transaction takes at most.
+pub(super) const MAX_BATCH_JOBS: usize = 2048;
+/// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
+pub(super) const QUEUE_CAPACITY: usize = 32 * 1024;
+
+/// How often an unhealthy, idle writer checks the database.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// One table's part of a transaction: the keys set, their values, and the keys removed.
+type Columns<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<&'a [u8]>);
+
+pub(super) struct Job {
+    pub(super) ops: Vec<Op>,
+    pub(super) guard: Option<FailureLatch>,
+    pub(super) notify: Vec<Notification>,
+    pub(super) done: oneshot::Sender<Result<(), StoreError>>,
+    /// Commit what is queued before, then stop.
+    pub(super) close: bool,
+}
+
+pub(super) struct WriterTask {
+    pub(super) config: tokio_postgres::Config,
+    pub(super) conn: Option<Conn>,
+    pub(super) sql: Arc<Vec<TreeSql>>,
+    pub(super) jobs: mpsc::Receiver<Job>,
+    pub(super) generations: Arc<Vec<AtomicU64>>,
+    pub(super) healthy: Arc<AtomicBool>,
+    pub(super) closed: Arc<AtomicBool>,
+    pub(super) feed: mpsc::Sender<Notification>,
+}
+
+impl WriterTask {
+    pub(super) async fn run(mut self) {
+        loop {
+            let first = if self.healthy.load(Ordering::Acquire) {
+                self.jobs.recv().await
+            } else {
+                match tokio::time::timeout(PROBE_EVERY, self.jobs.recv()).await {
+                    Ok(job) => job,
+                    Err(_) => {
+                        self.probe().await;
+                        continue;
+                    }
+                }
+            };
+            let Some(first) = first else { return };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH_JOBS && !batch.last().is_some_and(|j| j.close) {
+                match self.jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let close = batch.last().is_some_and(|j| j.close);
+            self.commit_batch(batch).await;
+            if close {
+                self.closed.store(true, Ordering::Release);
+                self.jobs.close();
+                // Jobs queued after the close are refused.
+                while let Ok(job) = self.jobs.try_recv() {
+                    let _ = job.done.send(Err(StoreError::Closed));
+                }
+                return;
+            }
+        }
+    }
+
+    async fn probe(&mut self) {
+        let ok = match self.connection().await {
+            Ok(conn) => conn.client.simple_query("SELECT 1").await.is_ok(),
+            Err(_) => false,
+        };
+        if ok {
+            self.healthy.store(true, Ordering::Release);
+        } else {
+            self.conn = None;
+        }
+    }
+
+    async fn connection(&mut self) -> Result<&mut Conn, StoreError> {
+        if self.conn.as_ref().is_some_and(|c| c.is_closed()) {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            self.conn = Some(Conn::open(&self.config).await?);
+        }
+        self.conn.as_mut().ok_or(StoreError::Closed)
+    }
+
+    async fn commit_batch(&mut self, batch: Vec<Job>) {
+        // A job whose actor already saw a write fail is refused: its change may build on the lost one.
+        let (aborted, jobs): (Vec<Job>, Vec<Job>) =
+            batch.into_iter().partition(|j| j.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)));
+        for job in aborted {
+            let _ = job.done.send(Err(StoreError::Aborted));
+        }
+        let mut trees: BTreeMap<usize, BTreeMap<&[u8], Option<&[u8]>>> = BTreeMap::new();
+        for job in &jobs {
+            for op in &job.ops {
+                match op {
+                    Op::Insert(tree, key, value) => trees.entry(*tree).or_default().insert(key, Some(value)),
+                    Op::Remove(tree, key) => trees.entry(*tree).or_default().insert(key, None),
+                };
+            }
+        }
+        let result = if trees.is_empty() {
+            Ok(())
+        } else {
+            match tokio::time::timeout(QUERY_TIMEOUT, self.write(&trees)).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Io("PostgreSQL did not commit in time".into())),
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.healthy.store(true, Ordering::Release);
+                for tree in trees.keys() {
+                    if let Some(generation) = self.generations.get(*tree) {
+                        generation.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+                for job in jobs {
+                    for notification in job.notify {
+                        // A full feed is fine: the dispatcher also scans the due index.
+                        let _ = self.feed.try_send(notification);
+                    }
+                    let _ = job.done.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, jobs = jobs.len(), "a PostgreSQL group commit failed");
+                self.healthy.store(false, Ordering::Release);
+                // The connection's state is unknown (a transaction may be open): the next batch opens another.
+                self.conn = None;
+                for job in jobs {
+                    if let Some(guard) = &job.guard {
+                        guard.store(true, Ordering::Release);
+                    }
+                    let _ = job.done.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// One transaction: per table, one upsert of every key set and one delete of every key removed, sent
+    /// together so they pipeline.
+    async fn write(&mut self, trees: &BTreeMap<usize, BTreeMap<&[u8], Option<&[u8]>>>) -> Result<(), StoreError> {
+        let sql = self.sql.clone();
+        let conn = self.connection().await?;
+        let mut statements = Vec::new();
+        for tree in trees.keys() {
+            let names = sql.get(*tree).ok_or_else(|| StoreError::Corrupt(format!("no tree number {tree}")))?;
+            statements.push((conn.statement(&names.upsert).await?, conn.statement(&names.delete).await?));
+        }
+        let mut columns: Vec<Columns> = Vec::with_capacity(trees.len());
+        for keys in trees.values() {
+            let (mut set_keys, mut set_values, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+            for (key, value) in keys {
+                match value {
+                    Some(value) => {
+                        set_keys.push(*key);
+                        set_values.push(*value);
+                    }
+                    None => removed.push(*key),
+                }
+            }
+            columns.push((set_keys, set_values, removed));
+        }
+        let tx = conn.client.transaction().await.map_err(|e| db_error("begin a group commit", e))?;
+        let mut writes = Vec::new();
+        for ((set_keys, set_values, removed), (upsert, delete)) in columns.iter().zip(&statements) {
+            if !set_keys.is_empty() {
+                let params: Vec<&(dyn ToSql + Sync)> = vec![set_keys, set_values];
+                writes.push(tx.execute_raw(upsert, params));
+            }
+            if !removed.is_empty() {
+                let params: Vec<&(dyn ToSql + Sync)> = vec![removed];
+                writes.push(tx.execute_raw(delete, params));
+            }
+        }
+        try_join_all(writes).await.map_err(|e| db_error("write a group commit", e))?;
+        tx.commit().await.map_err(|e| db_error("commit a group commit", e))
+    }
+}

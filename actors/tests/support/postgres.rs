@@ -1,0 +1,168 @@
+//! A PostgreSQL database for each test that needs one.
+//!
+//! With `CAISSE_TEST_DATABASE_URL` set, the databases are made on that server (its user must be allowed to
+//! create databases). Otherwise the first test of a process starts a private cluster from the installed
+//! PostgreSQL programs (`initdb` and `pg_ctl`, run as the `postgres` user when the tests run as root, since
+//! `initdb` refuses root) in a temporary directory, on a free loopback port, without fsync: its durability is
+//! not what the tests measure. A watchdog stops that cluster and removes its directory once the test process
+//! has gone, however it ended. Each test gets a database of its own, dropped when the test is done.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// A database made for one test; dropped with it.
+pub struct TestDatabase {
+    pub url: String,
+    name: String,
+    admin_url: String,
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // Best effort: a database left behind is gone with the private cluster anyway.
+        let _ = psql(&self.admin_url, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+    }
+}
+
+/// A fresh, empty database.
+pub fn database() -> TestDatabase {
+    let server = server();
+    let name = format!("caisse_test_{:016x}", rand_u64());
+    psql(&server.admin_url, &format!("CREATE DATABASE {name}")).unwrap_or_else(|e| panic!("create {name}: {e}"));
+    TestDatabase { url: with_database(&server.admin_url, &name), name, admin_url: server.admin_url.clone() }
+}
+
+struct Server {
+    admin_url: String,
+}
+
+fn server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| match std::env::var("CAISSE_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Server { admin_url: url },
+        _ => start_private_cluster().unwrap_or_else(|e| panic!("start a private PostgreSQL: {e}")),
+    })
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher
+        .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    hasher.finish()
+}
+
+/// `url` naming database `name` instead of its own.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    format!("{base}/{name}{query}")
+}
+
+fn psql(url: &str, sql: &str) -> Result<(), String> {
+    let out = Command::new(bin("psql"))
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+        .output()
+        .map_err(|e| format!("run psql: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A PostgreSQL program: from the newest `/usr/lib/postgresql/<version>/bin` (where Debian installs them,
+/// outside the `PATH`), else from the `PATH`.
+fn bin(program: &str) -> PathBuf {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path().join("bin").join(program))))
+        .filter(|(_, path)| path.exists())
+        .collect();
+    versions.sort();
+    versions.pop().map_or_else(|| PathBuf::from(program), |(_, path)| path)
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let out = command.output().map_err(|e| format!("run {command:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{command:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// `program` with `args`, as the `postgres` user when this process is root.
+fn as_owner(program: &Path, args: &[&str]) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program).args(args);
+        command
+    } else {
+        let mut command = Command::new(program);
+        command.args(args);
+        command
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("find a free port: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn start_private_cluster() -> Result<Server, String> {
+    let dir = std::env::temp_dir().join(format!("caisse-pg-{}-{:08x}", std::process::id(), rand_u64() as u32));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        run(Command::new("chown").args(["postgres:postgres"]).arg(&dir))?;
+    }
+    let data = dir.join("data");
+    let data_arg = data.to_str().ok_or("a temporary path that is not UTF-8")?;
+    let dir_arg = dir.to_str().ok_or("a temporary path that is not UTF-8")?;
+    run(&mut as_owner(
+        &bin("initdb"),
+        &["-D", data_arg, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"],
+    ))?;
+    let port = free_port()?;
+    let options = format!(
+        "-p {port} -k {dir_arg} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off \
+         -c max_connections=300 -c shared_buffers=64MB"
+    );
+    let log = dir.join("server.log");
+    let log_arg = log.to_str().ok_or("a temporary path that is not UTF-8")?;
+    run(&mut as_owner(&bin("pg_ctl"), &["-D", data_arg, "-l", log_arg, "-o", &options, "-w", "-t", "60", "start"]))?;
+    // The watchdog: once this process is gone, stop the cluster and remove its files.
+    let pg_ctl = bin("pg_ctl");
+    let stop = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {owner}{pg_ctl} -D {data_arg} -m immediate stop >/dev/null 2>&1; rm -rf {dir_arg}",
+        pid = std::process::id(),
+        owner = if unsafe { libc::geteuid() } == 0 { "runuser -u postgres -- " } else { "" },
+        pg_ctl = pg_ctl.display(),
+    );
+    Command::new("sh")
+        .args(["-c", &stop])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start the cluster's watchdog: {e}"))?;
+    Ok(Server { admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres") })
+}
