@@ -12,7 +12,7 @@ use caisse_engine::webhook::delivery::{DeliveryConfig, DeliveryError};
 use caisse_engine::webhook::schedule::RetrySchedule;
 
 use crate::admin;
-use crate::config::{Environment, Settings};
+use crate::config::{Environment, Settings, StoreLocation};
 use crate::dashboard::{self, DashboardState};
 use crate::flow::{sweep, Flow};
 use crate::http::{self, AppState, FailedAuth, RateLimiter};
@@ -93,6 +93,9 @@ impl Application {
         let settings = Arc::new(settings);
         let mut config = EngineConfig::new(&settings.data_dir);
         config.store_cache_bytes = settings.store_cache_bytes;
+        if let StoreLocation::Postgres(url) = &settings.store {
+            config.postgres_url = Some(url.expose().to_owned());
+        }
         config.master_key = settings.master_key.clone();
         let engine = Engine::open(config)?;
         engine.start_audits(settings.audits);

@@ -36,13 +36,15 @@ use crate::metrics::METRICS;
 use crate::registry::Registry;
 use crate::store::sealing::MasterKey;
 use crate::store::{
-    AuditReport, AuditScope, AwaitingProvider, BackupReport, Located, Page, SledStore, Store, StoreError,
+    AuditReport, AuditScope, AwaitingProvider, BackupReport, Located, Page, PgStore, SledStore, Store, StoreError,
 };
 use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub data_dir: PathBuf,
+    /// A PostgreSQL database to keep everything in instead of sled under `data_dir` (cluster mode).
+    pub postgres_url: Option<String>,
     /// Arbiters (threads) the merchant actors are spread over; 0 means one per core.
     pub shards: usize,
     pub actors: ActorSettings,
@@ -56,6 +58,7 @@ impl EngineConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> EngineConfig {
         EngineConfig {
             data_dir: data_dir.into(),
+            postgres_url: None,
             shards: 0,
             actors: ActorSettings::default(),
             store_cache_bytes: crate::store::sled_store::DEFAULT_CACHE_BYTES,
@@ -134,9 +137,13 @@ impl Drop for Inner {
 }
 
 impl Engine {
-    /// Opens the sled store under `config.data_dir`, audits it (refusing to start on any disagreement), and
-    /// starts the Arbiters.
+    /// Opens the store (PostgreSQL at `config.postgres_url`, else sled under `config.data_dir`), audits it
+    /// (refusing to start on any disagreement), and starts the Arbiters.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
+        if let Some(url) = &config.postgres_url {
+            let store = PgStore::open(url)?.with_master_key(config.master_key.clone());
+            return Engine::with_store(Arc::new(store), config);
+        }
         let store = SledStore::open_with_cache(&config.data_dir, config.store_cache_bytes).map_err(|e| match e {
             crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
             other => EngineError::from(other),

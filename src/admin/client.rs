@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use caisse_engine::domain::ids::{random_base62, MerchantId};
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{SledStore, Store, StoreError};
+use caisse_engine::store::{PgStore, SledStore, Store, StoreError};
 use serde_json::{json, Value};
 
-use crate::config::Settings;
+use crate::config::{Settings, StoreLocation};
 use crate::merchants::{self, NewMerchant};
 
 /// What the operator asked for.
@@ -123,19 +123,27 @@ fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
     )
 }
 
-fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
-    let store: Arc<dyn Store> = match SledStore::open_with_cache(&settings.data_dir, settings.store_cache_bytes) {
-        Ok(store) => Arc::new(store.with_master_key(settings.master_key.clone())),
-        Err(StoreError::Locked(_)) => {
-            return Err(format!(
-                "the store in {} is in use by a running `caisse serve`; set an admin token (CAISSE_ADMIN_TOKEN or \
+/// The store of `settings`, opened by this command. A PostgreSQL store is shared with the running nodes; the
+/// embedded one only opens while no server holds it.
+fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, String> {
+    if let StoreLocation::Postgres(url) = &settings.store {
+        let store = PgStore::open(url.expose()).map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
+        return Ok(Arc::new(store.with_master_key(settings.master_key.clone())));
+    }
+    match SledStore::open_with_cache(&settings.data_dir, settings.store_cache_bytes) {
+        Ok(store) => Ok(Arc::new(store.with_master_key(settings.master_key.clone()))),
+        Err(StoreError::Locked(_)) => Err(format!(
+            "the store in {} is in use by a running `caisse serve`; set an admin token (CAISSE_ADMIN_TOKEN or \
                  admin_token_file) for both the server and this command to manage merchants while it runs, or \
                  stop the server",
-                settings.data_dir.display()
-            ))
-        }
-        Err(e) => return Err(format!("cannot open the store in {}: {e}", settings.data_dir.display())),
-    };
+            settings.data_dir.display()
+        )),
+        Err(e) => Err(format!("cannot open the store in {}: {e}", settings.data_dir.display())),
+    }
+}
+
+fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
+    let store = open_store(settings)?;
     let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
     let durable = |ticket: Result<caisse_engine::store::Ticket, StoreError>| -> Result<(), String> {
         match runtime.block_on(ticket.map_err(|e| e.to_string())?) {
@@ -220,6 +228,11 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
 /// `caisse restore --from DIR`: copies a backup into the configured data directory, which must be absent or
 /// empty (and no server may run on it), then opens it, which replays and audits it. Answers what the audit saw.
 pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, String> {
+    if let StoreLocation::Postgres(_) = settings.store {
+        return Err("a PostgreSQL store is restored with PostgreSQL's own tools (pg_restore, or a base backup); \
+                    see docs/cluster.md"
+            .into());
+    }
     let data = &settings.data_dir;
     if !from.join(caisse_engine::store::sled_store::STAMP_FILE).is_file() {
         return Err(format!("{} is not a backup of a Caisse store (no format stamp)", from.display()));

@@ -109,6 +109,8 @@ pub struct ProviderSettings {
 pub struct Settings {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// The store: sled under `data_dir`, or PostgreSQL (`store`).
+    pub store: StoreLocation,
     pub environment: Environment,
     pub webhook_retry_schedule_ms: Vec<u64>,
     pub webhook_extra_ca: Option<PathBuf>,
@@ -146,6 +148,29 @@ pub struct Settings {
     pub notification_retention: Option<Duration>,
 }
 
+/// Where the service keeps its data (`store`).
+#[derive(Debug, Clone)]
+pub enum StoreLocation {
+    /// The embedded store under `data_dir`.
+    Sled,
+    /// A PostgreSQL database, by URL (which may carry a password, hence a secret).
+    Postgres(Secret),
+}
+
+impl StoreLocation {
+    fn parse(text: &str) -> Result<StoreLocation, ConfigError> {
+        let text = text.trim();
+        if text == "sled" {
+            Ok(StoreLocation::Sled)
+        } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Ok(StoreLocation::Postgres(Secret::new(text.to_owned())))
+        } else {
+            // The text may be a URL with a password typed wrong: not repeated.
+            Err(bad("store", "neither \"sled\" nor a postgres:// or postgresql:// URL"))
+        }
+    }
+}
+
 /// How log lines are written (`log_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -181,6 +206,7 @@ pub const ADMIN_TOKEN_MIN_LEN: usize = 32;
 pub struct Layer {
     listen: Option<String>,
     data_dir: Option<String>,
+    store: Option<String>,
     environment: Option<String>,
     webhook_retry_schedule: Option<String>,
     webhook_extra_ca: Option<String>,
@@ -291,6 +317,7 @@ impl Layer {
         Ok(Layer {
             listen: get("CAISSE_LISTEN"),
             data_dir: get("CAISSE_DATA_DIR"),
+            store: get("CAISSE_STORE"),
             environment: get("CAISSE_ENVIRONMENT"),
             webhook_retry_schedule: get("CAISSE_WEBHOOK_RETRY_SCHEDULE"),
             webhook_extra_ca: get("CAISSE_WEBHOOK_EXTRA_CA"),
@@ -330,6 +357,7 @@ impl Layer {
         let Layer {
             listen,
             data_dir,
+            store,
             environment,
             webhook_retry_schedule,
             webhook_extra_ca,
@@ -362,6 +390,7 @@ impl Layer {
         }
         win(&mut self.listen, listen);
         win(&mut self.data_dir, data_dir);
+        win(&mut self.store, store);
         win(&mut self.environment, environment);
         win(&mut self.webhook_retry_schedule, webhook_retry_schedule);
         win(&mut self.webhook_extra_ca, webhook_extra_ca);
@@ -448,6 +477,7 @@ impl Settings {
         let listen_text = need(layer.listen, "listen")?;
         let listen = listen_text.parse().map_err(|_| bad("listen", format!("`{listen_text}` is not host:port")))?;
         let data_dir = PathBuf::from(need(layer.data_dir, "data_dir")?);
+        let store = StoreLocation::parse(&need(layer.store, "store")?)?;
         let env_text = need(layer.environment, "environment")?;
         let environment = Environment::parse(&env_text)
             .ok_or_else(|| bad("environment", format!("`{env_text}` is neither sandbox nor production")))?;
@@ -571,6 +601,7 @@ impl Settings {
         Ok(Settings {
             listen,
             data_dir,
+            store,
             environment,
             webhook_retry_schedule_ms,
             webhook_extra_ca,
@@ -713,6 +744,20 @@ mod tests {
         assert_eq!(s.payment_ttl_ms, 2_000);
         assert_eq!(s.sandbox_delay_ms, 10);
         assert_eq!(s.store_cache_bytes, 16 * 1024 * 1024);
+    }
+
+    #[test]
+    fn the_store_is_sled_or_a_postgres_url_and_a_bad_value_is_not_echoed() {
+        let s = Settings::load(None, env(&[]), Layer::default()).unwrap();
+        assert!(matches!(s.store, StoreLocation::Sled));
+        let url = "postgres://caisse:s3cret@db.internal:5432/caisse";
+        let s = Settings::load(None, env(&[("CAISSE_STORE", url)]), Layer::default()).unwrap();
+        assert!(matches!(&s.store, StoreLocation::Postgres(u) if u.expose() == url));
+        assert!(!format!("{:?}", s.store).contains("s3cret"));
+        let err = Settings::load(None, env(&[("CAISSE_STORE", "mysql://root:s3cret@db/caisse")]), Layer::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("store") && !err.contains("s3cret"), "{err}");
     }
 
     #[test]

@@ -3,16 +3,27 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{int, payout_body, spawn_app, text, TestApp};
+use crate::support::{int, payout_body, spawn_app, spawn_app_on_postgres, text, TestApp};
 use crate::transactions::assert_transaction_shape;
 
 #[actix_web::test]
 async fn payment_refund_payout_and_the_books_agree() {
-    let app = spawn_app().await;
-    let reference = a_payment_is_credited_net(&app).await;
-    let refund_ref = a_partial_refund_is_reserved_then_completed(&app, &reference).await;
-    let payout_id = a_payout_is_debited(&app).await;
-    the_books_agree(&app, &reference, &refund_ref, &payout_id).await;
+    the_life_of_the_money(&spawn_app().await).await;
+}
+
+/// The same life with everything stored in PostgreSQL, the store of a cluster.
+#[actix_web::test]
+async fn payment_refund_payout_and_the_books_agree_on_postgresql() {
+    let app = spawn_app_on_postgres().await;
+    the_life_of_the_money(&app).await;
+    app.audit();
+}
+
+async fn the_life_of_the_money(app: &TestApp) {
+    let reference = a_payment_is_credited_net(app).await;
+    let refund_ref = a_partial_refund_is_reserved_then_completed(app, &reference).await;
+    let payout_id = a_payout_is_debited(app).await;
+    the_books_agree(app, &reference, &refund_ref, &payout_id).await;
 }
 
 /// 1. A payment of 10 000 XOF through mtn_momo (1.5 %: frais 150, net 9850). Returns its reference.

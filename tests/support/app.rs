@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use actix_web::web;
 use caisse::app::Application;
-use caisse::config::{Environment, Settings};
+use caisse::config::adapters::Secret;
+use caisse::config::{Environment, Settings, StoreLocation};
 use caisse::http::AppState;
 use caisse::merchants::{self, Created, NewMerchant};
 use caisse_engine::domain::ids::MerchantId;
@@ -35,6 +36,8 @@ pub struct TestApp {
     pub api: Api,
     server: actix_web::rt::task::JoinHandle<std::io::Result<()>>,
     _dir: tempfile::TempDir,
+    /// The PostgreSQL database the server stores in, when it does; dropped after the server.
+    _database: Option<super::postgres::TestDatabase>,
 }
 
 impl Drop for TestApp {
@@ -73,6 +76,15 @@ pub async fn spawn_production_app() -> TestApp {
     spawn_app_with(|s| s.environment = Environment::Production).await
 }
 
+/// A server storing in a fresh PostgreSQL database instead of sled (cluster mode's store).
+pub async fn spawn_app_on_postgres() -> TestApp {
+    let database = super::postgres::database();
+    let url = database.url.clone();
+    let mut app = spawn_app_with(|s| s.store = StoreLocation::Postgres(Secret::new(url))).await;
+    app._database = Some(database);
+    app
+}
+
 /// Starts a server with the test settings changed by `tweak`.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     let dir = tempfile::TempDir::new().expect("temp dir");
@@ -98,7 +110,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     };
     let api = Api::new(&format!("http://127.0.0.1:{port}"), &demo.merchant.secret_key);
     let server = actix_web::rt::spawn(app.run_until_stopped());
-    TestApp { port, admin_port, state, demo, api, server, _dir: dir }
+    TestApp { port, admin_port, state, demo, api, server, _dir: dir, _database: None }
 }
 
 impl TestApp {

@@ -16,6 +16,8 @@
 //! - [`checks`]: the checks many tests share (the error answer, the list shape) and small JSON readers.
 //! - [`fake`]: [`Fake`], a provider fake (`caisse-fakes`) run as a child process and driven through its
 //!   control API, for the suites that test the provider adapters or the fakes themselves.
+//! - [`postgres`]: a fresh PostgreSQL database per test, on a private cluster the first one starts (or on
+//!   `CAISSE_TEST_DATABASE_URL`); [`spawn_app_on_postgres`] starts a server storing there.
 //! - [`receiver`]: a webhook receiver on loopback that records every request and answers per a script.
 //! - [`wait`]: [`eventually`] and [`until`], polling with a bounded deadline; ports and clocks.
 
@@ -27,12 +29,15 @@ pub mod api;
 pub mod app;
 pub mod checks;
 pub mod fake;
+#[path = "../../actors/tests/support/postgres.rs"]
+pub mod postgres;
 pub mod receiver;
 pub mod wait;
 
 pub use api::{payment_body, payout_body, Api, Req, Resp};
 pub use app::{
-    describe, spawn_app, spawn_app_with, spawn_production_app, test_settings, TestApp, PAYMENT_TTL_MS, SANDBOX_DELAY_MS,
+    describe, spawn_app, spawn_app_on_postgres, spawn_app_with, spawn_production_app, test_settings, TestApp,
+    PAYMENT_TTL_MS, SANDBOX_DELAY_MS,
 };
 pub use checks::{assert_error, assert_list_shape, data, field_values, int, reference_of, text};
 pub use fake::Fake;
