@@ -18,6 +18,7 @@ use crate::flow::{sweep, Flow};
 use crate::http::{self, AppState, FailedAuth, RateLimiter};
 use crate::merchants::{self, CreateError, Created, NewMerchant};
 use crate::providers::Providers;
+use caisse_engine::store::pg_store::NodeIdentity;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -95,6 +96,7 @@ impl Application {
         config.store_cache_bytes = settings.store_cache_bytes;
         if let StoreLocation::Postgres(url) = &settings.store {
             config.postgres_url = Some(url.expose().to_owned());
+            config.node = Some(NodeIdentity { id: settings.node_id.clone(), url: settings.advertise_url.clone() });
         }
         config.master_key = settings.master_key.clone();
         let engine = Engine::open(config)?;
@@ -143,12 +145,19 @@ impl Application {
         let dashboard_for_app = dashboard_state.clone();
         // One payment-page state for every worker: a form issued by one must be taken by all of them.
         let payer_state = web::Data::new(crate::payer::PayerState::new());
+        // Only a node of a cluster has the route the others forward merchants' messages to.
+        let in_cluster = state.engine.forwarding().is_some();
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
                 .app_data(dashboard_for_app.clone())
                 .app_data(payer_state.clone())
                 .wrap_fn(http::request_log)
+                .configure(|cfg| {
+                    if in_cluster {
+                        http::cluster::configure(cfg);
+                    }
+                })
                 .configure(http::configure)
                 .configure(crate::payer::configure)
                 .configure(dashboard::configure)

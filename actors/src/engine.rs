@@ -20,6 +20,7 @@ use std::time::Duration;
 use actix::{Actor, Addr, Arbiter, MailboxError, Message};
 use dashmap::mapref::entry::Entry;
 
+use crate::cluster::{Forwarding, Remote};
 use crate::core::{Command, JournalEvent};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
@@ -34,9 +35,11 @@ use crate::merchant::{
 };
 use crate::metrics::METRICS;
 use crate::registry::Registry;
+use crate::store::pg_store::NodeIdentity;
 use crate::store::sealing::MasterKey;
 use crate::store::{
-    AuditReport, AuditScope, AwaitingProvider, BackupReport, Located, Page, PgStore, SledStore, Store, StoreError,
+    AuditReport, AuditScope, AwaitingProvider, BackupReport, Located, Page, PgStore, Placement, SledStore, Store,
+    StoreError,
 };
 use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
 
@@ -45,6 +48,8 @@ pub struct EngineConfig {
     pub data_dir: PathBuf,
     /// A PostgreSQL database to keep everything in instead of sled under `data_dir` (cluster mode).
     pub postgres_url: Option<String>,
+    /// This node, as the others of the cluster reach it (with `postgres_url`): its id and advertised URL.
+    pub node: Option<NodeIdentity>,
     /// Arbiters (threads) the merchant actors are spread over; 0 means one per core.
     pub shards: usize,
     pub actors: ActorSettings,
@@ -59,6 +64,7 @@ impl EngineConfig {
         EngineConfig {
             data_dir: data_dir.into(),
             postgres_url: None,
+            node: None,
             shards: 0,
             actors: ActorSettings::default(),
             store_cache_bytes: crate::store::sled_store::DEFAULT_CACHE_BYTES,
@@ -83,6 +89,8 @@ struct Inner {
     auditor: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
     /// One audit at a time: two would race to move the checkpoints, and share two cores.
     audits: Arc<Audits>,
+    /// How to reach the other nodes, when this engine is a node of a cluster.
+    forwarding: Option<Forwarding>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -141,8 +149,12 @@ impl Engine {
     /// (refusing to start on any disagreement), and starts the Arbiters.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
         if let Some(url) = &config.postgres_url {
-            let store = PgStore::open(url)?.with_master_key(config.master_key.clone());
-            return Engine::with_store(Arc::new(store), config);
+            let node = config.node.clone().ok_or_else(|| {
+                EngineError::Internal("a PostgreSQL store needs this node's id and advertised URL".into())
+            })?;
+            let store = PgStore::open_node(url, node)?.with_master_key(config.master_key.clone());
+            let forwarding = Forwarding::new(&store.cluster_secret()?);
+            return Engine::start(Arc::new(store), config, Some(forwarding));
         }
         let store = SledStore::open_with_cache(&config.data_dir, config.store_cache_bytes).map_err(|e| match e {
             crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
@@ -155,6 +167,14 @@ impl Engine {
     /// Starts the engine on any [`Store`] backend, once the audit since the checkpoints has passed: every
     /// balance a merchant would start with agrees with its ledger.
     pub fn with_store(store: Arc<dyn Store>, config: EngineConfig) -> Result<Engine, EngineError> {
+        Engine::start(store, config, None)
+    }
+
+    fn start(
+        store: Arc<dyn Store>,
+        config: EngineConfig,
+        forwarding: Option<Forwarding>,
+    ) -> Result<Engine, EngineError> {
         let audits = Arc::new(Audits::default());
         let audit = run_audit(store.as_ref(), &audits, AuditScope::SinceCheckpoints)
             .map_err(|e| EngineError::Internal(format!("startup audit failed: {e}")))?;
@@ -173,6 +193,7 @@ impl Engine {
                 audit,
                 auditor: std::sync::Mutex::new(None),
                 audits,
+                forwarding,
             }),
         })
     }
@@ -282,8 +303,33 @@ impl Engine {
         }
     }
 
-    /// Sends `msg` to the merchant's actor, once more on a fresh actor if the first one had just retired.
+    /// Sends `msg` to the merchant's actor: here when this process writes for the merchant, else to the node of
+    /// the cluster that does ([`crate::cluster`]).
     async fn ask<M, T>(&self, merchant: &MerchantId, msg: M) -> Result<T, EngineError>
+    where
+        M: Message<Result = Result<T, EngineError>> + Remote<T> + Send + Clone + 'static,
+        T: Send + 'static,
+        MerchantActor: actix::Handler<M>,
+    {
+        match self.inner.store.placement(merchant) {
+            Placement::Here => self.ask_here(merchant, msg).await,
+            Placement::Node { id, url } => {
+                let (Some(forwarding), Some(ask)) = (&self.inner.forwarding, msg.ask()) else {
+                    return Err(EngineError::Unavailable(format!("the merchant is held by node {id}")));
+                };
+                let forwarded = crate::cluster::Forwarded { merchant: merchant.clone(), ask };
+                let answer = forwarding.send(&url, &forwarded).await?;
+                M::take(answer).ok_or_else(|| EngineError::Internal(format!("node {id} answered another kind")))
+            }
+            Placement::Nobody => {
+                Err(EngineError::Unavailable("the merchant is moving between nodes of the cluster; retry".into()))
+            }
+        }
+    }
+
+    /// Sends `msg` to the merchant's actor in this process, once more on a fresh actor if the first one had
+    /// just retired.
+    async fn ask_here<M, T>(&self, merchant: &MerchantId, msg: M) -> Result<T, EngineError>
     where
         M: Message<Result = Result<T, EngineError>> + Send + Clone + 'static,
         T: Send + 'static,
@@ -298,6 +344,44 @@ impl Engine {
             }
         }
         Err(EngineError::Unavailable("merchant actor kept retiring".into()))
+    }
+
+    /// Answers a message another node forwarded (`body`, as [`crate::cluster`] encodes it) with its encoded
+    /// result. Runs it only if this node holds the merchant: a message is forwarded once, never onwards.
+    pub async fn answer_forwarded(&self, body: &[u8]) -> Vec<u8> {
+        use crate::cluster::{Answer, Ask, Forwarded};
+        use crate::merchant::{Execute, GetBalances, GetLink, GetPayment, GetPayout};
+        let answer: Result<Answer, EngineError> = match postcard::from_bytes::<Forwarded>(body) {
+            Err(e) => Err(EngineError::Internal(format!("a forwarded message that does not parse: {e}"))),
+            Ok(Forwarded { merchant, .. }) if self.inner.store.placement(&merchant) != Placement::Here => {
+                Err(EngineError::Unavailable("the merchant moved to another node; retry".into()))
+            }
+            Ok(Forwarded { merchant, ask }) => match ask {
+                Ask::Execute { command, idempotency, note } => {
+                    self.ask_here(&merchant, Execute { command, idempotency, note }).await.map(Answer::Executed)
+                }
+                Ask::Payment(reference) => self.ask_here(&merchant, GetPayment(reference)).await.map(Answer::Payment),
+                Ask::Payout(id) => self.ask_here(&merchant, GetPayout(id)).await.map(Answer::Payout),
+                Ask::Link(key) => self.ask_here(&merchant, GetLink(key)).await.map(Answer::Link),
+                Ask::Balances => self.ask_here(&merchant, GetBalances).await.map(Answer::Balances),
+            },
+        };
+        postcard::to_allocvec(&answer).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "a forwarded message's answer could not be encoded");
+            let failed: Result<Answer, EngineError> =
+                Err(EngineError::Internal("an answer that does not encode".into()));
+            postcard::to_allocvec(&failed).unwrap_or_default()
+        })
+    }
+
+    /// The cluster's forwarding, when this engine is a node of one.
+    pub fn forwarding(&self) -> Option<&Forwarding> {
+        self.inner.forwarding.as_ref()
+    }
+
+    /// Where the merchant's writes are made (always here outside a cluster).
+    pub fn placement(&self, merchant: &MerchantId) -> Placement {
+        self.inner.store.placement(merchant)
     }
 
     /// Applies one change for a merchant; answers once it is durable.

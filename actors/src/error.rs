@@ -7,7 +7,8 @@
 use crate::core::Rejection;
 use crate::store::StoreError;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// Serde: an error crosses between the nodes of a cluster with the command it answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum EngineError {
     #[error(transparent)]
     Rejected(#[from] Rejection),
@@ -36,6 +37,7 @@ impl From<StoreError> for EngineError {
             | StoreError::Overloaded
             | StoreError::Aborted
             | StoreError::Closed
+            | StoreError::NotOwner(_)
             | StoreError::Locked(_) => EngineError::Unavailable(err.to_string()),
         }
     }

@@ -1016,6 +1016,7 @@ fn the_checker_catches_lost_doubled_and_regressed_changes() {
             snapshot: None,
             route: None,
             provider_reference: None,
+            fence: None,
         };
         let ticket = store.commit(change, &Arc::new(AtomicBool::new(false))).unwrap();
         ticket.await.unwrap().unwrap();

@@ -148,6 +148,7 @@ impl Shop {
             snapshot: seq.is_multiple_of(2).then(|| Snapshot { seq, balances: decision.balances.clone() }),
             route: None,
             provider_reference: None,
+            fence: None,
         };
         (change, decision.balances)
     }

@@ -111,6 +111,10 @@ pub struct Settings {
     pub data_dir: PathBuf,
     /// The store: sled under `data_dir`, or PostgreSQL (`store`).
     pub store: StoreLocation,
+    /// This node's name among the nodes of a cluster (`node_id`; default: the host name and the port).
+    pub node_id: String,
+    /// Where the other nodes of a cluster reach this one's API (`advertise_url`; default: the listen address).
+    pub advertise_url: String,
     pub environment: Environment,
     pub webhook_retry_schedule_ms: Vec<u64>,
     pub webhook_extra_ca: Option<PathBuf>,
@@ -171,6 +175,15 @@ impl StoreLocation {
     }
 }
 
+/// This machine's name, for the default node id.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or_else(|| "caisse".into())
+}
+
 /// How log lines are written (`log_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -207,6 +220,8 @@ pub struct Layer {
     listen: Option<String>,
     data_dir: Option<String>,
     store: Option<String>,
+    node_id: Option<String>,
+    advertise_url: Option<String>,
     environment: Option<String>,
     webhook_retry_schedule: Option<String>,
     webhook_extra_ca: Option<String>,
@@ -318,6 +333,8 @@ impl Layer {
             listen: get("CAISSE_LISTEN"),
             data_dir: get("CAISSE_DATA_DIR"),
             store: get("CAISSE_STORE"),
+            node_id: get("CAISSE_NODE_ID"),
+            advertise_url: get("CAISSE_ADVERTISE_URL"),
             environment: get("CAISSE_ENVIRONMENT"),
             webhook_retry_schedule: get("CAISSE_WEBHOOK_RETRY_SCHEDULE"),
             webhook_extra_ca: get("CAISSE_WEBHOOK_EXTRA_CA"),
@@ -358,6 +375,8 @@ impl Layer {
             listen,
             data_dir,
             store,
+            node_id,
+            advertise_url,
             environment,
             webhook_retry_schedule,
             webhook_extra_ca,
@@ -391,6 +410,8 @@ impl Layer {
         win(&mut self.listen, listen);
         win(&mut self.data_dir, data_dir);
         win(&mut self.store, store);
+        win(&mut self.node_id, node_id);
+        win(&mut self.advertise_url, advertise_url);
         win(&mut self.environment, environment);
         win(&mut self.webhook_retry_schedule, webhook_retry_schedule);
         win(&mut self.webhook_extra_ca, webhook_extra_ca);
@@ -475,9 +496,21 @@ impl Settings {
     pub fn resolve(layer: Layer) -> Result<Settings, ConfigError> {
         let need = |v: Option<String>, name: &str| v.ok_or_else(|| bad(name, "missing"));
         let listen_text = need(layer.listen, "listen")?;
-        let listen = listen_text.parse().map_err(|_| bad("listen", format!("`{listen_text}` is not host:port")))?;
+        let listen: SocketAddr =
+            listen_text.parse().map_err(|_| bad("listen", format!("`{listen_text}` is not host:port")))?;
         let data_dir = PathBuf::from(need(layer.data_dir, "data_dir")?);
         let store = StoreLocation::parse(&need(layer.store, "store")?)?;
+        let node_id = match layer.node_id.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()) {
+            Some(id) if id.len() <= 200 && id.chars().all(|c| c.is_ascii_graphic()) => id,
+            Some(_) => return Err(bad("node_id", "at most 200 printable ASCII characters, no spaces")),
+            None => format!("{}:{}", host_name(), listen.port()),
+        };
+        let advertise_url = match layer.advertise_url.map(|u| u.trim().trim_end_matches('/').to_owned()) {
+            Some(url) if url.is_empty() => format!("http://{listen}"),
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => url,
+            Some(url) => return Err(bad("advertise_url", format!("`{url}` is not an http(s) URL"))),
+            None => format!("http://{listen}"),
+        };
         let env_text = need(layer.environment, "environment")?;
         let environment = Environment::parse(&env_text)
             .ok_or_else(|| bad("environment", format!("`{env_text}` is neither sandbox nor production")))?;
@@ -602,6 +635,8 @@ impl Settings {
             listen,
             data_dir,
             store,
+            node_id,
+            advertise_url,
             environment,
             webhook_retry_schedule_ms,
             webhook_extra_ca,

@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn impossible_states_and_broken_invariants_are_internal_errors_not_not_found() {
         let bugs = [
-            Rejection::Impossible("a payment rule leads to another kind's status"),
+            Rejection::impossible("a payment rule leads to another kind's status"),
             Rejection::Invariant(LedgerError::Unbalanced { sum_minor: 1 }),
         ];
         for rejection in bugs {

@@ -5,6 +5,7 @@
 //! One log line per request says method, path, status, latency and request id, and never a header value,
 //! so no key or cookie can reach the logs.
 
+pub mod cluster;
 pub mod error;
 pub mod extract;
 mod fournisseurs;

@@ -12,7 +12,7 @@ use crate::domain::text::{Description, Email, Metadata, Name, Reason, Reference}
 use crate::domain::time::Timestamp;
 
 /// A payment as the API accepted it, before it exists.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewPayment {
     pub reference: Option<Reference>,
     pub amount: Amount,
@@ -31,7 +31,7 @@ pub struct NewPayment {
 }
 
 /// A payment link as the API accepted it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewLink {
     pub reference: Option<Reference>,
     pub amount: Amount,
@@ -47,7 +47,7 @@ pub struct NewLink {
 }
 
 /// A payout as the API accepted it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewPayout {
     /// The merchant's own reference, unique among its payments, refunds and payouts.
     pub reference: Option<Reference>,
@@ -90,7 +90,8 @@ pub enum PayoutOutcome {
 }
 
 /// Every change the API names, as one enum.
-#[derive(Debug, Clone, PartialEq, Eq)]
+// Serde: a command crosses between the nodes of a cluster, to the node that holds its merchant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     InitiatePayment(NewPayment),
     PaymentNotice {

@@ -11,9 +11,9 @@ use crate::domain::status::{transition, LinkStatus, Status, Trigger};
 impl Ctx<'_> {
     pub(super) fn create_link(&self, new: &NewLink, ids: IdSource<'_>) -> Result<Decided, Rejection> {
         let rule = moved(transition(None, Trigger::LinkCreated)?)
-            .ok_or(Rejection::Impossible("the rules table has no first move on LinkCreated"))?;
+            .ok_or(Rejection::impossible("the rules table has no first move on LinkCreated"))?;
         let Status::Link(status) = rule.to else {
-            return Err(Rejection::Impossible("a link rule leads to another kind's status"));
+            return Err(Rejection::impossible("a link rule leads to another kind's status"));
         };
         let id = ids(IdKind::Link);
         let link = Link {
@@ -40,9 +40,9 @@ impl Ctx<'_> {
     pub(super) fn deactivate_link(&self, link: &Link) -> Result<Decided, Rejection> {
         let from = Status::Link(link.status_at(self.now));
         let rule = moved(transition(Some(from), Trigger::LinkDeactivated)?)
-            .ok_or(Rejection::Impossible("deactivating a link is a command, never a no-op"))?;
+            .ok_or(Rejection::impossible("deactivating a link is a command, never a no-op"))?;
         let Status::Link(status) = rule.to else {
-            return Err(Rejection::Impossible("a link rule leads to another kind's status"));
+            return Err(Rejection::impossible("a link rule leads to another kind's status"));
         };
         Ok(self.link_changed(rule.on, Link { status, updated_at: self.now, ..link.clone() }))
     }
@@ -86,7 +86,7 @@ impl Ctx<'_> {
         if link.usage == crate::domain::links::LinkUsage::Once {
             if let Some(rule) = moved(transition(Some(Status::Link(link.status)), Trigger::LinkPaid)?) {
                 let Status::Link(status) = rule.to else {
-                    return Err(Rejection::Impossible("a link rule leads to another kind's status"));
+                    return Err(Rejection::impossible("a link rule leads to another kind's status"));
                 };
                 next.status = status;
             }

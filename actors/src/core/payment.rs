@@ -21,9 +21,9 @@ impl Ctx<'_> {
     ) -> Result<Decided, Rejection> {
         let (fee, net_amount) = split_fee(new.amount, &new.fee)?;
         let rule = moved(transition(None, Trigger::PaymentAccepted)?)
-            .ok_or(Rejection::Impossible("the rules table has no first move on PaymentAccepted"))?;
+            .ok_or(Rejection::impossible("the rules table has no first move on PaymentAccepted"))?;
         let Status::Payment(status) = rule.to else {
-            return Err(Rejection::Impossible("a payment rule leads to another kind's status"));
+            return Err(Rejection::impossible("a payment rule leads to another kind's status"));
         };
         let reference = match &new.reference {
             Some(r) => r.clone(),
@@ -98,7 +98,7 @@ impl Ctx<'_> {
             return self.payment_url_only(p, notice);
         };
         let Status::Payment(status) = rule.to else {
-            return Err(Rejection::Impossible("a payment rule leads to another kind's status"));
+            return Err(Rejection::impossible("a payment rule leads to another kind's status"));
         };
         let mut next = p.clone();
         next.status = status;

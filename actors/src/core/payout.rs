@@ -12,9 +12,9 @@ impl Ctx<'_> {
     pub(super) fn create_payout(&self, new: &NewPayout, ids: IdSource<'_>) -> Result<Decided, Rejection> {
         let (fee, net_amount) = split_fee(new.amount, &new.fee)?;
         let rule = moved(transition(None, Trigger::PayoutRequested)?)
-            .ok_or(Rejection::Impossible("the rules table has no first move on PayoutRequested"))?;
+            .ok_or(Rejection::impossible("the rules table has no first move on PayoutRequested"))?;
         let Status::Payout(status) = rule.to else {
-            return Err(Rejection::Impossible("a payout rule leads to another kind's status"));
+            return Err(Rejection::impossible("a payout rule leads to another kind's status"));
         };
         let entries = postings(rule.effect, Movement { currency: new.currency, amount: new.amount, fee, net_amount })
             .map_err(Rejection::Invariant)?;
@@ -70,7 +70,7 @@ impl Ctx<'_> {
             return Ok(Decided::Unchanged(Record::Payout(o.clone())));
         };
         let Status::Payout(status) = rule.to else {
-            return Err(Rejection::Impossible("a payout rule leads to another kind's status"));
+            return Err(Rejection::impossible("a payout rule leads to another kind's status"));
         };
         let mut next = o.clone();
         next.status = status;

@@ -38,9 +38,9 @@ impl Ctx<'_> {
             return Err(Rejection::RefundAboveAmount { amount_minor: p.amount.minor(), left_minor: left.minor() });
         }
         let rule = moved(transition(None, Trigger::RefundRequested)?)
-            .ok_or(Rejection::Impossible("the rules table has no first move on RefundRequested"))?;
+            .ok_or(Rejection::impossible("the rules table has no first move on RefundRequested"))?;
         let Status::Refund(status) = rule.to else {
-            return Err(Rejection::Impossible("a refund rule leads to another kind's status"));
+            return Err(Rejection::impossible("a refund rule leads to another kind's status"));
         };
         let refund_move = Movement { currency: p.currency, amount, fee: Amount::ZERO, net_amount: amount };
         let entries = postings(rule.effect, refund_move).map_err(Rejection::Invariant)?;
@@ -84,7 +84,7 @@ impl Ctx<'_> {
             return Ok(Decided::Unchanged(Record::Payment(p.clone())));
         };
         let Status::Refund(refund_status) = rule.to else {
-            return Err(Rejection::Impossible("a refund rule leads to another kind's status"));
+            return Err(Rejection::impossible("a refund rule leads to another kind's status"));
         };
         let mut next = p.clone();
         next.updated_at = self.now;
@@ -93,7 +93,7 @@ impl Ctx<'_> {
             // Completing the refund also moves the payment; both machines must agree or nothing changes.
             let refunded = p.refunded_amount.checked_add(refund.amount)?;
             if refunded > p.amount {
-                return Err(Rejection::Impossible("completed refunds above the payment's amount"));
+                return Err(Rejection::impossible("completed refunds above the payment's amount"));
             }
             let on = if refunded == p.amount { Trigger::RefundedInFull } else { Trigger::RefundedInPart };
             match transition(Some(Status::Payment(p.status)), on)? {

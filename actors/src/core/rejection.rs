@@ -1,12 +1,17 @@
 //! Why a command is refused: [`Rejection`], in the merchant's terms, and how an invalid status transition
 //! becomes one.
 
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
 use crate::domain::ledger::LedgerError;
 use crate::domain::money::{Currency, MoneyError};
 use crate::domain::status::{InvalidTransition, LinkStatus, Status, Trigger};
 
 /// Why a command was refused, in the merchant's terms.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// Serde: a rejection crosses between the nodes of a cluster with the command it answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum Rejection {
     #[error("no such payment or payout")]
     NotFound,
@@ -33,10 +38,15 @@ pub enum Rejection {
     /// A state the rules table makes impossible was met (a record without the part a command is about, a rule
     /// that moves a record to another kind's status): a bug, never a "not found".
     #[error("impossible state: {0}")]
-    Impossible(&'static str),
+    Impossible(Cow<'static, str>),
 }
 
 impl Rejection {
+    /// [`Rejection::Impossible`] with a fixed text, for the core's rules.
+    pub const fn impossible(what: &'static str) -> Rejection {
+        Rejection::Impossible(Cow::Borrowed(what))
+    }
+
     /// True for the refusals that mean a bug rather than a merchant's mistake: they are logged loudly and
     /// answered `500 internal_error`.
     pub fn is_bug(&self) -> bool {

@@ -60,7 +60,7 @@ pub struct Movement {
     pub net_amount: Amount,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum LedgerError {
     #[error("{currency} {account:?} would become negative ({balance_minor} + {delta_minor})")]
     Negative { currency: Currency, account: Account, balance_minor: i64, delta_minor: i64 },

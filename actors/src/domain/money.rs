@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// Why a money value or a money computation was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Serialize, Deserialize)]
 pub enum MoneyError {
     /// Amounts are never negative; a debit that would go below zero is refused.
     #[error("amount must not be negative")]

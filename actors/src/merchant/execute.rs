@@ -131,6 +131,7 @@ impl MerchantActor {
                 .note
                 .reference
                 .map(|reference| (answered_transaction(&msg.command, &decision.record), reference)),
+            fence: self.fence,
         };
         // Queue first: if the store refuses, nothing in memory has changed.
         let ticket = self.store.commit(change, &self.guard)?;

@@ -3,6 +3,7 @@
 //! balances.
 
 use actix::prelude::*;
+use serde::{Deserialize, Serialize};
 
 use crate::core::{Command, Record};
 use crate::domain::ledger::Balances;
@@ -15,7 +16,7 @@ use crate::error::EngineError;
 
 /// The idempotency part of a request (docs/api.md § Idempotency): the key, what identifies the request, and the status the
 /// API answers on success (stored with the body so that a replay is the first answer again).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Idempotency {
     pub key: IdempotencyKey,
     pub fingerprint: String,
@@ -28,7 +29,7 @@ pub struct Idempotency {
 /// The answer to a change.
 // Moved once per request, never stored in bulk: the size difference costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Executed {
     /// The change was applied (or was a no-op duplicate notice); the record as it now is.
     Done(Record),
@@ -49,7 +50,7 @@ pub struct Execute {
 
 /// What a command tells the store about the provider side of its transaction. The core decides nothing on it:
 /// it is written in the same durable write as the change it comes with, and only when that change is written.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderNote {
     /// With a command that creates a transaction: the route it takes to its provider.
     pub route: Option<ProviderRoute>,

@@ -36,7 +36,7 @@ use crate::domain::ledger::Balances;
 use crate::domain::text::IdempotencyKey;
 use crate::error::EngineError;
 use crate::registry::Registry;
-use crate::store::{FailureLatch, Store};
+use crate::store::{FailureLatch, Fence, Store};
 
 pub use messages::{
     Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, ProviderNote,
@@ -75,6 +75,9 @@ pub struct MerchantActor {
     keys_in_flight: HashMap<IdempotencyKey, u64>,
     in_flight: usize,
     guard: FailureLatch,
+    /// The ownership the actor's state was read under in a cluster; every change carries it, so a write made
+    /// after another node took the merchant over fails instead of landing on state this actor never saw.
+    fence: Option<Fence>,
     durable: watch::Sender<u64>,
     last_message: Instant,
     /// Set when the actor leaves the registry; from then on it refuses everything and the engine retries on
@@ -104,6 +107,7 @@ impl MerchantActor {
             keys_in_flight: HashMap::new(),
             in_flight: 0,
             guard: Arc::new(AtomicBool::new(false)),
+            fence: recovered.fence,
             durable,
             last_message: Instant::now(),
             retired: false,

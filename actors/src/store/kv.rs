@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::path::Path;
 
 use super::op::Op;
-use super::{BackupReport, FailureLatch, StoreError, Ticket};
+use super::{BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 
@@ -26,13 +26,24 @@ pub trait Kv: Send + Sync + 'static {
     /// The keys of `tree` between `start` and `end`, in key order or, with `reverse`, from the end.
     fn scan(&self, tree: usize, start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool) -> Result<Scan, StoreError>;
     /// Queues operations to be applied all or nothing with the next group commit. Fails at once when the queue
-    /// is full or `guard` is set; a failed write sets `guard`. Once durable, `notify` goes to the feed.
+    /// is full or `guard` is set; a failed write sets `guard`. Once durable, `notify` goes to the feed. A
+    /// `fence` is checked in the same commit by an engine several nodes share (the others have no use for it).
     fn submit(
         &self,
         ops: Vec<Op>,
         guard: Option<&FailureLatch>,
         notify: Vec<Notification>,
+        fence: Option<Fence>,
     ) -> Result<Ticket, StoreError>;
+    /// Called before a merchant's state is read for its actor: the ownership the actor will write under, or
+    /// [`StoreError::NotOwner`] when this process may not write for the merchant. One process: always itself.
+    fn claim(&self, _merchant: &MerchantId) -> Result<Option<Fence>, StoreError> {
+        Ok(None)
+    }
+    /// Where the merchant's writes are made. One process: here.
+    fn placement(&self, _merchant: &MerchantId) -> Placement {
+        Placement::Here
+    }
     /// A number that changes after any write to `tree` becomes visible.
     fn generation(&self, tree: usize) -> u64;
     /// How many keys `tree` holds.

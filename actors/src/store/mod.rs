@@ -101,6 +101,29 @@ pub struct Change {
     pub route: Option<(String, ProviderRoute)>,
     /// A provider's reference for a transaction, by transaction id.
     pub provider_reference: Option<(String, ProviderReference)>,
+    /// The ownership the actor recovered under ([`Recovered::fence`]): a store several nodes share commits the
+    /// change only while the merchant's shard still has this token.
+    pub fence: Option<Fence>,
+}
+
+/// A node's ownership of a shard of merchants in a store several nodes share: the shard and the token it
+/// was taken with. Every later taking raises the token, so a write checked against it fails once another
+/// node has taken the shard, however long this node was paused or cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence {
+    pub shard: u32,
+    pub token: i64,
+}
+
+/// Where a merchant's writes are made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// In this process: the only place with the embedded store, and a shard this node holds in a cluster.
+    Here,
+    /// On another node of the cluster, reachable at its advertised URL.
+    Node { id: String, url: String },
+    /// Nowhere just now: the merchant's shard is between two nodes (a node died or is being replaced).
+    Nobody,
 }
 
 /// Set by the store when one of an actor's writes failed: the store refuses every later write carrying the
@@ -129,6 +152,10 @@ pub enum StoreError {
     /// The data directory was written in another on-disk format; the message says which and what to do.
     #[error("{0}")]
     Format(String),
+    /// In a cluster: this node does not hold the merchant's shard (or no longer holds it with the token the
+    /// write carries), so it may not write for the merchant.
+    #[error("this node does not hold the merchant's shard: {0}")]
+    NotOwner(String),
 }
 
 /// A merchant as recovered from storage.
@@ -137,6 +164,8 @@ pub struct Recovered {
     /// Last journal position.
     pub seq: u64,
     pub balances: Balances,
+    /// The ownership this state was read under, in a store several nodes share; the actor's changes carry it.
+    pub fence: Option<Fence>,
 }
 
 /// What an audit found.

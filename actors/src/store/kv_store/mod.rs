@@ -22,8 +22,8 @@ use serde::de::DeserializeOwned;
 use super::kv::{Kv, Scan};
 use super::layout::*;
 use super::{
-    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, ExpiredIdempotency, FailureLatch, Recovered,
-    StoreError, Ticket,
+    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, ExpiredIdempotency, FailureLatch, Placement,
+    Recovered, StoreError, Ticket,
 };
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
@@ -64,13 +64,14 @@ impl<K: Kv> KvStore<K> {
         self.kv.raw(tree, key)
     }
 
+    /// Queues a write that is not a merchant actor's change (those carry their fence: [`Commits::commit`]).
     fn submit(
         &self,
         ops: Vec<Op>,
         guard: Option<&FailureLatch>,
         notify: Vec<Notification>,
     ) -> Result<Ticket, StoreError> {
-        self.kv.submit(ops, guard, notify)
+        self.kv.submit(ops, guard, notify, None)
     }
 
     /// The first merchant after `after` (in id order) with a key in `tree`, whose keys begin with the merchant's
@@ -92,7 +93,7 @@ impl<K: Kv> KvStore<K> {
 impl<K: Kv> Commits for KvStore<K> {
     fn commit(&self, change: Change, guard: &FailureLatch) -> Result<Ticket, StoreError> {
         let (ops, notify) = Self::change_ops(&change)?;
-        self.submit(ops, Some(guard), notify)
+        self.kv.submit(ops, Some(guard), notify, change.fence)
     }
 
     fn forget_idempotency(&self, merchant: &MerchantId, expired: &[ExpiredIdempotency]) -> Result<Ticket, StoreError> {
@@ -111,7 +112,13 @@ impl<K: Kv> Commits for KvStore<K> {
     }
 
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
-        self.recover_from_snapshot(id)
+        // The claim comes first: what is read after it is everything the previous owner committed.
+        let fence = self.kv.claim(id)?;
+        Ok(Recovered { fence, ..self.recover_from_snapshot(id)? })
+    }
+
+    fn placement(&self, merchant: &MerchantId) -> Placement {
+        self.kv.placement(merchant)
     }
 }
 

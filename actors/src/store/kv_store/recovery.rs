@@ -100,7 +100,7 @@ impl<K: Kv> KvStore<K> {
     /// after it.
     pub(super) fn recover_from_snapshot(&self, id: &MerchantId) -> Result<Recovered, StoreError> {
         let snapshot: Snapshot = self.get(SNAPSHOTS, id.as_bytes())?.unwrap_or_default();
-        let start = Recovered { seq: snapshot.seq, balances: snapshot.balances };
+        let start = Recovered { seq: snapshot.seq, balances: snapshot.balances, fence: None };
         Self::replay(id, start, self.journal_after(id, snapshot.seq))
     }
 
@@ -195,7 +195,9 @@ impl<K: Kv> KvStore<K> {
         let snapshot: Option<Snapshot> = self.get(SNAPSHOTS, merchant.as_bytes())?;
         let checkpoint: Option<AuditCheckpoint> = self.get(AUDITED, merchant.as_bytes())?;
         let start = match (scope, &checkpoint) {
-            (AuditScope::SinceCheckpoints, Some(c)) => Recovered { seq: c.seq, balances: c.balances.clone() },
+            (AuditScope::SinceCheckpoints, Some(c)) => {
+                Recovered { seq: c.seq, balances: c.balances.clone(), fence: None }
+            }
             _ => Recovered::default(),
         };
         let start_seq = start.seq;
@@ -246,7 +248,10 @@ impl<K: Kv> KvStore<K> {
         };
         let verified = checkpoint.as_ref().is_some_and(|c| c.snapshot == snapshot);
         if unmet && !verified {
-            let from = snapshot.clone().map(|s| Recovered { seq: s.seq, balances: s.balances }).unwrap_or_default();
+            let from = snapshot
+                .clone()
+                .map(|s| Recovered { seq: s.seq, balances: s.balances, fence: None })
+                .unwrap_or_default();
             let end = state.seq;
             let lines = self
                 .journal_after::<LedgerLine>(merchant, from.seq)

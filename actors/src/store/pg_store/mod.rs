@@ -7,6 +7,7 @@
 //! `writer` makes each batch of queued changes one transaction. Reads go to the database each time: nothing
 //! is cached here, so what one node commits every node reads.
 
+mod cluster;
 mod conn;
 mod schema;
 mod writer;
@@ -18,6 +19,8 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use self::cluster::Membership;
+pub use self::cluster::{shard_of, NodeIdentity, SHARDS};
 use self::conn::{db_error, Bridge, Conn, Readers};
 use self::schema::TreeSql;
 use self::writer::{Job, WriterTask, QUEUE_CAPACITY};
@@ -26,7 +29,7 @@ use super::kv_store::KvStore;
 use super::layout::{merchant_of, TREE_NAMES};
 use super::op::Op;
 use super::writer::wait_polling;
-use super::{BackupReport, FailureLatch, StoreError, Ticket};
+use super::{BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 
@@ -45,6 +48,16 @@ pub struct PgKv {
     generations: Arc<Vec<AtomicU64>>,
     healthy: Arc<AtomicBool>,
     closed: Arc<AtomicBool>,
+    /// This node's place in the cluster, for a store opened as a node ([`PgStore::open_node`]).
+    node: Option<Arc<Membership>>,
+}
+
+impl Drop for PgKv {
+    fn drop(&mut self) {
+        if let Some(node) = &self.node {
+            node.stop();
+        }
+    }
 }
 
 /// What reads need, shared with the scans they hand out.
@@ -57,8 +70,52 @@ struct Inner {
 
 impl PgStore {
     /// Connects to the database at `url` (a `postgres://` URL or a libpq key-value string), creates or migrates
-    /// its schema and starts the writer. Does not audit: call [`Audit::audit`](crate::store::Audit::audit).
+    /// its schema and starts the writer, as a client that holds no shard: for the merchant commands and
+    /// tools, which write accounts but never for a merchant's actor. Does not audit: call
+    /// [`Audit::audit`](crate::store::Audit::audit).
     pub fn open(url: &str) -> Result<PgStore, StoreError> {
+        PgStore::start(url, None)
+    }
+
+    /// [`PgStore::open`] as a node of the cluster: it takes its share of the shards, writes for the merchants
+    /// of those only, with their fencing tokens, and says where every other merchant's writes go
+    /// ([`Commits::placement`](crate::store::Commits::placement)).
+    pub fn open_node(url: &str, me: NodeIdentity) -> Result<PgStore, StoreError> {
+        PgStore::start(url, Some(me))
+    }
+
+    /// The secret the nodes of the cluster authenticate each other's forwarded messages with: made by the
+    /// first node that asks (random, 256 bits), then read from the database by every other.
+    pub fn cluster_secret(&self) -> Result<String, StoreError> {
+        use rand::RngCore;
+        let mut bytes = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        let candidate = hex::encode(bytes);
+        let inner = self.kv.inner.clone();
+        self.kv.inner.bridge.run(async move {
+            let conn = inner.readers.conn().await?;
+            conn.client
+                .execute(
+                    "INSERT INTO caisse_cluster (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+                    &[&candidate],
+                )
+                .await
+                .map_err(|e| db_error("make the cluster's secret", e))?;
+            let row = conn
+                .client
+                .query_one("SELECT secret FROM caisse_cluster WHERE id = 1", &[])
+                .await
+                .map_err(|e| db_error("read the cluster's secret", e))?;
+            row.try_get(0).map_err(|e| db_error("read the cluster's secret", e))
+        })
+    }
+
+    /// How many shards this node holds now (none for a store opened as a client).
+    pub fn shards_held(&self) -> usize {
+        self.kv.node.as_ref().map_or(0, |n| n.held_count())
+    }
+
+    fn start(url: &str, me: Option<NodeIdentity>) -> Result<PgStore, StoreError> {
         let config: tokio_postgres::Config =
             url.parse().map_err(|e| StoreError::Io(format!("the PostgreSQL URL is not valid: {e}")))?;
         let bridge = Bridge::new()?;
@@ -85,10 +142,17 @@ impl PgStore {
             healthy: healthy.clone(),
             closed: closed.clone(),
             feed: feed_tx,
+            node: me.as_ref().map(|me| me.id.clone()),
         };
         bridge.handle()?.spawn(task.run());
+        let node = me.map(|me| Arc::new(Membership::new(me)));
+        if let Some(node) = &node {
+            bridge.handle()?.spawn(node.clone().run(config.clone()));
+            // A node that answers before its first round would forward everything for a moment.
+            node.wait_first_round(cluster::RENEW_EVERY * 2);
+        }
         let inner = Arc::new(Inner { bridge, readers: Readers::new(config), sql });
-        let kv = PgKv { inner, jobs: jobs_tx, generations, healthy, closed };
+        let kv = PgKv { inner, jobs: jobs_tx, generations, healthy, closed, node };
         Ok(PgStore::new(kv, feed_rx))
     }
 }
@@ -166,6 +230,7 @@ impl Kv for PgKv {
         ops: Vec<Op>,
         guard: Option<&FailureLatch>,
         notify: Vec<Notification>,
+        fence: Option<Fence>,
     ) -> Result<Ticket, StoreError> {
         if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
             return Err(StoreError::Aborted);
@@ -173,12 +238,35 @@ impl Kv for PgKv {
         if self.closed.load(Ordering::Acquire) {
             return Err(StoreError::Closed);
         }
+        // A node writes for a merchant's actor (the writes that carry a guard) only under the shard's token.
+        if self.node.is_some() && guard.is_some() && fence.is_none() {
+            return Err(StoreError::NotOwner("a merchant's change without its shard's token".into()));
+        }
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops, guard: guard.cloned(), notify, done, close: false };
+        let job = Job { ops, guard: guard.cloned(), notify, done, close: false, fence };
         match self.jobs.try_send(job) {
             Ok(()) => Ok(ticket),
             Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::Overloaded),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(StoreError::Closed),
+        }
+    }
+
+    /// A node claims a merchant while it holds the merchant's shard; a client claims nothing and may not write
+    /// for an actor.
+    fn claim(&self, merchant: &MerchantId) -> Result<Option<Fence>, StoreError> {
+        match &self.node {
+            None => Ok(None),
+            Some(node) => match node.fence(shard_of(merchant)) {
+                Some(fence) => Ok(Some(fence)),
+                None => Err(StoreError::NotOwner(format!("{merchant} is not on node {}", node.me.id))),
+            },
+        }
+    }
+
+    fn placement(&self, merchant: &MerchantId) -> Placement {
+        match &self.node {
+            None => Placement::Here,
+            Some(node) => node.placement(merchant),
         }
     }
 
@@ -204,7 +292,10 @@ impl Kv for PgKv {
     /// is left to replay at the next open.
     fn close(&self) -> Result<(), StoreError> {
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true };
+        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true, fence: None };
+        if let Some(node) = &self.node {
+            node.stop();
+        }
         // Waits for room: what is queued before the close is committed first.
         let handle = self.inner.bridge.handle()?.clone();
         let jobs = self.jobs.clone();

@@ -18,8 +18,9 @@ use crate::store::StoreError;
 const MIGRATION_LOCK: i64 = 0x4361_6973_7365_0001;
 
 /// The migrations in order: (version, SQL).
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
     "CREATE TABLE caisse_store (format integer NOT NULL);
      CREATE TABLE kv_merchants (k bytea PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE kv_merchant_keys (k bytea PRIMARY KEY, v bytea NOT NULL);
@@ -45,7 +46,21 @@ const MIGRATIONS: &[(i32, &str)] = &[(
      CREATE TABLE kv_link_payments (k bytea PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE kv_audited (k bytea PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE kv_idempotency_times (k bytea PRIMARY KEY, v bytea NOT NULL);",
-)];
+    ),
+    (
+        2,
+        // The cluster's placement (`cluster`): the nodes that said they are alive, and one row per shard.
+        "CREATE TABLE caisse_nodes (node_id text PRIMARY KEY, advertise_url text NOT NULL, seen_at timestamptz NOT NULL);
+         CREATE TABLE caisse_shards (
+             shard integer PRIMARY KEY,
+             owner text,
+             fence bigint NOT NULL DEFAULT 0,
+             expires_at timestamptz NOT NULL DEFAULT '-infinity'
+         );
+         INSERT INTO caisse_shards (shard) SELECT generate_series(0, 63);
+         CREATE TABLE caisse_cluster (id integer PRIMARY KEY CHECK (id = 1), secret text NOT NULL);",
+    ),
+];
 
 /// Creates or migrates the schema, then checks the store's format version.
 pub(super) async fn migrate(conn: &mut Conn) -> Result<(), StoreError> {

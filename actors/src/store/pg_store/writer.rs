@@ -13,7 +13,7 @@
 //! retry with the same idempotency key finds the first answer if it was kept. The connection is then replaced;
 //! while the store is unhealthy and idle the task checks the database once a second, so health returns with it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,12 +26,15 @@ use super::conn::{db_error, Conn, QUERY_TIMEOUT};
 use super::schema::TreeSql;
 use crate::domain::records::Notification;
 use crate::store::op::Op;
-use crate::store::{FailureLatch, StoreError};
+use crate::store::{FailureLatch, Fence, StoreError};
 
 /// Jobs one transaction takes at most.
 pub(super) const MAX_BATCH_JOBS: usize = 2048;
 /// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
 pub(super) const QUEUE_CAPACITY: usize = 32 * 1024;
+
+/// Transactions one batch may take when shards move under it.
+const MAX_ATTEMPTS: u32 = 3;
 
 /// How often an unhealthy, idle writer checks the database.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -46,6 +49,16 @@ pub(super) struct Job {
     pub(super) done: oneshot::Sender<Result<(), StoreError>>,
     /// Commit what is queued before, then stop.
     pub(super) close: bool,
+    /// The shard token a merchant actor's change was decided under, checked in the transaction.
+    pub(super) fence: Option<Fence>,
+}
+
+/// Why a transaction was not committed.
+enum Failed {
+    /// The database or the connection failed.
+    Store(StoreError),
+    /// These shards are no longer held with the tokens their jobs carry; nothing was written.
+    Fenced(BTreeSet<Fence>),
 }
 
 pub(super) struct WriterTask {
@@ -57,6 +70,8 @@ pub(super) struct WriterTask {
     pub(super) healthy: Arc<AtomicBool>,
     pub(super) closed: Arc<AtomicBool>,
     pub(super) feed: mpsc::Sender<Notification>,
+    /// This node's id, which owns the shards its jobs' fences name.
+    pub(super) node: Option<String>,
 }
 
 impl WriterTask {
@@ -119,33 +134,54 @@ impl WriterTask {
 
     async fn commit_batch(&mut self, batch: Vec<Job>) {
         // A job whose actor already saw a write fail is refused: its change may build on the lost one.
-        let (aborted, jobs): (Vec<Job>, Vec<Job>) =
+        let (aborted, mut jobs): (Vec<Job>, Vec<Job>) =
             batch.into_iter().partition(|j| j.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)));
         for job in aborted {
             let _ = job.done.send(Err(StoreError::Aborted));
         }
-        let mut trees: BTreeMap<usize, BTreeMap<&[u8], Option<&[u8]>>> = BTreeMap::new();
-        for job in &jobs {
-            for op in &job.ops {
-                match op {
-                    Op::Insert(tree, key, value) => trees.entry(*tree).or_default().insert(key, Some(value)),
-                    Op::Remove(tree, key) => trees.entry(*tree).or_default().insert(key, None),
-                };
-            }
-        }
-        let result = if trees.is_empty() {
-            Ok(())
-        } else {
-            match tokio::time::timeout(QUERY_TIMEOUT, self.write(&trees)).await {
-                Ok(result) => result,
-                Err(_) => Err(StoreError::Io("PostgreSQL did not commit in time".into())),
+        // A batch with jobs of a shard that moved is written again without them, a bounded number of times.
+        let mut attempts = 0;
+        let result = loop {
+            attempts += 1;
+            match tokio::time::timeout(QUERY_TIMEOUT, self.write(&jobs)).await {
+                Ok(Ok(())) => break Ok(()),
+                Ok(Err(Failed::Store(e))) => break Err(e),
+                Err(_) => break Err(StoreError::Io("PostgreSQL did not commit in time".into())),
+                Ok(Err(Failed::Fenced(moved))) => {
+                    let (fenced, kept): (Vec<Job>, Vec<Job>) =
+                        jobs.into_iter().partition(|j| j.fence.is_some_and(|f| moved.contains(&f)));
+                    tracing::warn!(
+                        jobs = fenced.len(),
+                        shards = moved.len(),
+                        "refused the writes of shards this node no longer holds"
+                    );
+                    for job in fenced {
+                        if let Some(guard) = &job.guard {
+                            guard.store(true, Ordering::Release);
+                        }
+                        let moved = StoreError::NotOwner("another node took the merchant's shard".into());
+                        let _ = job.done.send(Err(moved));
+                    }
+                    jobs = kept;
+                    if attempts == MAX_ATTEMPTS {
+                        break Err(StoreError::Io("the shards of a group commit kept moving".into()));
+                    }
+                }
             }
         };
         match result {
             Ok(()) => {
                 self.healthy.store(true, Ordering::Release);
-                for tree in trees.keys() {
-                    if let Some(generation) = self.generations.get(*tree) {
+                let touched: BTreeSet<usize> = jobs
+                    .iter()
+                    .flat_map(|j| {
+                        j.ops.iter().map(|op| match op {
+                            Op::Insert(tree, ..) | Op::Remove(tree, _) => *tree,
+                        })
+                    })
+                    .collect();
+                for tree in touched {
+                    if let Some(generation) = self.generations.get(tree) {
                         generation.fetch_add(1, Ordering::AcqRel);
                     }
                 }
@@ -174,13 +210,31 @@ impl WriterTask {
 
     /// One transaction: per table, one upsert of every key set and one delete of every key removed, sent
     /// together so they pipeline.
-    async fn write(&mut self, trees: &BTreeMap<usize, BTreeMap<&[u8], Option<&[u8]>>>) -> Result<(), StoreError> {
+    async fn write(&mut self, jobs: &[Job]) -> Result<(), Failed> {
+        let mut trees: BTreeMap<usize, BTreeMap<&[u8], Option<&[u8]>>> = BTreeMap::new();
+        let mut fences: BTreeSet<Fence> = BTreeSet::new();
+        for job in jobs {
+            fences.extend(job.fence);
+            for op in &job.ops {
+                match op {
+                    Op::Insert(tree, key, value) => trees.entry(*tree).or_default().insert(key, Some(value)),
+                    Op::Remove(tree, key) => trees.entry(*tree).or_default().insert(key, None),
+                };
+            }
+        }
+        if trees.is_empty() {
+            return Ok(());
+        }
+        let node = self.node.clone();
         let sql = self.sql.clone();
-        let conn = self.connection().await?;
+        let conn = self.connection().await.map_err(Failed::Store)?;
         let mut statements = Vec::new();
         for tree in trees.keys() {
-            let names = sql.get(*tree).ok_or_else(|| StoreError::Corrupt(format!("no tree number {tree}")))?;
-            statements.push((conn.statement(&names.upsert).await?, conn.statement(&names.delete).await?));
+            let names =
+                sql.get(*tree).ok_or_else(|| Failed::Store(StoreError::Corrupt(format!("no tree number {tree}"))))?;
+            let upsert = conn.statement(&names.upsert).await.map_err(Failed::Store)?;
+            let delete = conn.statement(&names.delete).await.map_err(Failed::Store)?;
+            statements.push((upsert, delete));
         }
         let mut columns: Vec<Columns> = Vec::with_capacity(trees.len());
         for keys in trees.values() {
@@ -196,7 +250,21 @@ impl WriterTask {
             }
             columns.push((set_keys, set_values, removed));
         }
-        let tx = conn.client.transaction().await.map_err(|e| db_error("begin a group commit", e))?;
+        let tx = conn.client.transaction().await.map_err(|e| Failed::Store(db_error("begin a group commit", e)))?;
+        // The fences are read first and their rows held shared until the commit: a node taking one of these
+        // shards waits for this transaction, and one that took it before makes the check fail.
+        let (shards, tokens): (Vec<i32>, Vec<i64>) = fences.iter().map(|f| (f.shard as i32, f.token)).unzip();
+        let check = async {
+            if fences.is_empty() {
+                return Ok(Vec::new());
+            }
+            tx.query(
+                "SELECT shard, fence FROM caisse_shards WHERE owner = $1 \
+                 AND (shard, fence) IN (SELECT * FROM unnest($2::int[], $3::bigint[])) FOR SHARE",
+                &[&node, &shards, &tokens],
+            )
+            .await
+        };
         let mut writes = Vec::new();
         for ((set_keys, set_values, removed), (upsert, delete)) in columns.iter().zip(&statements) {
             if !set_keys.is_empty() {
@@ -208,7 +276,15 @@ impl WriterTask {
                 writes.push(tx.execute_raw(delete, params));
             }
         }
-        try_join_all(writes).await.map_err(|e| db_error("write a group commit", e))?;
-        tx.commit().await.map_err(|e| db_error("commit a group commit", e))
+        let (held, written) = futures_util::future::join(check, try_join_all(writes)).await;
+        let held = held.map_err(|e| Failed::Store(db_error("check the shard fences", e)))?;
+        written.map_err(|e| Failed::Store(db_error("write a group commit", e)))?;
+        if held.len() != fences.len() {
+            let still: BTreeSet<Fence> =
+                held.iter().map(|row| Fence { shard: row.get::<_, i32>(0) as u32, token: row.get(1) }).collect();
+            // Dropping the transaction rolls it back.
+            return Err(Failed::Fenced(fences.difference(&still).copied().collect()));
+        }
+        tx.commit().await.map_err(|e| Failed::Store(db_error("commit a group commit", e)))
     }
 }

@@ -1,7 +1,7 @@
 //! The write role: how a merchant actor makes its decisions durable, and how it is rebuilt.
 
 use crate::domain::ids::MerchantId;
-use crate::store::{Change, ExpiredIdempotency, FailureLatch, Recovered, StoreError, Ticket};
+use crate::store::{Change, ExpiredIdempotency, FailureLatch, Placement, Recovered, StoreError, Ticket};
 
 /// Writes of the merchant actors, and their recovery.
 pub trait Commits: Send + Sync {
@@ -21,6 +21,13 @@ pub trait Commits: Send + Sync {
     /// other handles (the webhook actors, the sweeps) still hold the store. Blocks until done.
     fn close(&self) -> Result<(), StoreError>;
 
-    /// A merchant's balances and journal position: its latest snapshot plus the journal after it.
+    /// A merchant's balances and journal position: its latest snapshot plus the journal after it, and the
+    /// ownership the actor writes under in a store several nodes share ([`StoreError::NotOwner`] when this node
+    /// may not write for the merchant).
     fn recover_merchant(&self, id: &MerchantId) -> Result<Recovered, StoreError>;
+
+    /// Where the merchant's writes are made: here, on another node of a cluster, or nowhere for a moment.
+    fn placement(&self, _merchant: &MerchantId) -> Placement {
+        Placement::Here
+    }
 }

@@ -1,0 +1,220 @@
+//! Forwarding between the nodes of a cluster: a merchant's commands and actor reads go to the node that holds
+//! the merchant's shard, so any node answers any request while one node at a time writes for a merchant.
+//!
+//! The engine sends a [`Forwarded`] message to the holder's advertised URL at [`FORWARD_PATH`], in postcard
+//! (the store's own encoding, so records cross exactly as they are stored), authenticated with the cluster's
+//! secret, which every node reads from the shared database. The holder runs the message on its own actor and
+//! answers the result, errors included, so the answer is the one the holder would have given to the client
+//! itself. A holder never forwards again: if the shard moved meanwhile it answers "unavailable" and the client
+//! retries (with the same idempotency key, which is what makes the retry safe).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::Command;
+use crate::domain::ids::MerchantId;
+use crate::domain::ledger::Balances;
+use crate::domain::links::Link;
+use crate::domain::records::{Payment, Payout};
+use crate::error::EngineError;
+use crate::merchant::{Executed, Idempotency, ProviderNote};
+
+/// Where a node receives forwarded messages, on its API listener.
+pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
+
+/// The content type of forwarded messages and their answers.
+pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";
+
+/// The largest forwarded message or answer: a command carries at most an API body's worth of text, an answer
+/// one record.
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// How long a forwarded message may take, the holder's durable write included.
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What crosses to the holder of a merchant's shard: one message for the merchant's actor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Forwarded {
+    pub merchant: MerchantId,
+    pub ask: Ask,
+}
+
+/// The messages of the merchant actor that cross between nodes.
+// Made once per forwarded request and moved, never stored in bulk: a box would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Ask {
+    Execute { command: Command, idempotency: Option<Idempotency>, note: ProviderNote },
+    Payment(String),
+    Payout(String),
+    Link(String),
+    Balances,
+}
+
+/// The holder's answer to an [`Ask`], by kind.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Answer {
+    Executed(Executed),
+    Payment(Option<Payment>),
+    Payout(Option<Payout>),
+    Link(Option<Link>),
+    Balances(Balances),
+}
+
+/// How this node reaches the others: the secret every node of the cluster shares.
+#[derive(Clone)]
+pub struct Forwarding {
+    pub(crate) secret: Arc<str>,
+}
+
+impl Forwarding {
+    pub fn new(secret: &str) -> Forwarding {
+        Forwarding { secret: Arc::from(secret) }
+    }
+
+    /// True when `authorization` (the header's value) carries the cluster's secret, compared in constant time.
+    pub fn admits(&self, authorization: Option<&str>) -> bool {
+        use subtle::ConstantTimeEq;
+        let Some(token) = authorization.and_then(|v| v.strip_prefix("Bearer ")) else { return false };
+        bool::from(token.as_bytes().ct_eq(self.secret.as_bytes()))
+    }
+
+    /// Sends `forwarded` to the node at `url` and returns its answer.
+    pub(crate) async fn send(&self, url: &str, forwarded: &Forwarded) -> Result<Answer, EngineError> {
+        let unavailable = |what: String| EngineError::Unavailable(format!("the merchant's node at {url}: {what}"));
+        let body = postcard::to_allocvec(forwarded).map_err(|e| EngineError::Internal(format!("encode: {e}")))?;
+        let client = CLIENT.with(Clone::clone);
+        let mut response = client
+            .post(format!("{}{FORWARD_PATH}", url.trim_end_matches('/')))
+            .insert_header(("authorization", format!("Bearer {}", self.secret)))
+            .insert_header(("content-type", CONTENT_TYPE))
+            .send_body(body)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        if !response.status().is_success() {
+            return Err(unavailable(format!("answered {}", response.status())));
+        }
+        // awc's time-out stops at the headers: the body gets its own.
+        let bytes = tokio::time::timeout(TIMEOUT, response.body().limit(MAX_BODY))
+            .await
+            .map_err(|_| unavailable("its answer did not arrive in time".into()))?
+            .map_err(|e| unavailable(e.to_string()))?;
+        let answer: Result<Answer, EngineError> =
+            postcard::from_bytes(&bytes).map_err(|e| EngineError::Internal(format!("a node's answer: {e}")))?;
+        answer
+    }
+}
+
+thread_local! {
+    // awc is not Send: one client per thread, like the provider adapters'.
+    static CLIENT: awc::Client = client();
+}
+
+fn client() -> awc::Client {
+    // awc panics without a process-wide rustls provider; installing it twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let connector = awc::Connector::new().timeout(Duration::from_secs(5));
+    let connector =
+        match rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+        {
+            Ok(builder) => {
+                let mut config = builder.with_root_certificates(roots).with_no_client_auth();
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                connector.rustls_0_23(Arc::new(config))
+            }
+            // Without TLS only http advertise URLs work; https ones fail with a clear error.
+            Err(e) => {
+                tracing::error!(error = %e, "TLS setup for forwarding failed");
+                connector
+            }
+        };
+    awc::Client::builder().connector(connector).disable_redirects().timeout(TIMEOUT).finish()
+}
+
+/// A message of the merchant actor that can be forwarded, and how its answer comes back.
+pub(crate) trait Remote<T> {
+    /// The message as it crosses; `None` for one only the holder itself sends (a sweep's).
+    fn ask(&self) -> Option<Ask>;
+    /// The answer as this message's result; `None` when the holder answered another kind.
+    fn take(answer: Answer) -> Option<T>;
+}
+
+impl Remote<Executed> for crate::merchant::Execute {
+    fn ask(&self) -> Option<Ask> {
+        Some(Ask::Execute {
+            command: self.command.clone(),
+            idempotency: self.idempotency.clone(),
+            note: self.note.clone(),
+        })
+    }
+    fn take(answer: Answer) -> Option<Executed> {
+        match answer {
+            Answer::Executed(executed) => Some(executed),
+            _ => None,
+        }
+    }
+}
+
+impl Remote<Option<Payment>> for crate::merchant::GetPayment {
+    fn ask(&self) -> Option<Ask> {
+        Some(Ask::Payment(self.0.clone()))
+    }
+    fn take(answer: Answer) -> Option<Option<Payment>> {
+        match answer {
+            Answer::Payment(payment) => Some(payment),
+            _ => None,
+        }
+    }
+}
+
+impl Remote<Option<Payout>> for crate::merchant::GetPayout {
+    fn ask(&self) -> Option<Ask> {
+        Some(Ask::Payout(self.0.clone()))
+    }
+    fn take(answer: Answer) -> Option<Option<Payout>> {
+        match answer {
+            Answer::Payout(payout) => Some(payout),
+            _ => None,
+        }
+    }
+}
+
+impl Remote<Option<Link>> for crate::merchant::GetLink {
+    fn ask(&self) -> Option<Ask> {
+        Some(Ask::Link(self.0.clone()))
+    }
+    fn take(answer: Answer) -> Option<Option<Link>> {
+        match answer {
+            Answer::Link(link) => Some(link),
+            _ => None,
+        }
+    }
+}
+
+impl Remote<Balances> for crate::merchant::GetBalances {
+    fn ask(&self) -> Option<Ask> {
+        Some(Ask::Balances)
+    }
+    fn take(answer: Answer) -> Option<Balances> {
+        match answer {
+            Answer::Balances(balances) => Some(balances),
+            _ => None,
+        }
+    }
+}
+
+/// The sweeps' deletions run on the holder only: each node sweeps the merchants it holds.
+impl Remote<usize> for crate::merchant::ForgetIdempotency {
+    fn ask(&self) -> Option<Ask> {
+        None
+    }
+    fn take(_: Answer) -> Option<usize> {
+        None
+    }
+}

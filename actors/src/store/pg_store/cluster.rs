@@ -1,0 +1,288 @@
+//! Placement of merchants on the nodes of a cluster: fixed shards, leases taken and renewed on the database's
+//! clock, and the fencing token every write is checked against.
+//!
+//! Merchants fall into [`SHARDS`] shards by a hash of their id. A shard has one row in `caisse_shards`: its
+//! owner, its fencing token and when the owner's lease ends. Every node runs [`Membership::run`]: each
+//! [`RENEW_EVERY`] it says it is alive (`caisse_nodes`), renews the leases it holds (an update that only
+//! matches the shards it holds with the token it took them with), and takes or gives back shards so that every
+//! live node holds its fair share: free or expired shards are taken by raising their token, and a node
+//! holding more than its share once another has joined gives the extra ones back.
+//!
+//! The lease only says where a merchant's actor should run. What makes "one writer per merchant" true is the
+//! token: an actor reads its merchant's state after its node took the shard and puts the token in every
+//! change, and the group commit checks the tokens in the same transaction (`writer`), holding the shard rows
+//! shared until it commits. A node paused or cut off past its lease finds, when it wakes, that another node
+//! raised the token: its writes fail and it acknowledges nothing. A taking waits for the commits that hold the
+//! row, so the new owner reads everything the old one committed.
+//!
+//! A node also stops counting a shard as its own once its lease may have ended by its own clock (renewal
+//! time plus the lease, less a margin), so that it does not serve a merchant's balances from memory after a
+//! pause long enough for another node to have taken over.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::conn::{db_error, Conn};
+use crate::domain::ids::MerchantId;
+use crate::store::{Fence, Placement, StoreError};
+
+/// Shards merchants are spread over. Part of the stored state: the schema creates this many rows, and a
+/// merchant's shard must not change while nodes run.
+pub const SHARDS: u32 = 64;
+
+/// How long a lease lasts past its renewal, on the database's clock.
+pub(super) const LEASE: Duration = Duration::from_secs(10);
+/// How often a node renews its leases and balances shards.
+pub(super) const RENEW_EVERY: Duration = Duration::from_secs(2);
+/// Taken off the lease on this node's clock before it stops counting a shard as its own.
+const MARGIN: Duration = Duration::from_secs(2);
+/// A node not seen for this long no longer counts in the fair share.
+const NODE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shard a merchant belongs to: the first four bytes of the SHA-256 of its id, modulo [`SHARDS`].
+pub fn shard_of(merchant: &MerchantId) -> u32 {
+    let digest = Sha256::digest(merchant.as_bytes());
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % SHARDS
+}
+
+/// This node, as the others see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// Unique among the nodes of a cluster.
+    pub id: String,
+    /// Where the other nodes reach this one's API (to forward a merchant's requests to it).
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    token: i64,
+    /// Past this, on this node's clock, the lease may have ended.
+    until: Instant,
+}
+
+/// What this node holds and where every other shard is, as of the last renewal.
+pub struct Membership {
+    pub(super) me: NodeIdentity,
+    held: RwLock<Vec<Option<Held>>>,
+    /// The owner of every shard this node does not hold, as last read: (node id, its URL).
+    owners: RwLock<Vec<Option<(String, String)>>>,
+    stopped: AtomicBool,
+    /// Rounds completed, so that a start can wait for the first.
+    rounds: AtomicU64,
+}
+
+impl Membership {
+    pub(super) fn new(me: NodeIdentity) -> Membership {
+        Membership {
+            me,
+            held: RwLock::new(vec![None; SHARDS as usize]),
+            owners: RwLock::new(vec![None; SHARDS as usize]),
+            stopped: AtomicBool::new(false),
+            rounds: AtomicU64::new(0),
+        }
+    }
+
+    /// The token this node holds `shard` with, while its lease lasts by this node's clock.
+    pub(super) fn fence(&self, shard: u32) -> Option<Fence> {
+        let held = self.held.read().ok()?;
+        let h = held.get(shard as usize).copied().flatten()?;
+        (Instant::now() < h.until).then_some(Fence { shard, token: h.token })
+    }
+
+    pub(super) fn placement(&self, merchant: &MerchantId) -> Placement {
+        let shard = shard_of(merchant);
+        if self.fence(shard).is_some() {
+            return Placement::Here;
+        }
+        match self.owners.read().ok().and_then(|o| o.get(shard as usize).cloned().flatten()) {
+            Some((id, url)) if id != self.me.id => Placement::Node { id, url },
+            _ => Placement::Nobody,
+        }
+    }
+
+    /// How many shards this node holds now.
+    pub fn held_count(&self) -> usize {
+        self.held.read().map_or(0, |h| h.iter().filter(|s| s.is_some_and(|h| Instant::now() < h.until)).count())
+    }
+
+    /// Waits (blocking) until the first round is done, at most `limit`: a lone node then holds every shard.
+    pub(super) fn wait_first_round(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.rounds.load(Ordering::Acquire) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub(super) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    /// Renews, balances and reads placement every [`RENEW_EVERY`] until [`Membership::stop`], then gives
+    /// back what it holds so that other nodes take it at once rather than after the lease.
+    pub(super) async fn run(self: Arc<Self>, config: tokio_postgres::Config) {
+        let mut conn: Option<Conn> = None;
+        while !self.stopped.load(Ordering::Acquire) {
+            let started = Instant::now();
+            let round = async {
+                if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                    conn = Some(Conn::open(&config).await?);
+                }
+                match conn.as_ref() {
+                    Some(c) => self.round(c, started).await,
+                    None => Err(StoreError::Closed),
+                }
+            };
+            match tokio::time::timeout(RENEW_EVERY * 2, round).await {
+                Ok(Ok(())) => {
+                    self.rounds.fetch_add(1, Ordering::AcqRel);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, node = %self.me.id, "renewing the shard leases failed");
+                    conn = None;
+                }
+                Err(_) => {
+                    tracing::warn!(node = %self.me.id, "renewing the shard leases timed out");
+                    conn = None;
+                }
+            }
+            tokio::time::sleep(RENEW_EVERY.saturating_sub(started.elapsed())).await;
+        }
+        if let Some(c) = conn.as_ref() {
+            let _ = c
+                .client
+                .execute(
+                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' WHERE owner = $1",
+                    &[&self.me.id],
+                )
+                .await;
+        }
+        if let Ok(mut held) = self.held.write() {
+            held.iter_mut().for_each(|h| *h = None);
+        }
+    }
+
+    /// One renewal: alive, renew, take or give back, read where the rest is.
+    async fn round(&self, conn: &Conn, started: Instant) -> Result<(), StoreError> {
+        let lease_s = LEASE.as_secs_f64();
+        let until = started + LEASE - MARGIN;
+        conn.client
+            .execute(
+                "INSERT INTO caisse_nodes (node_id, advertise_url, seen_at) VALUES ($1, $2, now()) \
+                 ON CONFLICT (node_id) DO UPDATE SET advertise_url = EXCLUDED.advertise_url, seen_at = now()",
+                &[&self.me.id, &self.me.url],
+            )
+            .await
+            .map_err(|e| db_error("say this node is alive", e))?;
+        // Renew exactly what is held with the tokens it was taken with.
+        let (shards, tokens): (Vec<i32>, Vec<i64>) = {
+            let held = self.held.read().map_err(|_| poisoned())?;
+            held.iter().enumerate().filter_map(|(shard, h)| h.map(|h| (shard as i32, h.token))).unzip()
+        };
+        let renewed = conn
+            .client
+            .query(
+                "UPDATE caisse_shards SET expires_at = now() + make_interval(secs => $4) \
+                 WHERE owner = $1 AND (shard, fence) IN (SELECT * FROM unnest($2::int[], $3::bigint[])) \
+                 RETURNING shard, fence",
+                &[&self.me.id, &shards, &tokens, &lease_s],
+            )
+            .await
+            .map_err(|e| db_error("renew the shard leases", e))?;
+        let mut now_held: Vec<Option<Held>> = vec![None; SHARDS as usize];
+        for row in &renewed {
+            let (shard, token): (i32, i64) = (row.get(0), row.get(1));
+            if let Some(slot) = now_held.get_mut(shard as usize) {
+                *slot = Some(Held { token, until });
+            }
+        }
+        let lost = shards.iter().filter(|s| now_held.get(**s as usize).is_some_and(|h| h.is_none())).count();
+        if lost > 0 {
+            tracing::warn!(node = %self.me.id, lost, "shard leases were lost to other nodes");
+        }
+        let live: i64 = conn
+            .client
+            .query_one(
+                "SELECT count(*) FROM caisse_nodes WHERE seen_at > now() - make_interval(secs => $1)",
+                &[&NODE_TIMEOUT.as_secs_f64()],
+            )
+            .await
+            .map_err(|e| db_error("count the live nodes", e))?
+            .get(0);
+        let live = u32::try_from(live.max(1)).unwrap_or(1);
+        let share = SHARDS.div_ceil(live) as usize;
+        let holding = now_held.iter().filter(|h| h.is_some()).count();
+        if holding < share {
+            let taken = conn
+                .client
+                .query(
+                    "UPDATE caisse_shards SET owner = $1, fence = fence + 1, expires_at = now() + make_interval(secs => $3) \
+                     WHERE shard IN (SELECT shard FROM caisse_shards WHERE expires_at < now() \
+                                     ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                     RETURNING shard, fence",
+                    &[&self.me.id, &((share - holding) as i64), &lease_s],
+                )
+                .await
+                .map_err(|e| db_error("take free shards", e))?;
+            for row in &taken {
+                let (shard, token): (i32, i64) = (row.get(0), row.get(1));
+                if let Some(slot) = now_held.get_mut(shard as usize) {
+                    *slot = Some(Held { token, until });
+                }
+            }
+            if !taken.is_empty() {
+                tracing::info!(node = %self.me.id, taken = taken.len(), share, "took shards");
+            }
+        } else if holding > share {
+            // Give back the extra shards, highest first; no longer counted here from this moment, so their
+            // merchants' requests go to the node that takes them.
+            let extra: Vec<(i32, i64)> = now_held
+                .iter()
+                .enumerate()
+                .rev()
+                .filter_map(|(shard, h)| h.map(|h| (shard as i32, h.token)))
+                .take(holding - share)
+                .collect();
+            for (shard, _) in &extra {
+                now_held[*shard as usize] = None;
+            }
+            *self.held.write().map_err(|_| poisoned())? = now_held.clone();
+            let (shards, tokens): (Vec<i32>, Vec<i64>) = extra.into_iter().unzip();
+            conn.client
+                .execute(
+                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' \
+                     WHERE owner = $1 AND (shard, fence) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))",
+                    &[&self.me.id, &shards, &tokens],
+                )
+                .await
+                .map_err(|e| db_error("give back shards", e))?;
+            tracing::info!(node = %self.me.id, given = shards.len(), share, "gave back shards to balance the cluster");
+        }
+        *self.held.write().map_err(|_| poisoned())? = now_held;
+        let rows = conn
+            .client
+            .query(
+                "SELECT s.shard, s.owner, n.advertise_url FROM caisse_shards s \
+                 JOIN caisse_nodes n ON n.node_id = s.owner WHERE s.expires_at > now()",
+                &[],
+            )
+            .await
+            .map_err(|e| db_error("read where the shards are", e))?;
+        let mut owners: Vec<Option<(String, String)>> = vec![None; SHARDS as usize];
+        for row in &rows {
+            let shard: i32 = row.get(0);
+            if let Some(slot) = owners.get_mut(shard as usize) {
+                *slot = Some((row.get(1), row.get(2)));
+            }
+        }
+        *self.owners.write().map_err(|_| poisoned())? = owners;
+        Ok(())
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Io("the shard table was poisoned".into())
+}

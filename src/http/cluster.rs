@@ -1,0 +1,26 @@
+//! The route the other nodes of a cluster forward a merchant's messages to (`caisse_engine::cluster`). Only a
+//! node of a cluster has it; a request without the cluster's secret is answered as an unknown path, so the
+//! route says nothing to anyone else.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::cluster::{CONTENT_TYPE, FORWARD_PATH, MAX_BODY};
+
+use super::error::ApiError;
+use super::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource(FORWARD_PATH).app_data(web::PayloadConfig::new(MAX_BODY)).route(web::post().to(forwarded)),
+    );
+}
+
+async fn forwarded(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    let authorization = req.headers().get("authorization").and_then(|v| v.to_str().ok());
+    match state.engine.forwarding() {
+        Some(forwarding) if forwarding.admits(authorization) => {
+            let answer = state.engine.answer_forwarded(&body).await;
+            Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(answer))
+        }
+        _ => super::no_such_endpoint(&req),
+    }
+}
