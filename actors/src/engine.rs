@@ -384,6 +384,12 @@ impl Engine {
         self.inner.store.placement(merchant)
     }
 
+    /// True when this process writes for the merchant: always outside a cluster; in one, while this node
+    /// holds the merchant's shard. Background work (sweeps, retention) is done by the holder only.
+    pub fn holds(&self, merchant: &MerchantId) -> bool {
+        self.placement(merchant) == Placement::Here
+    }
+
     /// Applies one change for a merchant; answers once it is durable.
     pub async fn execute(
         &self,
@@ -614,7 +620,7 @@ impl Engine {
         while batches < max_batches {
             let Some(merchant) = store.next_merchant_with_idempotency(after.as_ref())? else { break };
             after = Some(merchant.clone());
-            if store.idempotency_made_before(&merchant, before, 1)?.is_empty() {
+            if !self.holds(&merchant) || store.idempotency_made_before(&merchant, before, 1)?.is_empty() {
                 continue;
             }
             while batches < max_batches {

@@ -665,3 +665,108 @@ macro_rules! conformance {
 
 conformance!(sled, Sled);
 conformance!(postgresql, Postgres);
+
+/// What only a store several nodes share does: shards placed on one node at a time, and the fence that refuses
+/// a write made under a token another node has raised.
+mod postgresql_cluster {
+    use std::time::{Duration, Instant};
+
+    use caisse_engine::store::pg_store::{shard_of, NodeIdentity, SHARDS};
+    use caisse_engine::store::{Commits, Placement, Records};
+
+    use super::*;
+
+    fn node(db: &postgres::TestDatabase, name: &str) -> PgStore {
+        let me = NodeIdentity { id: name.into(), url: format!("http://{name}.invalid") };
+        PgStore::open_node(&db.url, me).expect("open a node")
+    }
+
+    /// Waits, a bounded time, until `done` holds.
+    fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + limit;
+        while !done() {
+            assert!(Instant::now() < deadline, "{what} within {limit:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    #[test]
+    fn a_write_under_a_token_another_node_raised_fails_and_writes_nothing() {
+        let db = postgres::database();
+        let a = node(&db, "a");
+        assert_eq!(a.shards_held(), SHARDS as usize, "a lone node holds every shard after its first round");
+        let mut shop = Shop::new();
+        let recovered = a.recover_merchant(&shop.id).expect("the holder claims the merchant");
+        let fence = recovered.fence.expect("a node's recovery carries the shard's token");
+        assert_eq!(fence.shard, shard_of(&shop.id));
+
+        let (mut first, balances) = shop.change(&Command::InitiatePayment(new_payment(5_000, Some("first"))), None);
+        first.fence = Some(fence);
+        wait(a.commit(first, &shop.latch).expect("queued"));
+        shop.seq += 1;
+        shop.balances = balances;
+
+        // Another node takes the shard: what a takeover after this node's lease ended does.
+        db.execute(&format!(
+            "UPDATE caisse_shards SET owner = 'b', fence = fence + 1, expires_at = now() + interval '1 hour' \
+             WHERE shard = {}",
+            fence.shard
+        ));
+        let (mut second, _) = shop.change(&Command::InitiatePayment(new_payment(7_000, Some("second"))), None);
+        second.fence = Some(fence);
+        let refused = a.commit(second, &shop.latch).expect("queued").blocking_recv().expect("answered");
+        assert!(matches!(refused, Err(StoreError::NotOwner(_))), "{refused:?}");
+        assert_eq!(a.journal(&shop.id, 1, 10).unwrap().len(), 1, "nothing of the fenced change was written");
+        assert!(a.payment(&shop.id, "second").unwrap().is_none());
+        // The actor's later writes are refused too: its memory is ahead of what the new holder reads.
+        let (mut third, _) = shop.change(&Command::InitiatePayment(new_payment(1_000, Some("third"))), None);
+        third.fence = Some(fence);
+        assert!(matches!(a.commit(third, &shop.latch), Err(StoreError::Aborted)));
+    }
+
+    #[test]
+    fn a_node_writes_for_an_actor_only_under_a_token_and_a_client_claims_nothing() {
+        let db = postgres::database();
+        let client = PgStore::open(&db.url).expect("open a client");
+        let shop = Shop::new();
+        assert_eq!(client.recover_merchant(&shop.id).unwrap().fence, None);
+        let a = node(&db, "a");
+        let (change, _) = shop.change(&Command::InitiatePayment(new_payment(5_000, Some("unfenced"))), None);
+        assert!(matches!(a.commit(change, &shop.latch), Err(StoreError::NotOwner(_))));
+    }
+
+    #[test]
+    fn two_nodes_share_the_shards_and_a_stopped_node_gives_its_own_back() {
+        let db = postgres::database();
+        let a = node(&db, "a");
+        let b = node(&db, "b");
+        let half = SHARDS as usize / 2;
+        until("the shards are balanced", Duration::from_secs(15), || {
+            a.shards_held() == half && b.shards_held() == half
+        });
+        // Each node reads where the others' shards are once per round: until then a shard just taken is nowhere.
+        let merchants: Vec<MerchantId> = (0..64).map(|_| MerchantId::new()).collect();
+        until("each node knows where the other's merchants are", Duration::from_secs(10), || {
+            merchants.iter().all(|m| a.placement(m) != Placement::Nobody && b.placement(m) != Placement::Nobody)
+        });
+        let mut on_a = 0;
+        for m in &merchants {
+            match (a.placement(m), b.placement(m)) {
+                (Placement::Here, Placement::Node { id, url }) => {
+                    assert_eq!((id.as_str(), url.as_str()), ("a", "http://a.invalid"));
+                    on_a += 1;
+                    assert!(matches!(b.recover_merchant(m), Err(StoreError::NotOwner(_))));
+                }
+                (Placement::Node { id, .. }, Placement::Here) => {
+                    assert_eq!(id, "b");
+                    assert!(matches!(a.recover_merchant(m), Err(StoreError::NotOwner(_))));
+                }
+                other => panic!("one merchant, two placements: {other:?}"),
+            }
+        }
+        assert!(on_a > 0 && on_a < 64, "merchants on both nodes: {on_a} of 64 on a");
+        a.close().unwrap();
+        drop(a);
+        until("the remaining node holds every shard", Duration::from_secs(15), || b.shards_held() == SHARDS as usize);
+    }
+}

@@ -75,7 +75,7 @@ async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
     for (kind, cursor) in
         [(TransactionType::Refund, &mut cursors.refunds), (TransactionType::Payout, &mut cursors.payouts)]
     {
-        let batch = match flow.engine.awaiting_provider(kind, cutoff, cursor.as_ref(), SWEEP_BATCH) {
+        let mut batch = match flow.engine.awaiting_provider(kind, cutoff, cursor.as_ref(), SWEEP_BATCH) {
             Ok(batch) => batch,
             Err(e) => {
                 tracing::error!(error = %e, ?kind, "reconciliation could not read the pending index");
@@ -84,6 +84,8 @@ async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
         };
         // A short batch ends the round: the next pass starts again from the oldest.
         *cursor = if batch.len() < SWEEP_BATCH { None } else { batch.last().cloned() };
+        // In a cluster each node reconciles the merchants it holds.
+        batch.retain(|item| flow.engine.holds(&item.merchant));
         stream::iter(batch).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| ask_and_apply(flow, item)).await;
     }
 }
@@ -119,10 +121,12 @@ async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
 
 async fn sweep(flow: &Flow, ttl_ms: u64) {
     let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(ttl_ms));
-    let due = match flow.engine.awaiting_provider(TransactionType::Payment, cutoff, None, SWEEP_BATCH) {
+    let mut due = match flow.engine.awaiting_provider(TransactionType::Payment, cutoff, None, SWEEP_BATCH) {
         Ok(due) => due,
         Err(e) => return tracing::error!(error = %e, "expiry sweep could not read the pending index"),
     };
+    // In a cluster each node expires the payments of the merchants it holds.
+    due.retain(|item| flow.engine.holds(&item.merchant));
     stream::iter(due).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| expire_one(flow, item)).await;
 }
 
@@ -179,10 +183,11 @@ async fn resubmit_pending(flow: &Flow) {
     // Everything waiting now, what was created in this very millisecond included: asking twice is harmless.
     let now = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1));
     for kind in [TransactionType::Payment, TransactionType::Refund, TransactionType::Payout] {
-        let items = match flow.engine.awaiting_provider(kind, now, None, 100_000) {
+        let mut items = match flow.engine.awaiting_provider(kind, now, None, 100_000) {
             Ok(items) => items,
             Err(e) => return tracing::error!(error = %e, "could not read pending work"),
         };
+        items.retain(|item| flow.engine.holds(&item.merchant));
         stream::iter(items).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(flow, kind, item)).await;
     }
 }

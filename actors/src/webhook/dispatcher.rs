@@ -178,6 +178,11 @@ impl Dispatcher {
                     None => return Ok(None),
                 },
             };
+            // In a cluster the node that holds a merchant delivers its notifications and forgets them.
+            if !self.store.delivers_for(&merchant) {
+                pass.done = pass.merchant.take();
+                continue;
+            }
             let read =
                 self.store.notifications_made_before(&merchant, pass.before, pass.after.as_deref(), FORGET_CHUNK)?;
             let Some(last) = read.last() else {

@@ -27,6 +27,13 @@ impl Drop for TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// Runs `sql` on this database (as the server's administrator), failing the test if it fails.
+    pub fn execute(&self, sql: &str) {
+        psql(&self.url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
 /// A fresh, empty database.
 pub fn database() -> TestDatabase {
     let server = server();

@@ -9,12 +9,16 @@ use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::store::kv::Kv;
 use crate::store::op::Op;
-use crate::store::{Outbox, Page, StoreError, Ticket};
+use crate::store::{Outbox, Page, Placement, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
 
 impl<K: Kv> Outbox for KvStore<K> {
+    fn delivers_for(&self, merchant: &MerchantId) -> bool {
+        self.kv.placement(merchant) == Placement::Here
+    }
+
     fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>> {
         self.feed.lock().ok().and_then(|mut feed| feed.take())
     }
@@ -113,7 +117,9 @@ impl<K: Kv> Outbox for KvStore<K> {
         let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
         let mut due = Vec::new();
         let mut stale = Vec::new();
-        for item in self.scan(OUTBOX_DUE, Bound::Unbounded, Bound::Excluded(end.as_slice()), false)? {
+        let scan = self.scan(OUTBOX_DUE, Bound::Unbounded, Bound::Excluded(end.as_slice()), false)?;
+        // Bounded also in entries read: in a cluster most due entries may be other nodes' to deliver.
+        for item in scan.take(MAX_SCAN) {
             if due.len() >= limit {
                 break;
             }
@@ -134,6 +140,11 @@ impl<K: Kv> Outbox for KvStore<K> {
                     continue;
                 }
             };
+            // In a cluster, the node that holds the merchant delivers its notifications (one node at a time, in
+            // the merchant's order); the next holder finds them here after a failover.
+            if self.kv.placement(&merchant) != Placement::Here {
+                continue;
+            }
             let current = match self.get::<Notification>(NOTIFICATIONS, &mkey(&merchant, id)) {
                 Ok(current) => current,
                 Err(e) => {

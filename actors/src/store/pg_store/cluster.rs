@@ -19,7 +19,7 @@
 //! time plus the lease, less a margin), so that it does not serve a merchant's balances from memory after a
 //! pause long enough for another node to have taken over.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use super::conn::{db_error, Conn};
 use crate::domain::ids::MerchantId;
+use crate::store::layout::MERCHANTS;
 use crate::store::{Fence, Placement, StoreError};
 
 /// Shards merchants are spread over. Part of the stored state: the schema creates this many rows, and a
@@ -73,16 +74,22 @@ pub struct Membership {
     stopped: AtomicBool,
     /// Rounds completed, so that a start can wait for the first.
     rounds: AtomicU64,
+    /// The store's generation numbers, and the version of the merchant accounts last read: a change another
+    /// node (or a merchant command) made moves this node's generation of the accounts within a round.
+    generations: Arc<Vec<AtomicU64>>,
+    accounts_version: AtomicI64,
 }
 
 impl Membership {
-    pub(super) fn new(me: NodeIdentity) -> Membership {
+    pub(super) fn new(me: NodeIdentity, generations: Arc<Vec<AtomicU64>>) -> Membership {
         Membership {
             me,
             held: RwLock::new(vec![None; SHARDS as usize]),
             owners: RwLock::new(vec![None; SHARDS as usize]),
             stopped: AtomicBool::new(false),
             rounds: AtomicU64::new(0),
+            generations,
+            accounts_version: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -279,6 +286,17 @@ impl Membership {
             }
         }
         *self.owners.write().map_err(|_| poisoned())? = owners;
+        let version: i64 = conn
+            .client
+            .query_one("SELECT n FROM caisse_accounts_version WHERE id = 1", &[])
+            .await
+            .map_err(|e| db_error("read the accounts' version", e))?
+            .get(0);
+        if self.accounts_version.swap(version, Ordering::AcqRel) != version {
+            if let Some(generation) = self.generations.get(MERCHANTS) {
+                generation.fetch_add(1, Ordering::AcqRel);
+            }
+        }
         Ok(())
     }
 }

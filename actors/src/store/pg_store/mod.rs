@@ -145,7 +145,7 @@ impl PgStore {
             node: me.as_ref().map(|me| me.id.clone()),
         };
         bridge.handle()?.spawn(task.run());
-        let node = me.map(|me| Arc::new(Membership::new(me)));
+        let node = me.map(|me| Arc::new(Membership::new(me, generations.clone())));
         if let Some(node) = &node {
             bridge.handle()?.spawn(node.clone().run(config.clone()));
             // A node that answers before its first round would forward everything for a moment.

@@ -58,7 +58,9 @@ const MIGRATIONS: &[(i32, &str)] = &[
              expires_at timestamptz NOT NULL DEFAULT '-infinity'
          );
          INSERT INTO caisse_shards (shard) SELECT generate_series(0, 63);
-         CREATE TABLE caisse_cluster (id integer PRIMARY KEY CHECK (id = 1), secret text NOT NULL);",
+         CREATE TABLE caisse_cluster (id integer PRIMARY KEY CHECK (id = 1), secret text NOT NULL);
+         CREATE TABLE caisse_accounts_version (id integer PRIMARY KEY CHECK (id = 1), n bigint NOT NULL);
+         INSERT INTO caisse_accounts_version VALUES (1, 0);",
     ),
 ];
 

@@ -25,6 +25,7 @@ use tokio_postgres::types::ToSql;
 use super::conn::{db_error, Conn, QUERY_TIMEOUT};
 use super::schema::TreeSql;
 use crate::domain::records::Notification;
+use crate::store::layout::MERCHANTS;
 use crate::store::op::Op;
 use crate::store::{FailureLatch, Fence, StoreError};
 
@@ -276,7 +277,17 @@ impl WriterTask {
                 writes.push(tx.execute_raw(delete, params));
             }
         }
-        let (held, written) = futures_util::future::join(check, try_join_all(writes)).await;
+        // Merchant accounts are cached by every node (`Accounts::merchants_generation`): the version tells the
+        // others that theirs may be stale.
+        let accounts = async {
+            if trees.contains_key(&MERCHANTS) {
+                tx.execute("UPDATE caisse_accounts_version SET n = n + 1 WHERE id = 1", &[]).await.map(drop)
+            } else {
+                Ok(())
+            }
+        };
+        let (held, written, accounts) = futures_util::future::join3(check, try_join_all(writes), accounts).await;
+        accounts.map_err(|e| Failed::Store(db_error("count a change of merchant accounts", e)))?;
         let held = held.map_err(|e| Failed::Store(db_error("check the shard fences", e)))?;
         written.map_err(|e| Failed::Store(db_error("write a group commit", e)))?;
         if held.len() != fences.len() {

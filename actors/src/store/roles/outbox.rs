@@ -45,6 +45,11 @@ pub trait Outbox: Send + Sync {
     /// The caller decides they may go: the webhook dispatcher, which also makes resends, forgets only delivered
     /// notifications it is not delivering.
     fn forget_notifications(&self, notifications: &[Notification]) -> Result<Ticket, StoreError>;
+    /// True when this process delivers the merchant's notifications: always with one process; in a cluster,
+    /// the node that holds the merchant (the due scans already pass over the others').
+    fn delivers_for(&self, _merchant: &MerchantId) -> bool {
+        true
+    }
     /// Notifications whose next attempt is due at or before `now`, oldest first.
     fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
         self.due_notifications_skipping(now, limit, &mut |_| false)
