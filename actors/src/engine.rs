@@ -384,6 +384,11 @@ impl Engine {
         self.inner.store.placement(merchant)
     }
 
+    /// Changes each time this node of a cluster takes merchants over from another (never with one process).
+    pub fn takeovers(&self) -> u64 {
+        self.inner.store.takeovers()
+    }
+
     /// True when this process writes for the merchant: always outside a cluster; in one, while this node
     /// holds the merchant's shard. Background work (sweeps, retention) is done by the holder only.
     pub fn holds(&self, merchant: &MerchantId) -> bool {

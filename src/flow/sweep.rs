@@ -1,5 +1,6 @@
 //! Background work that keeps pending transactions moving: the TTL sweep, the reconciliation of refunds and
-//! payouts, and the resubmission of pending work after a restart; each pass also lets the adapters refresh
+//! payouts, and the resubmission of pending work after a restart (and, in a cluster, after this node took
+//! merchants over from another); each pass also lets the adapters refresh
 //! what they keep of their providers' published configuration (pawaPay's limits).
 //!
 //! The sweep reads the engine's list of work awaiting a provider (oldest first), so each pass touches only
@@ -9,7 +10,8 @@
 //! Refunds and payouts have no TTL (docs/api.md § Refunds and § Payouts): money is reserved for them until the provider
 //! answers, so they are never given up. But a provider's notice can be lost, so the reconciliation asks the
 //! provider's status of every refund and payout still waiting one TTL after it was made, and applies a final
-//! answer; a "still pending" answer leaves it waiting for the next round. It walks the `pending` index with a
+//! answer; one the provider does not know is sent again under the same id (its request never left: the
+//! process sending it died first), and one in progress waits for the next round. It walks the `pending` index with a
 //! cursor, a bounded batch per pass, so a few that stay stuck forever cannot starve the others, and asks each
 //! one at most once per round.
 //!
@@ -42,11 +44,19 @@ pub fn start(flow: Flow, ttl_ms: u64) {
     let every = Duration::from_millis(sweep_every_ms(ttl_ms));
     actix_web::rt::spawn(async move {
         refresh_adapters(&flow).await;
+        let mut takeovers = flow.engine.takeovers();
         resubmit_pending(&flow).await;
         let mut cursors = Cursors::default();
         for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
             refresh_adapters(&flow).await;
+            // A node of a cluster that took merchants over picks up their pending work as after a restart:
+            // the node that held them may have died with its requests in flight.
+            let now = flow.engine.takeovers();
+            if now != takeovers {
+                takeovers = now;
+                resubmit_pending(&flow).await;
+            }
             sweep(&flow, ttl_ms).await;
             if pass % RECONCILE_EVERY_PASSES == 0 {
                 reconcile(&flow, ttl_ms, &mut cursors).await;
@@ -86,36 +96,12 @@ async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
         *cursor = if batch.len() < SWEEP_BATCH { None } else { batch.last().cloned() };
         // In a cluster each node reconciles the merchants it holds.
         batch.retain(|item| flow.engine.holds(&item.merchant));
-        stream::iter(batch).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| ask_and_apply(flow, item)).await;
-    }
-}
-
-/// Asks the provider about one waiting refund or payout and applies a final answer.
-async fn ask_and_apply(flow: &Flow, item: AwaitingProvider) {
-    // A refund is found through its payment's reference, which locates the payment; the kind says which of
-    // the two the provider's answer is about.
-    let located = match flow.engine.locate(&item.merchant, &item.owner) {
-        Ok(Some(located)) => Located { kind: item.kind, ..located },
-        Ok(None) => return,
-        Err(e) => return tracing::error!(error = %e, owner = %item.owner, "reconciliation lookup failed"),
-    };
-    if !matches!((&located.record, item.kind), (Record::Payment(_), TransactionType::Refund) | (Record::Payout(_), _)) {
-        return;
-    }
-    let Some(Carrier { adapter, subject, transaction_id, payment, .. }) = flow.carrier(&located.record, item.kind)
-    else {
-        return;
-    };
-    let status = match adapter.status(subject, &transaction_id, payment.as_ref()).await {
-        Ok(status) => status,
-        Err(e) => return tracing::warn!(error = %e, owner = %item.owner, "reconciliation status query failed"),
-    };
-    match apply_provider_status(&flow.engine, &item.merchant, &located, &status, false).await {
-        Ok(Some(_)) => {
-            tracing::info!(owner = %item.owner, ?status, "reconciliation applied the provider's final answer")
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(error = %e, owner = %item.owner, "reconciliation failed; the next round retries"),
+        // As after a restart: a final answer is applied, and one the provider does not know is sent again under
+        // the same id (the process that was to send it died first: in a cluster, the node a request came in on,
+        // which need not be the node that holds the merchant).
+        stream::iter(batch)
+            .for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(flow, item.kind, item))
+            .await;
     }
 }
 

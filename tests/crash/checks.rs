@@ -335,12 +335,18 @@ pub async fn settle(run: &Run) -> Vec<Snapshot> {
         if snaps.iter().all(Snapshot::settled) && previous.as_ref() == Some(&snaps) {
             return snaps;
         }
-        let pending = snaps
+        let pending: Vec<String> = snaps
             .iter()
             .flat_map(|s| &s.transactions)
             .filter(|t| matches!(t.status.as_str(), "initie" | "en_cours" | "en_attente"))
-            .count();
-        assert!(started.elapsed() < DEADLINE, "not settled after {DEADLINE:?}: {pending} transactions still pending");
+            .map(|t| format!("{t:?}"))
+            .collect();
+        assert!(
+            started.elapsed() < DEADLINE,
+            "not settled after {DEADLINE:?}: {} transactions still pending:\n{}",
+            pending.len(),
+            pending.join("\n")
+        );
         previous = Some(snaps);
         sleep_ms(1_500).await;
     }

@@ -195,6 +195,16 @@ async fn submit(
         run.target.wait_open().await;
         match run.target.send(&merchant.key, "POST", path, Some(body), idempotency_key).await {
             Ok(answer) if answer.status == 429 => sleep_ms(50).await,
+            // In a cluster a 503 may come from a node whose forwarded request died with the node that held the
+            // merchant: like no answer, the change may or may not have happened.
+            Ok(answer) if answer.status == 503 && run.target.is_cluster() => {
+                lost = true;
+                if idempotency_key.is_none() && !again_without_key {
+                    return (None, lost);
+                }
+                run.count("request sent again after 503 from a cluster node");
+                sleep_ms(100).await;
+            }
             Ok(answer) if answer.json["error"]["code"] == "idempotency_key_in_use" => {
                 run.count("retry after idempotency_key_in_use");
                 if in_use_since.get_or_insert_with(Instant::now).elapsed() > IN_USE_LIMIT {

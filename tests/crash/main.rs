@@ -40,6 +40,7 @@
 mod support;
 
 mod checks;
+mod cluster;
 mod format;
 mod load;
 mod receiver;

@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,7 +49,20 @@ pub struct Created {
 
 /// Creates a merchant with the operator command (the server must be stopped: the store is single-process).
 pub fn create_merchant(work_dir: &Path, data_dir: &Path, name: &str, webhook_url: &str) -> Created {
+    create_merchant_with(work_dir, data_dir, &[], name, webhook_url)
+}
+
+/// [`create_merchant`] with more settings in the environment (a cluster's store, which nodes share while they
+/// run).
+pub fn create_merchant_with(
+    work_dir: &Path,
+    data_dir: &Path,
+    env: &[(String, String)],
+    name: &str,
+    webhook_url: &str,
+) -> Created {
     let output = caisse(work_dir, data_dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .args(["merchant", "create", "--name", name, "--email", &format!("{name}@example.com"), "--json"])
         .args(["--webhook-url", webhook_url])
         .output()
@@ -86,8 +100,14 @@ fn collect(stream: impl Read + Send + 'static, sink: Arc<Mutex<Vec<String>>>) {
 impl Server {
     /// Starts `caisse serve` on `port` without waiting for it.
     pub fn spawn(work_dir: &Path, data_dir: &Path, port: u16) -> Server {
+        Server::spawn_with(work_dir, data_dir, port, &[])
+    }
+
+    /// [`Server::spawn`] with more settings in the environment (a node of a cluster).
+    pub fn spawn_with(work_dir: &Path, data_dir: &Path, port: u16, env: &[(String, String)]) -> Server {
         let mut command = caisse(work_dir, data_dir);
         command
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("serve")
             .env("CAISSE_LISTEN", format!("127.0.0.1:{port}"))
             .stdin(Stdio::null())
@@ -107,7 +127,12 @@ impl Server {
     /// Starts `caisse serve` and waits until it accepts connections. A server that exits instead (its startup
     /// audit refused the store, say) fails the test with its output.
     pub async fn start(work_dir: &Path, data_dir: &Path, port: u16) -> Server {
-        let mut server = Server::spawn(work_dir, data_dir, port);
+        Server::start_with(work_dir, data_dir, port, &[]).await
+    }
+
+    /// [`Server::start`] with more settings in the environment (a node of a cluster).
+    pub async fn start_with(work_dir: &Path, data_dir: &Path, port: u16, env: &[(String, String)]) -> Server {
+        let mut server = Server::spawn_with(work_dir, data_dir, port, env);
         let address = SocketAddr::from(([127, 0, 0, 1], port));
         let started = Instant::now();
         loop {
@@ -182,11 +207,18 @@ pub struct Answer {
 /// The gate closes in the same synchronous step as the kill, so every request the load started before it went
 /// to the process that was killed, and no new one starts until the server is back and the checks are done.
 /// Each restart gets a fresh client, so no request reuses a pooled connection to the dead process.
+///
+/// A target may be several nodes of a cluster: requests then go to the live ones in turn, so that both the
+/// node holding a merchant and one forwarding to it answer, and a node is taken out while it is down.
 pub struct Target {
-    pub base: String,
+    bases: Vec<String>,
+    alive: RefCell<Vec<bool>>,
+    turn: Cell<usize>,
     client: RefCell<awc::Client>,
     open: Cell<bool>,
     stop: Cell<bool>,
+    /// Requests sent and not yet answered (or failed).
+    busy: Rc<Cell<usize>>,
 }
 
 fn new_client() -> awc::Client {
@@ -195,12 +227,56 @@ fn new_client() -> awc::Client {
 
 impl Target {
     pub fn new(port: u16) -> Target {
+        Target::nodes(&[port])
+    }
+
+    /// The nodes of a cluster, on these ports.
+    pub fn nodes(ports: &[u16]) -> Target {
         Target {
-            base: format!("http://127.0.0.1:{port}"),
+            bases: ports.iter().map(|port| format!("http://127.0.0.1:{port}")).collect(),
+            alive: RefCell::new(vec![true; ports.len()]),
+            turn: Cell::new(0),
             client: RefCell::new(new_client()),
             open: Cell::new(false),
             stop: Cell::new(false),
+            busy: Rc::new(Cell::new(0)),
         }
+    }
+
+    /// Waits until no request is in flight: with a cluster a node that was not killed answers what it was
+    /// sent, so the checks wait for those answers before comparing what was acknowledged with what is stored.
+    pub async fn quiesce(&self) {
+        let started = Instant::now();
+        while self.busy.get() > 0 {
+            assert!(started.elapsed() < START_DEADLINE, "{} requests still in flight", self.busy.get());
+            sleep_ms(10).await;
+        }
+    }
+
+    /// More than one node: an answer `503` may then come from a node that forwarded the request to one that
+    /// died with it, so it says nothing about whether the change happened (a lost answer, not a refusal).
+    pub fn is_cluster(&self) -> bool {
+        self.bases.len() > 1
+    }
+
+    /// Node `node` is down (killed) or up again.
+    pub fn set_alive(&self, node: usize, alive: bool) {
+        if let Some(slot) = self.alive.borrow_mut().get_mut(node) {
+            *slot = alive;
+        }
+    }
+
+    /// The next live node's base URL.
+    fn base(&self) -> String {
+        let alive = self.alive.borrow();
+        for step in 0..self.bases.len() {
+            let at = (self.turn.get() + step) % self.bases.len();
+            if alive[at] {
+                self.turn.set(at + 1);
+                return self.bases[at].clone();
+            }
+        }
+        self.bases[0].clone()
     }
 
     /// Lets the load run against a (new) server.
@@ -238,7 +314,16 @@ impl Target {
         idempotency_key: Option<&str>,
     ) -> Result<Answer, String> {
         let client = self.client.borrow().clone();
-        let url = format!("{}{path}", self.base);
+        let url = format!("{}{path}", self.base());
+        // Counted until this function returns, whichever way.
+        struct Busy(Rc<Cell<usize>>);
+        impl Drop for Busy {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
+        self.busy.set(self.busy.get() + 1);
+        let _busy = Busy(self.busy.clone());
         let mut request = match method {
             "POST" => client.post(&url),
             _ => client.get(&url),
@@ -264,6 +349,10 @@ impl Target {
         loop {
             match self.send(key, "GET", path, None, None).await {
                 Ok(answer) if answer.status == 429 => {}
+                // In a cluster, a merchant's shard may be moving between two nodes for a few seconds.
+                Ok(answer) if answer.status == 503 && self.is_cluster() => {
+                    assert!(started.elapsed() < START_DEADLINE, "{path} still unavailable: {}", answer.json)
+                }
                 Ok(answer) => return answer,
                 Err(e) => assert!(started.elapsed() < START_DEADLINE, "{e}"),
             }

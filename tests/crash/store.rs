@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::DeliveryState;
-use caisse_engine::store::{Audit, Outbox, SledStore};
+use caisse_engine::store::{SledStore, Store};
 
 use crate::load::{Merchant, Run};
 use crate::support::sleep_ms;
@@ -38,6 +38,11 @@ pub async fn check_store(data_dir: &Path, run: &Run) -> Result<usize, Vec<String
         }
         sleep_ms(50).await;
     };
+    check_opened_store(&store, run)
+}
+
+/// [`check_store`] on a store already open (a cluster's database, read by a client of it).
+pub fn check_opened_store(store: &dyn Store, run: &Run) -> Result<usize, Vec<String>> {
     let mut wrong = Vec::new();
     if let Err(e) = store.audit() {
         wrong.push(format!("the store's audit fails: {e}"));

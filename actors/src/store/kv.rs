@@ -44,6 +44,10 @@ pub trait Kv: Send + Sync + 'static {
     fn placement(&self, _merchant: &MerchantId) -> Placement {
         Placement::Here
     }
+    /// See [`super::Commits::takeovers`].
+    fn takeovers(&self) -> u64 {
+        0
+    }
     /// A number that changes after any write to `tree` becomes visible.
     fn generation(&self, tree: usize) -> u64;
     /// How many keys `tree` holds.

@@ -120,6 +120,10 @@ impl<K: Kv> Commits for KvStore<K> {
     fn placement(&self, merchant: &MerchantId) -> Placement {
         self.kv.placement(merchant)
     }
+
+    fn takeovers(&self) -> u64 {
+        self.kv.takeovers()
+    }
 }
 
 impl<K: Kv> Audit for KvStore<K> {

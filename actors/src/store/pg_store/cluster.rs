@@ -74,6 +74,8 @@ pub struct Membership {
     stopped: AtomicBool,
     /// Rounds completed, so that a start can wait for the first.
     rounds: AtomicU64,
+    /// Rounds that took shards (`Commits::takeovers`).
+    takeovers: AtomicU64,
     /// The store's generation numbers, and the version of the merchant accounts last read: a change another
     /// node (or a merchant command) made moves this node's generation of the accounts within a round.
     generations: Arc<Vec<AtomicU64>>,
@@ -88,6 +90,7 @@ impl Membership {
             owners: RwLock::new(vec![None; SHARDS as usize]),
             stopped: AtomicBool::new(false),
             rounds: AtomicU64::new(0),
+            takeovers: AtomicU64::new(0),
             generations,
             accounts_version: AtomicI64::new(i64::MIN),
         }
@@ -122,6 +125,10 @@ impl Membership {
         while self.rounds.load(Ordering::Acquire) == 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    pub(super) fn takeovers(&self) -> u64 {
+        self.takeovers.load(Ordering::Acquire)
     }
 
     pub(super) fn stop(&self) {
@@ -222,15 +229,22 @@ impl Membership {
         let live = u32::try_from(live.max(1)).unwrap_or(1);
         let share = SHARDS.div_ceil(live) as usize;
         let holding = now_held.iter().filter(|h| h.is_some()).count();
+        let mut took = false;
+        // Besides free and expired shards, a node takes those still leased to its own id that it does not hold:
+        // it was restarted (or a second process was started under its id by mistake), and raising the token
+        // fences the earlier process off at once instead of after its lease.
+        let held_now: Vec<i32> =
+            now_held.iter().enumerate().filter(|(_, h)| h.is_some()).map(|(shard, _)| shard as i32).collect();
         if holding < share {
             let taken = conn
                 .client
                 .query(
                     "UPDATE caisse_shards SET owner = $1, fence = fence + 1, expires_at = now() + make_interval(secs => $3) \
-                     WHERE shard IN (SELECT shard FROM caisse_shards WHERE expires_at < now() \
+                     WHERE shard IN (SELECT shard FROM caisse_shards \
+                                     WHERE (expires_at < now() OR owner = $1) AND NOT (shard = ANY($4::int[])) \
                                      ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) \
                      RETURNING shard, fence",
-                    &[&self.me.id, &((share - holding) as i64), &lease_s],
+                    &[&self.me.id, &((share - holding) as i64), &lease_s, &held_now],
                 )
                 .await
                 .map_err(|e| db_error("take free shards", e))?;
@@ -242,6 +256,8 @@ impl Membership {
             }
             if !taken.is_empty() {
                 tracing::info!(node = %self.me.id, taken = taken.len(), share, "took shards");
+                // Counted once the shards are held (below), so whoever sees the number finds them here.
+                took = true;
             }
         } else if holding > share {
             // Give back the extra shards, highest first; no longer counted here from this moment, so their
@@ -269,6 +285,9 @@ impl Membership {
             tracing::info!(node = %self.me.id, given = shards.len(), share, "gave back shards to balance the cluster");
         }
         *self.held.write().map_err(|_| poisoned())? = now_held;
+        if took {
+            self.takeovers.fetch_add(1, Ordering::AcqRel);
+        }
         let rows = conn
             .client
             .query(

@@ -270,6 +270,10 @@ impl Kv for PgKv {
         }
     }
 
+    fn takeovers(&self) -> u64 {
+        self.node.as_ref().map_or(0, |node| node.takeovers())
+    }
+
     fn generation(&self, tree: usize) -> u64 {
         self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
     }

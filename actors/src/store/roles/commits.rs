@@ -30,4 +30,10 @@ pub trait Commits: Send + Sync {
     fn placement(&self, _merchant: &MerchantId) -> Placement {
         Placement::Here
     }
+
+    /// A number that changes each time this node takes merchants over from another (a node of a cluster that
+    /// died or gave them back), so that their pending work is picked up here. Never changes with one process.
+    fn takeovers(&self) -> u64 {
+        0
+    }
 }

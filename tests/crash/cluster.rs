@@ -1,0 +1,134 @@
+//! The crash test on a cluster: two `caisse serve` nodes share one PostgreSQL database and take the same load,
+//! each request going to the nodes in turn (so a merchant's requests reach both the node that holds it and one
+//! that forwards to it). Each cycle one node is killed with SIGKILL while the load goes on against the other,
+//! which takes the dead node's merchants over once their leases end; requests that lost their answer (or got
+//! a `503` from a node whose forwarded request died with the other) are sent again with the same
+//! `Idempotency-Key`. The killed node is started again under the same id, and the checks of the single-node
+//! test run: everything acknowledged is there, nothing twice, balances equal to the movements and never
+//! negative. At the end every notification the final states imply reaches its receiver, and the database,
+//! read by a client, passes the full audit and holds exactly the notifications the receivers got.
+
+use std::net::TcpListener;
+use std::rc::Rc;
+use std::time::Instant;
+
+use caisse_engine::store::PgStore;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::load::{self, Merchant, Run};
+use crate::receiver::Receiver;
+use crate::server::{create_merchant_with, Server, Target};
+use crate::support::postgres;
+use crate::support::{free_port, sleep_ms};
+use crate::{check_all, checks, deliveries_once_quiet, env_number, every_implied_notification_is_acknowledged};
+use crate::{store, MERCHANTS, WORKERS_PER_MERCHANT};
+
+const NODES: usize = 2;
+const DEFAULT_CYCLES: u32 = 2;
+
+/// One node: its port, data directory and settings.
+struct Node {
+    port: u16,
+    data_dir: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Node {
+    async fn start(&self, work_dir: &std::path::Path) -> Server {
+        Server::start_with(work_dir, &self.data_dir, self.port, &self.env).await
+    }
+}
+
+#[actix_web::test]
+async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
+    let started = Instant::now();
+    let cycles: u32 = env_number("CAISSE_CLUSTER_CRASH_CYCLES").unwrap_or(DEFAULT_CYCLES);
+    let seed: u64 = env_number("CAISSE_CRASH_SEED").unwrap_or_else(rand::random);
+    println!("cluster crash test: {cycles} cycles, seed {seed} (CAISSE_CRASH_SEED={seed} replays it)");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let db = postgres::database();
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let store_env = vec![("CAISSE_STORE".to_owned(), db.url.clone())];
+    let nodes: Vec<Node> = (0..NODES)
+        .map(|i| {
+            let port = free_port();
+            let mut env = store_env.clone();
+            env.push(("CAISSE_NODE_ID".into(), format!("node-{i}")));
+            env.push(("CAISSE_ADVERTISE_URL".into(), format!("http://127.0.0.1:{port}")));
+            Node { port, data_dir: dir.path().join(format!("data-{i}")), env }
+        })
+        .collect();
+    let mut servers: Vec<Option<Server>> = Vec::new();
+    for node in &nodes {
+        servers.push(Some(node.start(dir.path()).await));
+    }
+    // Made while the nodes run: the database is shared, so the merchant command writes to it directly.
+    let merchants: Vec<Merchant> = (0..MERCHANTS)
+        .map(|i| {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("receiver binds");
+            let url = format!("http://127.0.0.1:{}/webhooks", listener.local_addr().expect("receiver address").port());
+            let name = format!("c{i}");
+            let created = create_merchant_with(dir.path(), &nodes[0].data_dir, &store_env, &name, &url);
+            let receiver = Receiver::start(listener, created.secret_key.clone());
+            Merchant::new(name, created.id, created.secret_key, receiver)
+        })
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let run = Rc::new(Run {
+        target: Target::nodes(&ports),
+        merchants,
+        cycle: Default::default(),
+        tally: Default::default(),
+        violations: Default::default(),
+    });
+    let workers: Vec<_> = (0..MERCHANTS * WORKERS_PER_MERCHANT)
+        .map(|w| actix_web::rt::spawn(load::worker(run.clone(), w % MERCHANTS, StdRng::seed_from_u64(rng.gen()))))
+        .collect();
+
+    let mut webhooks_read = vec![0; MERCHANTS];
+    for cycle in 1..=cycles {
+        run.cycle.set(cycle);
+        run.target.open();
+        sleep_ms(rng.gen_range(300..1_200)).await;
+        let victim = rng.gen_range(0..NODES);
+        let server = servers[victim].take().expect("the node runs");
+        run.target.set_alive(victim, false);
+        server.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}: {e}"));
+        // The load goes on against the other node, through the failover: the dead node's merchants answer 503
+        // until their leases end and the survivor takes them over.
+        sleep_ms(rng.gen_range(1_000..4_000)).await;
+        run.target.close();
+        run.target.quiesce().await;
+        servers[victim] = Some(nodes[victim].start(dir.path()).await);
+        run.target.set_alive(victim, true);
+        check_all(&run, cycle, &mut webhooks_read, seed, &format!("after killing node {victim} in cycle {cycle}"))
+            .await;
+    }
+
+    run.cycle.set(cycles + 1);
+    run.target.open();
+    sleep_ms(1_000).await;
+    run.target.stop();
+    for worker in workers {
+        worker.await.expect("a worker ends");
+    }
+    run.target.quiesce().await;
+    let settled = checks::settle(&run).await;
+    check_all(&run, 0, &mut webhooks_read, seed, "at the end").await;
+    every_implied_notification_is_acknowledged(&run, &settled, seed).await;
+    let deliveries = deliveries_once_quiet(&run).await;
+    for server in servers.into_iter().flatten() {
+        server.kill().unwrap_or_else(|e| panic!("seed {seed}, the last kill: {e}"));
+    }
+    let store = PgStore::open(&db.url).expect("open the cluster's database");
+    let stored = store::check_opened_store(&store, &run)
+        .unwrap_or_else(|wrong| panic!("seed {seed}, the database: {} failures:\n{}", wrong.len(), wrong.join("\n")));
+    println!(
+        "cluster crash test: seed {seed}, {cycles} node kills, {:.1} s, {stored} notifications stored, {deliveries} \
+         verified deliveries",
+        started.elapsed().as_secs_f64()
+    );
+    crate::report(&run, stored, deliveries);
+}
