@@ -1,13 +1,16 @@
 //! The crash test on a cluster: two `caisse serve` nodes share one PostgreSQL database and take the same load,
 //! each request going to the nodes in turn (so a merchant's requests reach both the node that holds it and one
-//! that forwards to it). Each cycle one node is killed with SIGKILL while the load goes on against the other,
-//! which takes the dead node's merchants over once their leases end; requests that lost their answer (or got
-//! a `503` from a node whose forwarded request died with the other) are sent again with the same
-//! `Idempotency-Key`. The killed node is started again under the same id, and the checks of the single-node
-//! test run: everything acknowledged is there, nothing twice, balances equal to the movements and never
-//! negative. At the end every notification the final states imply reaches its receiver, and the database,
-//! read by a client, passes the full audit and holds exactly the notifications the receivers got.
-
+//! that forwards to it). In odd cycles one node is killed with SIGKILL while the load goes on against the
+//! other, which takes the dead node's merchants over once their leases end; requests that lost their answer
+//! (or got a `503` from a node whose forwarded request died with the other) are sent again with the same
+//! `Idempotency-Key`, and the killed node is started again under the same id. In even cycles one node is
+//! frozen with SIGSTOP past its leases, the other takes its merchants over and writes for them, and the
+//! frozen node is let go with SIGCONT still holding in memory the merchants it no longer owns, with requests
+//! queued on its sockets: its writes must fail the fence, so that it acknowledges nothing that is not stored.
+//! After each cycle the checks of the single-node test run: everything acknowledged is there, nothing twice,
+//! balances equal to the movements and never negative. At the end every notification the final states imply
+//! reaches its receiver, and the database, read by a client, passes the full audit and holds exactly the
+//! notifications the receivers got.
 use std::net::TcpListener;
 use std::rc::Rc;
 use std::time::Instant;
@@ -93,18 +96,39 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
         run.target.open();
         sleep_ms(rng.gen_range(300..1_200)).await;
         let victim = rng.gen_range(0..NODES);
-        let server = servers[victim].take().expect("the node runs");
-        run.target.set_alive(victim, false);
-        server.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}: {e}"));
-        // The load goes on against the other node, through the failover: the dead node's merchants answer 503
-        // until their leases end and the survivor takes them over.
-        sleep_ms(rng.gen_range(1_000..4_000)).await;
-        run.target.close();
-        run.target.quiesce().await;
-        servers[victim] = Some(nodes[victim].start(dir.path()).await);
-        run.target.set_alive(victim, true);
-        check_all(&run, cycle, &mut webhooks_read, seed, &format!("after killing node {victim} in cycle {cycle}"))
-            .await;
+        let what = if cycle % 2 == 1 {
+            let server = servers[victim].take().expect("the node runs");
+            run.target.set_alive(victim, false);
+            server.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}: {e}"));
+            // The load goes on against the other node, through the failover: the dead node's merchants answer
+            // 503 until their leases end and the survivor takes them over.
+            sleep_ms(rng.gen_range(1_000..4_000)).await;
+            run.target.close();
+            run.target.quiesce().await;
+            servers[victim] = Some(nodes[victim].start(dir.path()).await);
+            run.target.set_alive(victim, true);
+            "killing"
+        } else {
+            let server = servers[victim].as_ref().expect("the node runs");
+            server.pause(true);
+            // Past the frozen node's leases (10 s) and the other's next round: the other holds every merchant
+            // and writes for them. Requests sent to the frozen node wait on its sockets.
+            sleep_ms(rng.gen_range(13_000..15_000)).await;
+            server.pause(false);
+            // Woken, it answers what waited (its actors still think they hold their merchants) while the load
+            // goes on against both nodes.
+            sleep_ms(rng.gen_range(1_000..3_000)).await;
+            run.target.close();
+            run.target.quiesce().await;
+            let said = |needle: &str| server.output().iter().filter(|line| line.contains(needle)).count();
+            println!(
+                "  node {victim} woke: {} lease rounds found shards lost, {} group commits refused by the fence",
+                said("shard leases were lost"),
+                said("refused the writes of shards")
+            );
+            "freezing"
+        };
+        check_all(&run, cycle, &mut webhooks_read, seed, &format!("after {what} node {victim} in cycle {cycle}")).await;
     }
 
     run.cycle.set(cycles + 1);
@@ -126,7 +150,7 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
     let stored = store::check_opened_store(&store, &run)
         .unwrap_or_else(|wrong| panic!("seed {seed}, the database: {} failures:\n{}", wrong.len(), wrong.join("\n")));
     println!(
-        "cluster crash test: seed {seed}, {cycles} node kills, {:.1} s, {stored} notifications stored, {deliveries} \
+        "cluster crash test: seed {seed}, {cycles} cycles (kills and freezes), {:.1} s, {stored} notifications stored, {deliveries} \
          verified deliveries",
         started.elapsed().as_secs_f64()
     );

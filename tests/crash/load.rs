@@ -196,13 +196,15 @@ async fn submit(
         match run.target.send(&merchant.key, "POST", path, Some(body), idempotency_key).await {
             Ok(answer) if answer.status == 429 => sleep_ms(50).await,
             // In a cluster a 503 may come from a node whose forwarded request died with the node that held the
-            // merchant: like no answer, the change may or may not have happened.
-            Ok(answer) if answer.status == 503 && run.target.is_cluster() => {
+            // merchant: like no answer, the change may or may not have happened. A 408 comes from a node that was
+            // frozen while the request waited on its socket: it read nothing, but an earlier attempt may have
+            // landed, so it too is sent again.
+            Ok(answer) if (answer.status == 503 || answer.status == 408) && run.target.is_cluster() => {
                 lost = true;
                 if idempotency_key.is_none() && !again_without_key {
                     return (None, lost);
                 }
-                run.count("request sent again after 503 from a cluster node");
+                run.count(format!("request sent again after {} from a cluster node", answer.status));
                 sleep_ms(100).await;
             }
             Ok(answer) if answer.json["error"]["code"] == "idempotency_key_in_use" => {

@@ -178,6 +178,14 @@ impl Server {
         self.output.lock().expect("output lines").clone()
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`): the process keeps its sockets and memory but runs nothing, as a
+    /// machine that froze or a virtual machine that was paused.
+    pub fn pause(&self, stopped: bool) {
+        let signal = if stopped { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {signal} {}", self.child.id());
+    }
+
     /// SIGKILL (what `Child::kill` sends on Unix), then reaps the process so its store lock is gone. `Err`
     /// with its output when it had already exited by itself: a server that stops on its own is a failure.
     pub fn kill(mut self) -> Result<(), String> {
