@@ -141,10 +141,15 @@ impl Application {
         });
         let app_state = state.clone();
         // One dashboard state for every worker: sessions and login throttling must be seen by all of them.
-        let dashboard_state = web::Data::new(DashboardState::new(settings.environment));
+        let dashboard_state = web::Data::new(
+            DashboardState::new(settings.environment).with_shared_sessions(state.engine.shared_sessions()),
+        );
         let dashboard_for_app = dashboard_state.clone();
         // One payment-page state for every worker: a form issued by one must be taken by all of them.
-        let payer_state = web::Data::new(crate::payer::PayerState::new());
+        let payer_state = web::Data::new(match state.engine.forwarding() {
+            Some(cluster) => crate::payer::PayerState::in_cluster(cluster.derive_key("payment page forms")),
+            None => crate::payer::PayerState::new(),
+        });
         // Only a node of a cluster has the route the others forward merchants' messages to.
         let in_cluster = state.engine.forwarding().is_some();
         let mut server = HttpServer::new(move || {

@@ -20,6 +20,7 @@ use crate::domain::links::Link;
 use crate::domain::records::{Payment, Payout};
 use crate::error::EngineError;
 use crate::merchant::{Executed, Idempotency, ProviderNote};
+use crate::store::StoreError;
 
 /// Where a node receives forwarded messages, on its API listener.
 pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
@@ -73,6 +74,18 @@ pub struct Forwarding {
 impl Forwarding {
     pub fn new(secret: &str) -> Forwarding {
         Forwarding { secret: Arc::from(secret) }
+    }
+
+    /// A key for `purpose` that every node of the cluster derives alike (HMAC-SHA256 of the purpose under the
+    /// cluster's secret): what one node signs, another checks (the payment page's forms).
+    pub fn derive_key(&self, purpose: &str) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let Ok(mut mac) = Hmac::<sha2::Sha256>::new_from_slice(self.secret.as_bytes()) else {
+            // HMAC takes a key of any length; this branch cannot be taken.
+            return [0; 32];
+        };
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
     }
 
     /// True when `authorization` (the header's value) carries the cluster's secret, compared in constant time.
@@ -135,6 +148,37 @@ fn client() -> awc::Client {
             }
         };
     awc::Client::builder().connector(connector).disable_redirects().timeout(TIMEOUT).finish()
+}
+
+/// A dashboard session as the nodes of a cluster share it: a session opened on one node is valid on all, and
+/// one ended on any (a logout, a suspension) is ended on all. Keyed by the SHA-256 of the session's id, so the
+/// database never holds a usable cookie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedSession {
+    pub merchant: MerchantId,
+    pub csrf: String,
+    pub created_ms: u64,
+    pub last_seen_ms: u64,
+}
+
+/// Where the nodes of a cluster keep their dashboard sessions.
+pub trait SharedSessions: Send + Sync {
+    /// Stores a new session, first deleting those idle since before `idle_before` or made before
+    /// `made_before`, and the merchant's least recently used ones beyond `per_merchant - 1`.
+    fn put(
+        &self,
+        digest: [u8; 32],
+        session: &SharedSession,
+        per_merchant: usize,
+        idle_before: u64,
+        made_before: u64,
+    ) -> Result<(), StoreError>;
+    fn get(&self, digest: [u8; 32]) -> Result<Option<SharedSession>, StoreError>;
+    /// Records activity at `at_ms`.
+    fn touch(&self, digest: [u8; 32], at_ms: u64) -> Result<(), StoreError>;
+    fn remove(&self, digest: [u8; 32]) -> Result<(), StoreError>;
+    fn remove_merchant(&self, merchant: &MerchantId) -> Result<(), StoreError>;
+    fn count(&self) -> Result<u64, StoreError>;
 }
 
 /// A message of the merchant actor that can be forwarded, and how its answer comes back.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use actix::{Actor, Addr, Arbiter, MailboxError, Message};
 use dashmap::mapref::entry::Entry;
 
-use crate::cluster::{Forwarding, Remote};
+use crate::cluster::{Forwarding, Remote, SharedSessions};
 use crate::core::{Command, JournalEvent};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
@@ -91,6 +91,8 @@ struct Inner {
     audits: Arc<Audits>,
     /// How to reach the other nodes, when this engine is a node of a cluster.
     forwarding: Option<Forwarding>,
+    /// Where the nodes of the cluster keep the dashboard's sessions.
+    sessions: Option<Arc<dyn SharedSessions>>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -152,9 +154,10 @@ impl Engine {
             let node = config.node.clone().ok_or_else(|| {
                 EngineError::Internal("a PostgreSQL store needs this node's id and advertised URL".into())
             })?;
-            let store = PgStore::open_node(url, node)?.with_master_key(config.master_key.clone());
+            let store = Arc::new(PgStore::open_node(url, node)?.with_master_key(config.master_key.clone()));
             let forwarding = Forwarding::new(&store.cluster_secret()?);
-            return Engine::start(Arc::new(store), config, Some(forwarding));
+            let sessions: Arc<dyn SharedSessions> = store.clone();
+            return Engine::start(store, config, Some((forwarding, sessions)));
         }
         let store = SledStore::open_with_cache(&config.data_dir, config.store_cache_bytes).map_err(|e| match e {
             crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
@@ -173,8 +176,9 @@ impl Engine {
     fn start(
         store: Arc<dyn Store>,
         config: EngineConfig,
-        forwarding: Option<Forwarding>,
+        cluster: Option<(Forwarding, Arc<dyn SharedSessions>)>,
     ) -> Result<Engine, EngineError> {
+        let (forwarding, sessions) = cluster.unzip();
         let audits = Arc::new(Audits::default());
         let audit = run_audit(store.as_ref(), &audits, AuditScope::SinceCheckpoints)
             .map_err(|e| EngineError::Internal(format!("startup audit failed: {e}")))?;
@@ -194,6 +198,7 @@ impl Engine {
                 auditor: std::sync::Mutex::new(None),
                 audits,
                 forwarding,
+                sessions,
             }),
         })
     }
@@ -372,6 +377,11 @@ impl Engine {
                 Err(EngineError::Internal("an answer that does not encode".into()));
             postcard::to_allocvec(&failed).unwrap_or_default()
         })
+    }
+
+    /// Where the dashboard's sessions are kept when this engine is a node of a cluster (every node reads them).
+    pub fn shared_sessions(&self) -> Option<Arc<dyn SharedSessions>> {
+        self.inner.sessions.clone()
     }
 
     /// The cluster's forwarding, when this engine is a node of one.

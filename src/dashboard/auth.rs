@@ -6,7 +6,9 @@
 //! id, so a memory dump or a timing probe of the map never yields a usable cookie. A session ends after
 //! [`SESSION_IDLE`] without a request, after [`SESSION_MAX_AGE`] whatever happens, or at logout. The map holds
 //! at most [`MAX_SESSIONS`]; when full, expired sessions go first, then the least recently used one. A restart
-//! logs everybody out, which is the price of keeping no session on disk.
+//! logs everybody out, which is the price of keeping no session on disk. The nodes of a cluster keep them in
+//! the shared database instead, under the same digest (`caisse_engine::cluster::SharedSessions`): a session
+//! opened on one node is valid on all, and one ended anywhere (a logout, a suspension) is ended everywhere.
 //!
 //! Every form carries its session's token in a hidden field, compared in constant time before any POST does
 //! anything. The login form has no session yet, so it uses a double-submit token: the same random value in a
@@ -25,13 +27,16 @@
 //! that the answer's timing does not say which e-mails have accounts.
 
 use std::future::{ready, Ready};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
+use caisse_engine::cluster::{SharedSession, SharedSessions};
 use caisse_engine::domain::ids::{random_base62, MerchantId};
 use caisse_engine::domain::records::Merchant;
+use caisse_engine::domain::time::Timestamp;
 use dashmap::DashMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -89,6 +94,14 @@ pub struct DashboardState {
 }
 
 impl DashboardState {
+    /// The dashboard of a node of a cluster: its sessions are the cluster's.
+    pub fn with_shared_sessions(mut self, shared: Option<Arc<dyn SharedSessions>>) -> DashboardState {
+        if let Some(shared) = shared {
+            self.sessions = Sessions::shared(shared);
+        }
+        self
+    }
+
     pub fn new(environment: Environment) -> DashboardState {
         DashboardState {
             sessions: Sessions::new(MAX_SESSIONS),
@@ -128,6 +141,15 @@ struct Session {
 pub struct Sessions {
     map: DashMap<[u8; 32], Session>,
     max: usize,
+    /// The cluster's shared sessions, which then replace the map.
+    shared: Option<Arc<dyn SharedSessions>>,
+}
+
+/// Activity is written to the shared sessions at most this often per session: the idle limit counts in hours.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+fn wall_ms() -> u64 {
+    Timestamp::now().unix_ms()
 }
 
 fn digest(id: &str) -> [u8; 32] {
@@ -136,11 +158,27 @@ fn digest(id: &str) -> [u8; 32] {
 
 impl Sessions {
     pub fn new(max: usize) -> Sessions {
-        Sessions { map: DashMap::new(), max: max.max(1) }
+        Sessions { map: DashMap::new(), max: max.max(1), shared: None }
     }
 
-    /// Opens a session; returns its id (the cookie's value).
-    pub fn create(&self, merchant: MerchantId, now: Instant) -> String {
+    /// Sessions kept in a cluster's database, shared by every node.
+    pub fn shared(backend: Arc<dyn SharedSessions>) -> Sessions {
+        Sessions { map: DashMap::new(), max: 1, shared: Some(backend) }
+    }
+
+    /// Opens a session; returns its id (the cookie's value). Fails only when the cluster's database does.
+    pub fn create(&self, merchant: MerchantId, now: Instant) -> Result<String, DashError> {
+        if let Some(shared) = &self.shared {
+            let id = random_base62(TOKEN_LEN);
+            let at = wall_ms();
+            let session = SharedSession { merchant, csrf: random_base62(TOKEN_LEN), created_ms: at, last_seen_ms: at };
+            let idle_before = at.saturating_sub(SESSION_IDLE.as_millis() as u64);
+            let made_before = at.saturating_sub(SESSION_MAX_AGE.as_millis() as u64);
+            shared
+                .put(digest(&id), &session, MAX_SESSIONS_PER_MERCHANT, idle_before, made_before)
+                .map_err(|e| DashError::internal("open a shared session", e))?;
+            return Ok(id);
+        }
         if self.map.len() >= self.max {
             self.map.retain(|_, s| live(s, now));
         }
@@ -164,12 +202,32 @@ impl Sessions {
         let id = random_base62(TOKEN_LEN);
         let session = Session { merchant, csrf: random_base62(TOKEN_LEN), created: now, last_seen: now };
         self.map.insert(digest(&id), session);
-        id
+        Ok(id)
     }
 
     /// The merchant and CSRF token of a live session, which counts as activity.
     pub fn get(&self, id: &str, now: Instant) -> Option<(MerchantId, String)> {
         let key = digest(id);
+        if let Some(shared) = &self.shared {
+            // A database that cannot be read sends the merchant back to the login page, which says so.
+            let session = shared.get(key).unwrap_or_else(|e| {
+                tracing::error!(target: "caisse::dashboard", error = %e, "a shared session could not be read");
+                None
+            })?;
+            let at = wall_ms();
+            let idle = Duration::from_millis(at.saturating_sub(session.last_seen_ms));
+            let age = Duration::from_millis(at.saturating_sub(session.created_ms));
+            if idle >= SESSION_IDLE || age >= SESSION_MAX_AGE {
+                let _ = shared.remove(key);
+                return None;
+            }
+            if idle >= TOUCH_EVERY {
+                if let Err(e) = shared.touch(key, at) {
+                    tracing::warn!(target: "caisse::dashboard", error = %e, "a shared session's activity was not recorded");
+                }
+            }
+            return Some((session.merchant, session.csrf));
+        }
         let found = match self.map.get_mut(&key) {
             Some(mut session) if live(&session, now) => {
                 session.last_seen = now;
@@ -185,20 +243,33 @@ impl Sessions {
     }
 
     pub fn remove(&self, id: &str) {
+        if let Some(shared) = &self.shared {
+            if let Err(e) = shared.remove(digest(id)) {
+                tracing::error!(target: "caisse::dashboard", error = %e, "a shared session could not be ended");
+            }
+        }
         self.map.remove(&digest(id));
     }
 
     /// Ends every session of a merchant (suspended, or its password was reset).
     pub fn remove_merchant(&self, merchant: &MerchantId) {
+        if let Some(shared) = &self.shared {
+            if let Err(e) = shared.remove_merchant(merchant) {
+                tracing::error!(target: "caisse::dashboard", error = %e, "a merchant's shared sessions could not be ended");
+            }
+        }
         self.map.retain(|_, s| s.merchant != *merchant);
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        match &self.shared {
+            Some(shared) => shared.count().map_or(0, |n| n as usize),
+            None => self.map.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 }
 
@@ -473,7 +544,7 @@ pub async fn login(
             dash.by_pair.clear(&pair);
             dash.by_account.forgive(&email);
             dash.by_address.forgive(&address);
-            let session_id = dash.sessions.create(merchant.id.clone(), Instant::now());
+            let session_id = dash.sessions.create(merchant.id.clone(), Instant::now())?;
             tracing::info!(target: "caisse::dashboard", merchant = %merchant.id.as_str(), "dashboard login");
             let mut response = redirect("/");
             let headers = response.headers_mut();
@@ -521,11 +592,11 @@ mod tests {
     fn sessions_expire_when_idle_and_when_old() {
         let sessions = Sessions::new(10);
         let t0 = Instant::now();
-        let id = sessions.create(merchant(), t0);
+        let id = sessions.create(merchant(), t0).unwrap();
         assert!(sessions.get(&id, t0 + Duration::from_secs(60)).is_some());
         assert!(sessions.get(&id, t0 + Duration::from_secs(60) + SESSION_IDLE).is_none());
         assert!(sessions.is_empty(), "an expired session is dropped when seen");
-        let id = sessions.create(merchant(), t0);
+        let id = sessions.create(merchant(), t0).unwrap();
         // Active every hour, but never beyond the maximum age.
         let mut now = t0;
         while now < t0 + SESSION_MAX_AGE - Duration::from_secs(3600) {
@@ -540,9 +611,10 @@ mod tests {
     fn sessions_are_bounded_and_evict_the_least_recently_used() {
         let sessions = Sessions::new(3);
         let t0 = Instant::now();
-        let ids: Vec<String> = (0..3).map(|i| sessions.create(merchant(), t0 + Duration::from_secs(i))).collect();
+        let ids: Vec<String> =
+            (0..3).map(|i| sessions.create(merchant(), t0 + Duration::from_secs(i)).unwrap()).collect();
         assert!(sessions.get(&ids[0], t0 + Duration::from_secs(10)).is_some());
-        let newest = sessions.create(merchant(), t0 + Duration::from_secs(11));
+        let newest = sessions.create(merchant(), t0 + Duration::from_secs(11)).unwrap();
         assert_eq!(sessions.len(), 3);
         assert!(sessions.get(&ids[1], t0 + Duration::from_secs(12)).is_none(), "least recently used goes");
         assert!(sessions.get(&ids[0], t0 + Duration::from_secs(12)).is_some());
@@ -604,7 +676,7 @@ mod tests {
         let t0 = Instant::now();
         let m = merchant();
         let ids: Vec<String> = (0..MAX_SESSIONS_PER_MERCHANT + 3)
-            .map(|i| sessions.create(m.clone(), t0 + Duration::from_secs(i as u64)))
+            .map(|i| sessions.create(m.clone(), t0 + Duration::from_secs(i as u64)).unwrap())
             .collect();
         assert_eq!(sessions.len(), MAX_SESSIONS_PER_MERCHANT);
         assert!(sessions.get(&ids[0], t0).is_none(), "the oldest went");

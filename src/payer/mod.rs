@@ -63,6 +63,11 @@ impl PayerState {
     pub fn new() -> PayerState {
         PayerState { key: FormKey::random(), posts: FailedAuth::new(POSTS_PER_MINUTE) }
     }
+
+    /// The state of a node of a cluster: forms signed under the key every node derives.
+    pub fn in_cluster(key: [u8; 32]) -> PayerState {
+        PayerState { key: FormKey::shared(key), posts: FailedAuth::new(POSTS_PER_MINUTE) }
+    }
 }
 
 impl Default for PayerState {

@@ -5,7 +5,8 @@
 //! each form, which makes it the payment's idempotency key: posting one form twice is one payment.
 //!
 //! The key lives in memory: after a restart a form loaded before it is refused, and the customer gets a fresh
-//! one with what they typed kept.
+//! one with what they typed kept. The nodes of a cluster derive one key from the cluster's secret instead, so
+//! that a form loaded from one node posts to any other (and survives restarts).
 
 use caisse_engine::domain::ids::random_base62;
 use caisse_engine::domain::time::Timestamp;
@@ -31,6 +32,11 @@ pub struct Issued {
 }
 
 impl FormKey {
+    /// The key every node of a cluster shares, so a form loaded from one node is taken by another.
+    pub fn shared(key: [u8; 32]) -> FormKey {
+        FormKey(key)
+    }
+
     pub fn random() -> FormKey {
         let mut key = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut key);

@@ -15,6 +15,7 @@ mod support;
 mod actions;
 mod agent;
 mod auth;
+mod cluster;
 mod keys;
 mod links;
 mod pages;

@@ -136,6 +136,11 @@ impl Api {
         Api { address: self.address.clone(), key: key.to_owned(), client: self.client.clone() }
     }
 
+    /// The same key, sent to another server (another node of a cluster).
+    pub fn with_base(&self, address: &str) -> Api {
+        Api { address: address.to_owned(), key: self.key.clone(), client: self.client.clone() }
+    }
+
     pub fn req(&self, method: Method, path: &str) -> Req {
         Req { method, path: path.to_owned(), headers: Vec::new(), body: None, auth: Some(self.key.clone()) }
     }

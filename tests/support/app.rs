@@ -85,6 +85,20 @@ pub async fn spawn_app_on_postgres() -> TestApp {
     app
 }
 
+/// A node of a cluster storing in `database` (which the test keeps), named `node`, on its own port, which is
+/// also the URL it advertises to the other nodes.
+pub async fn spawn_cluster_node(database: &super::postgres::TestDatabase, node: &str) -> TestApp {
+    let url = database.url.clone();
+    let port = super::wait::free_port();
+    spawn_app_with(|s| {
+        s.store = StoreLocation::Postgres(Secret::new(url));
+        s.node_id = node.to_owned();
+        s.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        s.advertise_url = format!("http://127.0.0.1:{port}");
+    })
+    .await
+}
+
 /// Starts a server with the test settings changed by `tweak`.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     let dir = tempfile::TempDir::new().expect("temp dir");

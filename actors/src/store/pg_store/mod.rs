@@ -10,6 +10,7 @@
 mod cluster;
 mod conn;
 mod schema;
+mod sessions;
 mod writer;
 
 use std::ops::Bound;

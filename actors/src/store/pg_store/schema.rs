@@ -60,7 +60,15 @@ const MIGRATIONS: &[(i32, &str)] = &[
          INSERT INTO caisse_shards (shard) SELECT generate_series(0, 63);
          CREATE TABLE caisse_cluster (id integer PRIMARY KEY CHECK (id = 1), secret text NOT NULL);
          CREATE TABLE caisse_accounts_version (id integer PRIMARY KEY CHECK (id = 1), n bigint NOT NULL);
-         INSERT INTO caisse_accounts_version VALUES (1, 0);",
+         INSERT INTO caisse_accounts_version VALUES (1, 0);
+         CREATE TABLE caisse_sessions (
+             digest bytea PRIMARY KEY,
+             merchant text NOT NULL,
+             csrf text NOT NULL,
+             created_ms bigint NOT NULL,
+             last_seen_ms bigint NOT NULL
+         );
+         CREATE INDEX caisse_sessions_merchant ON caisse_sessions (merchant, last_seen_ms);",
     ),
 ];
 

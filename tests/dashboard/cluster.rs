@@ -1,0 +1,37 @@
+//! The dashboard on the nodes of a cluster: a session opened on one node is valid on the other, a logout on
+//! either ends it on both, and what a merchant does through one node (a payment) shows on the other's pages.
+
+use crate::agent::Agent;
+use crate::support::postgres;
+use crate::support::{spawn_cluster_node, text};
+
+#[actix_web::test]
+async fn a_session_opened_on_one_node_is_valid_on_the_other_until_a_logout_on_either() {
+    let db = postgres::database();
+    let a = spawn_cluster_node(&db, "node-a").await;
+    let b = spawn_cluster_node(&db, "node-b").await;
+    let on_a = format!("http://127.0.0.1:{}", a.port);
+    let on_b = format!("http://127.0.0.1:{}", b.port);
+
+    let mut first = Agent::new(&on_a);
+    let page = first.login(a.email(), a.password()).await;
+    assert_eq!(page.status, 303, "logged in on node a: {}", page.body);
+    let mut second = Agent::new(&on_b);
+    second.cookies = first.cookies.clone();
+    let home = second.get("/").await;
+    assert_eq!(home.status, 200, "node b knows the session node a opened");
+
+    // A payment through node b's API shows on node a's pages: one merchant, one ledger.
+    let paid = a.api.with_base(&on_b).pay(12_500, "55").await;
+    let reference = text(&paid["reference"]).to_owned();
+    a.wait_payment(&reference, "succes").await;
+    let list = first.get("/transactions").await;
+    assert!(list.body.contains(&reference), "node a lists the payment made through node b");
+
+    // The logout goes to node b; node a's next page asks for a login.
+    let logout = second.post("/logout", &[("csrf", &home.csrf())]).await;
+    assert_eq!(logout.status, 303);
+    let after = first.get("/").await;
+    assert_eq!(after.status, 303, "the session ended on node a too");
+    assert_eq!(after.location.as_deref(), Some("/login"));
+}
