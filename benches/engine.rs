@@ -13,6 +13,10 @@
 //!
 //! `CAISSE_BENCH_CACHE_MIB` sets sled's page cache for the throughput groups (default: the engine's, 16 MiB).
 //!
+//! The same throughput groups then run on PostgreSQL (`payment_events_postgresql`): a private cluster the
+//! bench starts from the installed programs with fsync on, or `CAISSE_TEST_DATABASE_URL`, one node holding
+//! every shard, a fresh database per group; `CAISSE_BENCH_POSTGRES=0` skips them.
+//!
 //! Targets (issue, 2 cores): >= 100,000 events/s over 10,000 merchants, >= 30,000 events/s on one hot
 //! merchant, <= 2 KiB per idle actor, recovery of 1,000,000 events <= 5 s.
 //!
@@ -28,6 +32,7 @@ use caisse_engine::core::{Command, PaymentNotice};
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
+use caisse_engine::store::pg_store::NodeIdentity;
 use caisse_engine::store::{Audit, SledStore};
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Record};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
@@ -35,6 +40,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 mod common;
 use common::new_payment;
+
+#[path = "../actors/tests/support/postgres.rs"]
+mod postgres;
 
 /// Counts live heap bytes while `COUNTING` is set, to measure what starting actors allocates exactly (the RSS
 /// also moves with allocator arenas and pages reused from earlier frees). Off, it costs one relaxed load.
@@ -123,17 +131,36 @@ fn merchants(n: usize) -> Vec<MerchantId> {
     (0..n).map(|_| MerchantId::new()).collect()
 }
 
-/// Events per second over 1, 100 and 10,000 merchants, each on a fresh store.
-fn throughput(c: &mut Criterion) {
+/// The store a throughput group runs on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sled,
+    /// PostgreSQL on this machine, syncing its commits (a private cluster the bench starts, or
+    /// `CAISSE_TEST_DATABASE_URL`), one node holding every shard.
+    Postgres,
+}
+
+/// Events per second over 1, 100 and 10,000 merchants, each on a fresh store (directory or database).
+fn throughput(c: &mut Criterion, backend: Backend) {
     let quick = !bench_mode();
+    let name = match backend {
+        Backend::Sled => "payment_events",
+        Backend::Postgres => "payment_events_postgresql",
+    };
     for (n, lives) in [(1usize, 5_000usize), (100, 10_000), (10_000, 10_000)] {
         let lives = if quick { 200 } else { lives };
         let dir = tempfile::tempdir().expect("tempdir");
+        let database = (backend == Backend::Postgres).then(postgres::durable_database);
+        let mut config = config(dir.path());
+        if let Some(database) = &database {
+            config.postgres_url = Some(database.url.clone());
+            config.node = Some(NodeIdentity { id: "bench".into(), url: "http://127.0.0.1:9".into() });
+        }
         let system = actix::System::new();
-        let engine = system.block_on(async { Engine::open(config(dir.path())) }).expect("open engine");
+        let engine = system.block_on(async { Engine::open(config) }).expect("open engine");
         let ids = merchants(n);
         let mut offset = 0;
-        let mut group = c.benchmark_group("payment_events");
+        let mut group = c.benchmark_group(name);
         group
             .sampling_mode(SamplingMode::Flat)
             .sample_size(10)
@@ -152,7 +179,7 @@ fn throughput(c: &mut Criterion) {
         });
         group.finish();
         println!(
-            "payment_events/merchants/{n}: {} actors running, {} lives written on this store",
+            "{name}/merchants/{n}: {} actors running, {} lives written on this store",
             engine.running_actors(),
             offset
         );
@@ -350,7 +377,11 @@ fn main() {
     // First, while the heap holds nothing freed that new actors could reuse unseen by the RSS.
     idle_actor_memory();
     let mut criterion = Criterion::default().configure_from_args();
-    throughput(&mut criterion);
+    throughput(&mut criterion, Backend::Sled);
+    // `CAISSE_BENCH_POSTGRES=0` leaves PostgreSQL out (a machine without its programs).
+    if std::env::var("CAISSE_BENCH_POSTGRES").map_or(true, |v| v != "0") {
+        throughput(&mut criterion, Backend::Postgres);
+    }
     criterion.final_summary();
     recovery();
 }

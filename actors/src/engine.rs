@@ -155,6 +155,12 @@ impl Engine {
                 EngineError::Internal("a PostgreSQL store needs this node's id and advertised URL".into())
             })?;
             let store = Arc::new(PgStore::open_node(url, node)?.with_master_key(config.master_key.clone()));
+            // An actor waits for the database when it reads a record it does not hold (a round trip, where sled
+            // answers from memory): more Arbiters keep the cores busy meanwhile.
+            let mut config = config;
+            if config.shards == 0 {
+                config.shards = 4 * std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+            }
             let forwarding = Forwarding::new(&store.cluster_secret()?);
             let sessions: Arc<dyn SharedSessions> = store.clone();
             return Engine::start(store, config, Some((forwarding, sessions)));

@@ -1,4 +1,4 @@
-//! A PostgreSQL database for each test that needs one.
+//! A PostgreSQL database for each test (or benchmark) that needs one.
 //!
 //! With `CAISSE_TEST_DATABASE_URL` set, the databases are made on that server (its user must be allowed to
 //! create databases). Otherwise the first test of a process starts a private cluster from the installed
@@ -36,7 +36,22 @@ impl TestDatabase {
 
 /// A fresh, empty database.
 pub fn database() -> TestDatabase {
-    let server = server();
+    database_on(server())
+}
+
+/// A fresh, empty database on a server that syncs its commits to disk, as production does (the tests' server
+/// does not: its durability is not what they measure, but a benchmark's figures depend on it). With
+/// `CAISSE_TEST_DATABASE_URL` set, that server.
+pub fn durable_database() -> TestDatabase {
+    static DURABLE: OnceLock<Server> = OnceLock::new();
+    let server = DURABLE.get_or_init(|| match std::env::var("CAISSE_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Server { admin_url: url },
+        _ => start_private_cluster(true).unwrap_or_else(|e| panic!("start a private PostgreSQL: {e}")),
+    });
+    database_on(server)
+}
+
+fn database_on(server: &Server) -> TestDatabase {
     let name = format!("caisse_test_{:016x}", rand_u64());
     psql(&server.admin_url, &format!("CREATE DATABASE {name}")).unwrap_or_else(|e| panic!("create {name}: {e}"));
     TestDatabase { url: with_database(&server.admin_url, &name), name, admin_url: server.admin_url.clone() }
@@ -50,7 +65,7 @@ fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(|| match std::env::var("CAISSE_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => Server { admin_url: url },
-        _ => start_private_cluster().unwrap_or_else(|e| panic!("start a private PostgreSQL: {e}")),
+        _ => start_private_cluster(false).unwrap_or_else(|e| panic!("start a private PostgreSQL: {e}")),
     })
 }
 
@@ -134,7 +149,8 @@ fn free_port() -> Result<u16, String> {
     listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
-fn start_private_cluster() -> Result<Server, String> {
+/// A cluster of its own in a temporary directory; `durable`: fsync on, as PostgreSQL ships.
+fn start_private_cluster(durable: bool) -> Result<Server, String> {
     let dir = std::env::temp_dir().join(format!("caisse-pg-{}-{:08x}", std::process::id(), rand_u64() as u32));
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -149,9 +165,9 @@ fn start_private_cluster() -> Result<Server, String> {
         &["-D", data_arg, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"],
     ))?;
     let port = free_port()?;
+    let sync = if durable { "" } else { "-c fsync=off -c full_page_writes=off" };
     let options = format!(
-        "-p {port} -k {dir_arg} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off \
-         -c max_connections=300 -c shared_buffers=64MB"
+        "-p {port} -k {dir_arg} -c listen_addresses=127.0.0.1 {sync} -c max_connections=300 -c shared_buffers=128MB"
     );
     let log = dir.join("server.log");
     let log_arg = log.to_str().ok_or("a temporary path that is not UTF-8")?;
