@@ -25,6 +25,12 @@ use crate::store::StoreError;
 /// Where a node receives forwarded messages, on its API listener.
 pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
 
+/// Sent with every forwarded message: the encoding is positional, so a node refuses a message from a build
+/// whose messages may be laid out otherwise (every node of a cluster runs the same build; during an upgrade
+/// the merchants of nodes on the other build answer `503` until all run the new one).
+pub const VERSION_HEADER: &str = "caisse-forward-version";
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "/1");
+
 /// The content type of forwarded messages and their answers.
 pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";
 
@@ -104,6 +110,7 @@ impl Forwarding {
             .post(format!("{}{FORWARD_PATH}", url.trim_end_matches('/')))
             .insert_header(("authorization", format!("Bearer {}", self.secret)))
             .insert_header(("content-type", CONTENT_TYPE))
+            .insert_header((VERSION_HEADER, VERSION))
             .send_body(body)
             .await
             .map_err(|e| unavailable(e.to_string()))?;

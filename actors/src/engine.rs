@@ -163,7 +163,10 @@ impl Engine {
             }
             let forwarding = Forwarding::new(&store.cluster_secret()?);
             let sessions: Arc<dyn SharedSessions> = store.clone();
-            return Engine::start(store, config, Some((forwarding, sessions)));
+            let engine = Engine::start(store.clone(), config, Some((forwarding, sessions)))?;
+            // Its audit passed: the node can serve, and takes its share of the merchants.
+            store.join()?;
+            return Ok(engine);
         }
         let store = SledStore::open_with_cache(&config.data_dir, config.store_cache_bytes).map_err(|e| match e {
             crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
@@ -280,17 +283,26 @@ impl Engine {
     }
 
     /// The merchant's actor, started (and recovered from the store) if it is not running.
+    ///
+    /// In a cluster an actor is reused only while this node still holds the merchant's shard with the token the
+    /// actor's state was read under: after the shard went to another node and came back, that state may miss
+    /// the other node's writes, so a fresh actor reads it again (the old one gets no more messages and stops
+    /// when idle).
     fn actor(&self, id: &MerchantId) -> Result<Addr<MerchantActor>, EngineError> {
+        let current = self.inner.store.fence_of(id);
         if let Some(entry) = self.inner.registry.actors.get(id) {
-            if entry.1.connected() {
-                return Ok(entry.1.clone());
+            if entry.2.connected() && entry.1 == current {
+                return Ok(entry.2.clone());
             }
         }
         // The entry lock is held while recovering, so two callers cannot start two actors for one merchant.
         match self.inner.registry.actors.entry(id.clone()) {
-            Entry::Occupied(entry) if entry.get().1.connected() => Ok(entry.get().1.clone()),
+            Entry::Occupied(entry) if entry.get().2.connected() && entry.get().1 == current => {
+                Ok(entry.get().2.clone())
+            }
             entry => {
                 let recovered = self.inner.store.recover_merchant(id)?;
+                let recovered_fence = recovered.fence;
                 let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
                 let actor = MerchantActor::new(
                     id.clone(),
@@ -300,13 +312,14 @@ impl Engine {
                     self.inner.settings,
                     recovered,
                 );
+                let fence = recovered_fence;
                 let addr = MerchantActor::start_in_arbiter(&self.shard(id).handle(), move |_| actor);
                 match entry {
                     Entry::Occupied(mut e) => {
-                        e.insert((generation, addr.clone()));
+                        e.insert((generation, fence, addr.clone()));
                     }
                     Entry::Vacant(e) => {
-                        e.insert((generation, addr.clone()));
+                        e.insert((generation, fence, addr.clone()));
                     }
                 }
                 Ok(addr)

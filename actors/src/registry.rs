@@ -11,12 +11,17 @@ use actix::{Actor, Addr};
 use dashmap::DashMap;
 
 use crate::domain::ids::MerchantId;
+use crate::store::Fence;
 
-/// The running actors of type `A` (the merchant actor), each with the generation it was started as. Generic
-/// so that the registry stands below the actor that registers itself in it.
+/// The running actors of type `A` (the merchant actor), each with the generation it was started as and, in a
+/// cluster, the shard token its state was read under (an actor whose token is no longer this node's is
+/// replaced). Generic so that the registry stands below the actor that registers itself in it.
 pub struct Registry<A: Actor> {
-    pub(crate) actors: Arc<DashMap<MerchantId, (u64, Addr<A>)>>,
+    pub(crate) actors: Arc<DashMap<MerchantId, Running<A>>>,
 }
+
+/// A running actor: its generation, the shard token its state was read under, its address.
+pub(crate) type Running<A> = (u64, Option<Fence>, Addr<A>);
 
 impl<A: Actor> Clone for Registry<A> {
     fn clone(&self) -> Self {
@@ -33,7 +38,7 @@ impl<A: Actor> Default for Registry<A> {
 impl<A: Actor> Registry<A> {
     /// Removes the entry of `id` if it still belongs to actor `generation`.
     pub(crate) fn forget(&self, id: &MerchantId, generation: u64) {
-        self.actors.remove_if(id, |_, (g, _)| *g == generation);
+        self.actors.remove_if(id, |_, (g, _, _)| *g == generation);
     }
 
     pub fn running(&self) -> usize {

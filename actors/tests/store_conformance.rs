@@ -534,7 +534,7 @@ fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(backend:
         let (key, made_at) = made[0].clone();
         wait(
             store
-                .forget_idempotency(&shop.id, &[ExpiredIdempotency { key: key.clone(), made_at, record: true }])
+                .forget_idempotency(&shop.id, &[ExpiredIdempotency { key: key.clone(), made_at, record: true }], None)
                 .unwrap(),
         );
         assert_eq!(store.idempotency(&shop.id, &key).unwrap(), None);
@@ -678,7 +678,9 @@ mod postgresql_cluster {
 
     fn node(db: &postgres::TestDatabase, name: &str) -> PgStore {
         let me = NodeIdentity { id: name.into(), url: format!("http://{name}.invalid") };
-        PgStore::open_node(&db.url, me).expect("open a node")
+        let store = PgStore::open_node(&db.url, me).expect("open a node");
+        store.join().expect("join the placement");
+        store
     }
 
     /// Waits, a bounded time, until `done` holds.

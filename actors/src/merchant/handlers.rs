@@ -144,7 +144,7 @@ impl Handler<ForgetIdempotency> for MerchantActor {
             Err(e) => return Box::pin(fut::ready(Err(e))),
         };
         let count = expired.len();
-        match self.store.forget_idempotency(&self.id, &expired) {
+        match self.store.forget_idempotency(&self.id, &expired, self.fence) {
             Err(e) => Box::pin(fut::ready(Err(EngineError::from(e)))),
             Ok(ticket) => Box::pin(fut::wrap_future(async move {
                 match ticket.await {

@@ -125,9 +125,17 @@ impl MerchantActor {
         ctx.stop();
     }
 
-    /// Refuses work when retired (the engine retries elsewhere) or after a failed write (503).
+    /// False once this node no longer holds the merchant with the token the actor's state was read under (in a
+    /// cluster: the shard moved, or its lease may have ended during a pause). The actor then answers nothing
+    /// from memory: the engine asks a fresh actor, or forwards.
+    fn still_holds(&self) -> bool {
+        self.store.fence_of(&self.id) == self.fence
+    }
+
+    /// Refuses work when retired or no longer the merchant's holder (the engine retries elsewhere) or after a
+    /// failed write (503).
     fn check_open(&self) -> Result<(), EngineError> {
-        if self.retired {
+        if self.retired || !self.still_holds() {
             Err(EngineError::Retired)
         } else if self.failed() {
             Err(EngineError::Unavailable("an earlier write failed; retry".into()))
@@ -148,7 +156,7 @@ impl MerchantActor {
     /// Answers `value` once the writes it may reflect are durable. A read is never refused because a write
     /// failed: it waits for this actor to retire and is answered by the next one (see [`Self::barrier`]).
     fn read<T: 'static>(&mut self, value: Result<T, EngineError>) -> ResponseFuture<Result<T, EngineError>> {
-        if self.retired {
+        if self.retired || !self.still_holds() {
             return Box::pin(async move { Err(EngineError::Retired) });
         }
         let barrier = self.barrier();

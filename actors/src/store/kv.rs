@@ -44,6 +44,10 @@ pub trait Kv: Send + Sync + 'static {
     fn placement(&self, _merchant: &MerchantId) -> Placement {
         Placement::Here
     }
+    /// See [`super::Commits::fence_of`].
+    fn fence_of(&self, _merchant: &MerchantId) -> Option<Fence> {
+        None
+    }
     /// See [`super::Commits::takeovers`].
     fn takeovers(&self) -> u64 {
         0

@@ -27,6 +27,20 @@ impl Drop for TestDatabase {
     }
 }
 
+/// Restarts the private cluster of [`database`] at once, as a crash of the database server does
+/// (`pg_ctl restart -m immediate`: no checkpoint, recovery from the WAL at start), and waits until it accepts
+/// connections again. `false` when the server is `CAISSE_TEST_DATABASE_URL`'s, which a test may not restart.
+/// Every database of the process is on it: only a test binary with one test using PostgreSQL may call it.
+pub fn restart_immediately() -> bool {
+    let Some(data) = server().data.as_ref() else { return false };
+    // The server's output goes to its log, as at its first start: inherited, it would hold this pipe open.
+    let log = data.with_file_name("server.log");
+    let (data, log) = (data.to_str().unwrap_or_default(), log.to_str().unwrap_or_default());
+    run(&mut as_owner(&bin("pg_ctl"), &["-D", data, "-l", log, "-m", "immediate", "-w", "-t", "60", "restart"]))
+        .unwrap_or_else(|e| panic!("restart PostgreSQL: {e}"));
+    true
+}
+
 impl TestDatabase {
     /// Runs `sql` on this database (as the server's administrator), failing the test if it fails.
     pub fn execute(&self, sql: &str) {
@@ -45,7 +59,7 @@ pub fn database() -> TestDatabase {
 pub fn durable_database() -> TestDatabase {
     static DURABLE: OnceLock<Server> = OnceLock::new();
     let server = DURABLE.get_or_init(|| match std::env::var("CAISSE_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Server { admin_url: url },
+        Ok(url) if !url.is_empty() => Server { admin_url: url, data: None },
         _ => start_private_cluster(true).unwrap_or_else(|e| panic!("start a private PostgreSQL: {e}")),
     });
     database_on(server)
@@ -59,12 +73,14 @@ fn database_on(server: &Server) -> TestDatabase {
 
 struct Server {
     admin_url: String,
+    /// The data directory of a private cluster this process started; `None` for `CAISSE_TEST_DATABASE_URL`.
+    data: Option<PathBuf>,
 }
 
 fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(|| match std::env::var("CAISSE_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Server { admin_url: url },
+        Ok(url) if !url.is_empty() => Server { admin_url: url, data: None },
         _ => start_private_cluster(false).unwrap_or_else(|e| panic!("start a private PostgreSQL: {e}")),
     })
 }
@@ -187,5 +203,5 @@ fn start_private_cluster(durable: bool) -> Result<Server, String> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("start the cluster's watchdog: {e}"))?;
-    Ok(Server { admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres") })
+    Ok(Server { admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"), data: Some(data) })
 }

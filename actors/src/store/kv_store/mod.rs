@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use super::kv::{Kv, Scan};
 use super::layout::*;
 use super::{
-    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, ExpiredIdempotency, FailureLatch, Placement,
+    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, ExpiredIdempotency, FailureLatch, Fence, Placement,
     Recovered, StoreError, Ticket,
 };
 use crate::domain::ids::MerchantId;
@@ -96,7 +96,12 @@ impl<K: Kv> Commits for KvStore<K> {
         self.kv.submit(ops, Some(guard), notify, change.fence)
     }
 
-    fn forget_idempotency(&self, merchant: &MerchantId, expired: &[ExpiredIdempotency]) -> Result<Ticket, StoreError> {
+    fn forget_idempotency(
+        &self,
+        merchant: &MerchantId,
+        expired: &[ExpiredIdempotency],
+        fence: Option<Fence>,
+    ) -> Result<Ticket, StoreError> {
         let mut ops = Vec::with_capacity(2 * expired.len());
         for e in expired {
             ops.push(Op::Remove(IDEMPOTENCY_TIMES, idempotency_time_key(merchant, e.made_at, e.key.as_str())));
@@ -104,7 +109,7 @@ impl<K: Kv> Commits for KvStore<K> {
                 ops.push(Op::Remove(IDEMPOTENCY, mkey(merchant, e.key.as_str().as_bytes())));
             }
         }
-        self.submit(ops, None, Vec::new())
+        self.kv.submit(ops, None, Vec::new(), fence)
     }
 
     fn close(&self) -> Result<(), StoreError> {
@@ -123,6 +128,10 @@ impl<K: Kv> Commits for KvStore<K> {
 
     fn takeovers(&self) -> u64 {
         self.kv.takeovers()
+    }
+
+    fn fence_of(&self, merchant: &MerchantId) -> Option<Fence> {
+        self.kv.fence_of(merchant)
     }
 }
 

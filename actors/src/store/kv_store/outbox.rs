@@ -117,10 +117,10 @@ impl<K: Kv> Outbox for KvStore<K> {
         let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
         let mut due = Vec::new();
         let mut stale = Vec::new();
-        let scan = self.scan(OUTBOX_DUE, Bound::Unbounded, Bound::Excluded(end.as_slice()), false)?;
-        // Bounded also in entries read: in a cluster most due entries may be other nodes' to deliver.
-        for item in scan.take(MAX_SCAN) {
-            if due.len() >= limit {
+        // In a cluster most due entries may be other nodes' to deliver: passing over those is bounded too.
+        let mut others = 0;
+        for item in self.scan(OUTBOX_DUE, Bound::Unbounded, Bound::Excluded(end.as_slice()), false)? {
+            if due.len() >= limit || others >= MAX_SCAN {
                 break;
             }
             let (key, value) = item?;
@@ -143,6 +143,7 @@ impl<K: Kv> Outbox for KvStore<K> {
             // In a cluster, the node that holds the merchant delivers its notifications (one node at a time, in
             // the merchant's order); the next holder finds them here after a failover.
             if self.kv.placement(&merchant) != Placement::Here {
+                others += 1;
                 continue;
             }
             let current = match self.get::<Notification>(NOTIFICATIONS, &mkey(&merchant, id)) {

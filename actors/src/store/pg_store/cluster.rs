@@ -72,6 +72,13 @@ pub struct Membership {
     /// The owner of every shard this node does not hold, as last read: (node id, its URL).
     owners: RwLock<Vec<Option<(String, String)>>>,
     stopped: AtomicBool,
+    /// Wakes the loop from its sleep when the node stops.
+    wake: tokio::sync::Notify,
+    /// Set once a stopped node has given its shards back (or given up trying).
+    left: AtomicBool,
+    config: tokio_postgres::Config,
+    /// Set by the first [`Membership::start`].
+    started: AtomicBool,
     /// Rounds completed, so that a start can wait for the first.
     rounds: AtomicU64,
     /// Rounds that took shards (`Commits::takeovers`).
@@ -83,12 +90,20 @@ pub struct Membership {
 }
 
 impl Membership {
-    pub(super) fn new(me: NodeIdentity, generations: Arc<Vec<AtomicU64>>) -> Membership {
+    pub(super) fn new(
+        me: NodeIdentity,
+        generations: Arc<Vec<AtomicU64>>,
+        config: tokio_postgres::Config,
+    ) -> Membership {
         Membership {
             me,
             held: RwLock::new(vec![None; SHARDS as usize]),
             owners: RwLock::new(vec![None; SHARDS as usize]),
             stopped: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            left: AtomicBool::new(false),
+            config,
             rounds: AtomicU64::new(0),
             takeovers: AtomicU64::new(0),
             generations,
@@ -131,13 +146,33 @@ impl Membership {
         self.takeovers.load(Ordering::Acquire)
     }
 
+    /// True the first time only: the caller then runs [`Membership::run`].
+    pub(super) fn start(&self) -> bool {
+        !self.started.swap(true, Ordering::AcqRel)
+    }
+
     pub(super) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Stops, and waits (blocking, at most `limit`) until the node has given its shards back and said it is
+    /// gone, so that the other nodes take its merchants at their next round rather than after the leases.
+    pub(super) fn leave(&self, limit: Duration) {
+        self.stop();
+        if !self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let deadline = Instant::now() + limit;
+        while !self.left.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Renews, balances and reads placement every [`RENEW_EVERY`] until [`Membership::stop`], then gives
     /// back what it holds so that other nodes take it at once rather than after the lease.
-    pub(super) async fn run(self: Arc<Self>, config: tokio_postgres::Config) {
+    pub(super) async fn run(self: Arc<Self>) {
+        let config = self.config.clone();
         let mut conn: Option<Conn> = None;
         while !self.stopped.load(Ordering::Acquire) {
             let started = Instant::now();
@@ -163,20 +198,40 @@ impl Membership {
                     conn = None;
                 }
             }
-            tokio::time::sleep(RENEW_EVERY.saturating_sub(started.elapsed())).await;
-        }
-        if let Some(c) = conn.as_ref() {
-            let _ = c
-                .client
-                .execute(
-                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' WHERE owner = $1",
-                    &[&self.me.id],
-                )
-                .await;
+            tokio::select! {
+                _ = tokio::time::sleep(RENEW_EVERY.saturating_sub(started.elapsed())) => {}
+                _ = self.wake.notified() => {}
+            }
         }
         if let Ok(mut held) = self.held.write() {
             held.iter_mut().for_each(|h| *h = None);
         }
+        let leave = async {
+            let conn = match conn {
+                Some(c) if !c.is_closed() => c,
+                _ => Conn::open(&config).await?,
+            };
+            conn.client
+                .execute(
+                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' WHERE owner = $1",
+                    &[&self.me.id],
+                )
+                .await
+                .map_err(|e| db_error("give the shards back", e))?;
+            conn.client
+                .execute("UPDATE caisse_nodes SET seen_at = '-infinity' WHERE node_id = $1", &[&self.me.id])
+                .await
+                .map(drop)
+                .map_err(|e| db_error("say this node is gone", e))
+        };
+        match tokio::time::timeout(RENEW_EVERY * 2, leave).await {
+            Ok(Ok(())) => tracing::info!(node = %self.me.id, "gave the shards back"),
+            Ok(Err(e)) => {
+                tracing::warn!(node = %self.me.id, error = %e, "the shards were not given back; their leases end")
+            }
+            Err(_) => tracing::warn!(node = %self.me.id, "giving the shards back timed out; their leases end"),
+        }
+        self.left.store(true, Ordering::Release);
     }
 
     /// One renewal: alive, renew, take or give back, read where the rest is.

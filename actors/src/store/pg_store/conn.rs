@@ -98,6 +98,19 @@ impl Conn {
         if config.get_application_name().is_none() {
             config.application_name("caisse");
         }
+        // The server gives up what a client stopped waiting for: a statement past the client's own time-out
+        // (whose future was dropped, its connection with it) does not keep running and holding its locks, nor
+        // does a transaction left open.
+        let options = format!(
+            "-c statement_timeout={} -c lock_timeout=5000 -c idle_in_transaction_session_timeout={}",
+            (QUERY_TIMEOUT + Duration::from_secs(5)).as_millis(),
+            (QUERY_TIMEOUT + Duration::from_secs(10)).as_millis()
+        );
+        let options = match config.get_options() {
+            Some(theirs) => format!("{theirs} {options}"),
+            None => options,
+        };
+        config.options(options);
         let (client, connection) = config.connect(NoTls).await.map_err(|e| db_error("connect to PostgreSQL", e))?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {

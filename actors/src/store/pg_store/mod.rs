@@ -78,11 +78,25 @@ impl PgStore {
         PgStore::start(url, None)
     }
 
-    /// [`PgStore::open`] as a node of the cluster: it takes its share of the shards, writes for the merchants
-    /// of those only, with their fencing tokens, and says where every other merchant's writes go
-    /// ([`Commits::placement`](crate::store::Commits::placement)).
+    /// [`PgStore::open`] as a node of the cluster: once it [joins](PgStore::join), it takes its share of the
+    /// shards, writes for the merchants of those only, with their fencing tokens, and says where every other
+    /// merchant's writes go ([`Commits::placement`](crate::store::Commits::placement)). Until then it holds
+    /// nothing.
     pub fn open_node(url: &str, me: NodeIdentity) -> Result<PgStore, StoreError> {
         PgStore::start(url, Some(me))
+    }
+
+    /// Starts taking part in the placement and waits for the first round (a lone node then holds every
+    /// shard). Called once the node can serve (its startup audit passed): a node holding shards it cannot
+    /// serve yet would only make the others' forwarded requests fail. A second call changes nothing.
+    pub fn join(&self) -> Result<(), StoreError> {
+        let Some(node) = &self.kv.node else { return Ok(()) };
+        if node.start() {
+            self.kv.inner.bridge.handle()?.spawn(node.clone().run());
+        }
+        // A node that answers before its first round would forward everything for a moment.
+        node.wait_first_round(cluster::RENEW_EVERY * 2);
+        Ok(())
     }
 
     /// The secret the nodes of the cluster authenticate each other's forwarded messages with: made by the
@@ -146,12 +160,7 @@ impl PgStore {
             node: me.as_ref().map(|me| me.id.clone()),
         };
         bridge.handle()?.spawn(task.run());
-        let node = me.map(|me| Arc::new(Membership::new(me, generations.clone())));
-        if let Some(node) = &node {
-            bridge.handle()?.spawn(node.clone().run(config.clone()));
-            // A node that answers before its first round would forward everything for a moment.
-            node.wait_first_round(cluster::RENEW_EVERY * 2);
-        }
+        let node = me.map(|me| Arc::new(Membership::new(me, generations.clone(), config.clone())));
         let inner = Arc::new(Inner { bridge, readers: Readers::new(config), sql });
         let kv = PgKv { inner, jobs: jobs_tx, generations, healthy, closed, node };
         Ok(PgStore::new(kv, feed_rx))
@@ -275,6 +284,10 @@ impl Kv for PgKv {
         self.node.as_ref().map_or(0, |node| node.takeovers())
     }
 
+    fn fence_of(&self, merchant: &MerchantId) -> Option<Fence> {
+        self.node.as_ref().and_then(|node| node.fence(shard_of(merchant)))
+    }
+
     fn generation(&self, tree: usize) -> u64 {
         self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
     }
@@ -298,9 +311,6 @@ impl Kv for PgKv {
     fn close(&self) -> Result<(), StoreError> {
         let (done, ticket) = oneshot::channel();
         let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true, fence: None };
-        if let Some(node) = &self.node {
-            node.stop();
-        }
         // Waits for room: what is queued before the close is committed first.
         let handle = self.inner.bridge.handle()?.clone();
         let jobs = self.jobs.clone();
@@ -309,10 +319,15 @@ impl Kv for PgKv {
                 let _ = job.done.send(Err(StoreError::Closed));
             }
         });
-        match wait_polling(ticket, None) {
+        let closed = match wait_polling(ticket, None) {
             Err(StoreError::Closed) if self.closed.load(Ordering::Acquire) => Ok(()),
             other => other,
+        };
+        // Once everything queued is committed, the shards go back, so the next holders read it all.
+        if let Some(node) = &self.node {
+            node.leave(cluster::RENEW_EVERY * 2);
         }
+        closed
     }
 
     fn healthy(&self) -> bool {

@@ -1,7 +1,7 @@
 //! The write role: how a merchant actor makes its decisions durable, and how it is rebuilt.
 
 use crate::domain::ids::MerchantId;
-use crate::store::{Change, ExpiredIdempotency, FailureLatch, Placement, Recovered, StoreError, Ticket};
+use crate::store::{Change, ExpiredIdempotency, FailureLatch, Fence, Placement, Recovered, StoreError, Ticket};
 
 /// Writes of the merchant actors, and their recovery.
 pub trait Commits: Send + Sync {
@@ -14,7 +14,14 @@ pub trait Commits: Send + Sync {
     /// merchant in one durable write. Only the merchant's actor calls it: it knows no request with those keys
     /// is in progress, and its later writes queue behind this one. A failure here is not the actor's (what
     /// it deletes is past use), so it carries no failure latch.
-    fn forget_idempotency(&self, merchant: &MerchantId, expired: &[ExpiredIdempotency]) -> Result<Ticket, StoreError>;
+    /// `fence` is the actor's ([`Change::fence`]): a node that lost the merchant must not delete a record the
+    /// new holder made under a key used again.
+    fn forget_idempotency(
+        &self,
+        merchant: &MerchantId,
+        expired: &[ExpiredIdempotency],
+        fence: Option<Fence>,
+    ) -> Result<Ticket, StoreError>;
 
     /// Makes everything written durable in the backend's own files and stops writing (later writes are
     /// refused with [`StoreError::Closed`]), so that the next open has nothing to replay: a clean stop while
@@ -29,6 +36,12 @@ pub trait Commits: Send + Sync {
     /// Where the merchant's writes are made: here, on another node of a cluster, or nowhere for a moment.
     fn placement(&self, _merchant: &MerchantId) -> Placement {
         Placement::Here
+    }
+
+    /// The shard token this process holds the merchant with now (`None` with one process, or when another node
+    /// holds it): an actor whose state was read under another token must not answer from it.
+    fn fence_of(&self, _merchant: &MerchantId) -> Option<Fence> {
+        None
     }
 
     /// A number that changes each time this node takes merchants over from another (a node of a cluster that
