@@ -97,6 +97,14 @@ impl Application {
         if let StoreLocation::Postgres(url) = &settings.store {
             config.postgres_url = Some(url.expose().to_owned());
             config.node = Some(NodeIdentity { id: settings.node_id.clone(), url: settings.advertise_url.clone() });
+            let host = settings.advertise_url.split("://").nth(1).unwrap_or_default();
+            if ["127.", "localhost", "0.0.0.0", "[::1]", "[::]"].iter().any(|local| host.starts_with(local)) {
+                tracing::warn!(
+                    advertise_url = %settings.advertise_url,
+                    "advertise_url is a local address: nodes on other machines cannot forward to this one (set \
+                     advertise_url, CAISSE_ADVERTISE_URL)"
+                );
+            }
         }
         config.master_key = settings.master_key.clone();
         let engine = Engine::open(config)?;

@@ -45,17 +45,21 @@ pub fn start(flow: Flow, ttl_ms: u64) {
     actix_web::rt::spawn(async move {
         refresh_adapters(&flow).await;
         let mut takeovers = flow.engine.takeovers();
-        resubmit_pending(&flow).await;
+        // Everything waiting now, what was created in this very millisecond included: asking twice is harmless.
+        resubmit_pending(&flow, Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1))).await;
         let mut cursors = Cursors::default();
         for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
             refresh_adapters(&flow).await;
             // A node of a cluster that took merchants over picks up their pending work as after a restart:
-            // the node that held them may have died with its requests in flight.
+            // the node that held them may have died with its requests in flight. What is younger than a
+            // provider call may still have its first request in flight on the node it came in on; the sweeps
+            // ask about it later.
             let now = flow.engine.takeovers();
             if now != takeovers {
                 takeovers = now;
-                resubmit_pending(&flow).await;
+                let quiet = Timestamp::now().unix_ms().saturating_sub(TAKEOVER_QUIET.as_millis() as u64);
+                resubmit_pending(&flow, Timestamp::from_unix_ms(quiet)).await;
             }
             sweep(&flow, ttl_ms).await;
             if pass % RECONCILE_EVERY_PASSES == 0 {
@@ -72,11 +76,19 @@ async fn refresh_adapters(flow: &Flow) {
     futures_util::future::join_all(refreshes).await;
 }
 
-/// Where the reconciliation stopped in the `pending` index, per kind; `None` starts from the oldest.
+/// After a takeover, pending work younger than this is left to the sweeps: longer than a provider call.
+const TAKEOVER_QUIET: Duration = Duration::from_secs(20);
+
+/// Refunds and payouts the reconciliation remembers having sent again (it sends each again once per process).
+const RESENT_KEPT: usize = 10_000;
+
+/// Where the reconciliation stopped in the `pending` index, per kind; `None` starts from the oldest. And what
+/// it has sent again already.
 #[derive(Default)]
 struct Cursors {
     refunds: Option<AwaitingProvider>,
     payouts: Option<AwaitingProvider>,
+    resent: std::collections::HashSet<(TransactionType, String)>,
 }
 
 /// One reconciliation pass: a batch of refunds and one of payouts still waiting a TTL after they were made.
@@ -98,9 +110,20 @@ async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
         batch.retain(|item| flow.engine.holds(&item.merchant));
         // As after a restart: a final answer is applied, and one the provider does not know is sent again under
         // the same id (the process that was to send it died first: in a cluster, the node a request came in on,
-        // which need not be the node that holds the merchant).
-        stream::iter(batch)
-            .for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(flow, item.kind, item))
+        // which need not be the node that holds the merchant). Once per process: later rounds only ask, so a
+        // provider slow to show a transaction is not sent it round after round.
+        if cursors.resent.len() >= RESENT_KEPT {
+            cursors.resent.clear();
+        }
+        let items: Vec<(AwaitingProvider, bool)> = batch
+            .into_iter()
+            .map(|item| {
+                let first = cursors.resent.insert((item.kind, item.owner.clone()));
+                (item, first)
+            })
+            .collect();
+        stream::iter(items)
+            .for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |(item, resend)| resubmit_one(flow, item.kind, item, resend))
             .await;
     }
 }
@@ -165,28 +188,30 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
 /// After a restart, asks the providers again for everything still pending: their answers may have been
 /// lost with the process (the sandbox simulator keeps its state in memory). Providers deduplicate by our
 /// transaction id, so asking twice is harmless.
-async fn resubmit_pending(flow: &Flow) {
-    // Everything waiting now, what was created in this very millisecond included: asking twice is harmless.
-    let now = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1));
+async fn resubmit_pending(flow: &Flow, created_before: Timestamp) {
     for kind in [TransactionType::Payment, TransactionType::Refund, TransactionType::Payout] {
-        let mut items = match flow.engine.awaiting_provider(kind, now, None, 100_000) {
+        let mut items = match flow.engine.awaiting_provider(kind, created_before, None, 100_000) {
             Ok(items) => items,
             Err(e) => return tracing::error!(error = %e, "could not read pending work"),
         };
         items.retain(|item| flow.engine.holds(&item.merchant));
-        stream::iter(items).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(flow, kind, item)).await;
+        stream::iter(items)
+            .for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(flow, kind, item, true))
+            .await;
     }
 }
 
 /// Asks the provider about one pending payment, refund or payout whose request may have left before the
 /// restart: a final answer is applied; a transaction the provider never created ("not found", or a simulator
-/// that lost its memory) is sent again under the same id, so nothing is ever created twice.
-async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider) {
+/// that lost its memory) is sent again under the same id, so nothing is ever created twice. Without `resend`,
+/// only a final answer is applied.
+async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider, resend: bool) {
     let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
     let Some(carrier) = flow.carrier(&located.record, kind) else { return };
     let Carrier { adapter, subject, transaction_id, payment, .. } = &carrier;
     let located = Located { kind, ..located };
     let result = match adapter.status(*subject, transaction_id, payment.as_ref()).await {
+        Ok(Report { status: ProviderStatus::Pending, .. }) if !resend => Ok(()),
         Ok(Report { status: ProviderStatus::Pending, .. }) => match &located.record {
             Record::Payment(p) => match (&p.refund, kind) {
                 (Some(r), TransactionType::Refund) => crate::flow::send_refund(&carrier, p, r).await,
@@ -365,7 +390,7 @@ mod tests {
     async fn a_restart_resubmits_pending_payments_several_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
         let (flow, slow, _) = flow_with_waiting_payments(dir.path()).await;
-        resubmit_pending(&flow).await;
+        resubmit_pending(&flow, Timestamp::from_unix_ms(Timestamp::now().unix_ms() + 1)).await;
         let most = slow.most.load(Ordering::SeqCst);
         assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} resubmissions at once");
         // Each is asked about first; the provider knows none of them, so each is sent again, under its id.
