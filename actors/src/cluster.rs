@@ -134,27 +134,7 @@ thread_local! {
 }
 
 fn client() -> awc::Client {
-    // awc panics without a process-wide rustls provider; installing it twice is harmless.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let connector = awc::Connector::new().timeout(Duration::from_secs(5));
-    let connector =
-        match rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-        {
-            Ok(builder) => {
-                let mut config = builder.with_root_certificates(roots).with_no_client_auth();
-                config.alpn_protocols = vec![b"http/1.1".to_vec()];
-                connector.rustls_0_23(Arc::new(config))
-            }
-            // Without TLS only http advertise URLs work; https ones fail with a clear error.
-            Err(e) => {
-                tracing::error!(error = %e, "TLS setup for forwarding failed");
-                connector
-            }
-        };
-    awc::Client::builder().connector(connector).disable_redirects().timeout(TIMEOUT).finish()
+    crate::outbound::client(TIMEOUT, "forwarding")
 }
 
 /// A dashboard session as the nodes of a cluster share it: a session opened on one node is valid on all, and

@@ -24,6 +24,7 @@ pub mod merchant;
 pub mod metrics;
 #[cfg(feature = "openapi")]
 mod openapi;
+pub mod outbound;
 pub mod registry;
 pub mod store;
 pub mod webhook;

@@ -39,26 +39,7 @@ thread_local! {
 }
 
 fn client() -> awc::Client {
-    // awc panics without a process-wide rustls provider; installing it twice is harmless.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    let connector = awc::Connector::new().timeout(Duration::from_secs(5));
-    let connector = match config {
-        Ok(mut config) => {
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            connector.rustls_0_23(Arc::new(config))
-        }
-        // Without TLS only http (a local fake) can be reached; every https call then fails with a clear error.
-        Err(e) => {
-            tracing::error!(error = %e, "provider TLS setup failed");
-            connector
-        }
-    };
-    awc::Client::builder().connector(connector).disable_redirects().timeout(CALL_TIMEOUT).finish()
+    caisse_engine::outbound::client(CALL_TIMEOUT, "provider")
 }
 
 /// A provider's answer: status and body.
