@@ -158,6 +158,7 @@ fn throughput(c: &mut Criterion, backend: Backend) {
         }
         let system = actix::System::new();
         let engine = system.block_on(async { Engine::open(config) }).expect("open engine");
+        engine.join_cluster().expect("join the cluster");
         let ids = merchants(n);
         let mut offset = 0;
         let mut group = c.benchmark_group(name);

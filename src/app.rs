@@ -183,6 +183,8 @@ impl Application {
             server = server.workers(settings.http_workers);
         }
         let server = server.run();
+        // The listener is bound and the audit passed: a node of a cluster now takes its share of the merchants.
+        state.engine.join_cluster()?;
         let admin = match &settings.admin_token {
             Some(token) => {
                 let (admin, port) = admin::start(settings.admin_listen, token.clone(), state.clone(), dashboard_state)

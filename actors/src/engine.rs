@@ -93,6 +93,8 @@ struct Inner {
     forwarding: Option<Forwarding>,
     /// Where the nodes of the cluster keep the dashboard's sessions.
     sessions: Option<Arc<dyn SharedSessions>>,
+    /// The cluster's store, until [`Engine::join_cluster`] has it take part in the placement.
+    member: std::sync::Mutex<Option<Arc<PgStore>>>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -164,8 +166,7 @@ impl Engine {
             let forwarding = Forwarding::new(&store.cluster_secret()?);
             let sessions: Arc<dyn SharedSessions> = store.clone();
             let engine = Engine::start(store.clone(), config, Some((forwarding, sessions)))?;
-            // Its audit passed: the node can serve, and takes its share of the merchants.
-            store.join()?;
+            *engine.inner.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
             return Ok(engine);
         }
         let store = SledStore::open_with_cache(&config.data_dir, config.store_cache_bytes).map_err(|e| match e {
@@ -208,6 +209,7 @@ impl Engine {
                 audits,
                 forwarding,
                 sessions,
+                member: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -396,6 +398,18 @@ impl Engine {
                 Err(EngineError::Internal("an answer that does not encode".into()));
             postcard::to_allocvec(&failed).unwrap_or_default()
         })
+    }
+
+    /// For a node of a cluster: starts taking its share of the merchants. Called once the node can serve them
+    /// (its startup audit passed, its listener is bound): until then the other nodes hold them all, and a node
+    /// holding merchants it cannot serve would only fail their forwarded requests. Does nothing outside a
+    /// cluster, or a second time.
+    pub fn join_cluster(&self) -> Result<(), EngineError> {
+        let member = self.inner.member.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(store) = member {
+            store.join()?;
+        }
+        Ok(())
     }
 
     /// Where the dashboard's sessions are kept when this engine is a node of a cluster (every node reads them).

@@ -45,6 +45,7 @@ pub fn start(flow: Flow, ttl_ms: u64) {
     actix_web::rt::spawn(async move {
         refresh_adapters(&flow).await;
         let mut takeovers = flow.engine.takeovers();
+        let mut took_over_at: Option<Timestamp> = None;
         // Everything waiting now, what was created in this very millisecond included: asking twice is harmless.
         resubmit_pending(&flow, Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1))).await;
         let mut cursors = Cursors::default();
@@ -52,14 +53,17 @@ pub fn start(flow: Flow, ttl_ms: u64) {
             actix_web::rt::time::sleep(every).await;
             refresh_adapters(&flow).await;
             // A node of a cluster that took merchants over picks up their pending work as after a restart:
-            // the node that held them may have died with its requests in flight. What is younger than a
-            // provider call may still have its first request in flight on the node it came in on; the sweeps
-            // ask about it later.
+            // the node that held them may have died with its requests in flight. Not at once: a request that
+            // came in on another node may still have its first call to the provider in flight there, so what
+            // was made before the takeover is sent again once that call is surely over.
             let now = flow.engine.takeovers();
             if now != takeovers {
                 takeovers = now;
-                let quiet = Timestamp::now().unix_ms().saturating_sub(TAKEOVER_QUIET.as_millis() as u64);
-                resubmit_pending(&flow, Timestamp::from_unix_ms(quiet)).await;
+                took_over_at = Some(Timestamp::now());
+            }
+            if let Some(at) = took_over_at.filter(|at| at.unix_ms() + TAKEOVER_QUIET_MS <= Timestamp::now().unix_ms()) {
+                took_over_at = None;
+                resubmit_pending(&flow, Timestamp::from_unix_ms(at.unix_ms() + 1)).await;
             }
             sweep(&flow, ttl_ms).await;
             if pass % RECONCILE_EVERY_PASSES == 0 {
@@ -76,8 +80,10 @@ async fn refresh_adapters(flow: &Flow) {
     futures_util::future::join_all(refreshes).await;
 }
 
-/// After a takeover, pending work younger than this is left to the sweeps: longer than a provider call.
-const TAKEOVER_QUIET: Duration = Duration::from_secs(20);
+/// How long after a takeover its pending work is sent again: longer than a provider call with its retries
+/// (three attempts of up to 15 s, and their backoff), which may still be in flight on the node the request
+/// came in on.
+const TAKEOVER_QUIET_MS: u64 = 60_000;
 
 /// Refunds and payouts the reconciliation remembers having sent again (it sends each again once per process).
 const RESENT_KEPT: usize = 10_000;
@@ -88,8 +94,11 @@ const RESENT_KEPT: usize = 10_000;
 struct Cursors {
     refunds: Option<AwaitingProvider>,
     payouts: Option<AwaitingProvider>,
-    resent: std::collections::HashSet<(TransactionType, String)>,
+    resent: std::collections::HashSet<Resent>,
 }
+
+/// A refund or payout the reconciliation sent again: its kind, its owner and when it was made.
+type Resent = (TransactionType, String, u64);
 
 /// One reconciliation pass: a batch of refunds and one of payouts still waiting a TTL after they were made.
 async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
@@ -115,16 +124,20 @@ async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
         if cursors.resent.len() >= RESENT_KEPT {
             cursors.resent.clear();
         }
-        let items: Vec<(AwaitingProvider, bool)> = batch
-            .into_iter()
-            .map(|item| {
-                let first = cursors.resent.insert((item.kind, item.owner.clone()));
-                (item, first)
+        // A refund is one of its payment's several: known by its payment and when it was made.
+        let resent = &cursors.resent;
+        let sent: Vec<Resent> = stream::iter(batch)
+            .map(|item| async move {
+                let key = (item.kind, item.owner.clone(), item.created_at.unix_ms());
+                let resend = !resent.contains(&key);
+                resubmit_one(flow, item.kind, item, resend).await.then_some(key)
             })
-            .collect();
-        stream::iter(items)
-            .for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |(item, resend)| resubmit_one(flow, item.kind, item, resend))
+            .buffer_unordered(PROVIDER_CALLS_IN_FLIGHT)
+            .filter_map(std::future::ready)
+            .collect()
             .await;
+        // Recorded once sent: a query that failed (a provider down) leaves the resend for a later round.
+        cursors.resent.extend(sent);
     }
 }
 
@@ -196,7 +209,9 @@ async fn resubmit_pending(flow: &Flow, created_before: Timestamp) {
         };
         items.retain(|item| flow.engine.holds(&item.merchant));
         stream::iter(items)
-            .for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| resubmit_one(flow, kind, item, true))
+            .for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| async move {
+                resubmit_one(flow, kind, item, true).await;
+            })
             .await;
     }
 }
@@ -204,28 +219,32 @@ async fn resubmit_pending(flow: &Flow, created_before: Timestamp) {
 /// Asks the provider about one pending payment, refund or payout whose request may have left before the
 /// restart: a final answer is applied; a transaction the provider never created ("not found", or a simulator
 /// that lost its memory) is sent again under the same id, so nothing is ever created twice. Without `resend`,
-/// only a final answer is applied.
-async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider, resend: bool) {
-    let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return };
-    let Some(carrier) = flow.carrier(&located.record, kind) else { return };
+/// only a final answer is applied. Answers whether it sent the transaction again.
+async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider, resend: bool) -> bool {
+    let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return false };
+    let Some(carrier) = flow.carrier(&located.record, kind) else { return false };
     let Carrier { adapter, subject, transaction_id, payment, .. } = &carrier;
     let located = Located { kind, ..located };
+    let mut sent = false;
     let result = match adapter.status(*subject, transaction_id, payment.as_ref()).await {
         Ok(Report { status: ProviderStatus::Pending, .. }) if !resend => Ok(()),
-        Ok(Report { status: ProviderStatus::Pending, .. }) => match &located.record {
-            Record::Payment(p) => match (&p.refund, kind) {
-                (Some(r), TransactionType::Refund) => crate::flow::send_refund(&carrier, p, r).await,
-                _ => match adapter.request_to_pay(p).await {
-                    Ok(Some(page)) => {
-                        flow.opened(&item.merchant, p, page).await;
-                        Ok(())
-                    }
-                    other => other.map(drop),
+        Ok(Report { status: ProviderStatus::Pending, .. }) => {
+            sent = true;
+            match &located.record {
+                Record::Payment(p) => match (&p.refund, kind) {
+                    (Some(r), TransactionType::Refund) => crate::flow::send_refund(&carrier, p, r).await,
+                    _ => match adapter.request_to_pay(p).await {
+                        Ok(Some(page)) => {
+                            flow.opened(&item.merchant, p, page).await;
+                            Ok(())
+                        }
+                        other => other.map(drop),
+                    },
                 },
-            },
-            Record::Payout(o) => adapter.payout(o).await,
-            Record::Link(_) => Ok(()),
-        },
+                Record::Payout(o) => adapter.payout(o).await,
+                Record::Link(_) => Ok(()),
+            }
+        }
         Ok(status) => apply_provider_status(&flow.engine, &item.merchant, &located, &status, false)
             .await
             .map(drop)
@@ -242,6 +261,7 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
         Err(e) => tracing::warn!(owner = %item.owner, error = %e, "resubmission failed; the sweeps ask again"),
         Ok(()) => {}
     }
+    sent
 }
 
 #[cfg(test)]

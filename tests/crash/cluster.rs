@@ -138,10 +138,24 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
             // The database crashes and comes back under load (when it is this process's own: a server named by
             // CAISSE_TEST_DATABASE_URL is not restarted). Commits in flight fail or are kept; answers say which,
             // or are lost and retried.
-            if !postgres::restart_immediately() {
+            // On a thread of its own: the load runs on this test's one thread and keeps going meanwhile.
+            let restart = std::thread::spawn(postgres::restart_immediately);
+            while !restart.is_finished() {
+                sleep_ms(20).await;
+            }
+            if !restart.join().expect("the restart thread") {
+                println!("  cycle {cycle}: the database is CAISSE_TEST_DATABASE_URL's, not restarted");
+                run.target.close();
+                run.target.quiesce().await;
                 continue;
             }
             sleep_ms(rng.gen_range(1_000..3_000)).await;
+            let noticed: usize = servers
+                .iter()
+                .flatten()
+                .map(|s| s.output().iter().filter(|l| l.contains("PostgreSQL") || l.contains("group commit")).count())
+                .sum();
+            println!("  cycle {cycle}: the database restarted; {noticed} log lines of the nodes about it");
             run.target.close();
             run.target.quiesce().await;
             "restarting the database".to_owned()

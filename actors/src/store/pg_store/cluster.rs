@@ -77,6 +77,9 @@ pub struct Membership {
     /// Set once a stopped node has given its shards back (or given up trying).
     left: AtomicBool,
     config: tokio_postgres::Config,
+    /// This process among those that ran under the node's id: a process leaving marks the node gone only if no
+    /// later process (a restart that overlapped it) said it is alive since.
+    incarnation: String,
     /// Set by the first [`Membership::start`].
     started: AtomicBool,
     /// Rounds completed, so that a start can wait for the first.
@@ -104,6 +107,7 @@ impl Membership {
             wake: tokio::sync::Notify::new(),
             left: AtomicBool::new(false),
             config,
+            incarnation: crate::domain::ids::random_base62(22),
             rounds: AtomicU64::new(0),
             takeovers: AtomicU64::new(0),
             generations,
@@ -203,9 +207,14 @@ impl Membership {
                 _ = self.wake.notified() => {}
             }
         }
-        if let Ok(mut held) = self.held.write() {
-            held.iter_mut().for_each(|h| *h = None);
-        }
+        // Only what this process holds, with its tokens: another process under the same id (a restart that
+        // overlapped this one) keeps what it took.
+        let (shards, tokens): (Vec<i32>, Vec<i64>) = match self.held.write() {
+            Ok(mut held) => {
+                held.iter_mut().enumerate().filter_map(|(shard, h)| h.take().map(|h| (shard as i32, h.token))).unzip()
+            }
+            Err(_) => (Vec::new(), Vec::new()),
+        };
         let leave = async {
             let conn = match conn {
                 Some(c) if !c.is_closed() => c,
@@ -213,13 +222,17 @@ impl Membership {
             };
             conn.client
                 .execute(
-                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' WHERE owner = $1",
-                    &[&self.me.id],
+                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' \
+                     WHERE owner = $1 AND (shard, fence) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))",
+                    &[&self.me.id, &shards, &tokens],
                 )
                 .await
                 .map_err(|e| db_error("give the shards back", e))?;
             conn.client
-                .execute("UPDATE caisse_nodes SET seen_at = '-infinity' WHERE node_id = $1", &[&self.me.id])
+                .execute(
+                    "UPDATE caisse_nodes SET seen_at = '-infinity' WHERE node_id = $1 AND incarnation = $2",
+                    &[&self.me.id, &self.incarnation],
+                )
                 .await
                 .map(drop)
                 .map_err(|e| db_error("say this node is gone", e))
@@ -240,9 +253,10 @@ impl Membership {
         let until = started + LEASE - MARGIN;
         conn.client
             .execute(
-                "INSERT INTO caisse_nodes (node_id, advertise_url, seen_at) VALUES ($1, $2, now()) \
-                 ON CONFLICT (node_id) DO UPDATE SET advertise_url = EXCLUDED.advertise_url, seen_at = now()",
-                &[&self.me.id, &self.me.url],
+                "INSERT INTO caisse_nodes (node_id, advertise_url, seen_at, incarnation) VALUES ($1, $2, now(), $3) \
+                 ON CONFLICT (node_id) DO UPDATE SET advertise_url = EXCLUDED.advertise_url, seen_at = now(), \
+                 incarnation = EXCLUDED.incarnation",
+                &[&self.me.id, &self.me.url, &self.incarnation],
             )
             .await
             .map_err(|e| db_error("say this node is alive", e))?;

@@ -325,7 +325,8 @@ impl Kv for PgKv {
         };
         // Once everything queued is committed, the shards go back, so the next holders read it all.
         if let Some(node) = &self.node {
-            node.leave(cluster::RENEW_EVERY * 2);
+            // A round in progress, then the giving back, each bounded by two rounds.
+            node.leave(cluster::RENEW_EVERY * 5);
         }
         closed
     }

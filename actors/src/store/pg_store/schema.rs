@@ -21,7 +21,7 @@ const MIGRATION_LOCK: i64 = 0x4361_6973_7365_0001;
 const MIGRATIONS: &[(i32, &str)] = &[
     (
         1,
-    "CREATE TABLE caisse_store (format integer NOT NULL);
+        "CREATE TABLE caisse_store (format integer NOT NULL);
      CREATE TABLE kv_merchants (k bytea PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE kv_merchant_keys (k bytea PRIMARY KEY, v bytea NOT NULL);
      CREATE TABLE kv_merchant_emails (k bytea PRIMARY KEY, v bytea NOT NULL);
@@ -50,7 +50,12 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (
         2,
         // The cluster's placement (`cluster`): the nodes that said they are alive, and one row per shard.
-        "CREATE TABLE caisse_nodes (node_id text PRIMARY KEY, advertise_url text NOT NULL, seen_at timestamptz NOT NULL);
+        "CREATE TABLE caisse_nodes (
+             node_id text PRIMARY KEY,
+             advertise_url text NOT NULL,
+             seen_at timestamptz NOT NULL,
+             incarnation text NOT NULL
+         );
          CREATE TABLE caisse_shards (
              shard integer PRIMARY KEY,
              owner text,
