@@ -13,7 +13,6 @@
 //! reaches its receiver, and the database, read by a client, passes the full audit and holds exactly the
 //! notifications the receivers got.
 use std::net::TcpListener;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use caisse_engine::domain::ids::MerchantId;
@@ -22,7 +21,7 @@ use caisse_engine::store::{Outbox, PgStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::load::{self, Merchant, Run};
+use crate::load::{Merchant, Run};
 use crate::receiver::Receiver;
 use crate::server::{create_merchant_with, Server, Target};
 use crate::support::postgres;
@@ -105,16 +104,7 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
         })
         .collect();
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let run = Rc::new(Run {
-        target: Target::nodes(&ports),
-        merchants,
-        cycle: Default::default(),
-        tally: Default::default(),
-        violations: Default::default(),
-    });
-    let workers: Vec<_> = (0..MERCHANTS * WORKERS_PER_MERCHANT)
-        .map(|w| actix_web::rt::spawn(load::worker(run.clone(), w % MERCHANTS, StdRng::seed_from_u64(rng.gen()))))
-        .collect();
+    let (run, workers) = Run::start(Target::nodes(&ports), merchants, WORKERS_PER_MERCHANT, &mut rng);
 
     let mut webhooks_read = vec![0; MERCHANTS];
     for cycle in 1..=cycles {

@@ -162,6 +162,29 @@ pub struct Run {
 }
 
 impl Run {
+    /// A run against `target` for `merchants`, with `workers_per_merchant` load workers each started (they
+    /// wait at the target's gate), every worker's choices seeded from `rng`.
+    pub fn start(
+        target: Target,
+        merchants: Vec<Merchant>,
+        workers_per_merchant: usize,
+        rng: &mut StdRng,
+    ) -> (Rc<Run>, Vec<actix_web::rt::task::JoinHandle<()>>) {
+        use rand::SeedableRng;
+        let count = merchants.len();
+        let run = Rc::new(Run {
+            target,
+            merchants,
+            cycle: Default::default(),
+            tally: Default::default(),
+            violations: Default::default(),
+        });
+        let workers = (0..count * workers_per_merchant)
+            .map(|w| actix_web::rt::spawn(worker(run.clone(), w % count, StdRng::seed_from_u64(rng.gen()))))
+            .collect();
+        (run, workers)
+    }
+
     pub fn count(&self, what: impl Into<String>) {
         *self.tally.borrow_mut().entry(what.into()).or_default() += 1;
     }

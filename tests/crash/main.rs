@@ -52,7 +52,6 @@ mod store;
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -132,16 +131,8 @@ async fn acknowledged_changes_survive_kill_9_under_http_load() {
     let dir = tempfile::TempDir::new().expect("temp dir");
     let data_dir = dir.path().join("data");
     let place = Place { work_dir: dir.path(), data_dir: &data_dir, port: free_port() };
-    let run = Rc::new(Run {
-        target: Target::new(place.port),
-        merchants: merchants_with_receivers(place),
-        cycle: Default::default(),
-        tally: Default::default(),
-        violations: Default::default(),
-    });
-    let workers: Vec<_> = (0..MERCHANTS * WORKERS_PER_MERCHANT)
-        .map(|w| actix_web::rt::spawn(load::worker(run.clone(), w % MERCHANTS, StdRng::seed_from_u64(rng.gen()))))
-        .collect();
+    let (run, workers) =
+        Run::start(Target::new(place.port), merchants_with_receivers(place), WORKERS_PER_MERCHANT, &mut rng);
 
     let mut webhooks_read = vec![0; MERCHANTS];
     let (server, mut kills) = kill_cycles(&run, place, cycles, &mut rng, seed, &mut webhooks_read).await;

@@ -220,14 +220,7 @@ impl Membership {
                 Some(c) if !c.is_closed() => c,
                 _ => Conn::open(&config).await?,
             };
-            conn.client
-                .execute(
-                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' \
-                     WHERE owner = $1 AND (shard, fence) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))",
-                    &[&self.me.id, &shards, &tokens],
-                )
-                .await
-                .map_err(|e| db_error("give the shards back", e))?;
+            self.give_back(&conn, &shards, &tokens).await?;
             conn.client
                 .execute(
                     "UPDATE caisse_nodes SET seen_at = '-infinity' WHERE node_id = $1 AND incarnation = $2",
@@ -245,6 +238,20 @@ impl Membership {
             Err(_) => tracing::warn!(node = %self.me.id, "giving the shards back timed out; their leases end"),
         }
         self.left.store(true, Ordering::Release);
+    }
+
+    /// Gives back the shards this node holds with these tokens (and no other: a shard taken since by another
+    /// process keeps its owner), so that other nodes take them at their next round.
+    async fn give_back(&self, conn: &Conn, shards: &[i32], tokens: &[i64]) -> Result<(), StoreError> {
+        conn.client
+            .execute(
+                "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' \
+                 WHERE owner = $1 AND (shard, fence) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))",
+                &[&self.me.id, &shards, &tokens],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| db_error("give shards back", e))
     }
 
     /// One renewal: alive, renew, take or give back, read where the rest is.
@@ -343,14 +350,7 @@ impl Membership {
             }
             *self.held.write().map_err(|_| poisoned())? = now_held.clone();
             let (shards, tokens): (Vec<i32>, Vec<i64>) = extra.into_iter().unzip();
-            conn.client
-                .execute(
-                    "UPDATE caisse_shards SET owner = NULL, expires_at = '-infinity' \
-                     WHERE owner = $1 AND (shard, fence) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))",
-                    &[&self.me.id, &shards, &tokens],
-                )
-                .await
-                .map_err(|e| db_error("give back shards", e))?;
+            self.give_back(conn, &shards, &tokens).await?;
             tracing::info!(node = %self.me.id, given = shards.len(), share, "gave back shards to balance the cluster");
         }
         *self.held.write().map_err(|_| poisoned())? = now_held;
