@@ -89,6 +89,10 @@ async fn no_route_of_the_api_or_the_dashboard_shows_another_merchants_records() 
     b_api.wait_payout(&bravo.payout, "traite").await;
     b_api.wait_refund(&bravo.paid, "succes").await;
     b_hooks.wait_for(&bravo.paid, "payment.succeeded").await;
+    // Every webhook of B's records has come before the walk, which counts what B's receiver gets: the payment
+    // under the shared reference succeeds, the one with the idempotency key (never answered) expires.
+    b_hooks.wait_for("commun-1", "payment.succeeded").await;
+    b_hooks.wait_for(&bravo.idem, "payment.failed").await;
     a_hooks.wait_for(&a_paid, "payment.succeeded").await;
     let b_balance = b_api.balance("XOF").await;
 
