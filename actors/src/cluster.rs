@@ -148,7 +148,8 @@ pub struct SharedSession {
     pub last_seen_ms: u64,
 }
 
-/// Where the nodes of a cluster keep their dashboard sessions.
+/// Where the nodes of a cluster keep their dashboard sessions, and the login attempts counted against each
+/// address and account: attempts spread over the nodes meet the limits one node alone would set.
 pub trait SharedSessions: Send + Sync {
     /// Stores a new session, first deleting those idle since before `idle_before` or made before
     /// `made_before`, and the merchant's least recently used ones beyond `per_merchant - 1`.
@@ -166,6 +167,16 @@ pub trait SharedSessions: Send + Sync {
     fn remove(&self, digest: [u8; 32]) -> Result<(), StoreError>;
     fn remove_merchant(&self, merchant: &MerchantId) -> Result<(), StoreError>;
     fn count(&self) -> Result<u64, StoreError>;
+    /// Counts an attempt on `key` of the counter `kind`, in one step with the check that fewer than `max`
+    /// were counted in its current window of `window_ms` (a window starts at its first attempt, on the
+    /// database's clock). `None` when counted; otherwise the milliseconds left before the window ends.
+    fn reserve_attempt(&self, kind: u8, key: [u8; 32], max: u32, window_ms: u64) -> Result<Option<u64>, StoreError>;
+    /// The milliseconds `key` must still wait when it has used up its attempts; counts nothing.
+    fn attempts_locked(&self, kind: u8, key: [u8; 32], max: u32, window_ms: u64) -> Result<Option<u64>, StoreError>;
+    /// Gives one counted attempt back.
+    fn forgive_attempt(&self, kind: u8, key: [u8; 32]) -> Result<(), StoreError>;
+    /// Forgets every attempt counted on `key`.
+    fn clear_attempts(&self, kind: u8, key: [u8; 32]) -> Result<(), StoreError>;
 }
 
 /// A message of the merchant actor that can be forwarded, and how its answer comes back.

@@ -19,7 +19,10 @@
 //! in), per address ([`MAX_ADDRESS_ATTEMPTS`]) and per account from all addresses ([`MAX_ACCOUNT_ATTEMPTS`] in
 //! the short [`ACCOUNT_WINDOW`]); beyond any of them the login answers 429 without checking. A success
 //! gives its attempt back and clears only its own pair. The address is the TCP peer, or behind the operator's
-//! `trusted_proxies` the client they name (`crate::client_address`), never a header a client alone could forge. The maps are bounded and, when full, refuse new keys rather than forget counts.
+//! `trusted_proxies` the client they name (`crate::client_address`), never a header a client alone could forge.
+//! The maps are bounded and, when full, refuse new keys rather than forget counts. The nodes of a cluster count
+//! in the shared database instead, on its clock, so that attempts spread over the nodes meet the same limits; a
+//! login whose attempt the database cannot count is refused (503), never let through uncounted.
 //! At most [`MAX_CONCURRENT_CHECKS`] password checks (argon2, deliberately slow) run at once, on blocking
 //! threads; a login beyond them is answered 503 at once (it still counts against its address). An address that
 //! used up its attempts is answered 429 before its form is read or a page rendered, so that a flood costs the
@@ -94,10 +97,14 @@ pub struct DashboardState {
 }
 
 impl DashboardState {
-    /// The dashboard of a node of a cluster: its sessions are the cluster's.
+    /// The dashboard of a node of a cluster: its sessions and login counters are the cluster's.
     pub fn with_shared_sessions(mut self, shared: Option<Arc<dyn SharedSessions>>) -> DashboardState {
         if let Some(shared) = shared {
-            self.sessions = Sessions::shared(shared);
+            self.sessions = Sessions::shared(shared.clone());
+            // The kinds name the counters in the shared table; never renumber them.
+            self.by_pair.shared = Some((shared.clone(), 1));
+            self.by_account.shared = Some((shared.clone(), 2));
+            self.by_address.shared = Some((shared, 3));
         }
         self
     }
@@ -285,6 +292,15 @@ struct Failures {
     since: Instant,
 }
 
+/// Why a login attempt was not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The key has used up its attempts for this long still.
+    Wait(Duration),
+    /// The cluster's database could not count the attempt.
+    Unavailable,
+}
+
 /// Login attempts per key (an address, an account, or the pair) within a fixed window. An attempt is
 /// reserved before its password is checked, in one step with the check of the limit, so attempts sent in
 /// parallel cannot all pass a check made before any of them counted; a successful login gives its
@@ -294,21 +310,37 @@ pub struct Throttle {
     max_attempts: u32,
     window: Duration,
     max_keys: usize,
+    /// The cluster's counters and this throttle's kind among them, which then replace the map.
+    shared: Option<(Arc<dyn SharedSessions>, u8)>,
 }
 
 impl Throttle {
     pub fn new(max_attempts: u32, window: Duration, max_keys: usize) -> Throttle {
-        Throttle { map: DashMap::new(), max_attempts, window, max_keys: max_keys.max(1) }
+        Throttle { map: DashMap::new(), max_attempts, window, max_keys: max_keys.max(1), shared: None }
     }
 
-    /// Counts an attempt for `key`, or answers how long it must wait when it has used them up.
-    pub fn reserve(&self, key: &str, now: Instant) -> Result<(), Duration> {
+    fn window_ms(&self) -> u64 {
+        u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts an attempt for `key`, or answers why not.
+    pub fn reserve(&self, key: &str, now: Instant) -> Result<(), Refused> {
+        if let Some((shared, kind)) = &self.shared {
+            return match shared.reserve_attempt(*kind, digest(key), self.max_attempts, self.window_ms()) {
+                Ok(None) => Ok(()),
+                Ok(Some(wait_ms)) => Err(Refused::Wait(Duration::from_millis(wait_ms))),
+                Err(e) => {
+                    tracing::error!(target: "caisse::dashboard", error = %e, "a login attempt could not be counted");
+                    Err(Refused::Unavailable)
+                }
+            };
+        }
         if !self.map.contains_key(key) && self.map.len() >= self.max_keys {
             let window = self.window;
             self.map.retain(|_, f| now.saturating_duration_since(f.since) < window);
             if self.map.len() >= self.max_keys {
                 tracing::warn!(target: "caisse::dashboard", "login throttling table full: refusing new keys");
-                return Err(self.window);
+                return Err(Refused::Wait(self.window));
             }
         }
         let mut entry = self.map.entry(key.to_owned()).or_insert(Failures { count: 0, since: now });
@@ -316,14 +348,24 @@ impl Throttle {
         if elapsed >= self.window {
             *entry = Failures { count: 0, since: now };
         } else if entry.count >= self.max_attempts {
-            return Err(self.window - elapsed);
+            return Err(Refused::Wait(self.window - elapsed));
         }
         entry.count += 1;
         Ok(())
     }
 
-    /// How long `key` must still wait, when it has used up its attempts; reserves nothing.
+    /// How long `key` must still wait, when it has used up its attempts; reserves nothing. A database that
+    /// cannot say lets the request on to [`Throttle::reserve`], which refuses it.
     pub fn locked(&self, key: &str, now: Instant) -> Option<Duration> {
+        if let Some((shared, kind)) = &self.shared {
+            return match shared.attempts_locked(*kind, digest(key), self.max_attempts, self.window_ms()) {
+                Ok(wait) => wait.map(Duration::from_millis),
+                Err(e) => {
+                    tracing::error!(target: "caisse::dashboard", error = %e, "a login counter could not be read");
+                    None
+                }
+            };
+        }
         let entry = self.map.get(key)?;
         let elapsed = now.saturating_duration_since(entry.since);
         (elapsed < self.window && entry.count >= self.max_attempts).then(|| self.window - elapsed)
@@ -331,12 +373,24 @@ impl Throttle {
 
     /// Gives back one reserved attempt (the login succeeded, or its password was never checked).
     pub fn forgive(&self, key: &str) {
+        if let Some((shared, kind)) = &self.shared {
+            if let Err(e) = shared.forgive_attempt(*kind, digest(key)) {
+                tracing::warn!(target: "caisse::dashboard", error = %e, "a login attempt was not given back");
+            }
+            return;
+        }
         if let Some(mut entry) = self.map.get_mut(key) {
             entry.count = entry.count.saturating_sub(1);
         }
     }
 
     pub fn clear(&self, key: &str) {
+        if let Some((shared, kind)) = &self.shared {
+            if let Err(e) = shared.clear_attempts(*kind, digest(key)) {
+                tracing::warn!(target: "caisse::dashboard", error = %e, "login attempts were not cleared");
+            }
+            return;
+        }
         self.map.remove(key);
     }
 
@@ -504,11 +558,18 @@ pub async fn login(
             dash.by_address.forgive(&address);
         })
     });
-    if let Err(wait) = reserved {
-        tracing::warn!(target: "caisse::dashboard", %address, "login throttled");
-        let minutes = wait.as_secs().div_ceil(60).max(1);
-        let message = format!("Trop de tentatives échouées. Réessayez dans {minutes} min.");
-        return Ok(login_page(&dash, &req, StatusCode::TOO_MANY_REQUESTS, &email, Some(message)));
+    match reserved {
+        Ok(()) => {}
+        Err(Refused::Wait(wait)) => {
+            tracing::warn!(target: "caisse::dashboard", %address, "login throttled");
+            let minutes = wait.as_secs().div_ceil(60).max(1);
+            let message = format!("Trop de tentatives échouées. Réessayez dans {minutes} min.");
+            return Ok(login_page(&dash, &req, StatusCode::TOO_MANY_REQUESTS, &email, Some(message)));
+        }
+        Err(Refused::Unavailable) => {
+            let message = "La connexion est momentanément impossible. Réessayez dans un instant.".to_owned();
+            return Ok(busy_page(&dash, &req, &email, message));
+        }
     }
     let give_back = || {
         dash.by_pair.forgive(&pair);
@@ -522,10 +583,7 @@ pub async fn login(
         dash.by_account.forgive(&email);
         tracing::warn!(target: "caisse::dashboard", %address, "login refused: password checks all busy");
         let message = "Trop de connexions en cours. Réessayez dans un instant.".to_owned();
-        let mut page = login_page(&dash, &req, StatusCode::SERVICE_UNAVAILABLE, &email, Some(message));
-        page.headers_mut()
-            .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static("1"));
-        return Ok(page);
+        return Ok(busy_page(&dash, &req, &email, message));
     };
     let merchant = if email.len() <= MAX_EMAIL_LEN { state.engine.merchant_by_email(&email)? } else { None };
     let valid = password.len() <= MAX_PASSWORD_LEN && merchant.is_some();
@@ -563,6 +621,14 @@ pub async fn login(
             Ok(login_page(&dash, &req, StatusCode::UNAUTHORIZED, &email, Some(message)))
         }
     }
+}
+
+/// The login form answered 503 with `Retry-After: 1`: nothing was checked, the merchant may simply retry.
+fn busy_page(dash: &DashboardState, req: &HttpRequest, email: &str, message: String) -> HttpResponse {
+    let mut page = login_page(dash, req, StatusCode::SERVICE_UNAVAILABLE, email, Some(message));
+    page.headers_mut()
+        .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static("1"));
+    page
 }
 
 /// `POST /logout`: ends the session on the server and clears the cookie.
@@ -628,7 +694,10 @@ mod tests {
         for _ in 0..3 {
             assert!(throttle.reserve("a@example.com", t0).is_ok());
         }
-        assert_eq!(throttle.reserve("a@example.com", t0 + Duration::from_secs(100)), Err(Duration::from_secs(800)));
+        assert_eq!(
+            throttle.reserve("a@example.com", t0 + Duration::from_secs(100)),
+            Err(Refused::Wait(Duration::from_secs(800)))
+        );
         assert!(throttle.reserve("b@example.com", t0).is_ok(), "keys are apart");
         // A success gives its attempt back; only that one.
         throttle.forgive("a@example.com");

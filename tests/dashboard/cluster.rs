@@ -1,9 +1,11 @@
 //! The dashboard on the nodes of a cluster: a session opened on one node is valid on the other, a logout on
-//! either ends it on both, and what a merchant does through one node (a payment) shows on the other's pages.
+//! either ends it on both, what a merchant does through one node (a payment) shows on the other's pages, and
+//! failed logins spread over the nodes are counted as one node would count them.
 
 use crate::agent::Agent;
 use crate::support::postgres;
 use crate::support::{spawn_cluster_node, text};
+use caisse::dashboard::auth::MAX_FAILURES;
 
 #[actix_web::test]
 async fn a_session_opened_on_one_node_is_valid_on_the_other_until_a_logout_on_either() {
@@ -34,4 +36,40 @@ async fn a_session_opened_on_one_node_is_valid_on_the_other_until_a_logout_on_ei
     let after = first.get("/").await;
     assert_eq!(after.status, 303, "the session ended on node a too");
     assert_eq!(after.location.as_deref(), Some("/login"));
+}
+
+/// A guesser alternating between the nodes meets the limit one node sets: the attempts are counted in the
+/// shared database. Sent in parallel to both nodes, at most the limit of passwords is checked; the merchant,
+/// from its own address, still logs in on either node.
+#[actix_web::test]
+async fn failed_logins_spread_over_the_nodes_are_counted_once() {
+    let db = postgres::database();
+    let a = spawn_cluster_node(&db, "node-a").await;
+    let b = spawn_cluster_node(&db, "node-b").await;
+    let nodes = [format!("http://127.0.0.1:{}", a.port), format!("http://127.0.0.1:{}", b.port)];
+
+    let guesser: std::net::IpAddr = "127.0.0.5".parse().expect("an address");
+    for n in 0..MAX_FAILURES as usize {
+        Agent::from_address(&nodes[n % 2], guesser).login(a.email(), "wrong password").await.expect(401);
+    }
+    for node in &nodes {
+        let page = Agent::from_address(node, guesser).login(a.email(), a.password()).await;
+        page.expect(429).contains("Trop de tentatives");
+    }
+
+    let parallel: std::net::IpAddr = "127.0.0.6".parse().expect("an address");
+    let attempts = (0..4 * MAX_FAILURES as usize).map(|n| {
+        let node = nodes[n % 2].clone();
+        let email = a.email().to_owned();
+        async move { Agent::from_address(&node, parallel).login(&email, "wrong password").await.status }
+    });
+    let statuses = futures_util::future::join_all(attempts).await;
+    assert!(statuses.iter().all(|s| [401, 429, 503].contains(s)), "{statuses:?}");
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    assert!((1..=MAX_FAILURES as usize).contains(&checked), "{checked} passwords checked: {statuses:?}");
+
+    let own: std::net::IpAddr = "127.0.0.7".parse().expect("an address");
+    for node in &nodes {
+        Agent::from_address(node, own).login(a.email(), a.password()).await.expect_redirect("/");
+    }
 }

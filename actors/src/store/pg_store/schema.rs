@@ -75,6 +75,18 @@ const MIGRATIONS: &[(i32, &str)] = &[
          );
          CREATE INDEX caisse_sessions_merchant ON caisse_sessions (merchant, last_seen_ms);",
     ),
+    (
+        3,
+        // The dashboard's login attempts (`sessions`), counted for every node alike: one row per counter kind
+        // (address, account, pair) and SHA-256 of what it counts, so no e-mail is kept in clear.
+        "CREATE TABLE caisse_login_attempts (
+             kind smallint NOT NULL,
+             key bytea NOT NULL,
+             count integer NOT NULL,
+             since_ms bigint NOT NULL,
+             PRIMARY KEY (kind, key)
+         );",
+    ),
 ];
 
 /// Creates or migrates the schema, then checks the store's format version.

@@ -1,5 +1,8 @@
 //! The dashboard sessions of a cluster, in `caisse_sessions` ([`SharedSessions`]): every node reads them there,
-//! so a session opened on one node is valid on every node and one ended anywhere is ended everywhere.
+//! so a session opened on one node is valid on every node and one ended anywhere is ended everywhere. The login
+//! attempts are counted in `caisse_login_attempts` the same way, each reservation one atomic upsert.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cluster::{SharedSession, SharedSessions};
 use crate::domain::ids::MerchantId;
@@ -10,6 +13,18 @@ use super::PgStore;
 
 fn ms(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The database's clock in milliseconds: every node counts a window on the same clock.
+const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// One reservation in this many also deletes the counters whose window has ended, which bounds the table by
+/// the attempts of one window whatever the number of addresses a flood comes from.
+const SWEEP_EVERY: u64 = 256;
+static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
+
+fn limit(max: u32) -> i32 {
+    i32::try_from(max).unwrap_or(i32::MAX)
 }
 
 impl SharedSessions for PgStore {
@@ -101,6 +116,80 @@ impl SharedSessions for PgStore {
         })
     }
 
+    fn reserve_attempt(&self, kind: u8, key: [u8; 32], max: u32, window_ms: u64) -> Result<Option<u64>, StoreError> {
+        let inner = self.kv.inner.clone();
+        let sweep = RESERVATIONS.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0;
+        self.kv.inner.bridge.run(async move {
+            let conn = inner.readers.conn().await?;
+            let (kind, window) = (i16::from(kind), ms(window_ms));
+            if sweep {
+                let sql = format!("DELETE FROM caisse_login_attempts WHERE kind = $1 AND since_ms <= {NOW_MS} - $2");
+                conn.client.execute(&sql, &[&kind, &window]).await.map_err(|e| db_error("forget old attempts", e))?;
+            }
+            // The row is inserted or counted only while its window has room (or has ended, which starts a new
+            // one); a refused attempt changes nothing and returns no row.
+            let sql = format!(
+                "INSERT INTO caisse_login_attempts AS a (kind, key, count, since_ms) VALUES ($1, $2, 1, {NOW_MS}) \
+                 ON CONFLICT (kind, key) DO UPDATE SET \
+                 count = CASE WHEN a.since_ms <= excluded.since_ms - $3 THEN 1 ELSE a.count + 1 END, \
+                 since_ms = CASE WHEN a.since_ms <= excluded.since_ms - $3 THEN excluded.since_ms ELSE a.since_ms END \
+                 WHERE a.since_ms <= excluded.since_ms - $3 OR a.count < $4 RETURNING count"
+            );
+            let counted = conn
+                .client
+                .query_opt(&sql, &[&kind, &key.as_slice(), &window, &limit(max)])
+                .await
+                .map_err(|e| db_error("count a login attempt", e))?;
+            if counted.is_some() {
+                return Ok(None);
+            }
+            let sql = format!(
+                "SELECT greatest(since_ms + $3 - {NOW_MS}, 1) FROM caisse_login_attempts WHERE kind = $1 AND key = $2"
+            );
+            let row = conn
+                .client
+                .query_opt(&sql, &[&kind, &key.as_slice(), &window])
+                .await
+                .map_err(|e| db_error("read a login counter", e))?;
+            let wait: i64 = match row {
+                Some(row) => row.try_get(0).map_err(|e| StoreError::Corrupt(format!("caisse_login_attempts: {e}")))?,
+                None => 1,
+            };
+            Ok(Some(u64::try_from(wait).unwrap_or(1)))
+        })
+    }
+
+    fn attempts_locked(&self, kind: u8, key: [u8; 32], max: u32, window_ms: u64) -> Result<Option<u64>, StoreError> {
+        let inner = self.kv.inner.clone();
+        self.kv.inner.bridge.run(async move {
+            let conn = inner.readers.conn().await?;
+            let sql = format!(
+                "SELECT since_ms + $3 - {NOW_MS} FROM caisse_login_attempts \
+                 WHERE kind = $1 AND key = $2 AND count >= $4 AND since_ms > {NOW_MS} - $3"
+            );
+            let row = conn
+                .client
+                .query_opt(&sql, &[&i16::from(kind), &key.as_slice(), &ms(window_ms), &limit(max)])
+                .await
+                .map_err(|e| db_error("read a login counter", e))?;
+            let Some(row) = row else { return Ok(None) };
+            let wait: i64 = row.try_get(0).map_err(|e| StoreError::Corrupt(format!("caisse_login_attempts: {e}")))?;
+            Ok(Some(u64::try_from(wait).unwrap_or(0).max(1)))
+        })
+    }
+
+    fn forgive_attempt(&self, kind: u8, key: [u8; 32]) -> Result<(), StoreError> {
+        self.attempt_statement(
+            "UPDATE caisse_login_attempts SET count = greatest(count - 1, 0) WHERE kind = $1 AND key = $2",
+            kind,
+            key,
+        )
+    }
+
+    fn clear_attempts(&self, kind: u8, key: [u8; 32]) -> Result<(), StoreError> {
+        self.attempt_statement("DELETE FROM caisse_login_attempts WHERE kind = $1 AND key = $2", kind, key)
+    }
+
     fn count(&self) -> Result<u64, StoreError> {
         let inner = self.kv.inner.clone();
         self.kv.inner.bridge.run(async move {
@@ -110,13 +199,26 @@ impl SharedSessions for PgStore {
                 .query_one("SELECT count(*) FROM caisse_sessions", &[])
                 .await
                 .map_err(|e| db_error("count sessions", e))?;
-            let count: i64 = row.get(0);
+            let count: i64 = row.try_get(0).map_err(|e| StoreError::Corrupt(format!("caisse_sessions: {e}")))?;
             Ok(u64::try_from(count).unwrap_or(0))
         })
     }
 }
 
 impl PgStore {
+    /// Runs one statement on a login counter: `$1` its kind, `$2` its key.
+    fn attempt_statement(&self, sql: &'static str, kind: u8, key: [u8; 32]) -> Result<(), StoreError> {
+        let inner = self.kv.inner.clone();
+        self.kv.inner.bridge.run(async move {
+            let conn = inner.readers.conn().await?;
+            conn.client
+                .execute(sql, &[&i16::from(kind), &key.as_slice()])
+                .await
+                .map_err(|e| db_error("change a login counter", e))
+                .map(drop)
+        })
+    }
+
     /// Runs one statement on a session's row: `$1` its digest, `$2` a time when given.
     fn session_statement(&self, sql: &'static str, digest: [u8; 32], at_ms: Option<u64>) -> Result<(), StoreError> {
         let inner = self.kv.inner.clone();
