@@ -118,7 +118,7 @@ impl SharedSessions for PgStore {
 
     fn reserve_attempt(&self, kind: u8, key: [u8; 32], max: u32, window_ms: u64) -> Result<Option<u64>, StoreError> {
         let inner = self.kv.inner.clone();
-        let sweep = RESERVATIONS.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0;
+        let sweep = RESERVATIONS.fetch_add(1, Ordering::Relaxed).is_multiple_of(SWEEP_EVERY);
         self.kv.inner.bridge.run(async move {
             let conn = inner.readers.conn().await?;
             let (kind, window) = (i16::from(kind), ms(window_ms));
