@@ -1,6 +1,6 @@
 //! The crash test on a cluster: two `caisse serve` nodes share one PostgreSQL database and take the same load,
 //! each request going to the nodes in turn (so a merchant's requests reach both the node that holds it and one
-//! that forwards to it). Cycles go in threes. In the first, one node is killed with SIGKILL while the load goes on against the
+//! that forwards to it). Cycles go in fours. In the first, one node is killed with SIGKILL while the load goes on against the
 //! other, which takes the dead node's merchants over once their leases end; requests that lost their answer
 //! (or got a `503` from a node whose forwarded request died with the other) are sent again with the same
 //! `Idempotency-Key`, and the killed node is started again under the same id. In the second, one node is
@@ -8,10 +8,13 @@
 //! frozen node is let go with SIGCONT still holding in memory the merchants it no longer owns, with requests
 //! queued on its sockets: its writes must fail the fence, so that it acknowledges nothing that is not stored.
 //! In the third, the database itself is restarted at once, as a crash of its server, while both nodes take the
-//! load. After each cycle the checks of the single-node test run: everything acknowledged is there, nothing twice,
-//! balances equal to the movements and never negative. At the end every notification the final states imply
-//! reaches its receiver, and the database, read by a client, passes the full audit and holds exactly the
-//! notifications the receivers got.
+//! load. In the fourth, one node is cut off the database (each node reaches it through a proxy the test cuts:
+//! silence, not an error) past its leases: the other takes its merchants over, and once the proxy heals the cut
+//! node must reconnect and take its share back. After each cycle the checks of the single-node test run:
+//! everything acknowledged is there, nothing twice, balances equal to the movements and never negative. Then a
+//! third node joins under load and the shards spread over the three; its requests count like the others'. At
+//! the end every notification the final states imply reaches its receiver, and the database, read by a client,
+//! passes the full audit and holds exactly the notifications the receivers got.
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
@@ -25,13 +28,19 @@ use crate::load::{Merchant, Run};
 use crate::receiver::Receiver;
 use crate::server::{create_merchant_with, Server, Target};
 use crate::support::postgres;
+use crate::support::proxy::Proxy;
 use crate::support::{free_port, sleep_ms};
 use crate::{check_all, checks, deliveries_once_quiet, env_number, every_implied_notification_is_acknowledged};
 use crate::{store, MERCHANTS, WORKERS_PER_MERCHANT};
 
+/// The nodes of the cycles; one more joins at the end.
 const NODES: usize = 2;
-/// A kill, a freeze and a database restart.
-const DEFAULT_CYCLES: u32 = 3;
+/// A kill, a freeze, a database restart and a cut.
+const DEFAULT_CYCLES: u32 = 4;
+/// The database's shards (`caisse_shards`).
+const SHARDS: usize = 64;
+/// How long a node may take to hold its share of the shards once it can: a few lease rounds.
+const SHARE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How long every notification may take to be stored as delivered once the load ended: an attempt whose
 /// outcome could not be saved is sent again after at most a minute.
@@ -53,6 +62,32 @@ fn pending_notifications(store: &PgStore, run: &Run) -> usize {
         }
     }
     pending
+}
+
+/// How many shards node `node` holds with a lease that has not ended, read from the database on a thread of its
+/// own (the load runs on this test's one thread and keeps going meanwhile).
+async fn shards_held(url: &str, node: &str) -> usize {
+    let sql = format!("SELECT count(*) FROM caisse_shards WHERE owner = '{node}' AND expires_at > now()");
+    let url = url.to_owned();
+    let query = std::thread::spawn(move || postgres::query_value(&url, &sql));
+    while !query.is_finished() {
+        sleep_ms(10).await;
+    }
+    let count = query.join().expect("the query's thread");
+    count.parse().unwrap_or_else(|e| panic!("a count of shards, not {count:?}: {e}"))
+}
+
+/// Waits until `node` holds at least `least` shards, at most [`SHARE_DEADLINE`].
+async fn until_held(url: &str, node: &str, least: usize, seed: u64, what: &str) {
+    let started = Instant::now();
+    loop {
+        let held = shards_held(url, node).await;
+        if held >= least {
+            return;
+        }
+        assert!(started.elapsed() < SHARE_DEADLINE, "seed {seed}, {what}: {node} holds {held} shards, not {least}");
+        sleep_ms(200).await;
+    }
 }
 
 /// One node: its port, data directory and settings.
@@ -79,19 +114,25 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
     let db = postgres::database();
     let dir = tempfile::TempDir::new().expect("temp dir");
     let store_env = vec![("CAISSE_STORE".to_owned(), db.url.clone())];
-    let nodes: Vec<Node> = (0..NODES)
+    // The nodes of the cycles reach the database through proxies the test can cut; the joiner directly.
+    let proxies: Vec<Proxy> = (0..NODES).map(|_| Proxy::start(&db.server_address())).collect();
+    let nodes: Vec<Node> = (0..=NODES)
         .map(|i| {
             let port = free_port();
-            let mut env = store_env.clone();
-            env.push(("CAISSE_NODE_ID".into(), format!("node-{i}")));
-            env.push(("CAISSE_ADVERTISE_URL".into(), format!("http://127.0.0.1:{port}")));
+            let url = proxies.get(i).map_or_else(|| db.url.clone(), |proxy| db.url_via(proxy.port));
+            let env = vec![
+                ("CAISSE_STORE".to_owned(), url),
+                ("CAISSE_NODE_ID".into(), format!("node-{i}")),
+                ("CAISSE_ADVERTISE_URL".into(), format!("http://127.0.0.1:{port}")),
+            ];
             Node { port, data_dir: dir.path().join(format!("data-{i}")), env }
         })
         .collect();
     let mut servers: Vec<Option<Server>> = Vec::new();
-    for node in &nodes {
+    for node in &nodes[..NODES] {
         servers.push(Some(node.start(dir.path()).await));
     }
+    servers.push(None);
     // Made while the nodes run: the database is shared, so the merchant command writes to it directly.
     let merchants: Vec<Merchant> = (0..MERCHANTS)
         .map(|i| {
@@ -105,6 +146,8 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
         .collect();
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     let (run, workers) = Run::start(Target::nodes(&ports), merchants, WORKERS_PER_MERCHANT, &mut rng);
+    // The joiner takes requests once it runs.
+    run.target.set_alive(NODES, false);
 
     let mut webhooks_read = vec![0; MERCHANTS];
     for cycle in 1..=cycles {
@@ -112,7 +155,7 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
         run.target.open();
         sleep_ms(rng.gen_range(300..1_200)).await;
         let victim = rng.gen_range(0..NODES);
-        let what = if cycle % 3 == 1 {
+        let what = if cycle % 4 == 1 {
             let server = servers[victim].take().expect("the node runs");
             run.target.set_alive(victim, false);
             server.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}: {e}"));
@@ -124,7 +167,32 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
             servers[victim] = Some(nodes[victim].start(dir.path()).await);
             run.target.set_alive(victim, true);
             format!("killing node {victim}")
-        } else if cycle % 3 == 0 {
+        } else if cycle % 4 == 0 {
+            let proxy = &proxies[victim];
+            let (cut, other) = (format!("node-{victim}"), format!("node-{}", 1 - victim));
+            proxy.cut();
+            // The load goes on against both nodes. The cut node's own merchants answer 503 (its writes time out,
+            // then it lets their leases go) until the other takes them over; what it forwards goes on.
+            sleep_ms(rng.gen_range(3_000..6_000)).await;
+            until_held(&db.url, &other, SHARDS, seed, &format!("cycle {cycle}, {cut} cut")).await;
+            let before = proxy.carried();
+            sleep_ms(rng.gen_range(500..1_500)).await;
+            assert_eq!(proxy.carried(), before, "seed {seed}: the cut proxy carried bytes");
+            proxy.heal();
+            // Back, it reconnects on its own and takes its share of the shards again.
+            until_held(&db.url, &cut, 1, seed, &format!("cycle {cycle}, {cut} healed")).await;
+            sleep_ms(rng.gen_range(1_000..3_000)).await;
+            run.target.close();
+            run.target.quiesce().await;
+            let server = servers[victim].as_ref().expect("the node runs");
+            let said = |needle: &str| server.output().iter().filter(|line| line.contains(needle)).count();
+            println!(
+                "  cycle {cycle}: node {victim} cut off the database: {} lease rounds failed, {} group commits failed",
+                said("renewing the shard leases"),
+                said("a PostgreSQL group commit failed")
+            );
+            format!("cutting node {victim} off the database")
+        } else if cycle % 4 == 3 {
             // The database crashes and comes back under load (when it is this process's own: a server named by
             // CAISSE_TEST_DATABASE_URL is not restarted). Commits in flight fail or are kept; answers say which,
             // or are lost and retried.
@@ -173,8 +241,18 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
         check_all(&run, cycle, &mut webhooks_read, seed, &when).await;
     }
 
+    // A third node joins under load: the shards spread over the three, moving between nodes while requests
+    // go to all of them; a move costs at most retriable 503s.
     run.cycle.set(cycles + 1);
     run.target.open();
+    sleep_ms(500).await;
+    servers[NODES] = Some(nodes[NODES].start(dir.path()).await);
+    run.target.set_alive(NODES, true);
+    // A node takes at most its share, rounded up; so the last to fill holds at least what the others leave.
+    let least = SHARDS - NODES * SHARDS.div_ceil(NODES + 1);
+    for node in 0..=NODES {
+        until_held(&db.url, &format!("node-{node}"), least, seed, "a third node joined").await;
+    }
     sleep_ms(1_000).await;
     run.target.stop();
     for worker in workers {
@@ -203,8 +281,8 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
     let stored = store::check_opened_store(&store, &run)
         .unwrap_or_else(|wrong| panic!("seed {seed}, the database: {} failures:\n{}", wrong.len(), wrong.join("\n")));
     println!(
-        "cluster crash test: seed {seed}, {cycles} cycles (a kill, a freeze, a database restart, in turn), {:.1} s, {stored} notifications stored, {deliveries} \
-         verified deliveries",
+        "cluster crash test: seed {seed}, {cycles} cycles (a kill, a freeze, a database restart, a cut, in turn), then a \
+         third node, {:.1} s, {stored} notifications stored, {deliveries} verified deliveries",
         started.elapsed().as_secs_f64()
     );
     crate::report(&run, stored, deliveries);

@@ -18,6 +18,7 @@
 //!   control API, for the suites that test the provider adapters or the fakes themselves.
 //! - [`postgres`]: a fresh PostgreSQL database per test, on a private cluster the first one starts (or on
 //!   `CAISSE_TEST_DATABASE_URL`); [`spawn_app_on_postgres`] starts a server storing there.
+//! - [`proxy`]: a TCP proxy a test can cut, to cut a node off its database without an error it could see.
 //! - [`receiver`]: a webhook receiver on loopback that records every request and answers per a script.
 //! - [`wait`]: [`eventually`] and [`until`], polling with a bounded deadline; ports and clocks.
 
@@ -31,6 +32,7 @@ pub mod checks;
 pub mod fake;
 #[path = "../../actors/tests/support/postgres.rs"]
 pub mod postgres;
+pub mod proxy;
 pub mod receiver;
 pub mod wait;
 

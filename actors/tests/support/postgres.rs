@@ -42,10 +42,40 @@ pub fn restart_immediately() -> bool {
 }
 
 impl TestDatabase {
+    /// The server's address as the URL names it (`host:port`, the port 5432 when it names none).
+    pub fn server_address(&self) -> String {
+        let (start, end) = authority(&self.url);
+        let host = &self.url[start..end];
+        let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
+        if host.contains(':') {
+            host.to_owned()
+        } else {
+            format!("{host}:5432")
+        }
+    }
+
+    /// This database's URL through another address (a proxy on loopback, listening on `port`).
+    pub fn url_via(&self, port: u16) -> String {
+        let (start, end) = authority(&self.url);
+        let user = self.url[start..end].rsplit_once('@').map(|(user, _)| format!("{user}@")).unwrap_or_default();
+        format!("{}{user}127.0.0.1:{port}{}", &self.url[..start], &self.url[end..])
+    }
+
     /// Runs `sql` on this database (as the server's administrator), failing the test if it fails.
     pub fn execute(&self, sql: &str) {
         psql(&self.url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
+}
+
+/// The first column of the first row `sql` answers on the database at `url`, as text (`psql`'s unaligned
+/// output).
+pub fn query_value(url: &str, sql: &str) -> String {
+    let out = Command::new(bin("psql"))
+        .args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+        .output()
+        .unwrap_or_else(|e| panic!("run psql: {e}"));
+    assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().trim().to_owned()
 }
 
 /// A fresh, empty database.
@@ -91,6 +121,13 @@ fn rand_u64() -> u64 {
     hasher
         .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
     hasher.finish()
+}
+
+/// Where a URL's authority (`user@host:port`) starts and ends.
+fn authority(url: &str) -> (usize, usize) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?']).map_or(url.len(), |i| start + i);
+    (start, end)
 }
 
 /// `url` naming database `name` instead of its own.

@@ -8,9 +8,16 @@
 //! A [`Conn`] keeps the statements it prepared, so a query is one round trip after its first use. Readers
 //! share a few connections ([`Readers`]): tokio-postgres pipelines the queries of concurrent callers on one
 //! connection, so a pool would add little. A connection found closed is replaced on its next use.
+//!
+//! A connection can also go silent without closing: a network partition, or a database server that hangs,
+//! leaves the socket open and the queries unanswered for as long as TCP keepalives take to notice (minutes).
+//! So a connection used by a call that timed out is treated as broken: it is replaced on its next use, and
+//! its task and socket are dropped with its last user. A reconnection is bounded as a whole (the TCP connect
+//! and the start-up exchange), so a node cut off from the database keeps trying and rejoins once it is back.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,8 +28,13 @@ use crate::store::StoreError;
 /// The longest one query (or one group commit) may take before the caller is told it failed.
 pub(super) const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a new connection may take to open.
+/// How long a new connection may take to open, start-up exchange included.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+tokio::task_local! {
+    /// The reader connections a call of [`Bridge::run`] used, to be marked broken if it times out.
+    static USED: Arc<Mutex<Vec<Arc<Conn>>>>;
+}
 
 /// Connections shared by readers.
 const READERS: usize = 2;
@@ -64,9 +76,17 @@ impl Bridge {
     {
         let (answer, wait) = std::sync::mpsc::sync_channel(1);
         self.handle()?.spawn(async move {
-            let result = tokio::time::timeout(QUERY_TIMEOUT, work)
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Io("PostgreSQL did not answer in time".into())));
+            let used = Arc::new(Mutex::new(Vec::new()));
+            let result = match tokio::time::timeout(QUERY_TIMEOUT, USED.scope(used.clone(), work)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    // Whatever it waited for, it may wait forever: the connections it used are not trusted again.
+                    for conn in used.lock().map(|mut used| std::mem::take(&mut *used)).unwrap_or_default() {
+                        conn.set_broken();
+                    }
+                    Err(StoreError::Io("PostgreSQL did not answer in time".into()))
+                }
+            };
             // The caller may have stopped waiting; nothing to do then.
             let _ = answer.send(result);
         });
@@ -88,13 +108,29 @@ impl Drop for Bridge {
 pub(super) struct Conn {
     pub(super) client: Client,
     statements: Mutex<HashMap<String, Statement>>,
+    /// A call on it timed out: replaced on its next use.
+    broken: AtomicBool,
+    /// The task driving its socket, stopped when the connection is dropped: a connection waiting on a silent
+    /// socket would otherwise keep it open until TCP gives up.
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Conn {
     /// Opens a connection; must run on the store's runtime, which then drives it.
     pub(super) async fn open(config: &tokio_postgres::Config) -> Result<Conn, StoreError> {
         let mut config = config.clone();
-        config.connect_timeout(CONNECT_TIMEOUT).keepalives(true).keepalives_idle(Duration::from_secs(30));
+        config
+            .connect_timeout(CONNECT_TIMEOUT)
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(15))
+            .keepalives_interval(Duration::from_secs(5))
+            .keepalives_retries(3);
         if config.get_application_name().is_none() {
             config.application_name("caisse");
         }
@@ -111,13 +147,17 @@ impl Conn {
             None => options,
         };
         config.options(options);
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| db_error("connect to PostgreSQL", e))?;
-        tokio::spawn(async move {
+        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
+            .await
+            .map_err(|_| StoreError::Io("connect to PostgreSQL: no answer in time".into()))?
+            .map_err(|e| db_error("connect to PostgreSQL", e))?;
+        let task = tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "a PostgreSQL connection ended");
             }
-        });
-        Ok(Conn { client, statements: Mutex::new(HashMap::new()) })
+        })
+        .abort_handle();
+        Ok(Conn { client, statements: Mutex::new(HashMap::new()), broken: AtomicBool::new(false), task })
     }
 
     /// `sql` prepared on this connection, once.
@@ -130,8 +170,13 @@ impl Conn {
         Ok(statement)
     }
 
+    /// Closed, or not to be trusted since a call on it timed out.
     pub(super) fn is_closed(&self) -> bool {
-        self.client.is_closed()
+        self.broken.load(Ordering::Acquire) || self.client.is_closed()
+    }
+
+    fn set_broken(&self) {
+        self.broken.store(true, Ordering::Release);
     }
 }
 
@@ -159,11 +204,20 @@ impl Readers {
     pub(super) async fn conn(&self) -> Result<Arc<Conn>, StoreError> {
         let at = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.slots.len();
         let mut slot = self.slots[at].lock().await;
-        if let Some(conn) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(conn.clone());
-        }
-        let conn = Arc::new(Conn::open(&self.config).await?);
-        *slot = Some(conn.clone());
+        let conn = match slot.as_ref().filter(|c| !c.is_closed()) {
+            Some(conn) => conn.clone(),
+            None => {
+                let conn = Arc::new(Conn::open(&self.config).await?);
+                *slot = Some(conn.clone());
+                conn
+            }
+        };
+        // Outside a bridged call (none today) there is nothing to mark.
+        let _ = USED.try_with(|used| {
+            if let Ok(mut used) = used.lock() {
+                used.push(conn.clone());
+            }
+        });
         Ok(conn)
     }
 }

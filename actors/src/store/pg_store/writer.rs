@@ -112,10 +112,14 @@ impl WriterTask {
     }
 
     async fn probe(&mut self) {
-        let ok = match self.connection().await {
-            Ok(conn) => conn.client.simple_query("SELECT 1").await.is_ok(),
-            Err(_) => false,
+        let probe = async {
+            match self.connection().await {
+                Ok(conn) => conn.client.simple_query("SELECT 1").await.is_ok(),
+                Err(_) => false,
+            }
         };
+        // A silent database must not hold the writer: the jobs queued meanwhile wait for it.
+        let ok = tokio::time::timeout(QUERY_TIMEOUT, probe).await.unwrap_or(false);
         if ok {
             self.healthy.store(true, Ordering::Release);
         } else {

@@ -1,0 +1,125 @@
+//! A TCP proxy on loopback that a test can cut, as a network partition cuts a node off its database: once cut,
+//! every byte sent either way is swallowed and new connections are accepted but go nowhere, so the node sees
+//! silence (no reset, no error) and must notice by its own time-outs. Healed, new connections pass again while
+//! those that lived through the cut stay silent for good, as connections do whose state a firewall or a NAT
+//! dropped meanwhile: only a client that gives up on a silent connection and opens another gets through.
+//!
+//! Plain threads, each bounded: a pump wakes every [`TICK`] to look at the flags, and everything ends when the
+//! proxy is dropped.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const TICK: Duration = Duration::from_millis(50);
+
+#[derive(Default)]
+struct Flags {
+    cut: AtomicBool,
+    /// Raised at each cut: a connection born before it never carries bytes again.
+    epoch: AtomicU64,
+    stop: AtomicBool,
+    /// Bytes carried, both ways together.
+    carried: AtomicU64,
+}
+
+pub struct Proxy {
+    pub port: u16,
+    flags: Arc<Flags>,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`host:port`) on a free loopback port.
+    pub fn start(upstream: &str) -> Proxy {
+        let upstream = upstream.to_socket_addrs().expect("the upstream resolves").next().expect("an upstream address");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("the proxy binds");
+        listener.set_nonblocking(true).expect("a non-blocking listener");
+        let port = listener.local_addr().expect("the proxy's address").port();
+        let flags = Arc::new(Flags::default());
+        let accepting = flags.clone();
+        std::thread::spawn(move || {
+            while !accepting.stop.load(Ordering::Acquire) {
+                match listener.accept() {
+                    Ok((client, _)) => connect(client, upstream, &accepting),
+                    Err(_) => std::thread::sleep(TICK),
+                }
+            }
+        });
+        Proxy { port, flags }
+    }
+
+    /// Swallows everything from now on, on every connection.
+    pub fn cut(&self) {
+        self.flags.epoch.fetch_add(1, Ordering::AcqRel);
+        self.flags.cut.store(true, Ordering::Release);
+    }
+
+    /// Lets new connections through again; the ones that lived through the cut stay silent.
+    pub fn heal(&self) {
+        self.flags.cut.store(false, Ordering::Release);
+    }
+
+    pub fn carried(&self) -> u64 {
+        self.flags.carried.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.flags.stop.store(true, Ordering::Release);
+    }
+}
+
+fn connect(client: TcpStream, upstream: std::net::SocketAddr, flags: &Arc<Flags>) {
+    let born = flags.epoch.load(Ordering::Acquire);
+    let _ = client.set_nonblocking(false);
+    let server = if flags.cut.load(Ordering::Acquire) {
+        None
+    } else {
+        TcpStream::connect_timeout(&upstream, Duration::from_secs(5)).ok()
+    };
+    let Some(server) = server else {
+        // Accepted and left unanswered: the connecting side waits for the start-up exchange until it gives up.
+        let flags = flags.clone();
+        std::thread::spawn(move || pump(client, None, u64::MAX, &flags));
+        return;
+    };
+    let (Ok(client_back), Ok(server_back)) = (client.try_clone(), server.try_clone()) else { return };
+    let (up, down) = (flags.clone(), flags.clone());
+    std::thread::spawn(move || pump(client, Some(server), born, &up));
+    std::thread::spawn(move || pump(server_back, Some(client_back), born, &down));
+}
+
+/// Copies `from` to `to` while the connection's epoch is the proxy's and it is not cut; swallows otherwise;
+/// closes both when either side closes, or when the proxy stops.
+fn pump(mut from: TcpStream, mut to: Option<TcpStream>, born: u64, flags: &Flags) {
+    let _ = from.set_read_timeout(Some(TICK));
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        if flags.stop.load(Ordering::Acquire) {
+            break;
+        }
+        let silent = flags.cut.load(Ordering::Acquire) || flags.epoch.load(Ordering::Acquire) != born;
+        match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                if silent {
+                    continue;
+                }
+                flags.carried.fetch_add(n as u64, Ordering::Relaxed);
+                let written = to.as_mut().is_some_and(|to| to.write_all(&buffer[..n]).is_ok());
+                if !written {
+                    break;
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    if let Some(to) = to {
+        let _ = to.shutdown(Shutdown::Both);
+    }
+}
