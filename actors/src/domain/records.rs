@@ -477,7 +477,7 @@ pub struct Notification {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn sample_payment() -> Payment {

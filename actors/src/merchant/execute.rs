@@ -15,7 +15,7 @@ use crate::error::EngineError;
 use crate::store::{Change, IdempotencyRecord, Snapshot};
 
 impl MerchantActor {
-    /// The record a command is about: in-flight state first, then the store.
+    /// The record a command is about: in-flight or recently settled state first, then the store.
     fn lookup(&self, target: &Target) -> Result<Option<Record>, EngineError> {
         let key = match target {
             Target::NewPayout(None) | Target::NewPayment(None) | Target::NewLink(None) => return Ok(None),
@@ -27,9 +27,9 @@ impl MerchantActor {
         let new = matches!(target, Target::NewPayment(_) | Target::NewPayout(_));
         // `dirty` also holds a payment under its refund's reference (and a payout under the merchant's); only a
         // reference that names the record itself counts for commands about an existing payment or payout.
-        match self.dirty.get(key) {
-            Some((record, _)) if new => return Ok(Some(record.clone())),
-            Some((record, _)) if record.key() == key => return Ok(Some(record.clone())),
+        match self.held(key) {
+            Some(record) if new => return Ok(Some(record.clone())),
+            Some(record) if record.key() == key => return Ok(Some(record.clone())),
             _ => {}
         }
         let found = match target {
@@ -42,10 +42,10 @@ impl MerchantActor {
         Ok(found)
     }
 
-    /// The link whose id or merchant reference is `key`: in-flight state first, then the store. Links are
-    /// held in `dirty` under [`link_key`], apart from payments and payouts, whose references they may share.
+    /// The link whose id or merchant reference is `key`: in-flight or recent state first, then the store.
+    /// Links are held under [`link_key`], apart from payments and payouts, whose references they may share.
     pub(super) fn link_named(&self, key: &str) -> Result<Option<Link>, EngineError> {
-        if let Some((Record::Link(link), _)) = self.dirty.get(&link_key(key)) {
+        if let Some(Record::Link(link)) = self.held(&link_key(key)) {
             return Ok(Some(link.clone()));
         }
         Ok(self.store.link(&self.id, key)?)
@@ -176,10 +176,19 @@ impl MerchantActor {
         ctx: &mut Context<Self>,
     ) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        let now = std::time::Instant::now();
         for key in keys {
             if self.dirty.get(key).is_some_and(|(_, s)| *s == seq) {
-                self.dirty.remove(key);
+                if let Some((record, _)) = self.dirty.remove(key) {
+                    if ok {
+                        self.recent.settled(key.clone(), record, now);
+                    }
+                }
             }
+        }
+        if !ok {
+            // The actor stops once its writes settle; until then it answers from what the store holds.
+            self.recent.clear();
         }
         if let Some(k) = idempotency_key {
             self.keys_in_flight.remove(k);

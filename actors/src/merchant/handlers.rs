@@ -70,8 +70,8 @@ impl Handler<GetPayment> for MerchantActor {
 
     fn handle(&mut self, msg: GetPayment, _ctx: &mut Self::Context) -> Self::Result {
         self.last_message = Instant::now();
-        let found = match self.dirty.get(&msg.0) {
-            Some((Record::Payment(p), _)) if p.reference.as_str() == msg.0 => Ok(Some(p.clone())),
+        let found = match self.held(&msg.0) {
+            Some(Record::Payment(p)) if p.reference.as_str() == msg.0 => Ok(Some(p.clone())),
             _ => self.store.payment(&self.id, &msg.0).map_err(EngineError::from),
         };
         self.read(found)
@@ -83,8 +83,8 @@ impl Handler<GetPayout> for MerchantActor {
 
     fn handle(&mut self, msg: GetPayout, _ctx: &mut Self::Context) -> Self::Result {
         self.last_message = Instant::now();
-        let found = match self.dirty.get(&msg.0) {
-            Some((Record::Payout(o), _)) => Ok(Some(o.clone())),
+        let found = match self.held(&msg.0) {
+            Some(Record::Payout(o)) => Ok(Some(o.clone())),
             _ => self.store.payout(&self.id, &msg.0).map_err(EngineError::from),
         };
         self.read(found)

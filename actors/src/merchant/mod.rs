@@ -14,6 +14,11 @@
 //!
 //! Nothing in a handler panics: a panic would stop the actor for good and lose its mailbox.
 //!
+//! Records whose write has settled stay in memory a short while ([`Recent`]): the next command about a payment
+//! usually comes seconds after the last (its provider's answer after its creation), and the actor, the only
+//! writer of its merchant's records, knows them to be what the store holds. With PostgreSQL that saves a round
+//! trip; with sled, a read of its cache.
+//!
 //! This file holds the actor's state, its life cycle and the read barrier; `messages` holds what callers send
 //! and get back, `execute` decides and queues a change and settles it once its ticket completes, and
 //! `handlers` holds one short handler per message.
@@ -22,7 +27,7 @@ mod execute;
 mod handlers;
 mod messages;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +76,8 @@ pub struct MerchantActor {
     /// Records changed by writes still in flight, by payment reference, refund reference or payout id, with
     /// the journal position of their latest change.
     dirty: HashMap<String, (Record, u64)>,
+    /// Records whose latest write has settled, for a short while.
+    recent: Recent,
     /// Idempotency keys of requests whose write is in flight.
     keys_in_flight: HashMap<IdempotencyKey, u64>,
     in_flight: usize,
@@ -104,6 +111,7 @@ impl MerchantActor {
             balances: recovered.balances,
             seq: recovered.seq,
             dirty: HashMap::new(),
+            recent: Recent::default(),
             keys_in_flight: HashMap::new(),
             in_flight: 0,
             guard: Arc::new(AtomicBool::new(false)),
@@ -112,6 +120,11 @@ impl MerchantActor {
             last_message: Instant::now(),
             retired: false,
         }
+    }
+
+    /// The record held under `key` by a write in flight, or else by one that settled recently.
+    fn held(&self, key: &str) -> Option<&Record> {
+        self.dirty.get(key).map(|(record, _)| record).or_else(|| self.recent.get(key))
     }
 
     fn failed(&self) -> bool {
@@ -168,6 +181,54 @@ impl MerchantActor {
     }
 }
 
+/// Records the actor wrote and saw settle, by the keys `dirty` held them under, kept at most [`Recent::KEEP`]
+/// and [`Recent::MAX`] of them: what the actor holds in memory stays small, whatever the rate.
+///
+/// They are what the store holds because nothing else writes a merchant's records: another actor for the same
+/// merchant starts only once this one has left the registry, and in a cluster this one answers nothing once
+/// its node no longer holds the merchant with the token its state was read under.
+#[derive(Default)]
+struct Recent {
+    records: HashMap<String, (Record, Instant)>,
+    /// Keys in the order they were settled, each with the time it was; a key settled again appears twice and
+    /// is dropped only by its latest entry.
+    order: VecDeque<(Instant, String)>,
+}
+
+impl Recent {
+    const KEEP: Duration = Duration::from_secs(30);
+    const MAX: usize = 256;
+
+    fn get(&self, key: &str) -> Option<&Record> {
+        self.records.get(key).map(|(record, _)| record)
+    }
+
+    fn settled(&mut self, key: String, record: Record, now: Instant) {
+        self.records.insert(key.clone(), (record, now));
+        self.order.push_back((now, key));
+        self.prune(now);
+    }
+
+    /// Drops what is older than [`Recent::KEEP`], then the oldest beyond [`Recent::MAX`].
+    fn prune(&mut self, now: Instant) {
+        while let Some((at, _)) = self.order.front() {
+            let old = now.saturating_duration_since(*at) >= Self::KEEP;
+            if !old && self.records.len() <= Self::MAX && self.order.len() <= 2 * Self::MAX {
+                break;
+            }
+            let Some((at, key)) = self.order.pop_front() else { break };
+            if self.records.get(&key).is_some_and(|(_, settled)| *settled == at) {
+                self.records.remove(&key);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.records.clear();
+        self.order.clear();
+    }
+}
+
 impl Actor for MerchantActor {
     type Context = Context<Self>;
 
@@ -175,6 +236,7 @@ impl Actor for MerchantActor {
         ctx.set_mailbox_capacity(self.settings.mailbox_capacity);
         let every = (self.settings.idle_stop / 4).max(Duration::from_millis(50));
         ctx.run_interval(every, |act, ctx| {
+            act.recent.prune(Instant::now());
             if act.in_flight == 0 && !act.retired && act.last_message.elapsed() >= act.settings.idle_stop {
                 act.retire(ctx);
             }
@@ -183,5 +245,47 @@ impl Actor for MerchantActor {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         self.registry.forget(&self.id, self.generation);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::records::tests::sample_payment;
+
+    fn record() -> Record {
+        Record::Payment(sample_payment())
+    }
+
+    #[test]
+    fn recent_records_are_kept_for_a_while_and_a_bounded_number() {
+        let mut recent = Recent::default();
+        let t0 = Instant::now();
+        recent.settled("a".into(), record(), t0);
+        assert!(recent.get("a").is_some());
+        recent.prune(t0 + Recent::KEEP - Duration::from_millis(1));
+        assert!(recent.get("a").is_some(), "kept until its time");
+        recent.prune(t0 + Recent::KEEP);
+        assert!(recent.get("a").is_none(), "dropped after it");
+
+        for i in 0..Recent::MAX + 10 {
+            recent.settled(format!("k{i}"), record(), t0 + Recent::KEEP);
+        }
+        assert_eq!(recent.records.len(), Recent::MAX, "the oldest go beyond the maximum");
+        assert!(recent.get("k0").is_none() && recent.get(&format!("k{}", Recent::MAX + 9)).is_some());
+    }
+
+    #[test]
+    fn a_key_settled_again_lives_from_its_latest_write() {
+        let mut recent = Recent::default();
+        let t0 = Instant::now();
+        recent.settled("a".into(), record(), t0);
+        let later = t0 + Duration::from_secs(20);
+        recent.settled("a".into(), record(), later);
+        recent.prune(t0 + Recent::KEEP);
+        assert!(recent.get("a").is_some(), "the first entry's expiry does not drop the second write");
+        recent.prune(later + Recent::KEEP);
+        assert!(recent.get("a").is_none());
+        assert!(recent.order.is_empty());
     }
 }
