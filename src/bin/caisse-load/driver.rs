@@ -45,11 +45,20 @@ pub struct Driver {
     pub api_latency_us: Vec<u64>,
     /// Accepted payments: reference -> merchant index.
     pub lives: Vec<(String, usize)>,
+    /// Calls that got no answer or a 5xx, by the second of the run they were sent in: where a node was
+    /// killed, the span of these seconds is how long its merchants could not be served (the failover).
+    pub failures_by_second: BTreeMap<u64, u64>,
 }
 
 /// What every arrival needs; one per run, on the driver's thread.
 pub struct Ctx {
-    pub base: String,
+    /// The server, or the nodes of a cluster, which take the arrivals in turn.
+    bases: Vec<String>,
+    turn: Cell<usize>,
+    /// Until when each node is left out: one that did not answer is tried again a second later, as a load
+    /// balancer's health check would, so a killed node costs the run what the cluster's failover costs.
+    down_until: RefCell<Vec<Option<Instant>>>,
+    started: Instant,
     pub keys: Vec<String>,
     pub client: awc::Client,
     pub rx: web::Data<Receiver>,
@@ -58,13 +67,44 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(base: String, keys: Vec<String>, rx: web::Data<Receiver>, max_outstanding: usize) -> Ctx {
+    pub fn new(bases: Vec<String>, keys: Vec<String>, rx: web::Data<Receiver>, max_outstanding: usize) -> Ctx {
         // One awc client on this thread; its pool may open as many connections as calls may be outstanding.
         let client = awc::Client::builder()
             .connector(awc::Connector::new().limit(max_outstanding))
             .timeout(Duration::from_secs(10))
             .finish();
-        Ctx { base, keys, client, rx, driver: RefCell::new(Driver::default()), outstanding: Cell::new(0) }
+        Ctx {
+            down_until: RefCell::new(vec![None; bases.len()]),
+            bases,
+            turn: Cell::new(0),
+            started: Instant::now(),
+            keys,
+            client,
+            rx,
+            driver: RefCell::new(Driver::default()),
+            outstanding: Cell::new(0),
+        }
+    }
+
+    /// The node the next call goes to (its index and base URL): the next one in turn not left out, or the
+    /// next one in turn when all are.
+    fn base(&self) -> (usize, String) {
+        let count = self.bases.len().max(1);
+        let now = Instant::now();
+        let down = self.down_until.borrow();
+        let first = self.turn.get();
+        let at = (0..count)
+            .map(|step| (first + step) % count)
+            .find(|at| down.get(*at).copied().flatten().is_none_or(|until| until <= now))
+            .unwrap_or(first % count);
+        self.turn.set(at + 1);
+        (at, self.bases.get(at).cloned().unwrap_or_default())
+    }
+
+    fn leave_out(&self, node: usize) {
+        if let Some(slot) = self.down_until.borrow_mut().get_mut(node) {
+            *slot = Some(Instant::now() + Duration::from_secs(1));
+        }
     }
 }
 
@@ -96,29 +136,36 @@ pub async fn call(client: &awc::Client, url: &str, key: &str, body: Option<&Valu
 async fn arrival(op: Op, merchant: usize, ctx: Rc<Ctx>) {
     // A refund needs a succeeded payment; when none is waiting yet, the arrival becomes a payment so the
     // offered rate stays what was asked.
+    let (node, base) = ctx.base();
     let (op, merchant, url, body) = match op {
         Op::Refund => match lock(&ctx.rx.refundable).pop_front() {
-            Some((m, reference)) => {
-                (Op::Refund, m, format!("{}/v1/paiement/{reference}/rembourser", ctx.base), json!({}))
-            }
+            Some((m, reference)) => (Op::Refund, m, format!("{base}/v1/paiement/{reference}/rembourser"), json!({})),
             None => {
                 ctx.driver.borrow_mut().refunds_unavailable += 1;
-                (Op::Payment, merchant, format!("{}/v1/paiement/initier", ctx.base), payment_body())
+                (Op::Payment, merchant, format!("{base}/v1/paiement/initier"), payment_body())
             }
         },
-        Op::Payment => (Op::Payment, merchant, format!("{}/v1/paiement/initier", ctx.base), payment_body()),
-        Op::Payout => (Op::Payout, merchant, format!("{}/v1/retraits", ctx.base), payout_body()),
+        Op::Payment => (Op::Payment, merchant, format!("{base}/v1/paiement/initier"), payment_body()),
+        Op::Payout => (Op::Payout, merchant, format!("{base}/v1/retraits"), payout_body()),
     };
     *ctx.driver.borrow_mut().issued.entry(op).or_default() += 1;
     let key = ctx.keys.get(merchant).cloned().unwrap_or_default();
     let started = Instant::now();
+    let second = started.saturating_duration_since(ctx.started).as_secs();
     let result = call(&ctx.client, &url, &key, Some(&body)).await;
     let elapsed = started.elapsed().as_micros() as u64;
     ctx.outstanding.set(ctx.outstanding.get().saturating_sub(1));
     let mut d = ctx.driver.borrow_mut();
     match result {
-        Err(_) => d.network_errors += 1,
+        Err(_) => {
+            ctx.leave_out(node);
+            d.network_errors += 1;
+            *d.failures_by_second.entry(second).or_default() += 1;
+        }
         Ok((status, answer)) => {
+            if status >= 500 {
+                *d.failures_by_second.entry(second).or_default() += 1;
+            }
             d.api_latency_us.push(elapsed);
             if (200..300).contains(&status) {
                 *d.accepted.entry(op).or_default() += 1;

@@ -90,12 +90,14 @@ struct Args {
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
     /// Drive this running `caisse serve` (http://host:port) instead of starting one in-process; needs
-    /// --merchants-file. The server's own settings apply: start it with CAISSE_RATE_LIMIT_PER_S=0.
+    /// --merchants-file. The server's own settings apply: start it with CAISSE_RATE_LIMIT_PER_S=0. Several
+    /// URLs separated by commas (the nodes of a cluster) take the arrivals in turn.
     #[arg(long, value_name = "URL", requires = "merchants_file", conflicts_with = "prepare")]
     target: Option<String>,
-    /// Write --merchants sandbox merchants into the new data directory DIR (no server running on it) and
-    /// their keys to --merchants-file, then exit; start `caisse serve --data-dir DIR` afterwards.
-    #[arg(long, value_name = "DIR", requires = "merchants_file")]
+    /// Write --merchants sandbox merchants into the new data directory DIR (no server running on it), or into
+    /// the PostgreSQL database a `postgres://` URL names (nodes may run on it), and their keys to
+    /// --merchants-file, then exit; start `caisse serve` on that store afterwards.
+    #[arg(long, value_name = "DIR|URL", requires = "merchants_file")]
     prepare: Option<PathBuf>,
     /// One merchant per line as `caisse merchant create --json` prints it; line i's webhook URL must be
     /// http://127.0.0.1:<port>/hook/i. Written by --prepare, read by --target.
@@ -105,7 +107,7 @@ struct Args {
     #[arg(long, default_value_t = 9_100)]
     receiver_port: u16,
     /// With --target: the server process whose memory is reported (default: the one listening on the
-    /// target's port, found through /proc).
+    /// (first) target's port, found through /proc).
     #[arg(long)]
     server_pid: Option<u32>,
     /// In-process: the sandbox provider's delay before it sends its notices (ms).
@@ -148,7 +150,8 @@ enum Server {
 /// A server ready for load, its merchants, and the receiver their webhooks go to.
 struct Setup {
     server: Server,
-    base: String,
+    /// Where the arrivals go, in turn.
+    bases: Vec<String>,
     keys: Vec<String>,
     hanging: Vec<bool>,
     rx: web::Data<Receiver>,
@@ -230,7 +233,7 @@ async fn in_process(args: &Args) -> Result<Setup, String> {
     }
     eprintln!("caisse-load: {count} merchants created in {:.1} s", created.elapsed().as_secs_f64());
     let server = Server::InProcess { task, _dir: dir };
-    Ok(Setup { server, base, keys, hanging, rx, receiver, receiver_ports: ports_each })
+    Ok(Setup { server, bases: vec![base], keys, hanging, rx, receiver, receiver_ports: ports_each })
 }
 
 /// Reads the merchants file, starts the receiver on the ports it names and checks that the running server
@@ -240,18 +243,29 @@ async fn targeted(args: &Args, url: &str) -> Result<Setup, String> {
     let found = target::read_merchants(file, args.merchants)?;
     let (hanging, rx) = new_receiver(args, &found.keys);
     let (_, receiver) = receiver::start(rx.clone(), args.receiver_workers, &found.ports)?;
-    let base = url.trim_end_matches('/').to_owned();
-    let port = target::url_port(&base)?;
+    let bases: Vec<String> = url.split(',').map(|u| u.trim().trim_end_matches('/').to_owned()).collect();
+    let port = target::url_port(&bases[0])?;
     let client = awc::Client::builder().timeout(Duration::from_secs(10)).finish();
-    match driver::call(&client, &format!("{base}/v1/soldes"), &found.keys[0], None).await {
-        Ok((200, _)) => {}
-        Ok((status, answer)) => {
-            return Err(format!(
-                "{base} answered {status} {answer} to the first merchant's key: is `caisse serve` running on \
-                 the data directory prepared with this merchants file?"
-            ))
+    for base in &bases {
+        // A node of a cluster that has just started may not hold its shards yet: it answers 503 for a moment.
+        let mut answer = driver::call(&client, &format!("{base}/v1/soldes"), &found.keys[0], None).await;
+        for _ in 0..50 {
+            if !matches!(answer, Ok((503, _))) {
+                break;
+            }
+            actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+            answer = driver::call(&client, &format!("{base}/v1/soldes"), &found.keys[0], None).await;
         }
-        Err(e) => return Err(format!("{base} does not answer: {e}")),
+        match answer {
+            Ok((200, _)) => {}
+            Ok((status, answer)) => {
+                return Err(format!(
+                    "{base} answered {status} {answer} to the first merchant's key: is `caisse serve` running \
+                     on the store prepared with this merchants file?"
+                ))
+            }
+            Err(e) => return Err(format!("{base} does not answer: {e}")),
+        }
     }
     let pid = args.server_pid.or_else(|| target::listening_pid(port));
     if pid.is_none() {
@@ -264,8 +278,8 @@ async fn targeted(args: &Args, url: &str) -> Result<Setup, String> {
         found.ports.len(),
         pid.map_or("unknown".to_owned(), |p| p.to_string())
     );
-    let server = Server::Target { url: base.clone(), pid };
-    Ok(Setup { server, base, keys: found.keys, hanging, rx, receiver, receiver_ports: found.ports.len() })
+    let server = Server::Target { url: bases.join(","), pid };
+    Ok(Setup { server, bases, keys: found.keys, hanging, rx, receiver, receiver_ports: found.ports.len() })
 }
 
 async fn run(args: Args) -> Result<(Value, bool), String> {
@@ -278,7 +292,7 @@ async fn run(args: Args) -> Result<(Value, bool), String> {
         None => in_process(&args).await?,
     };
     let rx = setup.rx.clone();
-    let ctx = Rc::new(Ctx::new(setup.base.clone(), setup.keys.clone(), rx.clone(), args.max_outstanding));
+    let ctx = Rc::new(Ctx::new(setup.bases.clone(), setup.keys.clone(), rx.clone(), args.max_outstanding));
     let offered_for = driver::offer(&ctx, args.scenario, args.rate, args.duration, args.max_outstanding).await;
     // Let the calls in flight finish (the client's own timeout bounds this), then give the webhooks the grace.
     let drain_until = Instant::now() + Duration::from_secs(15);

@@ -76,6 +76,11 @@ pub fn report(args: &Args, setup: &Setup, ctx: &Ctx, offered_for: Duration, live
         "rejected": by_op(&d.rejected),
         "rejected_codes": d.rejected_codes,
         "network_errors": d.network_errors,
+        "failures_by_second": d.failures_by_second.iter().map(|(s, n)| (s.to_string(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
+        "failure_span_s": match (d.failures_by_second.keys().next(), d.failures_by_second.keys().next_back()) {
+            (Some(first), Some(last)) => json!(last - first + 1),
+            _ => json!(0),
+        },
         "dropped_at_cap": d.dropped,
         "refunds_unavailable": d.refunds_unavailable,
         "accepted_per_s": (accepted_payments as f64 / offered_for.as_secs_f64()).round(),

@@ -22,7 +22,7 @@ use caisse::merchants;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{Accounts, SledStore, Ticket};
+use caisse_engine::store::{Accounts, PgStore, SledStore, Ticket};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -44,8 +44,8 @@ pub fn port_slot(index: usize, ports_each: usize, hanging: bool) -> usize {
     index % ports_each + if hanging { ports_each } else { 0 }
 }
 
-/// `--prepare`: creates `count` sandbox merchants in the new data directory `dir` (no server may hold it) and
-/// writes their lines to `file`.
+/// `--prepare`: creates `count` sandbox merchants in the new data directory `dir` (no server may hold it), or
+/// in the PostgreSQL database `dir` names as a `postgres://` URL, and writes their lines to `file`.
 pub async fn prepare(dir: &Path, file: &Path, count: usize, first_port: u16, ports_each: usize) -> Result<(), String> {
     if count == 0 || ports_each == 0 {
         return Err("--merchants and --receiver-ports must be above zero".into());
@@ -53,13 +53,19 @@ pub async fn prepare(dir: &Path, file: &Path, count: usize, first_port: u16, por
     if usize::from(first_port) + 2 * ports_each - 1 > usize::from(u16::MAX) {
         return Err(format!("--receiver-port {first_port} leaves no room for {} ports", 2 * ports_each));
     }
-    // A data directory in use by anything else must not get a thousand extra merchants by mistake.
-    if let Ok(mut entries) = std::fs::read_dir(dir) {
-        if entries.next().is_some() {
-            return Err(format!("{} is not empty: --prepare wants a new data directory", dir.display()));
+    let text = dir.to_string_lossy();
+    // A database's nodes see merchants written beside them; an embedded store is its server's alone.
+    let store: Box<dyn Accounts> = if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        Box::new(PgStore::open(&text).map_err(|e| format!("cannot open the database: {e}"))?)
+    } else {
+        // A data directory in use by anything else must not get a thousand extra merchants by mistake.
+        if let Ok(mut entries) = std::fs::read_dir(dir) {
+            if entries.next().is_some() {
+                return Err(format!("{} is not empty: --prepare wants a new data directory", dir.display()));
+            }
         }
-    }
-    let store = SledStore::open(dir).map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?;
+        Box::new(SledStore::open(dir).map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?)
+    };
     let lines = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut lines = BufWriter::new(lines);
     // One hash for all: the records look like real ones without an argon2 run per merchant.
