@@ -95,6 +95,8 @@ struct Inner {
     sessions: Option<Arc<dyn SharedSessions>>,
     /// The cluster's store, until [`Engine::join_cluster`] has it take part in the placement.
     member: std::sync::Mutex<Option<Arc<PgStore>>>,
+    /// The accounts every API request looks up.
+    accounts: crate::account_cache::AccountCache,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -210,6 +212,7 @@ impl Engine {
                 forwarding,
                 sessions,
                 member: std::sync::Mutex::new(None),
+                accounts: Default::default(),
             }),
         })
     }
@@ -578,7 +581,16 @@ impl Engine {
 
     /// The merchant holding this secret key; the caller still compares the whole key in constant time.
     pub fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, EngineError> {
-        Ok(self.inner.store.merchant_by_key(secret_key)?)
+        // The count is read before the store: a change made meanwhile moves it, and the next lookup reads again.
+        let generation = self.inner.store.merchants_generation();
+        if let Some(merchant) = self.inner.accounts.merchant_by_key(secret_key, generation) {
+            return Ok(Some(merchant));
+        }
+        let found = self.inner.store.merchant_by_key(secret_key)?;
+        if let Some(merchant) = &found {
+            self.inner.accounts.keep_merchant(secret_key, generation, merchant);
+        }
+        Ok(found)
     }
 
     pub fn merchant_by_email(&self, email: &str) -> Result<Option<Merchant>, EngineError> {
@@ -596,7 +608,13 @@ impl Engine {
 
     /// When the merchant was suspended by an operator; `None` while it is active.
     pub fn suspended_since(&self, id: &MerchantId) -> Result<Option<Timestamp>, EngineError> {
-        Ok(self.inner.store.suspended_since(id)?)
+        let generation = self.inner.store.merchants_generation();
+        if let Some(since) = self.inner.accounts.suspended_since(id, generation) {
+            return Ok(since);
+        }
+        let since = self.inner.store.suspended_since(id)?;
+        self.inner.accounts.keep_suspension(id, generation, since);
+        Ok(since)
     }
 
     /// Suspends a merchant (`Some(at)`) or lifts its suspension (`None`); answers once durable. Work already

@@ -15,6 +15,7 @@
 //! A payment goes in through [`Engine::execute`] with a [`core::Command`], becomes a [`store::Change`] written
 //! in one durable group commit, and leaves as a webhook notification in the store's outbox.
 
+mod account_cache;
 pub mod cluster;
 pub mod core;
 pub mod domain;

@@ -432,10 +432,14 @@ fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
     assert_eq!(store.merchants(None, 1).unwrap().len(), 1);
     assert_eq!(store.suspended_since(&id).unwrap(), None);
     let at = Timestamp::from_unix_ms(1_800_000_000_000);
+    let before = store.merchants_generation();
     wait(store.set_suspended(&id, Some(at)).unwrap());
+    assert_ne!(store.merchants_generation(), before, "a suspension moves the generation: the API caches it");
     assert_eq!(store.suspended_since(&id).unwrap(), Some(at));
     assert_eq!(store.suspended_since(&second.id).unwrap(), None, "only that merchant");
+    let before = store.merchants_generation();
     wait(store.set_suspended(&id, None).unwrap());
+    assert_ne!(store.merchants_generation(), before);
     assert_eq!(store.suspended_since(&id).unwrap(), None);
 }
 
@@ -672,7 +676,7 @@ mod postgresql_cluster {
     use std::time::{Duration, Instant};
 
     use caisse_engine::store::pg_store::{shard_of, NodeIdentity, SHARDS};
-    use caisse_engine::store::{Commits, Placement, Records};
+    use caisse_engine::store::{Accounts, Commits, Placement, Records};
 
     use super::*;
 
@@ -735,6 +739,22 @@ mod postgresql_cluster {
         let a = node(&db, "a");
         let (change, _) = shop.change(&Command::InitiatePayment(new_payment(5_000, Some("unfenced"))), None);
         assert!(matches!(a.commit(change, &shop.latch), Err(StoreError::NotOwner(_))));
+    }
+
+    /// A change of accounts made through one node (or `caisse merchant ...` on the database) moves every
+    /// node's generation within a round, so their caches of keys and suspensions read again.
+    #[test]
+    fn a_suspension_written_by_one_node_moves_the_others_generation() {
+        let db = postgres::database();
+        let a = node(&db, "a");
+        let b = node(&db, "b");
+        let id = MerchantId::new();
+        wait(a.put_merchant(account(&id, 7), None).unwrap());
+        until("b sees the new account", Duration::from_secs(10), || b.merchant(&id).unwrap().is_some());
+        let before = b.merchants_generation();
+        wait(a.set_suspended(&id, Some(Timestamp::from_unix_ms(1_800_000_000_000))).unwrap());
+        until("b's generation moves", Duration::from_secs(10), || b.merchants_generation() != before);
+        assert!(b.suspended_since(&id).unwrap().is_some());
     }
 
     #[test]

@@ -81,7 +81,10 @@ impl<K: Kv> Accounts for KvStore<K> {
     }
 
     fn merchants_generation(&self) -> u64 {
-        self.kv.generation(MERCHANTS)
+        // Each count only grows, so their sum moves whenever any of them does.
+        [MERCHANTS, MERCHANT_KEYS, RETIRED_KEYS, MERCHANT_SUSPENSIONS]
+            .into_iter()
+            .fold(0u64, |sum, tree| sum.wrapping_add(self.kv.generation(tree)))
     }
 
     fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError> {

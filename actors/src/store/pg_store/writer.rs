@@ -25,7 +25,7 @@ use tokio_postgres::types::ToSql;
 use super::conn::{db_error, Conn, QUERY_TIMEOUT};
 use super::schema::TreeSql;
 use crate::domain::records::Notification;
-use crate::store::layout::MERCHANTS;
+use crate::store::layout::{MERCHANTS, MERCHANT_KEYS, MERCHANT_SUSPENSIONS, RETIRED_KEYS};
 use crate::store::op::Op;
 use crate::store::{FailureLatch, Fence, StoreError};
 
@@ -281,10 +281,10 @@ impl WriterTask {
                 writes.push(tx.execute_raw(delete, params));
             }
         }
-        // Merchant accounts are cached by every node (`Accounts::merchants_generation`): the version tells the
-        // others that theirs may be stale.
+        // Merchant accounts, keys and suspensions are cached by every node (`Accounts::merchants_generation`):
+        // the version tells the others that theirs may be stale.
         let accounts = async {
-            if trees.contains_key(&MERCHANTS) {
+            if [MERCHANTS, MERCHANT_KEYS, RETIRED_KEYS, MERCHANT_SUSPENSIONS].iter().any(|t| trees.contains_key(t)) {
                 tx.execute("UPDATE caisse_accounts_version SET n = n + 1 WHERE id = 1", &[]).await.map(drop)
             } else {
                 Ok(())

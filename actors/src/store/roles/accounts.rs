@@ -21,8 +21,9 @@ pub trait Accounts: Send + Sync {
     /// Until when a rolled key still authenticates; `None` for a key that was never rolled with a grace.
     fn retired_key_until(&self, secret_key: &str) -> Result<Option<Timestamp>, StoreError>;
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError>;
-    /// A number that changes after any merchant record changes, once the change is visible to reads: a
-    /// cache of merchants read after seeing a number is current as long as the number stays the same.
+    /// A number that changes after any merchant record, key, retired key or suspension changes, once the
+    /// change is visible to reads: a cache of accounts read after seeing a number is current as long as the
+    /// number stays the same.
     fn merchants_generation(&self) -> u64;
     /// The merchant holding this secret key. The caller still compares the whole key in constant time.
     fn merchant_by_key(&self, secret_key: &str) -> Result<Option<Merchant>, StoreError>;
