@@ -794,3 +794,49 @@ mod postgresql_cluster {
         until("the remaining node holds every shard", Duration::from_secs(6), || b.shards_held() == SHARDS as usize);
     }
 }
+
+/// TLS to PostgreSQL, against a private server that refuses plain connections and presents a certificate
+/// signed by a CA of the test's own: the store connects with `sslmode=verify-full` (or `require`) and that CA
+/// in `sslrootcert`, and nowhere else.
+mod postgresql_tls {
+    use caisse_engine::store::Accounts;
+
+    use super::*;
+
+    #[test]
+    fn the_store_connects_over_tls_to_a_server_it_can_verify_and_only_then() {
+        let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).expect("the CA");
+        let server_key = rcgen::KeyPair::generate().expect("a server key");
+        let server = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .expect("server parameters")
+            .signed_by(&server_key, &ca, &ca_key)
+            .expect("the server certificate");
+        let Some(db) = postgres::tls_only_database(&server.pem(), &server_key.serialize_pem()) else {
+            println!("CAISSE_TEST_DATABASE_URL is set: its server's TLS is not this test's to set up");
+            return;
+        };
+        let dir = tempfile::tempdir().expect("a directory");
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).expect("write the CA");
+        let refused = |url: &str| match PgStore::open(url) {
+            Ok(_) => panic!("{url} connected"),
+            Err(e) => e.to_string(),
+        };
+
+        let plain = refused(&db.url);
+        assert!(plain.contains("pg_hba") || plain.contains("no encryption"), "{plain}");
+        let unverified = refused(&format!("{}?sslmode=require", db.url));
+        assert!(unverified.contains("TLS"), "a certificate of an unknown CA is refused: {unverified}");
+
+        for (n, mode) in [(9, "require"), (10, "verify-full")] {
+            let url = format!("{}?sslmode={mode}&sslrootcert={}", db.url, ca_file.display());
+            let store = PgStore::open(&url).unwrap_or_else(|e| panic!("{mode}: {e}"));
+            let id = MerchantId::new();
+            wait(store.put_merchant(account(&id, n), None).unwrap());
+            assert_eq!(store.merchant(&id).unwrap().map(|m| m.id), Some(id), "{mode}: written and read over TLS");
+        }
+    }
+}

@@ -203,7 +203,23 @@ fn free_port() -> Result<u16, String> {
 }
 
 /// A cluster of its own in a temporary directory; `durable`: fsync on, as PostgreSQL ships.
+/// A fresh database on a private cluster of its own that accepts TLS connections only (`hostssl` in its
+/// `pg_hba.conf`), presenting `cert_pem` (with its key `key_pem`). With `CAISSE_TEST_DATABASE_URL` set, `None`:
+/// that server's TLS is not the test's to set.
+pub fn tls_only_database(cert_pem: &str, key_pem: &str) -> Option<TestDatabase> {
+    if std::env::var("CAISSE_TEST_DATABASE_URL").is_ok_and(|url| !url.is_empty()) {
+        return None;
+    }
+    let server = start_cluster(false, Some((cert_pem, key_pem)))
+        .unwrap_or_else(|e| panic!("start a private PostgreSQL with TLS: {e}"));
+    Some(database_on(&server))
+}
+
 fn start_private_cluster(durable: bool) -> Result<Server, String> {
+    start_cluster(durable, None)
+}
+
+fn start_cluster(durable: bool, tls: Option<(&str, &str)>) -> Result<Server, String> {
     let dir = std::env::temp_dir().join(format!("caisse-pg-{}-{:08x}", std::process::id(), rand_u64() as u32));
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -219,9 +235,25 @@ fn start_private_cluster(durable: bool) -> Result<Server, String> {
     ))?;
     let port = free_port()?;
     let sync = if durable { "" } else { "-c fsync=off -c full_page_writes=off" };
-    let options = format!(
+    let mut options = format!(
         "-p {port} -k {dir_arg} -c listen_addresses=127.0.0.1 {sync} -c max_connections=300 -c shared_buffers=128MB"
     );
+    if let Some((cert, key)) = tls {
+        let write = |name: &str, text: &str| {
+            let path = data.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("write {}: {e}", path.display()))
+        };
+        write("server.crt", cert)?;
+        write("server.key", key)?;
+        // TCP connections must be TLS; the socket in the directory stays for the server's own tools.
+        write("pg_hba.conf", "local all all trust\nhostssl all all 127.0.0.1/32 trust\n")?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&data))?;
+        }
+        run(Command::new("chmod").arg("600").arg(data.join("server.key")))?;
+        options.push_str(" -c ssl=on");
+    }
     let log = dir.join("server.log");
     let log_arg = log.to_str().ok_or("a temporary path that is not UTF-8")?;
     run(&mut as_owner(&bin("pg_ctl"), &["-D", data_arg, "-l", log_arg, "-o", &options, "-w", "-t", "60", "start"]))?;

@@ -76,7 +76,7 @@ pub struct Membership {
     wake: tokio::sync::Notify,
     /// Set once a stopped node has given its shards back (or given up trying).
     left: AtomicBool,
-    config: tokio_postgres::Config,
+    config: super::tls::Endpoint,
     /// This process among those that ran under the node's id: a process leaving marks the node gone only if no
     /// later process (a restart that overlapped it) said it is alive since.
     incarnation: String,
@@ -93,11 +93,7 @@ pub struct Membership {
 }
 
 impl Membership {
-    pub(super) fn new(
-        me: NodeIdentity,
-        generations: Arc<Vec<AtomicU64>>,
-        config: tokio_postgres::Config,
-    ) -> Membership {
+    pub(super) fn new(me: NodeIdentity, generations: Arc<Vec<AtomicU64>>, config: super::tls::Endpoint) -> Membership {
         Membership {
             me,
             held: RwLock::new(vec![None; SHARDS as usize]),

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls, Statement};
 
+use super::tls::Endpoint;
+
 use crate::store::StoreError;
 
 /// The longest one query (or one group commit) may take before the caller is told it failed.
@@ -123,8 +125,8 @@ impl Drop for Conn {
 
 impl Conn {
     /// Opens a connection; must run on the store's runtime, which then drives it.
-    pub(super) async fn open(config: &tokio_postgres::Config) -> Result<Conn, StoreError> {
-        let mut config = config.clone();
+    pub(super) async fn open(endpoint: &Endpoint) -> Result<Conn, StoreError> {
+        let mut config = endpoint.config.clone();
         config
             .connect_timeout(CONNECT_TIMEOUT)
             .keepalives(true)
@@ -147,16 +149,24 @@ impl Conn {
             None => options,
         };
         config.options(options);
-        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
-            .await
-            .map_err(|_| StoreError::Io("connect to PostgreSQL: no answer in time".into()))?
-            .map_err(|e| db_error("connect to PostgreSQL", e))?;
-        let task = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "a PostgreSQL connection ended");
+        let late = || StoreError::Io("connect to PostgreSQL: no answer in time".into());
+        // The two kinds of connection are two types: each is driven by a task of its own.
+        let (client, task) = match &endpoint.tls {
+            None => {
+                let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
+                    .await
+                    .map_err(|_| late())?
+                    .map_err(|e| db_error("connect to PostgreSQL", e))?;
+                (client, tokio::spawn(drive(connection)).abort_handle())
             }
-        })
-        .abort_handle();
+            Some(tls) => {
+                let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(tls.clone()))
+                    .await
+                    .map_err(|_| late())?
+                    .map_err(|e| db_error("connect to PostgreSQL over TLS", e))?;
+                (client, tokio::spawn(drive(connection)).abort_handle())
+            }
+        };
         Ok(Conn { client, statements: Mutex::new(HashMap::new()), broken: AtomicBool::new(false), task })
     }
 
@@ -180,21 +190,28 @@ impl Conn {
     }
 }
 
+/// Runs a connection until it ends.
+async fn drive<F: Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
+    if let Err(e) = connection.await {
+        tracing::warn!(error = %e, "a PostgreSQL connection ended");
+    }
+}
+
 fn poisoned() -> StoreError {
     StoreError::Io("a PostgreSQL statement cache was poisoned".into())
 }
 
 /// The connections readers share, each opened on first use and replaced once closed.
 pub(super) struct Readers {
-    config: tokio_postgres::Config,
+    endpoint: Endpoint,
     slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
     next: std::sync::atomic::AtomicUsize,
 }
 
 impl Readers {
-    pub(super) fn new(config: tokio_postgres::Config) -> Readers {
+    pub(super) fn new(endpoint: Endpoint) -> Readers {
         Readers {
-            config,
+            endpoint,
             slots: (0..READERS).map(|_| tokio::sync::Mutex::new(None)).collect(),
             next: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -207,7 +224,7 @@ impl Readers {
         let conn = match slot.as_ref().filter(|c| !c.is_closed()) {
             Some(conn) => conn.clone(),
             None => {
-                let conn = Arc::new(Conn::open(&self.config).await?);
+                let conn = Arc::new(Conn::open(&self.endpoint).await?);
                 *slot = Some(conn.clone());
                 conn
             }

@@ -11,6 +11,7 @@ mod cluster;
 mod conn;
 mod schema;
 mod sessions;
+mod tls;
 mod writer;
 
 use std::ops::Bound;
@@ -131,8 +132,7 @@ impl PgStore {
     }
 
     fn start(url: &str, me: Option<NodeIdentity>) -> Result<PgStore, StoreError> {
-        let config: tokio_postgres::Config =
-            url.parse().map_err(|e| StoreError::Io(format!("the PostgreSQL URL is not valid: {e}")))?;
+        let config = tls::Endpoint::parse(url)?;
         let bridge = Bridge::new()?;
         let writer_conn = {
             let config = config.clone();

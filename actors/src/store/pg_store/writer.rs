@@ -63,7 +63,7 @@ enum Failed {
 }
 
 pub(super) struct WriterTask {
-    pub(super) config: tokio_postgres::Config,
+    pub(super) config: super::tls::Endpoint,
     pub(super) conn: Option<Conn>,
     pub(super) sql: Arc<Vec<TreeSql>>,
     pub(super) jobs: mpsc::Receiver<Job>,
