@@ -59,35 +59,26 @@ impl Endpoint {
 /// the value.
 fn take_parameter(url: &str, name: &str) -> (String, Option<String>) {
     let prefix = format!("{name}=");
-    if let Some((base, query)) = url.split_once('?') {
+    let split = |pairs: &mut dyn Iterator<Item = &str>| -> (Vec<String>, Option<String>) {
         let mut value = None;
-        let kept: Vec<&str> = query
-            .split('&')
-            .filter(|pair| match pair.strip_prefix(&prefix) {
-                Some(v) => {
-                    value = Some(v.to_owned());
-                    false
-                }
-                None => true,
-            })
-            .collect();
+        let mut kept = Vec::new();
+        for pair in pairs {
+            match pair.strip_prefix(&prefix) {
+                Some(v) => value = Some(v.to_owned()),
+                None => kept.push(pair.to_owned()),
+            }
+        }
+        (kept, value)
+    };
+    if let Some((base, query)) = url.split_once('?') {
+        let (kept, value) = split(&mut query.split('&'));
         let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
         return (rest, value);
     }
     if url.contains("://") {
         return (url.to_owned(), None);
     }
-    let mut value = None;
-    let kept: Vec<&str> = url
-        .split_whitespace()
-        .filter(|pair| match pair.strip_prefix(&prefix) {
-            Some(v) => {
-                value = Some(v.to_owned());
-                false
-            }
-            None => true,
-        })
-        .collect();
+    let (kept, value) = split(&mut url.split_whitespace());
     (kept.join(" "), value)
 }
 
