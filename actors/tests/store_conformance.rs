@@ -741,6 +741,20 @@ mod postgresql_cluster {
         assert!(matches!(a.commit(change, &shop.latch), Err(StoreError::NotOwner(_))));
     }
 
+    /// Until a round has read the accounts' version (and again whenever rounds fail, as on a node cut off the
+    /// database), a node's generation of the accounts moves at every look, so no cache of them is trusted.
+    #[test]
+    fn a_node_that_has_not_read_the_accounts_version_lately_trusts_no_cache() {
+        let db = postgres::database();
+        let me = NodeIdentity { id: "a".into(), url: "http://a.invalid".into() };
+        let store = PgStore::open_node(&db.url, me).expect("open a node");
+        assert_ne!(store.merchants_generation(), store.merchants_generation(), "no round yet");
+        store.join().expect("join the placement");
+        until("a round read the version", Duration::from_secs(10), || {
+            store.merchants_generation() == store.merchants_generation()
+        });
+    }
+
     /// A change of accounts made through one node (or `caisse merchant ...` on the database) moves every
     /// node's generation within a round, so their caches of keys and suspensions read again.
     #[test]

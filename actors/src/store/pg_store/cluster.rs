@@ -84,6 +84,9 @@ pub struct Membership {
     started: AtomicBool,
     /// Rounds completed, so that a start can wait for the first.
     rounds: AtomicU64,
+    /// When the last round completed, in milliseconds since `born` (0: never).
+    last_round_ms: AtomicU64,
+    born: Instant,
     /// Rounds that took shards (`Commits::takeovers`).
     takeovers: AtomicU64,
     /// The store's generation numbers, and the version of the merchant accounts last read: a change another
@@ -105,10 +108,21 @@ impl Membership {
             config,
             incarnation: crate::domain::ids::random_base62(22),
             rounds: AtomicU64::new(0),
+            last_round_ms: AtomicU64::new(0),
+            born: Instant::now(),
             takeovers: AtomicU64::new(0),
             generations,
             accounts_version: AtomicI64::new(i64::MIN),
         }
+    }
+
+    /// Whether a round read the accounts' version lately. A node whose rounds fail (cut off the database)
+    /// cannot tell whether another node changed an account, a suspension or a key meanwhile: its caches of
+    /// them must not be trusted until a round succeeds again.
+    pub(super) fn accounts_fresh(&self) -> bool {
+        let last = self.last_round_ms.load(Ordering::Acquire);
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        last > 0 && now.saturating_sub(last) < u64::try_from((RENEW_EVERY * 2).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// The token this node holds `shard` with, while its lease lasts by this node's clock.
@@ -188,6 +202,8 @@ impl Membership {
             match tokio::time::timeout(RENEW_EVERY * 2, round).await {
                 Ok(Ok(())) => {
                     self.rounds.fetch_add(1, Ordering::AcqRel);
+                    let at = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+                    self.last_round_ms.store(at, Ordering::Release);
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, node = %self.me.id, "renewing the shard leases failed");

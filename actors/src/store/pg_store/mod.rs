@@ -28,7 +28,7 @@ use self::schema::TreeSql;
 use self::writer::{Job, WriterTask, QUEUE_CAPACITY};
 use super::kv::{Kv, Scan};
 use super::kv_store::KvStore;
-use super::layout::{merchant_of, TREE_NAMES};
+use super::layout::{merchant_of, MERCHANTS, TREE_NAMES};
 use super::op::Op;
 use super::writer::wait_polling;
 use super::{BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
@@ -289,7 +289,13 @@ impl Kv for PgKv {
     }
 
     fn generation(&self, tree: usize) -> u64 {
-        self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
+        let Some(generation) = self.generations.get(tree) else { return 0 };
+        // A node that has not read the accounts' version lately counts every look at the accounts as a new
+        // generation: its caches read the database again (and fail while it is out of reach).
+        if tree == MERCHANTS && self.node.as_ref().is_some_and(|node| !node.accounts_fresh()) {
+            return generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        }
+        generation.load(Ordering::Acquire)
     }
 
     fn count(&self, tree: usize) -> Result<u64, StoreError> {
