@@ -20,9 +20,10 @@
 //! the short [`ACCOUNT_WINDOW`]); beyond any of them the login answers 429 without checking. A success
 //! gives its attempt back and clears only its own pair. The address is the TCP peer, or behind the operator's
 //! `trusted_proxies` the client they name (`crate::client_address`), never a header a client alone could forge.
-//! The maps are bounded and, when full, refuse new keys rather than forget counts. The nodes of a cluster count
-//! in the shared database instead, on its clock, so that attempts spread over the nodes meet the same limits; a
-//! login whose attempt the database cannot count is refused (503), never let through uncounted.
+//! The maps are bounded and, when full, refuse new keys rather than forget counts. The nodes of a cluster also count
+//! in the shared database, on its clock, so that attempts spread over the nodes meet the same limits; a node's
+//! own count is asked first, so what it alone refuses costs the database nothing, and a login whose attempt the
+//! database cannot count is refused (503), never let through uncounted.
 //! At most [`MAX_CONCURRENT_CHECKS`] password checks (argon2, deliberately slow) run at once, on blocking
 //! threads; a login beyond them is answered 503 at once (it still counts against its address). An address that
 //! used up its attempts is answered 429 before its form is read or a page rendered, so that a flood costs the
@@ -310,7 +311,7 @@ pub struct Throttle {
     max_attempts: u32,
     window: Duration,
     max_keys: usize,
-    /// The cluster's counters and this throttle's kind among them, which then replace the map.
+    /// The cluster's counters and this throttle's kind among them, consulted after the map.
     shared: Option<(Arc<dyn SharedSessions>, u8)>,
 }
 
@@ -323,18 +324,25 @@ impl Throttle {
         u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Counts an attempt for `key`, or answers why not.
+    /// Counts an attempt for `key`, or answers why not. In a cluster the node's own count comes first: the
+    /// attempts one node saw are some of those the cluster saw, so a key this node alone refuses is refused
+    /// without asking the database, which keeps a flood from one address off it.
     pub fn reserve(&self, key: &str, now: Instant) -> Result<(), Refused> {
-        if let Some((shared, kind)) = &self.shared {
-            return match shared.reserve_attempt(*kind, digest(key), self.max_attempts, self.window_ms()) {
-                Ok(None) => Ok(()),
-                Ok(Some(wait_ms)) => Err(Refused::Wait(Duration::from_millis(wait_ms))),
-                Err(e) => {
-                    tracing::error!(target: "caisse::dashboard", error = %e, "a login attempt could not be counted");
-                    Err(Refused::Unavailable)
-                }
-            };
-        }
+        self.reserve_here(key, now)?;
+        let Some((shared, kind)) = &self.shared else { return Ok(()) };
+        let refused = match shared.reserve_attempt(*kind, digest(key), self.max_attempts, self.window_ms()) {
+            Ok(None) => return Ok(()),
+            Ok(Some(wait_ms)) => Refused::Wait(Duration::from_millis(wait_ms)),
+            Err(e) => {
+                tracing::error!(target: "caisse::dashboard", error = %e, "a login attempt could not be counted");
+                Refused::Unavailable
+            }
+        };
+        self.forgive_here(key);
+        Err(refused)
+    }
+
+    fn reserve_here(&self, key: &str, now: Instant) -> Result<(), Refused> {
         if !self.map.contains_key(key) && self.map.len() >= self.max_keys {
             let window = self.window;
             self.map.retain(|_, f| now.saturating_duration_since(f.since) < window);
@@ -357,15 +365,20 @@ impl Throttle {
     /// How long `key` must still wait, when it has used up its attempts; reserves nothing. A database that
     /// cannot say lets the request on to [`Throttle::reserve`], which refuses it.
     pub fn locked(&self, key: &str, now: Instant) -> Option<Duration> {
-        if let Some((shared, kind)) = &self.shared {
-            return match shared.attempts_locked(*kind, digest(key), self.max_attempts, self.window_ms()) {
-                Ok(wait) => wait.map(Duration::from_millis),
-                Err(e) => {
-                    tracing::error!(target: "caisse::dashboard", error = %e, "a login counter could not be read");
-                    None
-                }
-            };
+        if let Some(wait) = self.locked_here(key, now) {
+            return Some(wait);
         }
+        let (shared, kind) = self.shared.as_ref()?;
+        match shared.attempts_locked(*kind, digest(key), self.max_attempts, self.window_ms()) {
+            Ok(wait) => wait.map(Duration::from_millis),
+            Err(e) => {
+                tracing::error!(target: "caisse::dashboard", error = %e, "a login counter could not be read");
+                None
+            }
+        }
+    }
+
+    fn locked_here(&self, key: &str, now: Instant) -> Option<Duration> {
         let entry = self.map.get(key)?;
         let elapsed = now.saturating_duration_since(entry.since);
         (elapsed < self.window && entry.count >= self.max_attempts).then(|| self.window - elapsed)
@@ -377,8 +390,11 @@ impl Throttle {
             if let Err(e) = shared.forgive_attempt(*kind, digest(key)) {
                 tracing::warn!(target: "caisse::dashboard", error = %e, "a login attempt was not given back");
             }
-            return;
         }
+        self.forgive_here(key);
+    }
+
+    fn forgive_here(&self, key: &str) {
         if let Some(mut entry) = self.map.get_mut(key) {
             entry.count = entry.count.saturating_sub(1);
         }
@@ -389,7 +405,6 @@ impl Throttle {
             if let Err(e) = shared.clear_attempts(*kind, digest(key)) {
                 tracing::warn!(target: "caisse::dashboard", error = %e, "login attempts were not cleared");
             }
-            return;
         }
         self.map.remove(key);
     }
