@@ -84,7 +84,8 @@ impl Handler<GetPayout> for MerchantActor {
     fn handle(&mut self, msg: GetPayout, _ctx: &mut Self::Context) -> Self::Result {
         self.last_message = Instant::now();
         let found = match self.held(&msg.0) {
-            Some(Record::Payout(o)) => Ok(Some(o.clone())),
+            // A payout is also held under its merchant's reference; only its id names it here.
+            Some(Record::Payout(o)) if o.id == msg.0 => Ok(Some(o.clone())),
             _ => self.store.payout(&self.id, &msg.0).map_err(EngineError::from),
         };
         self.read(found)
