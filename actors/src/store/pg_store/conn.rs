@@ -150,17 +150,20 @@ impl Conn {
         };
         config.options(options);
         let late = || StoreError::Io("connect to PostgreSQL: no answer in time".into());
+        // The driver tries the hosts of a URL in turn, each within CONNECT_TIMEOUT: so may the whole.
+        let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
+        let bound = CONNECT_TIMEOUT.saturating_mul(hosts);
         // The two kinds of connection are two types: each is driven by a task of its own.
         let (client, task) = match &endpoint.tls {
             None => {
-                let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
+                let (client, connection) = tokio::time::timeout(bound, config.connect(NoTls))
                     .await
                     .map_err(|_| late())?
                     .map_err(|e| db_error("connect to PostgreSQL", e))?;
                 (client, tokio::spawn(drive(connection)).abort_handle())
             }
             Some(tls) => {
-                let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(tls.clone()))
+                let (client, connection) = tokio::time::timeout(bound, config.connect(tls.clone()))
                     .await
                     .map_err(|_| late())?
                     .map_err(|e| db_error("connect to PostgreSQL over TLS", e))?;

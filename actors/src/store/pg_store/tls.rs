@@ -1,8 +1,9 @@
 //! Where the store connects and how: the PostgreSQL URL, and TLS when the URL asks for it.
 //!
 //! The URL is libpq's: `sslmode=require` (or `verify-ca`, `verify-full`) encrypts every connection with rustls
-//! and, whatever the mode says, verifies the server's certificate and name, against the public web PKI's roots
-//! and the CA certificates of `sslrootcert` (a PEM file: a managed database's CA, or a private one). An
+//! and, whatever the mode says, verifies the server's certificate and name: against the CA certificates of
+//! `sslrootcert` (a PEM file: a managed database's CA, or a private one) and those only, as libpq does, or
+//! against the public web PKI's roots when no `sslrootcert` is given. An
 //! encrypted connection whose server cannot be verified is one an attacker on the path could be answering, and
 //! the store's connection carries every balance. Without `sslmode`, or with `disable` or `prefer`, connections
 //! are plain, as the operations guide says: keep the database on a private network then.
@@ -100,7 +101,9 @@ pub(super) struct Rustls {
 impl Rustls {
     fn new(root_cert: Option<&str>) -> Result<Rustls, StoreError> {
         let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if root_cert.is_none() {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
         if let Some(path) = root_cert {
             let bad = |why: String| StoreError::Io(format!("sslrootcert {path}: {why}"));
             let mut found = 0;
