@@ -34,23 +34,32 @@ if [ -z "$caisse" ] || [ -z "$load" ]; then
   caisse="${CARGO_TARGET_DIR:-$root/target}/release/caisse"
   load="${CARGO_TARGET_DIR:-$root/target}/release/caisse-load"
 fi
-psql_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+psql_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 psql=${psql_bin:+$psql_bin/}psql
 
-db_url="${admin_url%/*}/caisse_cluster_bench"
+# The same server and parameters, another database: postgres://user@host:port/DB?params.
+base=${admin_url%%\?*}
+params=${admin_url#"$base"}
+case "$base" in
+  *://*/*) db_url="${base%/*}/caisse_cluster_bench$params" ;;
+  *) db_url="$base/caisse_cluster_bench$params" ;;
+esac
 "$psql" -X -q -d "$admin_url" -c "DROP DATABASE IF EXISTS caisse_cluster_bench WITH (FORCE)" \
   -c "CREATE DATABASE caisse_cluster_bench"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/caisse-cluster.XXXXXX")
 pids=()
+killer=
 cleanup() {
+  if [ -n "$killer" ]; then kill "$killer" 2>/dev/null || true; fi
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$load" --prepare "$db_url" --merchants "$merchants" --merchants-file "$work/merchants.jsonl" 2>/dev/null
+"$load" --prepare "$db_url" --merchants "$merchants" --merchants-file "$work/merchants.jsonl" 2>"$work/prepare.log" \
+  || { cat "$work/prepare.log" >&2; exit 1; }
 targets=()
 for i in $(seq 1 "$nodes"); do
   port=$((18080 + i))
@@ -81,6 +90,7 @@ done
 if [ -n "$kill_at" ]; then
   victim=${pids[$((nodes - 1))]}
   (sleep "$kill_at" && kill -9 "$victim" && echo "killed node-$nodes at ${kill_at} s" >&2) &
+  killer=$!
 fi
 joined=$(IFS=,; echo "${targets[*]}")
 "$load" --target "$joined" --merchants-file "$work/merchants.jsonl" --rate "$rate" --duration "$duration" \

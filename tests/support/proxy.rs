@@ -96,6 +96,10 @@ fn connect(client: TcpStream, upstream: std::net::SocketAddr, flags: &Arc<Flags>
 /// closes both when either side closes, or when the proxy stops.
 fn pump(mut from: TcpStream, mut to: Option<TcpStream>, born: u64, flags: &Flags) {
     let _ = from.set_read_timeout(Some(TICK));
+    // A peer that stops reading must not hold this thread past the proxy's life.
+    if let Some(to) = &to {
+        let _ = to.set_write_timeout(Some(std::time::Duration::from_secs(5)));
+    }
     let mut buffer = [0u8; 16 * 1024];
     loop {
         if flags.stop.load(Ordering::Acquire) {

@@ -202,7 +202,6 @@ fn free_port() -> Result<u16, String> {
     listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
-/// A cluster of its own in a temporary directory; `durable`: fsync on, as PostgreSQL ships.
 /// A fresh database on a private cluster of its own that accepts TLS connections only (`hostssl` in its
 /// `pg_hba.conf`), presenting `cert_pem` (with its key `key_pem`). With `CAISSE_TEST_DATABASE_URL` set, `None`:
 /// that server's TLS is not the test's to set.
@@ -215,10 +214,12 @@ pub fn tls_only_database(cert_pem: &str, key_pem: &str) -> Option<TestDatabase> 
     Some(database_on(&server))
 }
 
+/// A cluster of its own in a temporary directory; `durable`: fsync on, as PostgreSQL ships.
 fn start_private_cluster(durable: bool) -> Result<Server, String> {
     start_cluster(durable, None)
 }
 
+/// [`start_private_cluster`], serving TLS with this certificate and key when given, and TCP over TLS only.
 fn start_cluster(durable: bool, tls: Option<(&str, &str)>) -> Result<Server, String> {
     let dir = std::env::temp_dir().join(format!("caisse-pg-{}-{:08x}", std::process::id(), rand_u64() as u32));
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;

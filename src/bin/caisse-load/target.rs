@@ -56,7 +56,13 @@ pub async fn prepare(dir: &Path, file: &Path, count: usize, first_port: u16, por
     let text = dir.to_string_lossy();
     // A database's nodes see merchants written beside them; an embedded store is its server's alone.
     let store: Box<dyn Accounts> = if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-        Box::new(PgStore::open(&text).map_err(|e| format!("cannot open the database: {e}"))?)
+        let store = PgStore::open(&text).map_err(|e| format!("cannot open the database: {e}"))?;
+        // A database with merchants is someone's: it must not get accounts with a well-known password.
+        let existing = store.merchant_count().map_err(|e| format!("cannot count the merchants: {e}"))?;
+        if existing > 0 {
+            return Err(format!("the database holds {existing} merchants: --prepare wants a new database"));
+        }
+        Box::new(store)
     } else {
         // A data directory in use by anything else must not get a thousand extra merchants by mistake.
         if let Ok(mut entries) = std::fs::read_dir(dir) {
