@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, Addr, Arbiter, MailboxError, Message};
-use dashmap::mapref::entry::Entry;
 
 use crate::cluster::{Forwarding, Remote, SharedSessions};
 use crate::core::{Command, JournalEvent};
@@ -97,6 +96,8 @@ struct Inner {
     member: std::sync::Mutex<Option<Arc<PgStore>>>,
     /// The accounts every API request looks up.
     accounts: crate::account_cache::AccountCache,
+    /// A gate per merchant whose actor is being started ([`Engine::actor`]).
+    starting: dashmap::DashMap<MerchantId, Arc<std::sync::Mutex<()>>>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -213,6 +214,7 @@ impl Engine {
                 sessions,
                 member: std::sync::Mutex::new(None),
                 accounts: Default::default(),
+                starting: Default::default(),
             }),
         })
     }
@@ -276,6 +278,13 @@ impl Engine {
     }
 
     /// Merchant actors currently running.
+    /// How many merchant actors this engine has started: a merchant's actor starts again after it stopped
+    /// (idle, a failed write, its shard moved).
+    pub fn actors_started(&self) -> u64 {
+        // Generations start at 1.
+        self.inner.generations.load(Ordering::Relaxed).saturating_sub(1)
+    }
+
     pub fn running_actors(&self) -> usize {
         self.inner.registry.running()
     }
@@ -294,42 +303,48 @@ impl Engine {
     /// the other node's writes, so a fresh actor reads it again (the old one gets no more messages and stops
     /// when idle).
     fn actor(&self, id: &MerchantId) -> Result<Addr<MerchantActor>, EngineError> {
+        if let Some(addr) = self.running_actor(id) {
+            return Ok(addr);
+        }
+        // One start per merchant at a time, so two callers cannot start two actors for one merchant. The
+        // merchant's own gate is held while recovering, not the registry's lock: a slow store (a takeover
+        // reading many merchants from the database) then delays only this merchant's callers.
+        let gate = self.inner.starting.entry(id.clone()).or_default().clone();
+        let turn = gate.lock().unwrap_or_else(|p| p.into_inner());
+        let started = match self.running_actor(id) {
+            Some(addr) => Ok(addr),
+            None => self.start_actor(id),
+        };
+        drop(turn);
+        drop(gate);
+        // The gate goes once nobody else holds it; whoever takes one later finds the actor registered.
+        self.inner.starting.remove_if(id, |_, gate| Arc::strong_count(gate) == 1);
+        started
+    }
+
+    /// The merchant's actor when it runs and its state was read under the token this node holds now.
+    fn running_actor(&self, id: &MerchantId) -> Option<Addr<MerchantActor>> {
         let current = self.inner.store.fence_of(id);
-        if let Some(entry) = self.inner.registry.actors.get(id) {
-            if entry.2.connected() && entry.1 == current {
-                return Ok(entry.2.clone());
-            }
-        }
-        // The entry lock is held while recovering, so two callers cannot start two actors for one merchant.
-        match self.inner.registry.actors.entry(id.clone()) {
-            Entry::Occupied(entry) if entry.get().2.connected() && entry.get().1 == current => {
-                Ok(entry.get().2.clone())
-            }
-            entry => {
-                let recovered = self.inner.store.recover_merchant(id)?;
-                let recovered_fence = recovered.fence;
-                let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
-                let actor = MerchantActor::new(
-                    id.clone(),
-                    generation,
-                    self.inner.store.clone(),
-                    self.inner.registry.clone(),
-                    self.inner.settings,
-                    recovered,
-                );
-                let fence = recovered_fence;
-                let addr = MerchantActor::start_in_arbiter(&self.shard(id).handle(), move |_| actor);
-                match entry {
-                    Entry::Occupied(mut e) => {
-                        e.insert((generation, fence, addr.clone()));
-                    }
-                    Entry::Vacant(e) => {
-                        e.insert((generation, fence, addr.clone()));
-                    }
-                }
-                Ok(addr)
-            }
-        }
+        let entry = self.inner.registry.actors.get(id)?;
+        (entry.2.connected() && entry.1 == current).then(|| entry.2.clone())
+    }
+
+    /// Recovers the merchant from the store and starts its actor; only under the merchant's start gate.
+    fn start_actor(&self, id: &MerchantId) -> Result<Addr<MerchantActor>, EngineError> {
+        let recovered = self.inner.store.recover_merchant(id)?;
+        let fence = recovered.fence;
+        let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
+        let actor = MerchantActor::new(
+            id.clone(),
+            generation,
+            self.inner.store.clone(),
+            self.inner.registry.clone(),
+            self.inner.settings,
+            recovered,
+        );
+        let addr = MerchantActor::start_in_arbiter(&self.shard(id).handle(), move |_| actor);
+        self.inner.registry.actors.insert(id.clone(), (generation, fence, addr.clone()));
+        Ok(addr)
     }
 
     /// Sends `msg` to the merchant's actor: here when this process writes for the merchant, else to the node of

@@ -610,3 +610,29 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
     let left = store.idempotency_made_before(&m, Timestamp::now().plus_ms(1), 100).unwrap();
     assert_eq!(left.len(), 4, "the live records' entries and the reused key's newer one: {left:?}");
 }
+
+/// Callers on many threads asking for the same merchants at once start one actor per merchant: each merchant
+/// has a start gate of its own, held while the actor is recovered.
+#[actix::test]
+async fn callers_on_many_threads_start_one_actor_per_merchant() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let merchants: Vec<MerchantId> = (0..20).map(|_| MerchantId::new()).collect();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (engine, merchants) = (engine.clone(), merchants.clone());
+            std::thread::spawn(move || {
+                actix::System::new().block_on(async move {
+                    for m in &merchants {
+                        engine.balances(m).await.expect("balances");
+                    }
+                })
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("a caller thread");
+    }
+    assert_eq!(engine.running_actors(), merchants.len());
+    assert_eq!(engine.actors_started(), merchants.len() as u64, "no merchant's actor was started twice");
+}
