@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tokio_postgres::types::ToSql;
+
 use crate::cluster::{SharedSession, SharedSessions};
 use crate::domain::ids::MerchantId;
 use crate::store::StoreError;
@@ -96,24 +98,21 @@ impl SharedSessions for PgStore {
     }
 
     fn touch(&self, digest: [u8; 32], at_ms: u64) -> Result<(), StoreError> {
-        self.session_statement("UPDATE caisse_sessions SET last_seen_ms = $2 WHERE digest = $1", digest, Some(at_ms))
+        let sql = "UPDATE caisse_sessions SET last_seen_ms = $2 WHERE digest = $1";
+        self.statement(sql, vec![Box::new(digest.to_vec()), Box::new(ms(at_ms))], "record a session's activity")
     }
 
     fn remove(&self, digest: [u8; 32]) -> Result<(), StoreError> {
-        self.session_statement("DELETE FROM caisse_sessions WHERE digest = $1", digest, None)
+        self.statement(
+            "DELETE FROM caisse_sessions WHERE digest = $1",
+            vec![Box::new(digest.to_vec())],
+            "end a session",
+        )
     }
 
     fn remove_merchant(&self, merchant: &MerchantId) -> Result<(), StoreError> {
-        let inner = self.kv.inner.clone();
-        let merchant = merchant.as_str().to_owned();
-        self.kv.inner.bridge.run(async move {
-            let conn = inner.readers.conn().await?;
-            conn.client
-                .execute("DELETE FROM caisse_sessions WHERE merchant = $1", &[&merchant])
-                .await
-                .map_err(|e| db_error("end a merchant's sessions", e))
-                .map(drop)
-        })
+        let sql = "DELETE FROM caisse_sessions WHERE merchant = $1";
+        self.statement(sql, vec![Box::new(merchant.as_str().to_owned())], "end a merchant's sessions")
     }
 
     fn reserve_attempt(&self, kind: u8, key: [u8; 32], max: u32, window_ms: u64) -> Result<Option<u64>, StoreError> {
@@ -179,15 +178,13 @@ impl SharedSessions for PgStore {
     }
 
     fn forgive_attempt(&self, kind: u8, key: [u8; 32]) -> Result<(), StoreError> {
-        self.attempt_statement(
-            "UPDATE caisse_login_attempts SET count = greatest(count - 1, 0) WHERE kind = $1 AND key = $2",
-            kind,
-            key,
-        )
+        let sql = "UPDATE caisse_login_attempts SET count = greatest(count - 1, 0) WHERE kind = $1 AND key = $2";
+        self.statement(sql, vec![Box::new(i16::from(kind)), Box::new(key.to_vec())], "give a login attempt back")
     }
 
     fn clear_attempts(&self, kind: u8, key: [u8; 32]) -> Result<(), StoreError> {
-        self.attempt_statement("DELETE FROM caisse_login_attempts WHERE kind = $1 AND key = $2", kind, key)
+        let sql = "DELETE FROM caisse_login_attempts WHERE kind = $1 AND key = $2";
+        self.statement(sql, vec![Box::new(i16::from(kind)), Box::new(key.to_vec())], "clear login attempts")
     }
 
     fn count(&self) -> Result<u64, StoreError> {
@@ -206,30 +203,18 @@ impl SharedSessions for PgStore {
 }
 
 impl PgStore {
-    /// Runs one statement on a login counter: `$1` its kind, `$2` its key.
-    fn attempt_statement(&self, sql: &'static str, kind: u8, key: [u8; 32]) -> Result<(), StoreError> {
+    /// Runs one statement that answers no rows, with these parameters, on a reader connection.
+    fn statement(
+        &self,
+        sql: &'static str,
+        params: Vec<Box<dyn ToSql + Send + Sync>>,
+        what: &'static str,
+    ) -> Result<(), StoreError> {
         let inner = self.kv.inner.clone();
         self.kv.inner.bridge.run(async move {
             let conn = inner.readers.conn().await?;
-            conn.client
-                .execute(sql, &[&i16::from(kind), &key.as_slice()])
-                .await
-                .map_err(|e| db_error("change a login counter", e))
-                .map(drop)
-        })
-    }
-
-    /// Runs one statement on a session's row: `$1` its digest, `$2` a time when given.
-    fn session_statement(&self, sql: &'static str, digest: [u8; 32], at_ms: Option<u64>) -> Result<(), StoreError> {
-        let inner = self.kv.inner.clone();
-        self.kv.inner.bridge.run(async move {
-            let conn = inner.readers.conn().await?;
-            let digest = digest.as_slice();
-            let result = match at_ms {
-                Some(at) => conn.client.execute(sql, &[&digest, &ms(at)]).await,
-                None => conn.client.execute(sql, &[&digest]).await,
-            };
-            result.map_err(|e| db_error("change a session", e)).map(drop)
+            let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
+            conn.client.execute(sql, &params).await.map_err(|e| db_error(what, e)).map(drop)
         })
     }
 }
