@@ -73,6 +73,13 @@ pub const MAX_TRACKED: usize = 100_000;
 /// Password checks (argon2: 19 MiB and tens of milliseconds each) running at once; beyond, a login is answered
 /// 503 at once instead of queueing, so a flood of logins costs bounded memory and leaves the API its cores.
 pub const MAX_CONCURRENT_CHECKS: usize = 2;
+/// How long a throttled login waits before its refusal is sent. An attacker who sends the next guess as soon
+/// as the last one is answered is slowed to one guess a second per connection, whatever the server's speed,
+/// instead of taking every cycle the API leaves; the wait is a timer, not work.
+pub const REFUSAL_DELAY: Duration = Duration::from_secs(1);
+/// Refusals waiting out [`REFUSAL_DELAY`] at once; beyond, refusals are sent at once, so a flood of
+/// connections cannot make the server hold an unbounded number of them open.
+pub const MAX_DELAYED_REFUSALS: usize = 1_024;
 const TOKEN_LEN: usize = 32;
 /// Longer inputs cannot be a valid account, and are refused before any hashing.
 const MAX_EMAIL_LEN: usize = 254;
@@ -87,6 +94,8 @@ pub struct DashboardState {
     pub by_address: Throttle,
     /// Permits for the password checks running at once.
     checks: tokio::sync::Semaphore,
+    /// Permits for the throttled logins waiting out [`REFUSAL_DELAY`].
+    delayed_refusals: tokio::sync::Semaphore,
     /// Where they run.
     checker: Checker,
     /// Held while a merchant account is read, changed and written back (key roll, webhook URL).
@@ -117,10 +126,18 @@ impl DashboardState {
             by_account: Throttle::new(MAX_ACCOUNT_ATTEMPTS, ACCOUNT_WINDOW, MAX_TRACKED),
             by_address: Throttle::new(MAX_ADDRESS_ATTEMPTS, FAILURE_WINDOW, MAX_TRACKED),
             checks: tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS),
+            delayed_refusals: tokio::sync::Semaphore::new(MAX_DELAYED_REFUSALS),
             checker: Checker::start(),
             merchant_updates: tokio::sync::Mutex::new(()),
             replays: super::replay::Replays::default(),
             secure_cookies: environment == Environment::Production,
+        }
+    }
+
+    /// Waits [`REFUSAL_DELAY`] before a throttled login is answered, when a slot is free.
+    async fn delay_refusal(&self) {
+        if let Ok(_slot) = self.delayed_refusals.try_acquire() {
+            actix_web::rt::time::sleep(REFUSAL_DELAY).await;
         }
     }
 
@@ -499,6 +516,7 @@ pub async fn login_form(req: HttpRequest, state: web::Data<AppState>, dash: web:
         return redirect("/");
     }
     if let Some(refused) = locked_address(&dash, &login_address(&req, &state)) {
+        dash.delay_refusal().await;
         return refused;
     }
     login_page(&dash, &req, StatusCode::OK, "", None)
@@ -511,8 +529,9 @@ fn login_address(req: &HttpRequest, state: &AppState) -> String {
         .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
 }
 
-/// An address that used up its attempts is answered at once, before its form is read or a page is
-/// rendered: during a flood, refusing costs the server as little as it can, which leaves the API its cores.
+/// An address that used up its attempts is refused before its form is read or a page is rendered, and
+/// after [`REFUSAL_DELAY`]: during a flood, refusing costs the server as little work as it can and slows the
+/// attacker's next guess, which leaves the API its cores.
 fn locked_address(dash: &DashboardState, address: &str) -> Option<HttpResponse> {
     let wait = dash.by_address.locked(address, Instant::now())?;
     let minutes = wait.as_secs().div_ceil(60).max(1);
@@ -549,6 +568,7 @@ pub async fn login(
 ) -> Result<HttpResponse, DashError> {
     let address = login_address(&req, &state);
     if let Some(refused) = locked_address(&dash, &address) {
+        dash.delay_refusal().await;
         return Ok(refused);
     }
     let form = read_form(payload).await?;
@@ -577,6 +597,7 @@ pub async fn login(
         Ok(()) => {}
         Err(Refused::Wait(wait)) => {
             tracing::warn!(target: "caisse::dashboard", %address, "login throttled");
+            dash.delay_refusal().await;
             let minutes = wait.as_secs().div_ceil(60).max(1);
             let message = format!("Trop de tentatives échouées. Réessayez dans {minutes} min.");
             return Ok(login_page(&dash, &req, StatusCode::TOO_MANY_REQUESTS, &email, Some(message)));

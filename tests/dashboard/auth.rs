@@ -199,7 +199,7 @@ async fn behind_a_trusted_proxy_each_client_is_counted_apart() {
 /// 200 attackers at once, each sending wrong passwords for one account from one address again and again
 /// while the API is measured: each attempt is counted before its password is checked, so at most the limit
 /// are checked; the right password is then refused from that address for the lock window, and accepted from
-/// the merchant's own. The API's p99 over 1,000 requests without and then during the flood is printed (a
+/// the merchant's own. The API's p99 over three seconds without and then during the flood is printed (a
 /// figure, not a timed assertion; docs/perf gives it for a release build).
 #[actix_web::test]
 async fn a_parallel_flood_of_logins_checks_at_most_the_limit() {
@@ -210,20 +210,24 @@ async fn a_parallel_flood_of_logins_checks_at_most_the_limit() {
     /// Attempts per attacker at most, and the flood's longest duration: bounds whatever the machine's speed.
     const ROUNDS: usize = 50;
     const FLOOD_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
-    let app = spawn_app().await;
+    const MEASURED: std::time::Duration = std::time::Duration::from_secs(3);
+    // The API's own per-key limit out of the way: the figure is about the login flood, not the key's bucket.
+    let app = spawn_app_with(|s| s.rate_limit_per_s = 1_000_000).await;
     let base = app.address.clone();
     let email = app.email().to_owned();
     let api_p99 = |app: &crate::support::TestApp| {
         let api = app.api.clone();
         async move {
-            let mut times = Vec::new();
-            for _ in 0..1_000 {
+            // Three seconds at least, so a measurement during the flood spans several of the attackers'
+            // delayed refusals rather than the quiet between two of them; 50,000 requests at most.
+            let (mut times, window) = (Vec::new(), std::time::Instant::now());
+            while times.len() < 50_000 && (times.len() < 1_000 || window.elapsed() < MEASURED) {
                 let started = std::time::Instant::now();
                 api.send(api.get("/v1/soldes")).await.expect(200);
                 times.push(started.elapsed());
             }
             times.sort();
-            times[989]
+            times[times.len() * 99 / 100]
         }
     };
     let quiet = api_p99(&app).await;
@@ -272,7 +276,7 @@ async fn a_parallel_flood_of_logins_checks_at_most_the_limit() {
     let statuses = flood.join().expect("the attackers' thread ends");
     assert!(statuses.keys().all(|s| [401, 429, 503].contains(s)), "{statuses:?}");
     // At most the limit of passwords was checked; the attempts refused while every check was busy (503) still
-    // counted against the address, which is now answered at once, before any form is read or page rendered.
+    // counted against the address, which is now refused before any form is read or page rendered.
     assert!((1..=MAX_FAILURES as usize).contains(&statuses.get(&401).copied().unwrap_or(0)), "{statuses:?}");
     app.agent().get("/login").await.expect(429).contains("depuis votre adresse");
     app.agent().login(app.email(), app.password()).await.expect(429);
