@@ -118,7 +118,12 @@ impl Application {
                 password: None,
                 webhook_url: None,
             };
-            Some(merchants::create(&engine, settings.environment, new).await?)
+            match merchants::create(&engine, settings.environment, new).await {
+                Ok(created) => Some(created),
+                // Another node of the cluster, starting at the same moment, made it first.
+                Err(CreateError::Engine(EngineError::EmailTaken(_))) => None,
+                Err(e) => return Err(e.into()),
+            }
         } else {
             None
         };

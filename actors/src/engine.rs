@@ -98,6 +98,10 @@ struct Inner {
     accounts: crate::account_cache::AccountCache,
     /// A gate per merchant whose actor is being started ([`Engine::actor`]).
     starting: dashmap::DashMap<MerchantId, Arc<std::sync::Mutex<()>>>,
+    /// Held while a merchant account is checked and written: the store checks that the e-mail is free before
+    /// it queues the write, and this keeps two creations in this process from both passing that check. (The
+    /// nodes of a cluster are kept apart by the database itself.)
+    account_writes: tokio::sync::Mutex<()>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -215,6 +219,7 @@ impl Engine {
                 member: std::sync::Mutex::new(None),
                 accounts: Default::default(),
                 starting: Default::default(),
+                account_writes: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -647,6 +652,7 @@ impl Engine {
     /// Creates or updates a merchant account and answers once it is durable. `previous_key` is the secret key
     /// being replaced, if any, which stops working in the same write.
     pub async fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<(), EngineError> {
+        let _one = self.inner.account_writes.lock().await;
         let ticket = self.inner.store.put_merchant(merchant, previous_key)?;
         durable(ticket).await
     }

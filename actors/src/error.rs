@@ -26,6 +26,9 @@ pub enum EngineError {
     /// The store cannot be opened by this build (another on-disk format); only at start.
     #[error("{0}")]
     IncompatibleStore(String),
+    /// Another merchant has this e-mail.
+    #[error("a merchant with e-mail {0} already exists")]
+    EmailTaken(String),
 }
 
 impl From<StoreError> for EngineError {
@@ -33,6 +36,7 @@ impl From<StoreError> for EngineError {
         match err {
             StoreError::Corrupt(_) | StoreError::Conflict(_) => EngineError::Internal(err.to_string()),
             StoreError::Format(text) => EngineError::IncompatibleStore(text),
+            StoreError::EmailTaken(email) => EngineError::EmailTaken(email),
             StoreError::Io(_)
             | StoreError::Overloaded
             | StoreError::Aborted

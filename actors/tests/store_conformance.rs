@@ -418,7 +418,7 @@ fn accounts_are_found_by_key_and_email(backend: &dyn Backend) {
     let mut thief = account(&MerchantId::new(), 2);
     thief.email = first.email.to_uppercase();
     let refused = store.put_merchant(thief, None).map(|ticket| ticket.blocking_recv());
-    assert!(matches!(refused, Err(StoreError::Conflict(_)) | Ok(Ok(Err(StoreError::Conflict(_))))), "{refused:?}");
+    assert!(matches!(refused, Err(StoreError::EmailTaken(_)) | Ok(Ok(Err(StoreError::EmailTaken(_))))), "{refused:?}");
     assert_eq!(store.merchant_count().unwrap(), 1);
 
     // Listed newest first, a page at a time; suspended and resumed.
@@ -728,6 +728,44 @@ mod postgresql_cluster {
         let (mut third, _) = shop.change(&Command::InitiatePayment(new_payment(1_000, Some("third"))), None);
         third.fence = Some(fence);
         assert!(matches!(a.commit(third, &shop.latch), Err(StoreError::Aborted)));
+    }
+
+    /// Two processes on one database creating merchants with one e-mail at the same moment: each passes the
+    /// check before its write, and the database gives the e-mail to one of them. Within one process's batch,
+    /// the later of two claims is refused the same way. The refused write leaves nothing behind.
+    #[test]
+    fn one_email_goes_to_one_merchant_across_processes_and_within_a_batch() {
+        let answer = |queued: Result<Ticket, StoreError>| queued.and_then(|t| t.blocking_recv().expect("answered"));
+        let db = postgres::database();
+        let (a, b) = (PgStore::open(&db.url).expect("open a"), PgStore::open(&db.url).expect("open b"));
+        for round in 0..4u32 {
+            let (first, mut second) =
+                (account(&MerchantId::new(), 10 + round), account(&MerchantId::new(), 20 + round));
+            second.email = first.email.clone();
+            // Both queued before either is awaited: the two writers commit at about the same moment, and
+            // whichever check comes after the other's commit refuses at once.
+            let (one, two) = (a.put_merchant(first.clone(), None), b.put_merchant(second.clone(), None));
+            let answers = [answer(one), answer(two)];
+            let won: Vec<bool> = answers.iter().map(|r| r.is_ok()).collect();
+            assert_eq!(won.iter().filter(|w| **w).count(), 1, "round {round}: {answers:?}");
+            assert!(answers.iter().any(|r| matches!(r, Err(StoreError::EmailTaken(_)))), "{answers:?}");
+            let (winner, loser) = if won[0] { (&first, &second) } else { (&second, &first) };
+            assert_eq!(a.merchant_by_email(&first.email).unwrap().map(|m| m.id), Some(winner.id.clone()));
+            assert_eq!(b.merchant(&loser.id).unwrap(), None, "nothing of the refused merchant was written");
+            assert_eq!(b.merchant_by_key(&loser.secret_key).unwrap(), None);
+        }
+
+        let (first, mut second) = (account(&MerchantId::new(), 30), account(&MerchantId::new(), 31));
+        second.email = first.email.clone();
+        let (one, two) = (a.put_merchant(first.clone(), None), a.put_merchant(second.clone(), None));
+        let answers = [answer(one), answer(two)];
+        assert_eq!(answers.iter().filter(|r| r.is_ok()).count(), 1, "{answers:?}");
+        assert_eq!(a.merchant_count().unwrap(), 5);
+        // The merchant that holds an e-mail writes it again freely (a key roll writes the whole account).
+        let mut rolled = a.merchant_by_email(&first.email).unwrap().expect("the winner");
+        rolled.secret_key = "sk_test_rolled_in_cluster".into();
+        wait(a.put_merchant(rolled.clone(), None).unwrap());
+        assert_eq!(b.merchant_by_key("sk_test_rolled_in_cluster").unwrap().map(|m| m.id), Some(rolled.id));
     }
 
     #[test]

@@ -129,6 +129,10 @@ impl From<EngineError> for ApiError {
                 ApiError::unavailable()
             }
             EngineError::Retired => ApiError::unavailable(),
+            EngineError::EmailTaken(_) => {
+                ApiError::new(StatusCode::CONFLICT, "duplicate_email", "a merchant with this e-mail already exists")
+                    .with_field("email")
+            }
             EngineError::Internal(detail) | EngineError::IncompatibleStore(detail) => {
                 ApiError::internal("engine", detail)
             }

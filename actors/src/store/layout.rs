@@ -106,6 +106,11 @@ pub(super) const TREE_NAMES: [&str; 24] = [
     "idempotency_times",
 ];
 
+/// Trees whose keys, once set, belong to their value: a write that would give such a key another value is
+/// refused ([`StoreError::EmailTaken`]) instead of applied. An e-mail names one merchant; one process checks
+/// before it writes, and a store several processes share checks again inside the write.
+pub(super) const CLAIMED: [usize; 1] = [MERCHANT_EMAILS];
+
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies

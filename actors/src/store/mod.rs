@@ -149,6 +149,10 @@ pub enum StoreError {
     Locked(String),
     #[error("{0}")]
     Conflict(String),
+    /// The e-mail (lower-cased) already belongs to another merchant: checked before the write, and again in
+    /// the write itself where several processes share the store.
+    #[error("a merchant with e-mail {0} already exists")]
+    EmailTaken(String),
     /// The data directory was written in another on-disk format; the message says which and what to do.
     #[error("{0}")]
     Format(String),

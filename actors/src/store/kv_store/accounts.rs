@@ -41,7 +41,7 @@ impl<K: Kv> Accounts for KvStore<K> {
         let email = merchant.email.to_lowercase();
         if let Some(owner) = self.raw(MERCHANT_EMAILS, email.as_bytes())? {
             if owner.as_ref() != merchant.id.as_bytes() {
-                return Err(StoreError::Conflict(format!("a merchant with e-mail {email} already exists")));
+                return Err(StoreError::EmailTaken(email));
             }
         }
         let stored = self.sealed(&merchant)?;

@@ -152,6 +152,9 @@ pub(super) struct TreeSql {
     pub(super) reverse_to: String,
     pub(super) count: String,
     pub(super) upsert: String,
+    /// The upsert of a claimed tree (`layout::CLAIMED`): a key already held with another value is left as it
+    /// is and not returned, so the writer learns which claims failed.
+    pub(super) claim: String,
     pub(super) delete: String,
     /// Every merchant with a key, in id order: a loose index scan, one seek per merchant.
     pub(super) merchants: String,
@@ -173,6 +176,10 @@ pub(super) fn tree_sql() -> Vec<TreeSql> {
                 upsert: format!(
                     "INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
                      ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+                ),
+                claim: format!(
+                    "INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+                     ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v WHERE {t}.v = EXCLUDED.v RETURNING k"
                 ),
                 delete: format!("DELETE FROM {t} WHERE k = ANY($1::bytea[])"),
                 // The next merchant's keys start at the previous id with its last byte raised by one

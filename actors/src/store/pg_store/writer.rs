@@ -19,13 +19,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
+use futures_util::TryStreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
 use super::conn::{db_error, Conn, QUERY_TIMEOUT};
 use super::schema::TreeSql;
 use crate::domain::records::Notification;
-use crate::store::layout::{MERCHANTS, MERCHANT_KEYS, MERCHANT_SUSPENSIONS, RETIRED_KEYS};
+use crate::store::layout::{CLAIMED, MERCHANTS, MERCHANT_KEYS, MERCHANT_SUSPENSIONS, RETIRED_KEYS};
 use crate::store::op::Op;
 use crate::store::{FailureLatch, Fence, StoreError};
 
@@ -60,6 +61,24 @@ enum Failed {
     Store(StoreError),
     /// These shards are no longer held with the tokens their jobs carry; nothing was written.
     Fenced(BTreeSet<Fence>),
+    /// These keys of claimed trees belong to other values in the database; nothing was written.
+    Claimed(BTreeSet<(usize, Vec<u8>)>),
+}
+
+/// The keys of claimed trees (`layout::CLAIMED`) a job sets, with the values it gives them.
+fn claims(job: &Job) -> impl Iterator<Item = (usize, &[u8], &[u8])> {
+    job.ops.iter().filter_map(|op| match op {
+        Op::Insert(tree, key, value) if CLAIMED.contains(tree) => Some((*tree, key.as_slice(), value.as_slice())),
+        _ => None,
+    })
+}
+
+/// Refuses a job that claimed a key another value holds: nothing of it is written.
+fn refuse_claim(job: Job, key: &[u8]) {
+    if let Some(guard) = &job.guard {
+        guard.store(true, Ordering::Release);
+    }
+    let _ = job.done.send(Err(StoreError::EmailTaken(String::from_utf8_lossy(key).into_owned())));
 }
 
 pub(super) struct WriterTask {
@@ -144,6 +163,26 @@ impl WriterTask {
         for job in aborted {
             let _ = job.done.send(Err(StoreError::Aborted));
         }
+        // Two jobs of one batch claiming one key for different values: the later one is refused, as it would
+        // be in a later batch.
+        let mut first_claims: BTreeMap<(usize, Vec<u8>), Vec<u8>> = BTreeMap::new();
+        let mut refused = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let clash = claims(job).find(|(tree, key, value)| {
+                first_claims.get(&(*tree, key.to_vec())).is_some_and(|held| held.as_slice() != *value)
+            });
+            match clash {
+                Some((_, key, _)) => refused.push((i, key.to_vec())),
+                None => {
+                    for (tree, key, value) in claims(job) {
+                        first_claims.entry((tree, key.to_vec())).or_insert_with(|| value.to_vec());
+                    }
+                }
+            }
+        }
+        for (i, key) in refused.into_iter().rev() {
+            refuse_claim(jobs.remove(i), &key);
+        }
         // A batch with jobs of a shard that moved is written again without them, a bounded number of times.
         let mut attempts = 0;
         let result = loop {
@@ -152,6 +191,22 @@ impl WriterTask {
                 Ok(Ok(())) => break Ok(()),
                 Ok(Err(Failed::Store(e))) => break Err(e),
                 Err(_) => break Err(StoreError::Io("PostgreSQL did not commit in time".into())),
+                Ok(Err(Failed::Claimed(taken))) => {
+                    let (refused, kept): (Vec<Job>, Vec<Job>) = jobs
+                        .into_iter()
+                        .partition(|j| claims(j).any(|(tree, key, _)| taken.contains(&(tree, key.to_vec()))));
+                    for job in refused {
+                        let key = claims(&job)
+                            .find(|(tree, key, _)| taken.contains(&(*tree, key.to_vec())))
+                            .map(|(_, key, _)| key.to_vec())
+                            .unwrap_or_default();
+                        refuse_claim(job, &key);
+                    }
+                    jobs = kept;
+                    if attempts == MAX_ATTEMPTS {
+                        break Err(StoreError::Io("the claims of a group commit kept being taken".into()));
+                    }
+                }
                 Ok(Err(Failed::Fenced(moved))) => {
                     let (fenced, kept): (Vec<Job>, Vec<Job>) =
                         jobs.into_iter().partition(|j| j.fence.is_some_and(|f| moved.contains(&f)));
@@ -237,7 +292,8 @@ impl WriterTask {
         for tree in trees.keys() {
             let names =
                 sql.get(*tree).ok_or_else(|| Failed::Store(StoreError::Corrupt(format!("no tree number {tree}"))))?;
-            let upsert = conn.statement(&names.upsert).await.map_err(Failed::Store)?;
+            let upsert = if CLAIMED.contains(tree) { &names.claim } else { &names.upsert };
+            let upsert = conn.statement(upsert).await.map_err(Failed::Store)?;
             let delete = conn.statement(&names.delete).await.map_err(Failed::Store)?;
             statements.push((upsert, delete));
         }
@@ -270,9 +326,27 @@ impl WriterTask {
             )
             .await
         };
-        let mut writes = Vec::new();
-        for ((set_keys, set_values, removed), (upsert, delete)) in columns.iter().zip(&statements) {
-            if !set_keys.is_empty() {
+        let (mut writes, mut claims) = (Vec::new(), Vec::new());
+        for (((set_keys, set_values, removed), (upsert, delete)), tree) in
+            columns.iter().zip(&statements).zip(trees.keys())
+        {
+            if !set_keys.is_empty() && CLAIMED.contains(tree) {
+                let params: Vec<&(dyn ToSql + Sync)> = vec![set_keys, set_values];
+                // The keys taken are those the upsert did not return.
+                let tx = &tx;
+                let claim = async move {
+                    let rows: Vec<tokio_postgres::Row> = tx.query_raw(upsert, params).await?.try_collect().await?;
+                    let given: BTreeSet<&[u8]> = rows.iter().map(|row| row.get::<_, &[u8]>(0)).collect();
+                    Ok::<_, tokio_postgres::Error>(
+                        set_keys
+                            .iter()
+                            .filter(|k| !given.contains(**k))
+                            .map(|k| (*tree, k.to_vec()))
+                            .collect::<Vec<_>>(),
+                    )
+                };
+                claims.push(claim);
+            } else if !set_keys.is_empty() {
                 let params: Vec<&(dyn ToSql + Sync)> = vec![set_keys, set_values];
                 writes.push(tx.execute_raw(upsert, params));
             }
@@ -290,15 +364,24 @@ impl WriterTask {
                 Ok(())
             }
         };
-        let (held, written, accounts) = futures_util::future::join3(check, try_join_all(writes), accounts).await;
+        let (held, written, claimed, accounts) =
+            futures_util::future::join4(check, try_join_all(writes), try_join_all(claims), accounts).await;
         accounts.map_err(|e| Failed::Store(db_error("count a change of merchant accounts", e)))?;
         let held = held.map_err(|e| Failed::Store(db_error("check the shard fences", e)))?;
         written.map_err(|e| Failed::Store(db_error("write a group commit", e)))?;
+        let taken: BTreeSet<(usize, Vec<u8>)> = claimed
+            .map_err(|e| Failed::Store(db_error("write a group commit's claims", e)))?
+            .into_iter()
+            .flatten()
+            .collect();
         if held.len() != fences.len() {
             let still: BTreeSet<Fence> =
                 held.iter().map(|row| Fence { shard: row.get::<_, i32>(0) as u32, token: row.get(1) }).collect();
             // Dropping the transaction rolls it back.
             return Err(Failed::Fenced(fences.difference(&still).copied().collect()));
+        }
+        if !taken.is_empty() {
+            return Err(Failed::Claimed(taken));
         }
         tx.commit().await.map_err(|e| Failed::Store(db_error("commit a group commit", e)))
     }
