@@ -25,11 +25,13 @@ use crate::store::StoreError;
 /// Where a node receives forwarded messages, on its API listener.
 pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
 
-/// Sent with every forwarded message: the encoding is positional, so a node refuses a message from a build
-/// whose messages may be laid out otherwise (every node of a cluster runs the same build; during an upgrade
-/// the merchants of nodes on the other build answer `503` until all run the new one).
+/// Sent with every forwarded message: the encoding is positional, so a node refuses a message laid out by
+/// another protocol than its own. Builds that lay the messages out alike share the protocol, so a rolling
+/// upgrade between them forwards as usual; a test pins the layout (`forwarded_bytes_are_pinned`), and a
+/// change of it raises [`PROTOCOL`]. During an upgrade that raises it, the merchants held by nodes on the
+/// other protocol answer `503` until every node runs the new build.
 pub const VERSION_HEADER: &str = "caisse-forward-version";
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "/1");
+pub const PROTOCOL: &str = "caisse-forward/2";
 
 /// The content type of forwarded messages and their answers.
 pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";
@@ -110,7 +112,7 @@ impl Forwarding {
             .post(format!("{}{FORWARD_PATH}", url.trim_end_matches('/')))
             .insert_header(("authorization", format!("Bearer {}", self.secret)))
             .insert_header(("content-type", CONTENT_TYPE))
-            .insert_header((VERSION_HEADER, VERSION))
+            .insert_header((VERSION_HEADER, PROTOCOL))
             .send_body(body)
             .await
             .map_err(|e| unavailable(e.to_string()))?;
@@ -258,5 +260,243 @@ impl Remote<usize> for crate::merchant::ForgetIdempotency {
     }
     fn take(_: Answer) -> Option<usize> {
         None
+    }
+}
+
+#[cfg(test)]
+mod format {
+    use super::*;
+    use crate::core::Rejection;
+    use crate::core::{NewLink, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, Record, RefundOutcome};
+    use crate::domain::ledger::{Account, Balance, Balances, LedgerError};
+    use crate::domain::links::{Link, LinkUsage};
+    use crate::domain::money::{Amount, Currency, FeeRule, MoneyError};
+    use crate::domain::phone::Phone;
+    use crate::domain::provider::{AdapterName, ProviderReference, ProviderRoute, ReturnUrl};
+    use crate::domain::records::ProviderCode;
+    use crate::domain::status::LinkStatus;
+    use crate::domain::text::{Description, Email, IdempotencyKey, Metadata, Name, Reason, Reference};
+    use crate::domain::time::Timestamp;
+    use crate::store::layout::tests::{payment, payout};
+
+    /// One message of each kind that crosses between nodes, every optional field set, named; and each answer.
+    fn samples() -> Vec<(&'static str, Vec<u8>)> {
+        let xof = Currency::parse("XOF").unwrap();
+        let at = Timestamp::from_unix_ms(1_795_310_624_123);
+        let url = ReturnUrl::parse("https://shop.example/merci", true).unwrap();
+        let metadata = Metadata::new([("note".to_owned(), "é".to_owned())].into()).unwrap();
+        let new_payment = NewPayment {
+            reference: Some(Reference::parse("cmd-42").unwrap()),
+            amount: Amount::positive(5_000).unwrap(),
+            currency: xof,
+            provider: ProviderCode::parse("mtn_momo").unwrap(),
+            fee: FeeRule::new(150, Amount::ZERO).unwrap(),
+            customer_phone: Phone::parse("+22997000055").unwrap(),
+            customer_email: Some(Email::parse("awa@example.com").unwrap()),
+            customer_name: Some(Name::parse("Awa Koné").unwrap()),
+            description: Some(Description::parse("Commande").unwrap()),
+            metadata: metadata.clone(),
+            link: Some("lnk_01JD0000000000000000000000".into()),
+        };
+        let link = Link {
+            id: "lnk_01JD0000000000000000000000".into(),
+            url: "https://pay.example/payer/lnk_01JD0000000000000000000000".into(),
+            reference: Some(Reference::parse("frais").unwrap()),
+            status: LinkStatus::Active,
+            amount: Amount::positive(5_000).unwrap(),
+            currency: xof,
+            description: Description::parse("Frais").unwrap(),
+            providers: vec![ProviderCode::parse("mtn_momo").unwrap()],
+            usage: LinkUsage::Once,
+            expire_at: Some(at),
+            return_url: Some(url.clone()),
+            metadata: metadata.clone(),
+            payments: 1,
+            collected: Amount::positive(5_000).unwrap(),
+            created_at: at,
+            updated_at: at,
+        };
+        let commands = [
+            ("initiate a payment", Command::InitiatePayment(new_payment)),
+            (
+                "a payment notice",
+                Command::PaymentNotice {
+                    reference: Reference::parse("cmd-42").unwrap(),
+                    notice: PaymentNotice::Opened { payment_url: url.clone() },
+                },
+            ),
+            (
+                "a declined payment",
+                Command::PaymentNotice {
+                    reference: Reference::parse("cmd-42").unwrap(),
+                    notice: PaymentNotice::Declined { failure_code: "PAYER_NOT_FOUND".into() },
+                },
+            ),
+            (
+                "request a refund",
+                Command::RequestRefund {
+                    reference: Reference::parse("cmd-42").unwrap(),
+                    amount: Some(Amount::positive(1_000).unwrap()),
+                    reason: Some(Reason::parse("retour").unwrap()),
+                },
+            ),
+            (
+                "a refund notice",
+                Command::RefundNotice {
+                    reference: Reference::parse("cmd-42").unwrap(),
+                    refund: "rmb_01JD0000000000000000000001".into(),
+                    outcome: RefundOutcome::Refused,
+                },
+            ),
+            (
+                "create a payout",
+                Command::CreatePayout(NewPayout {
+                    reference: Some(Reference::parse("virement-7").unwrap()),
+                    amount: Amount::positive(1_000).unwrap(),
+                    currency: xof,
+                    provider: ProviderCode::parse("wave").unwrap(),
+                    fee: FeeRule::new(100, Amount::ZERO).unwrap(),
+                    beneficiary_phone: Phone::parse("+221770000001").unwrap(),
+                    beneficiary_name: Some(Name::parse("Awa").unwrap()),
+                    description: Some(Description::parse("Salaire").unwrap()),
+                    metadata: metadata.clone(),
+                }),
+            ),
+            (
+                "a payout notice",
+                Command::PayoutNotice {
+                    id: "po_01JD0000000000000000000001".into(),
+                    outcome: PayoutOutcome::Refused { reason: "compte fermé".into() },
+                },
+            ),
+            (
+                "create a link",
+                Command::CreateLink(NewLink {
+                    reference: Some(Reference::parse("frais").unwrap()),
+                    amount: Amount::positive(5_000).unwrap(),
+                    currency: xof,
+                    description: Description::parse("Frais").unwrap(),
+                    providers: vec![ProviderCode::parse("mtn_momo").unwrap()],
+                    usage: LinkUsage::Once,
+                    expires_at: Some(at),
+                    return_url: Some(url.clone()),
+                    metadata,
+                    page_base: "https://pay.example/payer/".into(),
+                }),
+            ),
+            ("deactivate a link", Command::DeactivateLink { id: "lnk_01JD0000000000000000000000".into() }),
+        ];
+        let note = ProviderNote {
+            route: Some(ProviderRoute { adapter: AdapterName::parse("pawapay").unwrap(), return_url: Some(url) }),
+            reference: Some(ProviderReference::parse("MP250101.1200.A00001").unwrap()),
+        };
+        let idempotency = Idempotency {
+            key: IdempotencyKey::parse("key-1").unwrap(),
+            fingerprint: "ab".repeat(32),
+            earlier_fingerprint: None,
+            success_status: 201,
+        };
+        let merchant = MerchantId::parse("mch_01JD0000000000000000000000").unwrap();
+        let message = |ask| postcard::to_allocvec(&Forwarded { merchant: merchant.clone(), ask }).unwrap();
+        let mut samples: Vec<(&'static str, Vec<u8>)> = commands
+            .into_iter()
+            .map(|(name, command)| {
+                let ask = Ask::Execute { command, idempotency: Some(idempotency.clone()), note: note.clone() };
+                (name, message(ask))
+            })
+            .collect();
+        samples.extend([
+            ("read a payment", message(Ask::Payment("cmd-42".into()))),
+            ("read a payout", message(Ask::Payout("po_01JD0000000000000000000001".into()))),
+            ("read a link", message(Ask::Link("lnk_01JD0000000000000000000000".into()))),
+            ("read the balances", message(Ask::Balances)),
+        ]);
+        let balances =
+            Balances([(xof, Balance { available: 4_925, pending: 1_000, updated_at_ms: 1_795_310_624_123 })].into());
+        let answers: [(&'static str, Result<Answer, EngineError>); 17] = [
+            ("a payment done", Ok(Answer::Executed(Executed::Done(Record::Payment(payment()))))),
+            ("a payout done", Ok(Answer::Executed(Executed::Done(Record::Payout(payout()))))),
+            ("a link done", Ok(Answer::Executed(Executed::Done(Record::Link(link.clone()))))),
+            ("a replay", Ok(Answer::Executed(Executed::Replayed { status: 201, body: "{}".into() }))),
+            ("a payment read", Ok(Answer::Payment(Some(payment())))),
+            ("a payout read", Ok(Answer::Payout(Some(payout())))),
+            ("a link read", Ok(Answer::Link(Some(link)))),
+            ("the balances read", Ok(Answer::Balances(balances))),
+            (
+                "insufficient balance",
+                Err(EngineError::Rejected(Rejection::InsufficientBalance {
+                    currency: xof,
+                    available_minor: 10,
+                    requested_minor: 20,
+                })),
+            ),
+            (
+                "a refund above the amount",
+                Err(EngineError::Rejected(Rejection::RefundAboveAmount { amount_minor: 5_000, left_minor: 1_000 })),
+            ),
+            ("a closed link", Err(EngineError::Rejected(Rejection::LinkClosed(LinkStatus::Paid)))),
+            ("a money error", Err(EngineError::Rejected(Rejection::Money(MoneyError::NotPositive)))),
+            (
+                "a broken invariant",
+                Err(EngineError::Rejected(Rejection::Invariant(LedgerError::Negative {
+                    currency: xof,
+                    account: Account::Available,
+                    balance_minor: 1,
+                    delta_minor: -2,
+                }))),
+            ),
+            ("a key reused", Err(EngineError::IdempotencyKeyReused)),
+            ("unavailable", Err(EngineError::Unavailable("moved".into()))),
+            ("retired", Err(EngineError::Retired)),
+            ("an e-mail taken", Err(EngineError::EmailTaken("awa@example.com".into()))),
+        ];
+        samples.extend(answers.map(|(name, answer)| (name, postcard::to_allocvec(&answer).unwrap())));
+        samples
+    }
+
+    /// The encoding is positional, so nodes that read each other's messages must lay them out alike: this
+    /// fails when a message or an answer changes shape. Raise [`PROTOCOL`] with such a change and pin the new
+    /// digests, so that nodes of the two builds refuse each other's messages instead of misreading them.
+    #[test]
+    fn forwarded_bytes_are_pinned() {
+        use sha2::{Digest, Sha256};
+        let digests: Vec<String> = samples()
+            .into_iter()
+            .map(|(name, bytes)| format!("{name}: {}", hex::encode(&Sha256::digest(bytes)[..8])))
+            .collect();
+        let pinned: &[&str] = &[
+            "initiate a payment: 14cdce70287d593c",
+            "a payment notice: d4a4fcd1dd715e1d",
+            "a declined payment: 4ff0ed6c8b49c851",
+            "request a refund: 3c3f5aa418d47466",
+            "a refund notice: 0c39cf81043c7af9",
+            "create a payout: cd87f7785eee7012",
+            "a payout notice: 92a4e4cd341a9969",
+            "create a link: c2d22240084456c1",
+            "deactivate a link: 546f10312c899c7c",
+            "read a payment: a7e918a775ed475a",
+            "read a payout: aa2394e0960a3d17",
+            "read a link: 09881d994881c620",
+            "read the balances: 12ce88ec36cc3ad4",
+            "a payment done: d09f1f094a966112",
+            "a payout done: 5ba76b3ac121dfe4",
+            "a link done: cc4e8d7805793bf4",
+            "a replay: 6061a491c28aa989",
+            "a payment read: b20d7de56cbac7d6",
+            "a payout read: 2071a8f8a144ab2b",
+            "a link read: 93b2624ff2b2e076",
+            "the balances read: ee155a20514afbc9",
+            "insufficient balance: bc697273b3e26e37",
+            "a refund above the amount: 0f2792fd170fd18e",
+            "a closed link: 53f9326e60896a2a",
+            "a money error: 00ee79a164a651e1",
+            "a broken invariant: 1f2b62e1e14633f8",
+            "a key reused: 9dcf97a184f32623",
+            "unavailable: 480da08451db19e0",
+            "retired: a8d5dd63fba471eb",
+            "an e-mail taken: 2aa4e27216bb8344",
+        ];
+        assert_eq!(PROTOCOL, "caisse-forward/2");
+        assert_eq!(digests, pinned, "the forwarded messages changed shape: raise PROTOCOL and pin them again");
     }
 }

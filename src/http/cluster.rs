@@ -3,7 +3,7 @@
 //! route says nothing to anyone else.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use caisse_engine::cluster::{CONTENT_TYPE, FORWARD_PATH, MAX_BODY, VERSION, VERSION_HEADER};
+use caisse_engine::cluster::{CONTENT_TYPE, FORWARD_PATH, MAX_BODY, PROTOCOL, VERSION_HEADER};
 
 use super::error::ApiError;
 use super::AppState;
@@ -18,8 +18,8 @@ async fn forwarded(state: web::Data<AppState>, req: HttpRequest, body: web::Byte
     let authorization = req.headers().get("authorization").and_then(|v| v.to_str().ok());
     let version = req.headers().get(VERSION_HEADER).and_then(|v| v.to_str().ok());
     match state.engine.forwarding() {
-        Some(forwarding) if forwarding.admits(authorization) && version != Some(VERSION) => {
-            tracing::warn!(theirs = ?version, ours = VERSION, "a node of another build forwarded a message; refused");
+        Some(forwarding) if forwarding.admits(authorization) && version != Some(PROTOCOL) => {
+            tracing::warn!(theirs = ?version, ours = PROTOCOL, "a node on another forwarding protocol forwarded a message; refused");
             Err(ApiError::unavailable())
         }
         Some(forwarding) if forwarding.admits(authorization) => {

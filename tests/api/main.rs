@@ -9,6 +9,7 @@
 mod support;
 
 mod chaos;
+mod cluster;
 mod errors;
 mod idempotency;
 mod isolation;

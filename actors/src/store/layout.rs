@@ -400,7 +400,7 @@ pub(super) fn parse_pointer(bytes: &[u8]) -> Result<(TransactionType, &str, &str
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
     use std::fmt::Debug;
 
@@ -462,8 +462,9 @@ mod tests {
         }
     }
 
-    /// The same payment in today's layout: a partial refund refused, then the rest refunded.
-    fn payment() -> Payment {
+    /// The same payment in today's layout: a partial refund refused, then the rest refunded; also a sample for
+    /// other modules' format tests.
+    pub(crate) fn payment() -> Payment {
         let mut payment = payment_before_refunds();
         let refused = Refund {
             reference: "rmb_01JD0000000000000000000001".into(),
@@ -480,7 +481,7 @@ mod tests {
         payment
     }
 
-    fn payout() -> Payout {
+    pub(crate) fn payout() -> Payout {
         Payout {
             id: "ret_01JD0000000000000000000003".into(),
             transaction_id: "tx_01JD0000000000000000000003".into(),

@@ -18,7 +18,7 @@
 
 mod kv;
 mod kv_store;
-mod layout;
+pub(crate) mod layout;
 mod legacy;
 mod op;
 mod overlay;
