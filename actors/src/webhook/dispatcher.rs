@@ -29,17 +29,55 @@ use crate::store::{Outbox, StoreError};
 /// next scan; beyond it they stay in the store's due index, which the scan reads.
 const MAX_DISPATCH_BACKLOG: usize = 65_536;
 
+/// A fresh copy from the feed is attempted as it is, without reading the stored version back, when its
+/// notification was made at most this long ago and no scan or resend has dispatched it since: nothing else
+/// changes a notification before its first attempt. An older copy (a feed that lagged) is read back.
+const AS_COMMITTED_WINDOW_MS: u64 = 10_000;
+
+/// The notifications made within [`AS_COMMITTED_WINDOW_MS`] that a scan or a resend dispatched, with when
+/// they were made: when their fresh copy arrives after that, it is stale. Bounded by the window: older
+/// entries go at each scan, and a scan dispatches at most the workers' budget.
+#[derive(Default)]
+struct EarlyDispatches(std::collections::HashMap<String, u64>);
+
+impl EarlyDispatches {
+    fn recent(made_ms: u64, now_ms: u64) -> bool {
+        made_ms.saturating_add(AS_COMMITTED_WINDOW_MS) >= now_ms
+    }
+
+    /// A scan or a resend took the notification `id` made at `made_ms`.
+    fn note(&mut self, id: &str, made_ms: u64, now_ms: u64) {
+        if Self::recent(made_ms, now_ms) {
+            self.0.insert(id.to_owned(), made_ms);
+        }
+    }
+
+    /// Whether the fresh copy of `id`, made at `made_ms`, is the stored version: recent, and taken by no scan
+    /// or resend before it came.
+    fn vouch(&mut self, id: &str, made_ms: u64, now_ms: u64) -> bool {
+        self.0.remove(id).is_none() && Self::recent(made_ms, now_ms)
+    }
+
+    /// Forgets what was made before the window: its fresh copy came long ago, or is read back anyway.
+    fn prune(&mut self, now_ms: u64) {
+        self.0.retain(|_, made_ms| Self::recent(*made_ms, now_ms));
+    }
+}
+
 pub(super) struct Dispatcher {
     store: Arc<dyn Outbox>,
     config: Arc<DeliveryConfig>,
     workers: Vec<Recipient<Deliver>>,
     in_flight: HashSet<String>,
     feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
-    /// Fresh notifications waiting for room, oldest first, and their ids (so a scan does not take them too).
-    backlog: VecDeque<Notification>,
+    /// Fresh notifications waiting for room, oldest first, each with whether it may be attempted as committed,
+    /// and their ids (so a scan or a resend does not take them too).
+    backlog: VecDeque<(Notification, bool)>,
     backlog_ids: HashSet<String>,
     /// A scan is already scheduled soon; one is enough.
     scan_soon: bool,
+    /// What scans and resends took before its fresh copy came.
+    early: EarlyDispatches,
     /// The pass deleting delivered notifications past their retention, while one runs.
     retention: Option<RetentionPass>,
 }
@@ -81,6 +119,7 @@ impl Dispatcher {
             backlog: VecDeque::new(),
             backlog_ids: HashSet::new(),
             scan_soon: false,
+            early: EarlyDispatches::default(),
             retention: None,
         }
     }
@@ -92,7 +131,7 @@ impl Dispatcher {
     /// Hands `n` to its worker if there is room; gives it back otherwise (moved, not copied: the size of the
     /// error variant costs nothing here).
     #[allow(clippy::result_large_err)]
-    fn dispatch(&mut self, n: Notification) -> Result<(), Notification> {
+    fn dispatch(&mut self, n: Notification, as_committed: bool) -> Result<(), Notification> {
         if self.in_flight.contains(&n.id) || n.state != DeliveryState::Pending || self.workers.is_empty() {
             return Ok(());
         }
@@ -103,21 +142,31 @@ impl Dispatcher {
         n.merchant.hash(&mut hasher);
         let worker = &self.workers[(hasher.finish() % self.workers.len() as u64) as usize];
         let id = n.id.clone();
-        match worker.try_send(Deliver(n)) {
+        let made_ms = n.created_at.unix_ms();
+        match worker.try_send(Deliver { n, as_committed }) {
             Ok(()) => {
+                if !as_committed {
+                    self.early.note(&id, made_ms, Timestamp::now().unix_ms());
+                }
                 self.in_flight.insert(id);
                 Ok(())
             }
-            Err(SendError::Full(Deliver(n)) | SendError::Closed(Deliver(n))) => Err(n),
+            Err(SendError::Full(Deliver { n, .. }) | SendError::Closed(Deliver { n, .. })) => Err(n),
         }
+    }
+
+    /// Whether a fresh copy from the feed may be attempted as it is (see [`AS_COMMITTED_WINDOW_MS`]).
+    fn as_committed(&mut self, n: &Notification) -> bool {
+        self.early.vouch(&n.id, n.created_at.unix_ms(), Timestamp::now().unix_ms())
     }
 
     /// A fresh notification: dispatched now, or queued in the backlog, or (backlog full) left to the scan.
     fn offer(&mut self, n: Notification) {
+        let as_committed = self.as_committed(&n);
         if !self.backlog.is_empty() {
-            self.queue(n);
-        } else if let Err(n) = self.dispatch(n) {
-            self.queue(n);
+            self.queue(n, as_committed);
+        } else if let Err(n) = self.dispatch(n, as_committed) {
+            self.queue(n, as_committed);
         }
         self.gauge();
     }
@@ -128,22 +177,22 @@ impl Dispatcher {
         crate::metrics::METRICS.webhook_queue.store(held as i64, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn queue(&mut self, n: Notification) {
+    fn queue(&mut self, n: Notification, as_committed: bool) {
         if self.backlog.len() < MAX_DISPATCH_BACKLOG && self.backlog_ids.insert(n.id.clone()) {
-            self.backlog.push_back(n);
+            self.backlog.push_back((n, as_committed));
         }
     }
 
     /// Moves the backlog to the workers while they have room.
     fn drain_backlog(&mut self) {
-        while let Some(n) = self.backlog.pop_front() {
+        while let Some((n, as_committed)) = self.backlog.pop_front() {
             let id = n.id.clone();
-            match self.dispatch(n) {
+            match self.dispatch(n, as_committed) {
                 Ok(()) => {
                     self.backlog_ids.remove(&id);
                 }
                 Err(n) => {
-                    self.backlog.push_front(n);
+                    self.backlog.push_front((n, as_committed));
                     return;
                 }
             }
@@ -205,6 +254,7 @@ impl Dispatcher {
 
     fn scan(&mut self) {
         self.scan_soon = false;
+        self.early.prune(Timestamp::now().unix_ms());
         let room = self.budget().saturating_sub(self.in_flight.len());
         if room == 0 {
             return;
@@ -214,7 +264,7 @@ impl Dispatcher {
         match self.store.due_notifications_skipping(Timestamp::now(), room, skip) {
             Ok(due) => {
                 for n in due {
-                    if self.dispatch(n).is_err() {
+                    if self.dispatch(n, false).is_err() {
                         break;
                     }
                 }
@@ -361,6 +411,8 @@ impl Handler<Resend> for Dispatcher {
             }
             let before = self.store.notification(&msg.merchant, &msg.id)?.ok_or(DeliveryError::NotFound)?;
             let after = resend(&before, Timestamp::now());
+            // Its fresh copy, should it still come, is older than this resend.
+            self.early.note(&before.id, before.created_at.unix_ms(), Timestamp::now().unix_ms());
             let ticket = self.store.save_notification(&before, &after)?;
             Ok((after, ticket))
         })();
@@ -374,7 +426,7 @@ impl Handler<Resend> for Dispatcher {
                     match result {
                         Ok(Ok(())) => {
                             // No room now: the due index has it, and the next scan sends it.
-                            let _ = act.dispatch(after.clone());
+                            let _ = act.dispatch(after.clone(), false);
                             Ok(after)
                         }
                         Ok(Err(e)) => Err(DeliveryError::Store(e)),
@@ -383,5 +435,32 @@ impl Handler<Resend> for Dispatcher {
                 }))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_copy_is_vouched_for_only_when_recent_and_taken_by_nothing_before_it() {
+        let now = 1_800_000_000_000;
+        let mut early = EarlyDispatches::default();
+        assert!(early.vouch("evt_a", now - 5, now), "fresh, and nothing took it");
+        assert!(!early.vouch("evt_b", now - AS_COMMITTED_WINDOW_MS - 1, now), "a copy the feed held too long");
+
+        // A scan took it before its copy came: the copy is read back, once.
+        early.note("evt_c", now - 5, now);
+        assert!(!early.vouch("evt_c", now - 5, now));
+        assert!(early.0.is_empty(), "a copy comes once: the entry goes with it");
+
+        // Old notifications a scan retries are not remembered, and what was remembered goes with the window.
+        early.note("evt_d", now - AS_COMMITTED_WINDOW_MS - 1, now);
+        early.note("evt_e", now - 5, now);
+        assert_eq!(early.0.len(), 1);
+        early.prune(now + AS_COMMITTED_WINDOW_MS - 10);
+        assert_eq!(early.0.len(), 1, "still within the window");
+        early.prune(now + AS_COMMITTED_WINDOW_MS);
+        assert!(early.0.is_empty());
     }
 }

@@ -11,9 +11,15 @@ use crate::domain::records::Notification;
 #[rtype(result = "()")]
 pub(super) struct Fresh(pub(super) Notification);
 
+/// A notification for a delivery actor to attempt. `as_committed`: the copy is the one the store's feed
+/// gave when its change became durable, and nothing has touched the notification since, so the actor may
+/// attempt it without reading it back; otherwise it reads the stored version first.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(super) struct Deliver(pub(super) Notification);
+pub(super) struct Deliver {
+    pub(super) n: Notification,
+    pub(super) as_committed: bool,
+}
 
 /// The attempt on `0` is persisted (or given up); the dispatcher may schedule it again.
 #[derive(Message)]

@@ -299,12 +299,13 @@ impl Handler<Deliver> for Worker {
     type Result = ();
 
     fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
-        // The copy handed over may be older than the store: a feed copy can arrive after a scan already
-        // delivered the same notification. Only the stored version, still pending and due, is attempted; it
-        // is also the `before` of the save, so the due index stays exact.
-        let id = msg.0.id;
-        let merchant = &msg.0.merchant;
-        let n = match self.outbox.notification(merchant, &id) {
+        // A copy handed over from a scan or a resend may be older than the store, so the stored version is
+        // read, and attempted only while still pending and due; it is also the `before` of the save, so the
+        // due index stays exact. A fresh copy the dispatcher vouches for is the stored version already.
+        let Deliver { n: copy, as_committed } = msg;
+        let id = copy.id.clone();
+        let stored = if as_committed { Ok(Some(copy)) } else { self.outbox.notification(&copy.merchant, &id) };
+        let n = match stored {
             Ok(Some(current))
                 if current.state == DeliveryState::Pending
                     && current.next_attempt_at.is_some_and(|at| at <= Timestamp::now()) =>
