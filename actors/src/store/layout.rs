@@ -111,6 +111,10 @@ pub(super) const TREE_NAMES: [&str; 24] = [
 /// before it writes, and a store several processes share checks again inside the write.
 pub(super) const CLAIMED: [usize; 1] = [MERCHANT_EMAILS];
 
+/// Trees whose keys are written once, with their final value, and never removed: the owner of a transaction
+/// and its route. A reader may keep what it read of them.
+pub(super) const WRITTEN_ONCE: [usize; 2] = [TX_OWNER, ROUTES];
+
 /// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
 /// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
 /// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies

@@ -9,6 +9,7 @@
 
 mod cluster;
 mod conn;
+mod kept;
 mod schema;
 mod sessions;
 mod tls;
@@ -46,6 +47,8 @@ const SCAN_PAGE: i64 = 256;
 
 pub struct PgKv {
     inner: Arc<Inner>,
+    /// What this node read or committed of the trees written once.
+    kept: Arc<kept::Kept>,
     jobs: mpsc::Sender<Job>,
     generations: Arc<Vec<AtomicU64>>,
     healthy: Arc<AtomicBool>,
@@ -148,7 +151,9 @@ impl PgStore {
         let closed = Arc::new(AtomicBool::new(false));
         let (feed_tx, feed_rx) = mpsc::channel(FEED_CAPACITY);
         let (jobs_tx, jobs_rx) = mpsc::channel(QUEUE_CAPACITY);
+        let kept = Arc::new(kept::Kept::new());
         let task = WriterTask {
+            kept: kept.clone(),
             config: config.clone(),
             conn: Some(writer_conn),
             sql: sql.clone(),
@@ -162,7 +167,7 @@ impl PgStore {
         bridge.handle()?.spawn(task.run());
         let node = me.map(|me| Arc::new(Membership::new(me, generations.clone(), config.clone())));
         let inner = Arc::new(Inner { bridge, readers: Readers::new(config), sql });
-        let kv = PgKv { inner, jobs: jobs_tx, generations, healthy, closed, node };
+        let kv = PgKv { inner, kept, jobs: jobs_tx, generations, healthy, closed, node };
         Ok(PgStore::new(kv, feed_rx))
     }
 }
@@ -210,8 +215,15 @@ fn column(row: &tokio_postgres::Row, at: usize, tree: usize) -> Result<Vec<u8>, 
 
 impl Kv for PgKv {
     fn raw(&self, tree: usize, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+        if let Some(value) = self.kept.get(tree, key) {
+            return Ok(Some(value));
+        }
         let rows = self.inner.rows(tree, |s| &s.get, vec![Param::Bytes(key.to_vec())])?;
-        rows.first().map(|row| column(row, 0, tree).map(sled::IVec::from)).transpose()
+        let value = rows.first().map(|row| column(row, 0, tree).map(sled::IVec::from)).transpose()?;
+        if let Some(value) = &value {
+            self.kept.keep(tree, key, value);
+        }
+        Ok(value)
     }
 
     fn scan(&self, tree: usize, start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool) -> Result<Scan, StoreError> {

@@ -92,6 +92,8 @@ pub(super) struct WriterTask {
     pub(super) feed: mpsc::Sender<Notification>,
     /// This node's id, which owns the shards its jobs' fences name.
     pub(super) node: Option<String>,
+    /// Where what is committed to the trees written once is kept for this node's readers.
+    pub(super) kept: Arc<super::kept::Kept>,
 }
 
 impl WriterTask {
@@ -243,6 +245,11 @@ impl WriterTask {
                 for tree in touched {
                     if let Some(generation) = self.generations.get(tree) {
                         generation.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+                for op in jobs.iter().flat_map(|j| &j.ops) {
+                    if let Op::Insert(tree, key, value) = op {
+                        self.kept.keep(*tree, key, value);
                     }
                 }
                 for job in jobs {
