@@ -279,14 +279,16 @@ mod format {
     use crate::domain::time::Timestamp;
     use crate::store::layout::tests::{payment, payout};
 
-    /// One message of each kind that crosses between nodes, every optional field set, named; and each answer.
+    /// One message of each kind that crosses between nodes, every optional field set, named; and each answer,
+    /// with every variant of the enums they carry (postcard writes a variant as its position).
     fn samples() -> Vec<(&'static str, Vec<u8>)> {
         let xof = Currency::parse("XOF").unwrap();
         let at = Timestamp::from_unix_ms(1_795_310_624_123);
         let url = ReturnUrl::parse("https://shop.example/merci", true).unwrap();
         let metadata = Metadata::new([("note".to_owned(), "é".to_owned())].into()).unwrap();
+        let reference = || Reference::parse("cmd-42").unwrap();
         let new_payment = NewPayment {
-            reference: Some(Reference::parse("cmd-42").unwrap()),
+            reference: Some(reference()),
             amount: Amount::positive(5_000).unwrap(),
             currency: xof,
             provider: ProviderCode::parse("mtn_momo").unwrap(),
@@ -297,6 +299,29 @@ mod format {
             description: Some(Description::parse("Commande").unwrap()),
             metadata: metadata.clone(),
             link: Some("lnk_01JD0000000000000000000000".into()),
+        };
+        let new_payout = NewPayout {
+            reference: Some(Reference::parse("virement-7").unwrap()),
+            amount: Amount::positive(1_000).unwrap(),
+            currency: xof,
+            provider: ProviderCode::parse("wave").unwrap(),
+            fee: FeeRule::new(100, Amount::ZERO).unwrap(),
+            beneficiary_phone: Phone::parse("+221770000001").unwrap(),
+            beneficiary_name: Some(Name::parse("Awa").unwrap()),
+            description: Some(Description::parse("Salaire").unwrap()),
+            metadata: metadata.clone(),
+        };
+        let new_link = NewLink {
+            reference: Some(Reference::parse("frais").unwrap()),
+            amount: Amount::positive(5_000).unwrap(),
+            currency: xof,
+            description: Description::parse("Frais").unwrap(),
+            providers: vec![ProviderCode::parse("mtn_momo").unwrap()],
+            usage: LinkUsage::Once,
+            expires_at: Some(at),
+            return_url: Some(url.clone()),
+            metadata: metadata.clone(),
+            page_base: "https://pay.example/payer/".into(),
         };
         let link = Link {
             id: "lnk_01JD0000000000000000000000".into(),
@@ -310,80 +335,41 @@ mod format {
             usage: LinkUsage::Once,
             expire_at: Some(at),
             return_url: Some(url.clone()),
-            metadata: metadata.clone(),
+            metadata,
             payments: 1,
             collected: Amount::positive(5_000).unwrap(),
             created_at: at,
             updated_at: at,
         };
+        let notice = |notice| Command::PaymentNotice { reference: reference(), notice };
+        let refund_notice = |outcome| Command::RefundNotice {
+            reference: reference(),
+            refund: "rmb_01JD0000000000000000000001".into(),
+            outcome,
+        };
+        let payout_notice = |outcome| Command::PayoutNotice { id: "po_01JD0000000000000000000001".into(), outcome };
         let commands = [
             ("initiate a payment", Command::InitiatePayment(new_payment)),
-            (
-                "a payment notice",
-                Command::PaymentNotice {
-                    reference: Reference::parse("cmd-42").unwrap(),
-                    notice: PaymentNotice::Opened { payment_url: url.clone() },
-                },
-            ),
-            (
-                "a declined payment",
-                Command::PaymentNotice {
-                    reference: Reference::parse("cmd-42").unwrap(),
-                    notice: PaymentNotice::Declined { failure_code: "PAYER_NOT_FOUND".into() },
-                },
-            ),
+            ("a payment processing", notice(PaymentNotice::Processing)),
+            ("a payment confirmed", notice(PaymentNotice::Confirmed)),
+            ("a payment declined", notice(PaymentNotice::Declined { failure_code: "PAYER_NOT_FOUND".into() })),
+            ("a payment expired", notice(PaymentNotice::Expired)),
+            ("a payment opened", notice(PaymentNotice::Opened { payment_url: url.clone() })),
             (
                 "request a refund",
                 Command::RequestRefund {
-                    reference: Reference::parse("cmd-42").unwrap(),
+                    reference: reference(),
                     amount: Some(Amount::positive(1_000).unwrap()),
                     reason: Some(Reason::parse("retour").unwrap()),
                 },
             ),
-            (
-                "a refund notice",
-                Command::RefundNotice {
-                    reference: Reference::parse("cmd-42").unwrap(),
-                    refund: "rmb_01JD0000000000000000000001".into(),
-                    outcome: RefundOutcome::Refused,
-                },
-            ),
-            (
-                "create a payout",
-                Command::CreatePayout(NewPayout {
-                    reference: Some(Reference::parse("virement-7").unwrap()),
-                    amount: Amount::positive(1_000).unwrap(),
-                    currency: xof,
-                    provider: ProviderCode::parse("wave").unwrap(),
-                    fee: FeeRule::new(100, Amount::ZERO).unwrap(),
-                    beneficiary_phone: Phone::parse("+221770000001").unwrap(),
-                    beneficiary_name: Some(Name::parse("Awa").unwrap()),
-                    description: Some(Description::parse("Salaire").unwrap()),
-                    metadata: metadata.clone(),
-                }),
-            ),
-            (
-                "a payout notice",
-                Command::PayoutNotice {
-                    id: "po_01JD0000000000000000000001".into(),
-                    outcome: PayoutOutcome::Refused { reason: "compte fermé".into() },
-                },
-            ),
-            (
-                "create a link",
-                Command::CreateLink(NewLink {
-                    reference: Some(Reference::parse("frais").unwrap()),
-                    amount: Amount::positive(5_000).unwrap(),
-                    currency: xof,
-                    description: Description::parse("Frais").unwrap(),
-                    providers: vec![ProviderCode::parse("mtn_momo").unwrap()],
-                    usage: LinkUsage::Once,
-                    expires_at: Some(at),
-                    return_url: Some(url.clone()),
-                    metadata,
-                    page_base: "https://pay.example/payer/".into(),
-                }),
-            ),
+            ("a refund completed", refund_notice(RefundOutcome::Completed)),
+            ("a refund refused", refund_notice(RefundOutcome::Refused)),
+            ("create a payout", Command::CreatePayout(new_payout)),
+            ("a payout sent", payout_notice(PayoutOutcome::Sent)),
+            ("a payout refused", payout_notice(PayoutOutcome::Refused { reason: "compte fermé".into() })),
+            ("create a link", Command::CreateLink(new_link.clone())),
+            ("create a reusable link", Command::CreateLink(NewLink { usage: LinkUsage::Many, ..new_link })),
             ("deactivate a link", Command::DeactivateLink { id: "lnk_01JD0000000000000000000000".into() }),
         ];
         let note = ProviderNote {
@@ -393,7 +379,7 @@ mod format {
         let idempotency = Idempotency {
             key: IdempotencyKey::parse("key-1").unwrap(),
             fingerprint: "ab".repeat(32),
-            earlier_fingerprint: None,
+            earlier_fingerprint: Some("cd".repeat(32)),
             success_status: 201,
         };
         let merchant = MerchantId::parse("mch_01JD0000000000000000000000").unwrap();
@@ -413,44 +399,64 @@ mod format {
         ]);
         let balances =
             Balances([(xof, Balance { available: 4_925, pending: 1_000, updated_at_ms: 1_795_310_624_123 })].into());
-        let answers: [(&'static str, Result<Answer, EngineError>); 17] = [
-            ("a payment done", Ok(Answer::Executed(Executed::Done(Record::Payment(payment()))))),
-            ("a payout done", Ok(Answer::Executed(Executed::Done(Record::Payout(payout()))))),
-            ("a link done", Ok(Answer::Executed(Executed::Done(Record::Link(link.clone()))))),
-            ("a replay", Ok(Answer::Executed(Executed::Replayed { status: 201, body: "{}".into() }))),
-            ("a payment read", Ok(Answer::Payment(Some(payment())))),
-            ("a payout read", Ok(Answer::Payout(Some(payout())))),
-            ("a link read", Ok(Answer::Link(Some(link)))),
-            ("the balances read", Ok(Answer::Balances(balances))),
+        let answers = [
+            ("a payment done", Answer::Executed(Executed::Done(Record::Payment(payment())))),
+            ("a payout done", Answer::Executed(Executed::Done(Record::Payout(payout())))),
+            ("a link done", Answer::Executed(Executed::Done(Record::Link(link.clone())))),
+            ("a replay", Answer::Executed(Executed::Replayed { status: 201, body: "{}".into() })),
+            ("a payment read", Answer::Payment(Some(payment()))),
+            ("a payout read", Answer::Payout(Some(payout()))),
+            ("a link read", Answer::Link(Some(link))),
+            ("the balances read", Answer::Balances(balances)),
+        ];
+        let overflow = |account| Rejection::Invariant(LedgerError::Overflow { currency: xof, account });
+        let negative =
+            LedgerError::Negative { currency: xof, account: Account::Available, balance_minor: 1, delta_minor: -2 };
+        let rejections = [
+            ("not found", Rejection::NotFound),
+            ("a duplicate reference", Rejection::DuplicateReference),
+            ("an invalid state", Rejection::InvalidState("déjà remboursé".into())),
             (
                 "insufficient balance",
-                Err(EngineError::Rejected(Rejection::InsufficientBalance {
-                    currency: xof,
-                    available_minor: 10,
-                    requested_minor: 20,
-                })),
+                Rejection::InsufficientBalance { currency: xof, available_minor: 10, requested_minor: 20 },
             ),
+            ("an amount below the fee", Rejection::AmountBelowFee { fee_minor: 150 }),
+            ("a refund above the amount", Rejection::RefundAboveAmount { amount_minor: 5_000, left_minor: 1_000 }),
+            ("a link active", Rejection::LinkClosed(LinkStatus::Active)),
+            ("a link paid", Rejection::LinkClosed(LinkStatus::Paid)),
+            ("a link deactivated", Rejection::LinkClosed(LinkStatus::Deactivated)),
+            ("a link expired", Rejection::LinkClosed(LinkStatus::Expired)),
+            ("a negative amount", Rejection::Money(MoneyError::Negative)),
+            ("an amount not positive", Rejection::Money(MoneyError::NotPositive)),
+            ("an overflow", Rejection::Money(MoneyError::Overflow)),
+            ("an unknown currency", Rejection::Money(MoneyError::UnknownCurrency("ABC".into()))),
+            ("a fee rate too high", Rejection::Money(MoneyError::FeeRateTooHigh(20_000))),
+            ("a negative account", Rejection::Invariant(negative)),
+            ("the pending account overflowing", overflow(Account::Pending)),
+            ("customer funds overflowing", overflow(Account::CustomerFunds)),
+            ("fees overflowing", overflow(Account::Fees)),
+            ("refunds out overflowing", overflow(Account::RefundsOut)),
+            ("payouts out overflowing", overflow(Account::PayoutsOut)),
+            ("unbalanced entries", Rejection::Invariant(LedgerError::Unbalanced { sum_minor: 1 })),
             (
-                "a refund above the amount",
-                Err(EngineError::Rejected(Rejection::RefundAboveAmount { amount_minor: 5_000, left_minor: 1_000 })),
+                "inconsistent amounts",
+                Rejection::Invariant(LedgerError::InconsistentAmounts { amount: 1, fee: 2, net: 3 }),
             ),
-            ("a closed link", Err(EngineError::Rejected(Rejection::LinkClosed(LinkStatus::Paid)))),
-            ("a money error", Err(EngineError::Rejected(Rejection::Money(MoneyError::NotPositive)))),
-            (
-                "a broken invariant",
-                Err(EngineError::Rejected(Rejection::Invariant(LedgerError::Negative {
-                    currency: xof,
-                    account: Account::Available,
-                    balance_minor: 1,
-                    delta_minor: -2,
-                }))),
-            ),
-            ("a key reused", Err(EngineError::IdempotencyKeyReused)),
-            ("unavailable", Err(EngineError::Unavailable("moved".into()))),
-            ("retired", Err(EngineError::Retired)),
-            ("an e-mail taken", Err(EngineError::EmailTaken("awa@example.com".into()))),
+            ("an impossible state", Rejection::impossible("a refund without its payment")),
         ];
-        samples.extend(answers.map(|(name, answer)| (name, postcard::to_allocvec(&answer).unwrap())));
+        let errors = rejections.into_iter().map(|(name, rejection)| (name, EngineError::Rejected(rejection))).chain([
+            ("a key reused", EngineError::IdempotencyKeyReused),
+            ("a key in use", EngineError::IdempotencyKeyInUse),
+            ("unavailable", EngineError::Unavailable("moved".into())),
+            ("retired", EngineError::Retired),
+            ("internal", EngineError::Internal("bug".into())),
+            ("an incompatible store", EngineError::IncompatibleStore("format 9".into())),
+            ("an e-mail taken", EngineError::EmailTaken("awa@example.com".into())),
+        ]);
+        let answers = answers.into_iter().map(|(name, answer)| (name, Ok(answer)));
+        let results: Vec<(&'static str, Result<Answer, EngineError>)> =
+            answers.chain(errors.map(|(name, error)| (name, Err(error)))).collect();
+        samples.extend(results.into_iter().map(|(name, result)| (name, postcard::to_allocvec(&result).unwrap())));
         samples
     }
 
@@ -465,15 +471,21 @@ mod format {
             .map(|(name, bytes)| format!("{name}: {}", hex::encode(&Sha256::digest(bytes)[..8])))
             .collect();
         let pinned: &[&str] = &[
-            "initiate a payment: 14cdce70287d593c",
-            "a payment notice: d4a4fcd1dd715e1d",
-            "a declined payment: 4ff0ed6c8b49c851",
-            "request a refund: 3c3f5aa418d47466",
-            "a refund notice: 0c39cf81043c7af9",
-            "create a payout: cd87f7785eee7012",
-            "a payout notice: 92a4e4cd341a9969",
-            "create a link: c2d22240084456c1",
-            "deactivate a link: 546f10312c899c7c",
+            "initiate a payment: 50247c504cbc6513",
+            "a payment processing: 9f0c86865aa44115",
+            "a payment confirmed: c691ec1a0ad332f5",
+            "a payment declined: 68f1dfd1816b1801",
+            "a payment expired: 51369b36a0544630",
+            "a payment opened: 06ef429003e8dffc",
+            "request a refund: 90e26e798c8fbd69",
+            "a refund completed: dc9082d5bde5320f",
+            "a refund refused: bbe90f65057e98f9",
+            "create a payout: 724bb4c4dbfd27a2",
+            "a payout sent: 0880a6bad7fa4080",
+            "a payout refused: d4e18a849cd66108",
+            "create a link: 9c3d57a51a21e064",
+            "create a reusable link: 48829aaa5b0ac23e",
+            "deactivate a link: fcaafcc7c6d36ed8",
             "read a payment: a7e918a775ed475a",
             "read a payout: aa2394e0960a3d17",
             "read a link: 09881d994881c620",
@@ -486,14 +498,36 @@ mod format {
             "a payout read: 2071a8f8a144ab2b",
             "a link read: 93b2624ff2b2e076",
             "the balances read: ee155a20514afbc9",
+            "not found: fb50dc0717ff266c",
+            "a duplicate reference: 85f90dfea1d8027e",
+            "an invalid state: 33a752dd064ca3fe",
             "insufficient balance: bc697273b3e26e37",
+            "an amount below the fee: a6c4e126fbdbc526",
             "a refund above the amount: 0f2792fd170fd18e",
-            "a closed link: 53f9326e60896a2a",
-            "a money error: 00ee79a164a651e1",
-            "a broken invariant: 1f2b62e1e14633f8",
+            "a link active: 8a12133ee3586861",
+            "a link paid: 53f9326e60896a2a",
+            "a link deactivated: 7116b4bc31410ba6",
+            "a link expired: 110b8f1a9a14daaf",
+            "a negative amount: 57c59d17338aa748",
+            "an amount not positive: 00ee79a164a651e1",
+            "an overflow: f973442132d1e0f3",
+            "an unknown currency: c98d94f992690d10",
+            "a fee rate too high: fb1a4dedc4a4c5b8",
+            "a negative account: 1f2b62e1e14633f8",
+            "the pending account overflowing: 2c17f75e06f41697",
+            "customer funds overflowing: e52953919e6f1a19",
+            "fees overflowing: 7aadd23fa5cdade3",
+            "refunds out overflowing: d1bbda61c61727c3",
+            "payouts out overflowing: 94bf22cc5109f8ae",
+            "unbalanced entries: d20d628e978bee66",
+            "inconsistent amounts: d81757ceffffca2d",
+            "an impossible state: df296f045d4df1ec",
             "a key reused: 9dcf97a184f32623",
+            "a key in use: a12871fee210fb86",
             "unavailable: 480da08451db19e0",
             "retired: a8d5dd63fba471eb",
+            "internal: d0f8ec8513f4ed0c",
+            "an incompatible store: c77db50e8ed3fe85",
             "an e-mail taken: 2aa4e27216bb8344",
         ];
         assert_eq!(PROTOCOL, "caisse-forward/2");

@@ -77,6 +77,9 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
+/// Locks merchant account writes are spread over (see `Inner::account_writes`).
+const ACCOUNT_WRITE_LOCKS: usize = 64;
+
 struct Inner {
     store: Arc<dyn Store>,
     registry: Registry<MerchantActor>,
@@ -98,10 +101,11 @@ struct Inner {
     accounts: crate::account_cache::AccountCache,
     /// A gate per merchant whose actor is being started ([`Engine::actor`]).
     starting: dashmap::DashMap<MerchantId, Arc<std::sync::Mutex<()>>>,
-    /// Held while a merchant account is checked and written: the store checks that the e-mail is free before
-    /// it queues the write, and this keeps two creations in this process from both passing that check. (The
-    /// nodes of a cluster are kept apart by the database itself.)
-    account_writes: tokio::sync::Mutex<()>,
+    /// One is held, picked by the e-mail, while a merchant account is checked and written: the store checks
+    /// that the e-mail is free before it queues the write, and this keeps two writes of one e-mail in this
+    /// process from both passing that check, while writes of other e-mails still share commits. (The nodes
+    /// of a cluster are kept apart by the database itself.)
+    account_writes: Vec<tokio::sync::Mutex<()>>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -219,7 +223,7 @@ impl Engine {
                 member: std::sync::Mutex::new(None),
                 accounts: Default::default(),
                 starting: Default::default(),
-                account_writes: tokio::sync::Mutex::new(()),
+                account_writes: (0..ACCOUNT_WRITE_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect(),
             }),
         })
     }
@@ -652,7 +656,12 @@ impl Engine {
     /// Creates or updates a merchant account and answers once it is durable. `previous_key` is the secret key
     /// being replaced, if any, which stops working in the same write.
     pub async fn put_merchant(&self, merchant: Merchant, previous_key: Option<String>) -> Result<(), EngineError> {
-        let _one = self.inner.account_writes.lock().await;
+        let lock = {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            merchant.email.to_lowercase().hash(&mut hasher);
+            (hasher.finish() % ACCOUNT_WRITE_LOCKS as u64) as usize
+        };
+        let _one = self.inner.account_writes[lock].lock().await;
         let ticket = self.inner.store.put_merchant(merchant, previous_key)?;
         durable(ticket).await
     }

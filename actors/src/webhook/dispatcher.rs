@@ -32,7 +32,7 @@ const MAX_DISPATCH_BACKLOG: usize = 65_536;
 /// A fresh copy from the feed is attempted as it is, without reading the stored version back, when its
 /// notification was made at most this long ago and no scan or resend has dispatched it since: nothing else
 /// changes a notification before its first attempt. An older copy (a feed that lagged) is read back.
-const AS_COMMITTED_WINDOW_MS: u64 = 10_000;
+pub(super) const AS_COMMITTED_WINDOW_MS: u64 = 10_000;
 
 /// The notifications made within [`AS_COMMITTED_WINDOW_MS`] that a scan or a resend dispatched, with when
 /// they were made: when their fresh copy arrives after that, it is stale. Bounded by the window: older

@@ -301,10 +301,14 @@ impl Handler<Deliver> for Worker {
     fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
         // A copy handed over from a scan or a resend may be older than the store, so the stored version is
         // read, and attempted only while still pending and due; it is also the `before` of the save, so the
-        // due index stays exact. A fresh copy the dispatcher vouches for is the stored version already.
+        // due index stays exact. A fresh copy the dispatcher vouches for is the stored version already, unless
+        // it waited past the window in the dispatcher's backlog, or its merchant moved to another node of a
+        // cluster meanwhile (whose scans may have attempted it since).
         let Deliver { n: copy, as_committed } = msg;
         let id = copy.id.clone();
-        let stored = if as_committed { Ok(Some(copy)) } else { self.outbox.notification(&copy.merchant, &id) };
+        let window = copy.created_at.unix_ms().saturating_add(super::dispatcher::AS_COMMITTED_WINDOW_MS);
+        let trusted = as_committed && window >= Timestamp::now().unix_ms() && self.outbox.delivers_for(&copy.merchant);
+        let stored = if trusted { Ok(Some(copy)) } else { self.outbox.notification(&copy.merchant, &id) };
         let n = match stored {
             Ok(Some(current))
                 if current.state == DeliveryState::Pending
