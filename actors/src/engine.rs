@@ -24,7 +24,7 @@ use crate::core::{Command, JournalEvent};
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
 use crate::domain::links::Link;
-use crate::domain::provider::ProviderTrail;
+use crate::domain::provider::{ProviderRoute, ProviderTrail};
 use crate::domain::records::{Merchant, Notification, Payment, Payout, Transaction, TransactionType};
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
@@ -552,6 +552,11 @@ impl Engine {
     /// reference for it.
     pub fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, EngineError> {
         Ok(self.inner.store.provider_trail(transaction_id)?)
+    }
+
+    /// The route fixed at the transaction's creation (see [`Engine::provider_trail`]).
+    pub fn route_of(&self, transaction_id: &str) -> Result<Option<ProviderRoute>, EngineError> {
+        Ok(self.inner.store.route(transaction_id)?)
     }
 
     /// Work of `kind` still waiting for a provider, created before `created_before`, oldest first, after

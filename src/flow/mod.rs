@@ -93,8 +93,8 @@ impl Flow {
             }
             (Record::Link(_), _) => return None,
         };
-        let kept = |tx: &str| match self.engine.provider_trail(tx) {
-            Ok(trail) => trail.route.map(|r| r.adapter),
+        let kept = |tx: &str| match self.engine.route_of(tx) {
+            Ok(route) => route.map(|r| r.adapter),
             Err(e) => {
                 tracing::warn!(tx, error = %e, "could not read the transaction's route");
                 None

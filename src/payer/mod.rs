@@ -526,8 +526,8 @@ pub async fn back(state: web::Data<AppState>, path: web::Path<String>) -> HttpRe
     if payment.transaction_id != tx {
         return missing();
     }
-    let route = match state.engine.provider_trail(&tx) {
-        Ok(trail) => trail.route,
+    let route = match state.engine.route_of(&tx) {
+        Ok(route) => route,
         Err(e) => return engine_trouble("return route", e),
     };
     match route.and_then(|r| r.return_url) {

@@ -8,7 +8,7 @@ use super::{KvStore, MAX_SCAN};
 use crate::core::{JournalEvent, Record};
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
 use crate::domain::links::Link;
-use crate::domain::provider::ProviderTrail;
+use crate::domain::provider::{ProviderRoute, ProviderTrail};
 use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
@@ -231,6 +231,10 @@ impl<K: Kv> Records for KvStore<K> {
             });
         }
         Ok(found)
+    }
+
+    fn route(&self, transaction_id: &str) -> Result<Option<ProviderRoute>, StoreError> {
+        self.get(ROUTES, transaction_id.as_bytes())
     }
 
     fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, StoreError> {

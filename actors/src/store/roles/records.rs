@@ -3,7 +3,7 @@
 use crate::core::JournalEvent;
 use crate::domain::ids::MerchantId;
 use crate::domain::links::Link;
-use crate::domain::provider::ProviderTrail;
+use crate::domain::provider::{ProviderRoute, ProviderTrail};
 use crate::domain::records::{Payment, Payout, Transaction, TransactionType};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
@@ -60,6 +60,11 @@ pub trait Records: Send + Sync {
     ) -> Result<Vec<AwaitingProvider>, StoreError>;
     /// What is kept about a transaction's provider side: its route and the provider's reference.
     fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, StoreError>;
+    /// The route fixed at the transaction's creation, alone: one read fewer than [`Records::provider_trail`]
+    /// on the paths that need only where to send the transaction's queries.
+    fn route(&self, transaction_id: &str) -> Result<Option<ProviderRoute>, StoreError> {
+        Ok(self.provider_trail(transaction_id)?.route)
+    }
     /// This merchant's link whose id or reference is `key`.
     fn link(&self, merchant: &MerchantId, key: &str) -> Result<Option<Link>, StoreError>;
     /// The merchant a link id belongs to, for the payment page, which knows only the id.
