@@ -274,7 +274,8 @@ mod format {
     use crate::domain::phone::Phone;
     use crate::domain::provider::{AdapterName, ProviderReference, ProviderRoute, ReturnUrl};
     use crate::domain::records::ProviderCode;
-    use crate::domain::status::LinkStatus;
+    use crate::domain::records::{Payment, Payout};
+    use crate::domain::status::{LinkStatus, PaymentStatus, PayoutStatus, RefundStatus};
     use crate::domain::text::{Description, Email, IdempotencyKey, Metadata, Name, Reason, Reference};
     use crate::domain::time::Timestamp;
     use crate::store::layout::tests::{payment, payout};
@@ -453,7 +454,32 @@ mod format {
             ("an incompatible store", EngineError::IncompatibleStore("format 9".into())),
             ("an e-mail taken", EngineError::EmailTaken("awa@example.com".into())),
         ]);
-        let answers = answers.into_iter().map(|(name, answer)| (name, Ok(answer)));
+        // Every status of the records the answers carry.
+        let with_payment = |status| Answer::Payment(Some(Payment { status, ..payment() }));
+        let with_payout = |status| Answer::Payout(Some(Payout { status, ..payout() }));
+        let with_refund = |status| {
+            let mut p = payment();
+            if let Some(refund) = p.refund.as_mut() {
+                refund.status = status;
+            }
+            Answer::Payment(Some(p))
+        };
+        let statuses = [
+            ("read: a payment initiated", with_payment(PaymentStatus::Initiated)),
+            ("read: a payment processing", with_payment(PaymentStatus::Processing)),
+            ("read: a payment succeeded", with_payment(PaymentStatus::Succeeded)),
+            ("read: a payment failed", with_payment(PaymentStatus::Failed)),
+            ("read: a payment expired", with_payment(PaymentStatus::Expired)),
+            ("read: a payment refunded", with_payment(PaymentStatus::Refunded)),
+            ("read: a payment partly refunded", with_payment(PaymentStatus::PartlyRefunded)),
+            ("read: a refund processing", with_refund(RefundStatus::Processing)),
+            ("read: a refund succeeded", with_refund(RefundStatus::Succeeded)),
+            ("read: a refund failed", with_refund(RefundStatus::Failed)),
+            ("read: a payout pending", with_payout(PayoutStatus::Pending)),
+            ("read: a payout sent", with_payout(PayoutStatus::Sent)),
+            ("read: a payout rejected", with_payout(PayoutStatus::Rejected)),
+        ];
+        let answers = answers.into_iter().chain(statuses).map(|(name, answer)| (name, Ok(answer)));
         let results: Vec<(&'static str, Result<Answer, EngineError>)> =
             answers.chain(errors.map(|(name, error)| (name, Err(error)))).collect();
         samples.extend(results.into_iter().map(|(name, result)| (name, postcard::to_allocvec(&result).unwrap())));
@@ -498,6 +524,19 @@ mod format {
             "a payout read: 2071a8f8a144ab2b",
             "a link read: 93b2624ff2b2e076",
             "the balances read: ee155a20514afbc9",
+            "read: a payment initiated: ee46fd3b8b999dc7",
+            "read: a payment processing: 7f41f524bea38036",
+            "read: a payment succeeded: 4ed680132e27a9d2",
+            "read: a payment failed: 279ab052eca98b58",
+            "read: a payment expired: b6cb8d040e586382",
+            "read: a payment refunded: b20d7de56cbac7d6",
+            "read: a payment partly refunded: a9002d9df46c9d9e",
+            "read: a refund processing: 698e946d07dc6cd6",
+            "read: a refund succeeded: b20d7de56cbac7d6",
+            "read: a refund failed: 115489d8c3deda06",
+            "read: a payout pending: 3e5b3ac6e896dd5f",
+            "read: a payout sent: 92f4eeb2e182d13e",
+            "read: a payout rejected: 2071a8f8a144ab2b",
             "not found: fb50dc0717ff266c",
             "a duplicate reference: 85f90dfea1d8027e",
             "an invalid state: 33a752dd064ca3fe",

@@ -18,7 +18,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::config::{DeliveryConfig, DeliveryError};
-use super::messages::{Deliver, ForgetStep, Fresh, InFlightCount, Resend, Settled};
+use super::messages::{Deliver, ForgetStep, Fresh, InFlightCount, Provenance, Resend, Settled};
 use super::schedule::resend;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
@@ -70,9 +70,9 @@ pub(super) struct Dispatcher {
     workers: Vec<Recipient<Deliver>>,
     in_flight: HashSet<String>,
     feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
-    /// Fresh notifications waiting for room, oldest first, each with whether it may be attempted as committed,
-    /// and their ids (so a scan or a resend does not take them too).
-    backlog: VecDeque<(Notification, bool)>,
+    /// Fresh notifications waiting for room, oldest first, each with where its copy comes from, and their
+    /// ids (so a scan or a resend does not take them too).
+    backlog: VecDeque<(Notification, Provenance)>,
     backlog_ids: HashSet<String>,
     /// A scan is already scheduled soon; one is enough.
     scan_soon: bool,
@@ -131,7 +131,7 @@ impl Dispatcher {
     /// Hands `n` to its worker if there is room; gives it back otherwise (moved, not copied: the size of the
     /// error variant costs nothing here).
     #[allow(clippy::result_large_err)]
-    fn dispatch(&mut self, n: Notification, as_committed: bool) -> Result<(), Notification> {
+    fn dispatch(&mut self, n: Notification, from: Provenance) -> Result<(), Notification> {
         if self.in_flight.contains(&n.id) || n.state != DeliveryState::Pending || self.workers.is_empty() {
             return Ok(());
         }
@@ -143,9 +143,9 @@ impl Dispatcher {
         let worker = &self.workers[(hasher.finish() % self.workers.len() as u64) as usize];
         let id = n.id.clone();
         let made_ms = n.created_at.unix_ms();
-        match worker.try_send(Deliver { n, as_committed }) {
+        match worker.try_send(Deliver { n, from }) {
             Ok(()) => {
-                if !as_committed {
+                if from == Provenance::Stored {
                     self.early.note(&id, made_ms, Timestamp::now().unix_ms());
                 }
                 self.in_flight.insert(id);
@@ -156,17 +156,21 @@ impl Dispatcher {
     }
 
     /// Whether a fresh copy from the feed may be attempted as it is (see [`AS_COMMITTED_WINDOW_MS`]).
-    fn as_committed(&mut self, n: &Notification) -> bool {
-        self.early.vouch(&n.id, n.created_at.unix_ms(), Timestamp::now().unix_ms())
+    fn provenance(&mut self, n: &Notification) -> Provenance {
+        if self.early.vouch(&n.id, n.created_at.unix_ms(), Timestamp::now().unix_ms()) {
+            Provenance::Feed(self.store.delivery_fence(&n.merchant))
+        } else {
+            Provenance::Stored
+        }
     }
 
     /// A fresh notification: dispatched now, or queued in the backlog, or (backlog full) left to the scan.
     fn offer(&mut self, n: Notification) {
-        let as_committed = self.as_committed(&n);
+        let from = self.provenance(&n);
         if !self.backlog.is_empty() {
-            self.queue(n, as_committed);
-        } else if let Err(n) = self.dispatch(n, as_committed) {
-            self.queue(n, as_committed);
+            self.queue(n, from);
+        } else if let Err(n) = self.dispatch(n, from) {
+            self.queue(n, from);
         }
         self.gauge();
     }
@@ -177,22 +181,22 @@ impl Dispatcher {
         crate::metrics::METRICS.webhook_queue.store(held as i64, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn queue(&mut self, n: Notification, as_committed: bool) {
+    fn queue(&mut self, n: Notification, from: Provenance) {
         if self.backlog.len() < MAX_DISPATCH_BACKLOG && self.backlog_ids.insert(n.id.clone()) {
-            self.backlog.push_back((n, as_committed));
+            self.backlog.push_back((n, from));
         }
     }
 
     /// Moves the backlog to the workers while they have room.
     fn drain_backlog(&mut self) {
-        while let Some((n, as_committed)) = self.backlog.pop_front() {
+        while let Some((n, from)) = self.backlog.pop_front() {
             let id = n.id.clone();
-            match self.dispatch(n, as_committed) {
+            match self.dispatch(n, from) {
                 Ok(()) => {
                     self.backlog_ids.remove(&id);
                 }
                 Err(n) => {
-                    self.backlog.push_front((n, as_committed));
+                    self.backlog.push_front((n, from));
                     return;
                 }
             }
@@ -264,7 +268,7 @@ impl Dispatcher {
         match self.store.due_notifications_skipping(Timestamp::now(), room, skip) {
             Ok(due) => {
                 for n in due {
-                    if self.dispatch(n, false).is_err() {
+                    if self.dispatch(n, Provenance::Stored).is_err() {
                         break;
                     }
                 }
@@ -426,7 +430,7 @@ impl Handler<Resend> for Dispatcher {
                     match result {
                         Ok(Ok(())) => {
                             // No room now: the due index has it, and the next scan sends it.
-                            let _ = act.dispatch(after.clone(), false);
+                            let _ = act.dispatch(after.clone(), Provenance::Stored);
                             Ok(after)
                         }
                         Ok(Err(e)) => Err(DeliveryError::Store(e)),

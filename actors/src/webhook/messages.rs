@@ -6,19 +6,29 @@ use actix::prelude::*;
 use super::config::DeliveryError;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
+use crate::store::Fence;
 
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(super) struct Fresh(pub(super) Notification);
 
-/// A notification for a delivery actor to attempt. `as_committed`: the copy is the one the store's feed
-/// gave when its change became durable, and nothing has touched the notification since, so the actor may
-/// attempt it without reading it back; otherwise it reads the stored version first.
+/// A notification for a delivery actor to attempt, and where its copy comes from.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(super) struct Deliver {
     pub(super) n: Notification,
-    pub(super) as_committed: bool,
+    pub(super) from: Provenance,
+}
+
+/// Where a copy handed to a delivery actor comes from, which says whether it may be attempted as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Provenance {
+    /// A scan or a resend: the stored version is read first.
+    Stored,
+    /// The store's feed, as its change became durable, with the fence this node held the merchant under when
+    /// the copy came (`None` with one process). Nothing touched the notification before its first attempt
+    /// as long as the node still holds the merchant under that fence, and the copy is attempted as it is.
+    Feed(Option<Fence>),
 }
 
 /// The attempt on `0` is persisted (or given up); the dispatcher may schedule it again.

@@ -20,7 +20,7 @@ use actix::prelude::*;
 use awc::http::Uri;
 
 use super::config::DeliveryConfig;
-use super::messages::{Deliver, Settled};
+use super::messages::{Deliver, Provenance, Settled};
 use super::schedule::{after_attempt, jitter_unit, AttemptOutcome};
 use super::signature::{
     sign, sign_standard, SIGNATURE_HEADER, STANDARD_ID_HEADER, STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER,
@@ -301,13 +301,21 @@ impl Handler<Deliver> for Worker {
     fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
         // A copy handed over from a scan or a resend may be older than the store, so the stored version is
         // read, and attempted only while still pending and due; it is also the `before` of the save, so the
-        // due index stays exact. A fresh copy the dispatcher vouches for is the stored version already, unless
-        // it waited past the window in the dispatcher's backlog, or its merchant moved to another node of a
-        // cluster meanwhile (whose scans may have attempted it since).
-        let Deliver { n: copy, as_committed } = msg;
+        // due index stays exact. A fresh copy from the feed is the stored version already, unless it waited
+        // past the window in the dispatcher's backlog, or its merchant's shard left this node of a cluster
+        // meanwhile (even to come back: another node's scans may have attempted it in between, and a shard
+        // taken again carries a new fence).
+        let Deliver { n: copy, from } = msg;
         let id = copy.id.clone();
         let window = copy.created_at.unix_ms().saturating_add(super::dispatcher::AS_COMMITTED_WINDOW_MS);
-        let trusted = as_committed && window >= Timestamp::now().unix_ms() && self.outbox.delivers_for(&copy.merchant);
+        let trusted = match from {
+            Provenance::Stored => false,
+            Provenance::Feed(fence) => {
+                window >= Timestamp::now().unix_ms()
+                    && self.outbox.delivers_for(&copy.merchant)
+                    && self.outbox.delivery_fence(&copy.merchant) == fence
+            }
+        };
         let stored = if trusted { Ok(Some(copy)) } else { self.outbox.notification(&copy.merchant, &id) };
         let n = match stored {
             Ok(Some(current))

@@ -9,7 +9,7 @@ use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::store::kv::Kv;
 use crate::store::op::Op;
-use crate::store::{Outbox, Page, Placement, StoreError, Ticket};
+use crate::store::{Fence, Outbox, Page, Placement, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
@@ -17,6 +17,10 @@ use crate::store::layout::*;
 impl<K: Kv> Outbox for KvStore<K> {
     fn delivers_for(&self, merchant: &MerchantId) -> bool {
         self.kv.placement(merchant) == Placement::Here
+    }
+
+    fn delivery_fence(&self, merchant: &MerchantId) -> Option<Fence> {
+        self.kv.fence_of(merchant)
     }
 
     fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>> {

@@ -3,7 +3,7 @@
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 use crate::domain::time::Timestamp;
-use crate::store::{Page, StoreError, Ticket};
+use crate::store::{Fence, Page, StoreError, Ticket};
 
 /// Notifications: made by commits, read and updated by the webhook delivery pool and the dashboard.
 pub trait Outbox: Send + Sync {
@@ -49,6 +49,12 @@ pub trait Outbox: Send + Sync {
     /// the node that holds the merchant (the due scans already pass over the others').
     fn delivers_for(&self, _merchant: &MerchantId) -> bool {
         true
+    }
+    /// The fence under which this node holds the merchant's shard, in a store several nodes share (`None`
+    /// with one process, or when the node does not hold it). A copy of a notification taken under one fence
+    /// may be stale under another: the shard may have been with another node in between.
+    fn delivery_fence(&self, _merchant: &MerchantId) -> Option<Fence> {
+        None
     }
     /// Notifications whose next attempt is due at or before `now`, oldest first.
     fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
