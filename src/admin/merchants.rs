@@ -186,13 +186,18 @@ pub async fn reset_password(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let (id, mut merchant) = target(&state, &req, &path)?;
+    let (id, _) = target(&state, &req, &path)?;
     let password = random_base62(16);
     let hashed = password.clone();
-    merchant.password_hash = web::block(move || merchants::hash_password(&hashed))
+    let password_hash = web::block(move || merchants::hash_password(&hashed))
         .await
         .map_err(|e| ApiError::internal("password hash", e))?
         .map_err(create_error)?;
+    // Read again and written under the dashboard's lock on account changes: a key roll or a webhook URL
+    // change made while the password was hashed is kept, not overwritten with the account as it was.
+    let _guard = state.dashboard.merchant_updates.lock().await;
+    let mut merchant = state.app.engine.merchant(&id)?.ok_or_else(|| ApiError::not_found("merchant"))?;
+    merchant.password_hash = password_hash;
     state.app.engine.put_merchant(merchant.clone(), None).await?;
     state.dashboard.sessions.remove_merchant(&id);
     tracing::warn!(merchant = %id, "dashboard password reset through the admin API");

@@ -135,3 +135,31 @@ async fn a_new_password_replaces_the_old_and_ends_sessions() {
     Agent::new(&app.address).login(app.email(), app.password()).await.expect(401);
     Agent::new(&app.address).login(app.email(), &password).await.expect_redirect("/");
 }
+
+/// A key rolled in the dashboard while the admin API hashes a new password stays rolled: the reset reads the
+/// account again, under the dashboard's lock on account changes, before it writes.
+#[actix_web::test]
+async fn a_key_rolled_while_a_password_is_reset_stays_rolled() {
+    let (app, admin) = start().await;
+    let id = app.demo.merchant.id.clone();
+    let old_key = app.demo.merchant.secret_key.clone();
+    let mut agent = app.logged_in().await;
+    let confirm = agent.get("/keys/roll").await;
+    let reset = admin.fetch(admin.post(&format!("/admin/merchants/{}/mot-de-passe", id.as_str())));
+    let roll = async {
+        // Sent while the reset hashes its password (argon2: tens of milliseconds, far more in a debug build).
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+        agent.post("/keys/roll", &[("csrf", &confirm.csrf()), ("confirmer", "oui")]).await
+    };
+    let (reset, rolled) = futures_util::future::join(reset, roll).await;
+    reset.expect(200);
+    let stored = app.state.engine.merchant(&id).expect("read").expect("the merchant");
+    let password = reset.json["password"].as_str().expect("a new password");
+    Agent::new(&app.address).login(app.email(), password).await.expect_redirect("/");
+    // The roll either came in time (its session still open) and its key is kept, or found its session ended.
+    if rolled.location.as_deref() == Some("/keys?info=cle_changee") {
+        assert_ne!(stored.secret_key, old_key, "the rolled key was overwritten by the reset");
+    } else {
+        assert_eq!(rolled.location.as_deref(), Some("/login"), "status {}", rolled.status);
+    }
+}
