@@ -62,9 +62,7 @@ pub trait Records: Send + Sync {
     fn provider_trail(&self, transaction_id: &str) -> Result<ProviderTrail, StoreError>;
     /// The route fixed at the transaction's creation, alone: one read fewer than [`Records::provider_trail`]
     /// on the paths that need only where to send the transaction's queries.
-    fn route(&self, transaction_id: &str) -> Result<Option<ProviderRoute>, StoreError> {
-        Ok(self.provider_trail(transaction_id)?.route)
-    }
+    fn route(&self, transaction_id: &str) -> Result<Option<ProviderRoute>, StoreError>;
     /// This merchant's link whose id or reference is `key`.
     fn link(&self, merchant: &MerchantId, key: &str) -> Result<Option<Link>, StoreError>;
     /// The merchant a link id belongs to, for the payment page, which knows only the id.
