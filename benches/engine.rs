@@ -26,6 +26,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caisse_engine::core::{Command, PaymentNotice};
@@ -33,7 +34,7 @@ use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::pg_store::NodeIdentity;
-use caisse_engine::store::{Audit, SledStore};
+use caisse_engine::store::{Audit, FjallStore, SledStore};
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Record};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -135,6 +136,8 @@ fn merchants(n: usize) -> Vec<MerchantId> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Backend {
     Sled,
+    /// fjall under the same directory layout.
+    Fjall,
     /// PostgreSQL on this machine, syncing its commits (a private cluster the bench starts, or
     /// `CAISSE_TEST_DATABASE_URL`), one node holding every shard.
     Postgres,
@@ -145,6 +148,7 @@ fn throughput(c: &mut Criterion, backend: Backend) {
     let quick = !bench_mode();
     let name = match backend {
         Backend::Sled => "payment_events",
+        Backend::Fjall => "payment_events_fjall",
         Backend::Postgres => "payment_events_postgresql",
     };
     for (n, lives) in [(1usize, 5_000usize), (100, 10_000), (10_000, 10_000)] {
@@ -157,7 +161,16 @@ fn throughput(c: &mut Criterion, backend: Backend) {
             config.node = Some(NodeIdentity { id: "bench".into(), url: "http://127.0.0.1:9".into() });
         }
         let system = actix::System::new();
-        let engine = system.block_on(async { Engine::open(config) }).expect("open engine");
+        let engine = system
+            .block_on(async {
+                if backend == Backend::Fjall {
+                    let store = FjallStore::open_with_cache(&config.data_dir, config.store_cache_bytes)?;
+                    Engine::with_store(Arc::new(store), config)
+                } else {
+                    Engine::open(config)
+                }
+            })
+            .expect("open engine");
         engine.join_cluster().expect("join the cluster");
         let ids = merchants(n);
         let mut offset = 0;
@@ -379,6 +392,7 @@ fn main() {
     idle_actor_memory();
     let mut criterion = Criterion::default().configure_from_args();
     throughput(&mut criterion, Backend::Sled);
+    throughput(&mut criterion, Backend::Fjall);
     // `CAISSE_BENCH_POSTGRES=0` leaves PostgreSQL out (a machine without its programs).
     if std::env::var("CAISSE_BENCH_POSTGRES").map_or(true, |v| v != "0") {
         throughput(&mut criterion, Backend::Postgres);

@@ -37,7 +37,7 @@ use crate::registry::Registry;
 use crate::store::pg_store::NodeIdentity;
 use crate::store::sealing::MasterKey;
 use crate::store::{
-    AuditReport, AuditScope, AwaitingProvider, BackupReport, Located, Page, PgStore, Placement, SledStore, Store,
+    AuditReport, AuditScope, AwaitingProvider, BackupReport, Embedded, Located, Page, PgStore, Placement, Store,
     StoreError,
 };
 use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
@@ -52,7 +52,9 @@ pub struct EngineConfig {
     /// Arbiters (threads) the merchant actors are spread over; 0 means one per core.
     pub shards: usize,
     pub actors: ActorSettings,
-    /// sled's page cache, in bytes.
+    /// The engine a fresh embedded store is made on; an existing one keeps its own.
+    pub embedded: Embedded,
+    /// The embedded store's cache, in bytes.
     pub store_cache_bytes: u64,
     /// Seals the merchants' secret keys at rest (required in production, see the server's settings).
     pub master_key: Option<MasterKey>,
@@ -66,6 +68,7 @@ impl EngineConfig {
             node: None,
             shards: 0,
             actors: ActorSettings::default(),
+            embedded: Embedded::default(),
             store_cache_bytes: crate::store::sled_store::DEFAULT_CACHE_BYTES,
             master_key: None,
         }
@@ -180,12 +183,13 @@ impl Engine {
             *engine.inner.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
             return Ok(engine);
         }
-        let store = SledStore::open_with_cache(&config.data_dir, config.store_cache_bytes).map_err(|e| match e {
-            crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
-            other => EngineError::from(other),
-        })?;
-        let store = store.with_master_key(config.master_key.clone());
-        Engine::with_store(Arc::new(store), config)
+        let store =
+            Embedded::open(&config.data_dir, config.embedded, config.store_cache_bytes, config.master_key.clone())
+                .map_err(|e| match e {
+                    crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
+                    other => EngineError::from(other),
+                })?;
+        Engine::with_store(store, config)
     }
 
     /// Starts the engine on any [`Store`] backend, once the audit since the checkpoints has passed: every

@@ -2,7 +2,7 @@
 
 mod support;
 
-use support::{new_payment, new_payout, xof};
+use support::{new_payment, new_payout, xof, RawTrees};
 
 use caisse_engine::core::{Command, PaymentNotice, PayoutOutcome, RefundOutcome};
 use caisse_engine::domain::ids::MerchantId;
@@ -380,16 +380,15 @@ fn the_audit_covers_both_halves_and_names_a_merchant_whose_snapshot_disagrees() 
     // The merchant with the largest id is in the upper half, audited on the second thread.
     let target = merchants.iter().max_by(|a, b| a.as_bytes().cmp(b.as_bytes())).unwrap().clone();
     {
-        let db = sled::open(dir.path()).unwrap();
-        let snapshots = db.open_tree("snapshots").unwrap();
-        let stored = snapshots.get(target.as_bytes()).unwrap().expect("a snapshot every two events");
+        let trees = RawTrees::open(dir.path());
+        let stored = trees.get("snapshots", target.as_bytes()).expect("a snapshot every two events");
         // A stored value is a format byte (1: postcard) and the record; the tampered one goes back the same way.
         assert_eq!(stored[0], 1, "binary format");
         let mut snapshot: Snapshot = postcard::from_bytes(&stored[1..]).unwrap();
         snapshot.balances.0.get_mut(&xof()).unwrap().available += 1;
         let tampered = postcard::to_extend(&snapshot, vec![1]).unwrap();
-        snapshots.insert(target.as_bytes(), tampered).unwrap();
-        db.flush().unwrap();
+        trees.insert("snapshots", target.as_bytes(), &tampered);
+        trees.close();
     }
     let refused = actix::System::new().block_on(async move { Engine::open(config).err() });
     let text = refused.expect("a snapshot that disagrees with the ledger refuses the start").to_string();
@@ -430,9 +429,8 @@ fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
     assert_eq!((report.events, report.from_checkpoint), (6, 0));
     {
         // The checkpoint's layout: a format byte, then seq, balances and the verified snapshot (postcard).
-        let db = sled::open(dir.path()).unwrap();
-        let audited = db.open_tree("audited").unwrap();
-        let stored = audited.get(m.as_bytes()).unwrap().expect("a checkpoint after the audit at start");
+        let trees = RawTrees::open(dir.path());
+        let stored = trees.get("audited", m.as_bytes()).expect("a checkpoint after the audit at start");
         let (seq, rest): (u64, &[u8]) = postcard::take_from_bytes(&stored[1..]).unwrap();
         let (mut balances, rest): (caisse_engine::domain::ledger::Balances, &[u8]) =
             postcard::take_from_bytes(rest).unwrap();
@@ -440,8 +438,8 @@ fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
         balances.0.get_mut(&xof()).unwrap().available += 500;
         let mut tampered = postcard::to_extend(&(seq, balances), vec![1]).unwrap();
         tampered.extend_from_slice(rest);
-        audited.insert(m.as_bytes(), tampered).unwrap();
-        db.flush().unwrap();
+        trees.insert("audited", m.as_bytes(), &tampered);
+        trees.close();
     }
     let failed_before = METRICS.audits.runs(AuditScope::Full, AuditResult::Failed);
     actix::System::new().block_on(async move {
@@ -536,7 +534,7 @@ fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept(
 #[test]
 fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
     use caisse_engine::domain::text::IdempotencyKey;
-    use caisse_engine::store::{IdempotencyRecord, Records, SledStore};
+    use caisse_engine::store::{Embedded, IdempotencyRecord};
 
     let dir = tempfile::tempdir().unwrap();
     let day_ms = 24 * 60 * 60 * 1000;
@@ -562,8 +560,7 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
     {
         // Records made two days ago, as the store lays them out: the record under `merchant ++ key`, and an
         // empty entry under `merchant ++ made_at ++ key` in `idempotency_times`.
-        let db = sled::open(dir.path()).unwrap();
-        let (records, times) = (db.open_tree("idempotency").unwrap(), db.open_tree("idempotency_times").unwrap());
+        let trees = RawTrees::open(dir.path());
         let put = |k: &str, made_ms: u64, entry_ms: u64| {
             let record = IdempotencyRecord {
                 fingerprint: "old".into(),
@@ -573,11 +570,11 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
             };
             let mut record_key = m.as_bytes().to_vec();
             record_key.extend_from_slice(k.as_bytes());
-            records.insert(record_key, postcard::to_extend(&record, vec![1]).unwrap()).unwrap();
+            trees.insert("idempotency", &record_key, &postcard::to_extend(&record, vec![1]).unwrap());
             let mut entry = m.as_bytes().to_vec();
             entry.extend_from_slice(&entry_ms.to_be_bytes());
             entry.extend_from_slice(k.as_bytes());
-            times.insert(entry, Vec::<u8>::new()).unwrap();
+            trees.insert("idempotency_times", &entry, &[]);
         };
         for i in 0..3 {
             put(&format!("old-{i}"), now - 2 * day_ms + i, now - 2 * day_ms + i);
@@ -585,7 +582,7 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
         // Used three days ago, then again an hour ago: the old entry is stale, the record answers still.
         put("reused", now - 3 * day_ms, now - 3 * day_ms);
         put("reused", now - 60 * 60 * 1000, now - 60 * 60 * 1000);
-        db.flush().unwrap();
+        trees.close();
     }
     let forgotten = actix::System::new().block_on({
         let dir = dir.path().to_owned();
@@ -601,7 +598,7 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
         }
     });
     assert_eq!(forgotten, 4, "three old records and the reused key's old entry");
-    let store = SledStore::open(dir.path()).unwrap();
+    let store = Embedded::open(dir.path(), Embedded::default(), 1 << 20, None).unwrap();
     for i in 0..3 {
         assert_eq!(store.idempotency(&m, &key(&format!("old-{i}"))).unwrap(), None);
         assert!(store.idempotency(&m, &key(&format!("live-{i}"))).unwrap().is_some(), "a live record stays");

@@ -22,7 +22,7 @@ use caisse_engine::domain::status::{EventKind, PaymentStatus};
 use caisse_engine::domain::text::{IdempotencyKey, Reference};
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::{
-    Change, FailureLatch, IdempotencyRecord, PgStore, SledStore, Snapshot, Store, StoreError, Ticket,
+    Change, FailureLatch, FjallStore, IdempotencyRecord, PgStore, SledStore, Snapshot, Store, StoreError, Ticket,
 };
 use caisse_engine::{Command, Record};
 
@@ -58,6 +58,23 @@ impl Backend for Sled {
 impl Place for tempfile::TempDir {
     fn open(&self) -> Arc<dyn Store> {
         Arc::new(SledStore::open(self.path()).expect("open the sled store"))
+    }
+}
+
+struct Fjall;
+
+/// A directory for a fjall store.
+struct FjallDir(tempfile::TempDir);
+
+impl Backend for Fjall {
+    fn place(&self) -> Box<dyn Place> {
+        Box::new(FjallDir(tempfile::tempdir().expect("a temporary directory")))
+    }
+}
+
+impl Place for FjallDir {
+    fn open(&self) -> Arc<dyn Store> {
+        Arc::new(FjallStore::open(self.0.path()).expect("open the fjall store"))
     }
 }
 
@@ -668,6 +685,7 @@ macro_rules! conformance {
 }
 
 conformance!(sled, Sled);
+conformance!(fjall, Fjall);
 conformance!(postgresql, Postgres);
 
 /// What only a store several nodes share does: shards placed on one node at a time, and the fence that refuses

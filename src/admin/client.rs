@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use caisse_engine::domain::ids::{random_base62, MerchantId};
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{PgStore, SledStore, Store, StoreError};
+use caisse_engine::store::{Embedded, PgStore, Store, StoreError};
 use serde_json::{json, Value};
 
 use crate::config::{Settings, StoreLocation};
@@ -130,8 +130,12 @@ fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, String> {
         let store = PgStore::open(url.expose()).map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
         return Ok(Arc::new(store.with_master_key(settings.master_key.clone())));
     }
-    match SledStore::open_with_cache(&settings.data_dir, settings.store_cache_bytes) {
-        Ok(store) => Ok(Arc::new(store.with_master_key(settings.master_key.clone()))),
+    let fresh = match settings.store {
+        StoreLocation::Embedded(engine) => engine,
+        StoreLocation::Postgres(_) => Embedded::default(),
+    };
+    match Embedded::open(&settings.data_dir, fresh, settings.store_cache_bytes, settings.master_key.clone()) {
+        Ok(store) => Ok(store),
         Err(StoreError::Locked(_)) => Err(format!(
             "the store in {} is in use by a running `caisse serve`; set an admin token (CAISSE_ADMIN_TOKEN or \
                  admin_token_file) for both the server and this command to manage merchants while it runs, or \
@@ -241,11 +245,11 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
         return Err(format!("{} is not empty: restore into an empty data directory", data.display()));
     }
     copy_tree(from, data).map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display()))?;
-    let store = SledStore::open_with_cache(data, settings.store_cache_bytes)
-        .map_err(|e| format!("the restored store does not open: {e}"))?
-        .with_master_key(settings.master_key.clone());
-    let report =
-        caisse_engine::store::Audit::audit(&store).map_err(|e| format!("the restored store fails its audit: {e}"))?;
+    // The copy is opened on the engine whose files it holds.
+    let store = Embedded::open(data, Embedded::default(), settings.store_cache_bytes, settings.master_key.clone())
+        .map_err(|e| format!("the restored store does not open: {e}"))?;
+    let report = caisse_engine::store::Audit::audit(store.as_ref())
+        .map_err(|e| format!("the restored store fails its audit: {e}"))?;
     Ok(json!({"restored": data, "merchants": report.merchants, "events": report.events, "audit": "passed"}))
 }
 

@@ -26,6 +26,7 @@ pub use adapters::{
     WaveSettings,
 };
 pub use caisse_engine::store::sealing::MasterKey;
+pub use caisse_engine::store::Embedded;
 
 /// The compiled-in defaults: the commented file at the repository's root.
 pub const DEFAULTS: &str = include_str!("../../caisse.default.toml");
@@ -109,7 +110,7 @@ pub struct ProviderSettings {
 pub struct Settings {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    /// The store: sled under `data_dir`, or PostgreSQL (`store`).
+    /// The store: embedded under `data_dir` (sled or fjall for a fresh directory), or PostgreSQL (`store`).
     pub store: StoreLocation,
     /// This node's name among the nodes of a cluster (`node_id`; default: the host name and the port).
     pub node_id: String,
@@ -122,7 +123,7 @@ pub struct Settings {
     pub log: String,
     pub http_workers: usize,
     pub rate_limit_per_s: u32,
-    /// sled's page cache, in bytes (`store_cache_mib`).
+    /// The embedded store's cache, in bytes (`store_cache_mib`).
     pub store_cache_bytes: u64,
     pub sandbox_simulator: bool,
     pub sandbox_delay_ms: u64,
@@ -155,8 +156,9 @@ pub struct Settings {
 /// Where the service keeps its data (`store`).
 #[derive(Debug, Clone)]
 pub enum StoreLocation {
-    /// The embedded store under `data_dir`.
-    Sled,
+    /// The embedded store under `data_dir`, made on this engine when the directory holds no store yet (one
+    /// that does keeps the engine it was made on).
+    Embedded(Embedded),
     /// A PostgreSQL database, by URL (which may carry a password, hence a secret).
     Postgres(Secret),
 }
@@ -164,13 +166,13 @@ pub enum StoreLocation {
 impl StoreLocation {
     fn parse(text: &str) -> Result<StoreLocation, ConfigError> {
         let text = text.trim();
-        if text == "sled" {
-            Ok(StoreLocation::Sled)
+        if let Some(engine) = Embedded::parse(text) {
+            Ok(StoreLocation::Embedded(engine))
         } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             Ok(StoreLocation::Postgres(Secret::new(text.to_owned())))
         } else {
             // The text may be a URL with a password typed wrong: not repeated.
-            Err(bad("store", "neither \"sled\" nor a postgres:// or postgresql:// URL"))
+            Err(bad("store", "neither \"sled\", \"fjall\" nor a postgres:// or postgresql:// URL"))
         }
     }
 }
@@ -782,9 +784,11 @@ mod tests {
     }
 
     #[test]
-    fn the_store_is_sled_or_a_postgres_url_and_a_bad_value_is_not_echoed() {
+    fn the_store_is_an_embedded_engine_or_a_postgres_url_and_a_bad_value_is_not_echoed() {
         let s = Settings::load(None, env(&[]), Layer::default()).unwrap();
-        assert!(matches!(s.store, StoreLocation::Sled));
+        assert!(matches!(s.store, StoreLocation::Embedded(Embedded::Fjall)));
+        let s = Settings::load(None, env(&[("CAISSE_STORE", "sled")]), Layer::default()).unwrap();
+        assert!(matches!(s.store, StoreLocation::Embedded(Embedded::Sled)));
         let url = "postgres://caisse:s3cret@db.internal:5432/caisse";
         let s = Settings::load(None, env(&[("CAISSE_STORE", url)]), Layer::default()).unwrap();
         assert!(matches!(&s.store, StoreLocation::Postgres(u) if u.expose() == url));

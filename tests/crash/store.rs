@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::DeliveryState;
-use caisse_engine::store::{SledStore, Store};
+use caisse_engine::store::Store;
+use caisse_engine::store::{sled_store, Embedded};
 
 use crate::load::{Merchant, Run};
 use crate::support::sleep_ms;
@@ -32,13 +33,14 @@ pub fn acknowledged_notifications(merchant: &Merchant) -> BTreeSet<(String, Stri
 pub async fn check_store(data_dir: &Path, run: &Run) -> Result<usize, Vec<String>> {
     let started = Instant::now();
     let store = loop {
-        match SledStore::open(data_dir) {
+        // On the engine the server made the store on.
+        match Embedded::open(data_dir, Embedded::default(), sled_store::DEFAULT_CACHE_BYTES, None) {
             Ok(store) => break store,
             Err(e) => assert!(started.elapsed() < OPEN_DEADLINE, "the store does not open: {e}"),
         }
         sleep_ms(50).await;
     };
-    check_opened_store(&store, run)
+    check_opened_store(store.as_ref(), run)
 }
 
 /// [`check_store`] on a store already open (a cluster's database, read by a client of it).

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::{DeliveryState, Notification};
-use caisse_engine::store::{Outbox, SledStore};
+use caisse_engine::store::sled_store::DEFAULT_CACHE_BYTES;
+use caisse_engine::store::Embedded;
 use serde_json::Value;
 
 use crate::delivery::assert_signed;
@@ -62,7 +63,10 @@ async fn a_kill_9_with_retries_pending_then_a_restart_delivers_every_notificatio
     second.child.kill().expect("SIGKILL");
     second.child.wait().expect("reaped");
     let store = eventually("the store opens", DEADLINE, || {
-        std::future::ready(SledStore::open(&dir.path().join("data")).map_err(|e| e.to_string()))
+        std::future::ready(
+            Embedded::open(&dir.path().join("data"), Embedded::default(), DEFAULT_CACHE_BYTES, None)
+                .map_err(|e| e.to_string()),
+        )
     })
     .await;
     let stored = store.notifications(&merchant, None, 100, &mut |_| true).expect("notifications").data;

@@ -16,13 +16,14 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use caisse::config::Environment;
 use caisse::merchants;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{Accounts, PgStore, SledStore, Ticket};
+use caisse_engine::store::{sled_store, Accounts, Embedded, PgStore, Store, Ticket};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -55,14 +56,14 @@ pub async fn prepare(dir: &Path, file: &Path, count: usize, first_port: u16, por
     }
     let text = dir.to_string_lossy();
     // A database's nodes see merchants written beside them; an embedded store is its server's alone.
-    let store: Box<dyn Accounts> = if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+    let store: Arc<dyn Accounts> = if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         let store = PgStore::open(&text).map_err(|e| format!("cannot open the database: {e}"))?;
         // A database with merchants is someone's: it must not get accounts with a well-known password.
         let existing = store.merchant_count().map_err(|e| format!("cannot count the merchants: {e}"))?;
         if existing > 0 {
             return Err(format!("the database holds {existing} merchants: --prepare wants a new database"));
         }
-        Box::new(store)
+        Arc::new(store)
     } else {
         // A data directory in use by anything else must not get a thousand extra merchants by mistake.
         if let Ok(mut entries) = std::fs::read_dir(dir) {
@@ -70,7 +71,10 @@ pub async fn prepare(dir: &Path, file: &Path, count: usize, first_port: u16, por
                 return Err(format!("{} is not empty: --prepare wants a new data directory", dir.display()));
             }
         }
-        Box::new(SledStore::open(dir).map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?)
+        // Made on the engine a server makes a fresh store on.
+        let store: Arc<dyn Store> = Embedded::open(dir, Embedded::default(), sled_store::DEFAULT_CACHE_BYTES, None)
+            .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?;
+        store
     };
     let lines = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut lines = BufWriter::new(lines);

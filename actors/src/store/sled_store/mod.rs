@@ -28,7 +28,13 @@ use crate::domain::records::Notification;
 
 pub use open::DEFAULT_CACHE_BYTES;
 pub use sizes::TreeSize;
+pub(super) use stamp::check_or_stamp;
 pub use stamp::STAMP_FILE;
+
+/// True when `dir` holds a store of this engine.
+pub(super) fn holds_store(dir: &Path) -> bool {
+    stamp::SLED_FILES.iter().any(|name| dir.join(name).exists())
+}
 
 /// The embedded store: the roles over sled.
 pub type SledStore = KvStore<SledKv>;

@@ -3,13 +3,13 @@
 
 use std::ops::Bound;
 
-use super::SledStore;
 use crate::store::kv::Kv;
+use crate::store::kv_store::KvStore;
 use crate::store::layout::TREE_NAMES;
 use crate::store::StoreError;
 
-/// One tree's contents: its keys, and the bytes of its keys and values as stored. sled's own overhead (page
-/// headers, the space its log has not yet reclaimed) is the data directory's size less the sum of these.
+/// One tree's contents: its keys, and the bytes of its keys and values as stored. the engine's own overhead (page
+/// headers or table indexes, space not yet reclaimed, compression's savings) is the data directory's size less the sum of these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeSize {
     pub name: &'static str,
@@ -18,7 +18,7 @@ pub struct TreeSize {
     pub value_bytes: u64,
 }
 
-impl SledStore {
+impl<K: Kv> KvStore<K> {
     /// Every tree's size, read through the overlay: as long as reading the whole store once, so for a stopped
     /// store or a quiet moment.
     pub fn tree_sizes(&self) -> Result<Vec<TreeSize>, StoreError> {
@@ -43,7 +43,7 @@ mod tests {
     use crate::domain::ids::MerchantId;
     use crate::domain::records::Merchant;
     use crate::domain::time::Timestamp;
-    use crate::store::Accounts;
+    use crate::store::{Accounts, SledStore};
 
     #[test]
     fn sizes_count_what_was_written() {

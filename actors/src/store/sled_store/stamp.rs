@@ -16,10 +16,10 @@ const STAMP_PREFIX: &str = "caisse-store ";
 
 /// Files sled creates in a directory it has opened: their presence without a stamp means data written by a
 /// build from before the stamp.
-const SLED_FILES: [&str; 2] = ["conf", "db"];
+pub(super) const SLED_FILES: [&str; 2] = ["conf", "db"];
 
 /// Checks the stamp of `dir`, or stamps a directory that holds no store yet. Must run before sled opens it.
-pub(super) fn check_or_stamp(dir: &Path) -> Result<(), StoreError> {
+pub(in crate::store) fn check_or_stamp(dir: &Path) -> Result<(), StoreError> {
     let path = dir.join(STAMP_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => check(dir, &text),

@@ -1,0 +1,268 @@
+//! Group commit on fjall: one thread owns every write and makes each batch durable with one `fdatasync` of
+//! fjall's journal.
+//!
+//! Writers enqueue a job (the operations of one change) on a bounded queue and get a ticket. The thread takes
+//! the first waiting job, then everything else already queued up to [`MAX_BATCH_JOBS`], and commits all their
+//! operations as one fjall batch whose journal record is synced before the batch reaches the memtables. So a
+//! change is durable before any reader can see it, and its ticket completes only after that.
+//!
+//! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its actor
+//! in decision order) land in order. When a batch fails, every job in it fails, and the guards of those jobs
+//! are set so that later jobs from the same actors fail too (see [`FailureLatch`]). fjall stops accepting
+//! writes after a failed sync (a journal whose tail is unknown cannot be appended to), so a failure stops all
+//! writing until a restart, which recovers the journal up to its last whole record.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self as std_mpsc, TrySendError};
+use std::sync::Arc;
+
+use fjall::{Keyspace, PartitionHandle, PersistMode};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::domain::records::Notification;
+use crate::store::layout::APPLY_ORDER;
+use crate::store::op::Op;
+use crate::store::writer::wait_polling;
+use crate::store::{FailureLatch, StoreError, Ticket};
+
+/// Jobs one batch takes at most; bounds the journal record's size and the latency of the first job in it.
+const MAX_BATCH_JOBS: usize = 2048;
+/// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
+const QUEUE_CAPACITY: usize = 32 * 1024;
+
+struct Job {
+    ops: Vec<Op>,
+    guard: Option<FailureLatch>,
+    /// Notifications this job creates, handed to the webhook dispatcher once they are durable.
+    notify: Vec<Notification>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+    /// A close ([`Writer::close`]): once this job's batch is committed the writer flushes and stops.
+    close: bool,
+}
+
+/// The handle on the writer thread. Dropping it lets the thread finish what is queued and flush, then waits
+/// for it, so that every write is in fjall's files when the store is dropped.
+pub(super) struct Writer {
+    queue: Option<std_mpsc::SyncSender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Per tree, bumped after each batch that changed it (see [`Writer::generation`]).
+    generations: Arc<Vec<AtomicU64>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the store writer thread panicked");
+            }
+        }
+    }
+}
+
+impl Writer {
+    pub(super) fn spawn(
+        keyspace: Keyspace,
+        partitions: Vec<PartitionHandle>,
+        healthy: Arc<AtomicBool>,
+        feed: mpsc::Sender<Notification>,
+    ) -> Result<Writer, StoreError> {
+        let (queue, jobs) = std_mpsc::sync_channel(QUEUE_CAPACITY);
+        let generations: Arc<Vec<AtomicU64>> = Arc::new(partitions.iter().map(|_| AtomicU64::new(0)).collect());
+        let mut rank = vec![usize::MAX; partitions.len()];
+        for (at, step) in APPLY_ORDER.iter().enumerate() {
+            if let Some(slot) = rank.get_mut(step.tree) {
+                *slot = at;
+            }
+        }
+        let mut thread = WriterThread {
+            keyspace,
+            partitions,
+            rank,
+            generations: generations.clone(),
+            jobs,
+            healthy,
+            broken: None,
+            feed,
+        };
+        let thread = std::thread::Builder::new()
+            .name("caisse-store-writer".into())
+            .spawn(move || thread.run())
+            .map_err(|e| StoreError::Io(format!("start writer thread: {e}")))?;
+        Ok(Writer { queue: Some(queue), thread: Some(thread), generations })
+    }
+
+    /// Changes after every committed batch that touched `tree`, so readers can tell whether what they cached
+    /// from it may be stale. A reader must take the number before it reads the tree.
+    pub(super) fn generation(&self, tree: usize) -> u64 {
+        self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
+    }
+
+    /// Commits what is queued, flushes fjall's memtables to its tables and stops the writer: later writes are
+    /// refused ([`StoreError::Closed`]) and the next open has little journal to recover. Waits (polling, so
+    /// it may run on an async runtime's thread) until the writer has stopped.
+    pub(super) fn close(&self) -> Result<(), StoreError> {
+        let (done, ticket) = oneshot::channel();
+        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true };
+        let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
+        // Waits for room: what is queued before the close is committed first.
+        queue.send(job).map_err(|_| StoreError::Closed)?;
+        wait_polling(ticket, None)
+    }
+
+    pub(super) fn submit(
+        &self,
+        ops: Vec<Op>,
+        guard: Option<&FailureLatch>,
+        notify: Vec<Notification>,
+    ) -> Result<Ticket, StoreError> {
+        if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
+            return Err(StoreError::Aborted);
+        }
+        let (done, ticket) = oneshot::channel();
+        let job = Job { ops, guard: guard.cloned(), notify, done, close: false };
+        let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
+        match queue.try_send(job) {
+            Ok(()) => Ok(ticket),
+            Err(TrySendError::Full(_)) => Err(StoreError::Overloaded),
+            Err(TrySendError::Disconnected(_)) => Err(StoreError::Closed),
+        }
+    }
+}
+
+struct WriterThread {
+    keyspace: Keyspace,
+    partitions: Vec<PartitionHandle>,
+    /// Each tree's place in [`APPLY_ORDER`]: a batch reaches the memtables records first, then what points at
+    /// them, so an index read while a batch is being applied never leads to nothing.
+    rank: Vec<usize>,
+    generations: Arc<Vec<AtomicU64>>,
+    jobs: std_mpsc::Receiver<Job>,
+    healthy: Arc<AtomicBool>,
+    /// Set when a commit failed; every later write gets this error until a restart.
+    broken: Option<StoreError>,
+    feed: mpsc::Sender<Notification>,
+}
+
+impl WriterThread {
+    fn run(&mut self) {
+        while let Ok(first) = self.jobs.recv() {
+            let mut batch = Vec::with_capacity(64);
+            batch.push(first);
+            while batch.len() < MAX_BATCH_JOBS {
+                match self.jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let (closes, batch): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|job| job.close);
+            self.commit(batch);
+            if !closes.is_empty() {
+                let closed = self.shut_down();
+                self.healthy.store(false, Ordering::Release);
+                // The queue goes before the close is answered, so that every write from then on is refused at
+                // once rather than queued for nobody.
+                let (_, gone) = std_mpsc::sync_channel(0);
+                drop(std::mem::replace(&mut self.jobs, gone));
+                for close in closes {
+                    let _ = close.done.send(closed.clone());
+                }
+                return;
+            }
+        }
+        // Nobody is told: the handles are gone. `shut_down` logs what went wrong.
+        let _ = self.shut_down();
+    }
+
+    fn commit(&mut self, batch: Vec<Job>) {
+        // A job whose actor already saw a failure must not land: its decision may rest on the lost write.
+        let (mut batch, aborted): (Vec<Job>, Vec<Job>) =
+            batch.into_iter().partition(|job| !job.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)));
+        for job in aborted {
+            let _ = job.done.send(Err(StoreError::Aborted));
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let result = self.write(&mut batch);
+        if let Err(err) = &result {
+            tracing::error!(error = %err, jobs = batch.len(), "group commit failed; its changes are refused");
+        }
+        for mut job in batch {
+            if result.is_ok() {
+                // A full feed only delays delivery: the dispatcher's scan of the due index finds the rest.
+                for n in job.notify.drain(..) {
+                    let _ = self.feed.try_send(n);
+                }
+            } else if let Some(guard) = &job.guard {
+                guard.store(true, Ordering::Release);
+            }
+            // The waiter may have gone (request cancelled); the change is committed all the same.
+            let _ = job.done.send(result.clone());
+        }
+    }
+
+    fn write(&mut self, batch: &mut [Job]) -> Result<(), StoreError> {
+        if let Some(err) = &self.broken {
+            return Err(err.clone());
+        }
+        let mut ops: Vec<(usize, Vec<u8>, Option<Vec<u8>>)> =
+            batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(Op::into_entry).collect();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        // Records before the indexes that point at them; a stable sort, so several operations on one key keep
+        // the order they were queued in, and only the last of them is committed.
+        let rank = &self.rank;
+        ops.sort_by(|a, b| {
+            let rank_of = |tree: usize| rank.get(tree).copied().unwrap_or(usize::MAX);
+            (rank_of(a.0), a.0, &a.1).cmp(&(rank_of(b.0), b.0, &b.1))
+        });
+        let mut fjall_batch = self.keyspace.batch().durability(Some(PersistMode::SyncData));
+        let mut touched = 0u64;
+        let mut ops = ops.into_iter().peekable();
+        while let Some((tree, key, entry)) = ops.next() {
+            if ops.peek().is_some_and(|(next_tree, next_key, _)| *next_tree == tree && *next_key == key) {
+                continue;
+            }
+            let Some(partition) = self.partitions.get(tree) else {
+                return Err(StoreError::Corrupt(format!("a write to tree {tree}, which does not exist")));
+            };
+            touched |= 1u64.checked_shl(tree as u32).unwrap_or(0);
+            match entry {
+                Some(value) => fjall_batch.insert(partition, key, value),
+                None => fjall_batch.remove(partition, key),
+            }
+        }
+        if let Err(e) = fjall_batch.commit() {
+            let err = StoreError::Io(format!("commit: {e}; the store stopped writing until a restart"));
+            self.broken = Some(err.clone());
+            self.healthy.store(false, Ordering::Release);
+            return Err(err);
+        }
+        for (index, generation) in self.generations.iter().enumerate() {
+            if touched & 1u64.checked_shl(index as u32).unwrap_or(0) != 0 {
+                generation.fetch_add(1, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every handle is gone (or the store is closing): everything committed is durable in the journal; the
+    /// memtables are written to fjall's tables too, so that the next start has little journal to recover.
+    fn shut_down(&mut self) -> Result<(), StoreError> {
+        if let Some(err) = self.broken.clone() {
+            return Err(err);
+        }
+        let result = self
+            .keyspace
+            .persist(PersistMode::SyncAll)
+            .and_then(|()| self.partitions.iter().try_for_each(|p| p.rotate_memtable_and_wait()))
+            .map_err(|e| StoreError::Io(format!("final flush: {e}")));
+        match &result {
+            Ok(()) => tracing::debug!("store writer stopped after a final flush"),
+            Err(err) => tracing::warn!(error = %err, "final flush failed; the next start recovers the journal"),
+        }
+        result
+    }
+}
