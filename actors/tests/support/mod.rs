@@ -88,7 +88,8 @@ pub fn new_payout(amount: i64) -> NewPayout {
 #[allow(dead_code)]
 pub enum RawTrees {
     Sled(sled::Db),
-    Fjall(fjall::Keyspace),
+    /// fjall's keyspace, and the sled database that holds the balance snapshots beside it.
+    Fjall(fjall::Keyspace, sled::Db),
 }
 
 #[allow(dead_code)]
@@ -96,9 +97,10 @@ impl RawTrees {
     pub fn open(dir: &std::path::Path) -> RawTrees {
         match Embedded::in_dir(dir, Embedded::default()) {
             Embedded::Sled => RawTrees::Sled(sled::open(dir).expect("open sled")),
-            Embedded::Fjall => {
-                RawTrees::Fjall(fjall::Config::new(dir.join("keyspace")).open().expect("open the keyspace"))
-            }
+            Embedded::Fjall => RawTrees::Fjall(
+                fjall::Config::new(dir.join("keyspace")).open().expect("open the keyspace"),
+                sled::open(dir.join("snapshots")).expect("open sled"),
+            ),
         }
     }
 
@@ -108,17 +110,23 @@ impl RawTrees {
 
     pub fn get(&self, tree: &str, key: &[u8]) -> Option<Vec<u8>> {
         match self {
-            RawTrees::Sled(db) => db.open_tree(tree).unwrap().get(key).unwrap().map(|v| v.to_vec()),
-            RawTrees::Fjall(keyspace) => Self::partition(keyspace, tree).get(key).unwrap().map(|v| v.to_vec()),
+            RawTrees::Fjall(keyspace, _) if tree != "snapshots" => {
+                Self::partition(keyspace, tree).get(key).unwrap().map(|v| v.to_vec())
+            }
+            RawTrees::Sled(db) | RawTrees::Fjall(_, db) => {
+                db.open_tree(tree).unwrap().get(key).unwrap().map(|v| v.to_vec())
+            }
         }
     }
 
     pub fn insert(&self, tree: &str, key: &[u8], value: &[u8]) {
         match self {
-            RawTrees::Sled(db) => {
+            RawTrees::Fjall(keyspace, _) if tree != "snapshots" => {
+                Self::partition(keyspace, tree).insert(key, value).unwrap()
+            }
+            RawTrees::Sled(db) | RawTrees::Fjall(_, db) => {
                 db.open_tree(tree).unwrap().insert(key, value).unwrap();
             }
-            RawTrees::Fjall(keyspace) => Self::partition(keyspace, tree).insert(key, value).unwrap(),
         }
     }
 
@@ -128,7 +136,10 @@ impl RawTrees {
             RawTrees::Sled(db) => {
                 db.flush().unwrap();
             }
-            RawTrees::Fjall(keyspace) => keyspace.persist(fjall::PersistMode::SyncAll).unwrap(),
+            RawTrees::Fjall(keyspace, db) => {
+                keyspace.persist(fjall::PersistMode::SyncAll).unwrap();
+                db.flush().unwrap();
+            }
         }
     }
 }

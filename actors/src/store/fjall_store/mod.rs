@@ -3,9 +3,16 @@
 //! sees it ([`writer`]); a start recovers at most fjall's bounded journal, whatever the history, and the
 //! tables are compressed.
 //!
+//! The merchants' balance snapshots are kept in sled (under `snapshots/`), as the engine's design asks: a
+//! snapshot is a cache of what the journal already says, written to sled once the journal holds its event, so
+//! a snapshot is never ahead of the journal, and one that a crash loses only makes recovery replay from an
+//! older one. They are few (one per merchant, rewritten every thousand events), so sled's costs at scale (its
+//! log replayed at each open, its disk per key) stay small.
+//!
 //! `open` takes the directory's lock (fjall has none), checks the format stamp and opens the keyspace;
 //! `backup` copies a consistent moment of a running store without pausing writes.
 
+pub mod upgrade;
 mod writer;
 
 use std::collections::BTreeSet;
@@ -13,7 +20,7 @@ use std::fs::File;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use fjall::{Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
@@ -21,7 +28,7 @@ use fjall::{Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 use self::writer::Writer;
 use super::kv::{Kv, Scan};
 use super::kv_store::KvStore;
-use super::layout::{merchant_of, past_merchant, TREE_NAMES};
+use super::layout::{merchant_of, past_merchant, SNAPSHOTS, TREE_NAMES};
 use super::op::Op;
 use super::{BackupReport, FailureLatch, Fence, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
@@ -32,6 +39,12 @@ pub type FjallStore = KvStore<FjallKv>;
 
 /// The keyspace's directory inside the data directory.
 const KEYSPACE_DIR: &str = "keyspace";
+/// sled's directory for the balance snapshots, inside the data directory.
+const SNAPSHOTS_DIR: &str = "snapshots";
+/// sled's own page cache for the snapshots: they are read when an actor starts, not on a hot path.
+const SNAPSHOTS_CACHE_BYTES: u64 = 4 * 1024 * 1024;
+/// How often sled writes the snapshots out: what a crash may lose of them (a longer replay, nothing more).
+const SNAPSHOTS_FLUSH_MS: u64 = 1_000;
 /// The lock file at the root of the data directory, held (`flock`) while a process has the store open.
 const LOCK_FILE: &str = "LOCK";
 /// How long an open waits for a lock that is being released (a process that closes and reopens the same
@@ -51,11 +64,11 @@ const MAX_CHUNK: usize = 1024;
 pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
 pub struct FjallKv {
-    // Dropped in this order: the writer (which flushes and joins its thread), the partitions and keyspace,
-    // and the directory's lock last, once nothing of fjall's is open.
+    // Dropped in this order: the writer (which flushes and joins its thread), the keyspace, and the
+    // directory's lock last, once nothing of fjall's is open.
     writer: Writer,
-    partitions: Vec<PartitionHandle>,
-    keyspace: Keyspace,
+    current: Arc<Current>,
+    snapshots: sled::Tree,
     healthy: Arc<AtomicBool>,
     _lock: File,
 }
@@ -113,14 +126,24 @@ impl FjallStore {
         if !holds_store(dir) {
             create(dir, cache_bytes)?;
         }
-        let (keyspace, partitions) = open_keyspace(&keyspace_dir(dir), cache_bytes)?;
+        let open = Open::at(&keyspace_dir(dir), cache_bytes)?;
         // Trees a newer build added since the keyspace was made were just created: reachable after a power cut.
-        keyspace.persist(PersistMode::SyncAll).map_err(io("sync the keyspace"))?;
+        open.keyspace.persist(PersistMode::SyncAll).map_err(io("sync the keyspace"))?;
+        let current =
+            Arc::new(Current { open: RwLock::new(Some(Arc::new(open))), path: keyspace_dir(dir), cache_bytes });
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "opened the keyspace");
+        let snapshots_dir = dir.join(SNAPSHOTS_DIR);
+        let sled = crate::store::sled_store::open_when_unlocked(
+            &snapshots_dir,
+            SNAPSHOTS_CACHE_BYTES,
+            Some(SNAPSHOTS_FLUSH_MS),
+        )?;
+        let snapshots = sled.open_tree(TREE_NAMES[SNAPSHOTS]).map_err(|e| StoreError::Io(format!("open sled: {e}")))?;
+        sync_dir(dir)?;
         let healthy = Arc::new(AtomicBool::new(true));
         let (feed_tx, feed_rx) = tokio::sync::mpsc::channel(FEED_CAPACITY);
-        let writer = Writer::spawn(keyspace.clone(), partitions.clone(), healthy.clone(), feed_tx)?;
-        Ok(KvStore::new(FjallKv { writer, partitions, keyspace, healthy, _lock: lock }, feed_rx))
+        let writer = Writer::spawn(current.clone(), snapshots.clone(), snapshots_dir, healthy.clone(), feed_tx)?;
+        Ok(KvStore::new(FjallKv { writer, current, snapshots, healthy, _lock: lock }, feed_rx))
     }
 }
 
@@ -129,12 +152,134 @@ pub(super) fn holds_store(dir: &Path) -> bool {
     keyspace_dir(dir).is_dir()
 }
 
+/// The nice value of fjall's background threads (see [`open_keyspace`]).
+const BACKGROUND_NICE: libc::c_int = 10;
+
+/// Opens the keyspace from a thread of its own whose priority is lowered first: the threads fjall starts
+/// (writing memtables out, compacting tables) inherit it. Their work is never what an answer waits for, and
+/// at the default priority they took the cores from the merchant actors and the HTTP workers, as sled's
+/// applier did (docs/perf/history.md). If they fall behind, fjall slows the writer, which is the backpressure
+/// wanted.
+/// The keyspace as open now, with a handle on each tree.
+pub(super) struct Open {
+    pub(super) keyspace: Keyspace,
+    pub(super) partitions: Vec<PartitionHandle>,
+}
+
+impl Open {
+    fn at(path: &Path, cache_bytes: u64) -> Result<Open, StoreError> {
+        let (keyspace, partitions) = open_keyspace(path, cache_bytes)?;
+        Ok(Open { keyspace, partitions })
+    }
+
+    fn partition(&self, tree: usize) -> Result<&PartitionHandle, StoreError> {
+        self.partitions.get(tree).ok_or_else(|| StoreError::Corrupt(format!("no tree number {tree}")))
+    }
+}
+
+/// The open keyspace, which the writer replaces after fjall refused a write: fjall accepts no write after a
+/// failed sync of its journal (its tail is unknown), until the keyspace is opened again, which recovers the
+/// journal up to its last whole record. Readers and the writer take the current one for each use.
+pub(super) struct Current {
+    open: RwLock<Option<Arc<Open>>>,
+    path: PathBuf,
+    cache_bytes: u64,
+}
+
+/// The file [`Current::probe`] writes, in the data directory.
+const PROBE_FILE: &str = "probe";
+/// How long a reopen waits for readers to let go of the keyspace before it tries again later.
+const REOPEN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Current {
+    pub(super) fn get(&self) -> Result<Arc<Open>, StoreError> {
+        self.open
+            .read()
+            .map_err(|_| StoreError::Io("the keyspace's lock is poisoned".into()))?
+            .clone()
+            .ok_or_else(|| StoreError::Io("the store is being opened again after a failed write".into()))
+    }
+
+    /// Closes the keyspace and opens it again. Only one instance may be open on the directory, so the old
+    /// one goes first: once readers have let it go (at most [`REOPEN_PATIENCE`], else it is kept and the
+    /// caller tries later), it is dropped, which stops fjall's threads; reads fail meanwhile.
+    pub(super) fn reopen(&self) -> Result<(), StoreError> {
+        let poisoned = || StoreError::Io("the keyspace's lock is poisoned".into());
+        let old = self.open.write().map_err(|_| poisoned())?.take();
+        if let Some(mut old) = old {
+            let started = Instant::now();
+            loop {
+                match Arc::try_unwrap(old) {
+                    Ok(open) => {
+                        drop(open);
+                        break;
+                    }
+                    Err(shared) if started.elapsed() < REOPEN_PATIENCE => {
+                        old = shared;
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    Err(shared) => {
+                        *self.open.write().map_err(|_| poisoned())? = Some(shared);
+                        return Err(StoreError::Io("readers held the keyspace; it is opened again later".into()));
+                    }
+                }
+            }
+        }
+        let open = Open::at(&self.path, self.cache_bytes)?;
+        *self.open.write().map_err(|_| poisoned())? = Some(Arc::new(open));
+        Ok(())
+    }
+
+    /// Writes, syncs and removes a small file beside the keyspace: Ok when the disk takes writes.
+    pub(super) fn probe(&self) -> Result<(), StoreError> {
+        use std::io::Write;
+        let dir = self.path.parent().unwrap_or(&self.path);
+        let path = dir.join(PROBE_FILE);
+        let written = File::create(&path).and_then(|mut file| {
+            file.write_all(&[0u8; 4096])?;
+            file.sync_data()
+        });
+        let _ = std::fs::remove_file(&path);
+        written.map_err(|e| StoreError::Io(format!("write {}: {e}", path.display())))
+    }
+
+    /// The bytes free for fjall's files.
+    pub(super) fn free_bytes(&self) -> Result<u64, StoreError> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.path.as_os_str().as_bytes())
+            .map_err(|_| StoreError::Io(format!("{}: a path with a NUL byte", self.path.display())))?;
+        // SAFETY: `statvfs` reads the NUL-terminated path and writes only into `stat`, which is ours and
+        // the size it expects.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+            return Err(StoreError::Io(format!(
+                "statvfs {}: {}",
+                self.path.display(),
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+    }
+}
+
 fn open_keyspace(path: &Path, cache_bytes: u64) -> Result<(Keyspace, Vec<PartitionHandle>), StoreError> {
-    let keyspace = fjall::Config::new(path)
+    let config = fjall::Config::new(path)
         .cache_size(cache_bytes)
         .max_journaling_size(MAX_JOURNAL_BYTES)
-        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
-        .open()
+        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES);
+    let keyspace = std::thread::Builder::new()
+        .name("caisse-store-open".into())
+        .spawn(move || {
+            // SAFETY: `setpriority` takes plain integers and touches no memory of ours. On Linux,
+            // `PRIO_PROCESS` with `who = 0` names the calling thread, not the whole process.
+            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) } != 0 {
+                tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower fjall's priority");
+            }
+            config.open()
+        })
+        .map_err(|e| StoreError::Io(format!("start a thread to open the keyspace: {e}")))?
+        .join()
+        .map_err(|_| StoreError::Io("opening the keyspace panicked".into()))?
         .map_err(io("open the keyspace"))?;
     let partitions = TREE_NAMES
         .iter()
@@ -194,7 +339,8 @@ fn borrowed(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 /// threads, the audit walks whole trees); like sled's iterators, a scan is not one moment of the tree, but
 /// each key is seen once, in order.
 struct Chunked {
-    partition: PartitionHandle,
+    open: Arc<Open>,
+    tree: usize,
     name: &'static str,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
@@ -206,7 +352,7 @@ struct Chunked {
 
 impl Chunked {
     fn fill(&mut self) -> Result<(), StoreError> {
-        let range = self.partition.range::<&[u8], _>((borrowed(&self.start), borrowed(&self.end)));
+        let range = self.open.partition(self.tree)?.range::<&[u8], _>((borrowed(&self.start), borrowed(&self.end)));
         let items: Box<dyn Iterator<Item = fjall::Result<fjall::KvPair>>> =
             if self.reverse { Box::new(range.rev()) } else { Box::new(range) };
         let mut chunk = Vec::with_capacity(self.chunk);
@@ -259,21 +405,33 @@ impl Iterator for Chunked {
     }
 }
 
-impl FjallKv {
-    fn partition(&self, tree: usize) -> Result<&PartitionHandle, StoreError> {
-        self.partitions.get(tree).ok_or_else(|| StoreError::Corrupt(format!("no tree number {tree}")))
-    }
-}
-
 impl Kv for FjallKv {
     fn raw(&self, tree: usize, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
-        let value = self.partition(tree)?.get(key).map_err(|e| StoreError::Io(format!("{}: {e}", TREE_NAMES[tree])))?;
+        if tree == SNAPSHOTS {
+            return self.snapshots.get(key).map_err(|e| StoreError::Io(format!("snapshots: {e}")));
+        }
+        let value = self
+            .current
+            .get()?
+            .partition(tree)?
+            .get(key)
+            .map_err(|e| StoreError::Io(format!("{}: {e}", TREE_NAMES[tree])))?;
         Ok(value.map(|v| sled::IVec::from(&*v)))
     }
 
     fn scan(&self, tree: usize, start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool) -> Result<Scan, StoreError> {
+        if tree == SNAPSHOTS {
+            let range = self.snapshots.range::<&[u8], _>((start, end));
+            let error = |e: sled::Error| StoreError::Io(format!("snapshots: {e}"));
+            return Ok(if reverse {
+                Box::new(range.rev().map(move |item| item.map_err(error)))
+            } else {
+                Box::new(range.map(move |item| item.map_err(error)))
+            });
+        }
         Ok(Box::new(Chunked {
-            partition: self.partition(tree)?.clone(),
+            open: self.current.get()?,
+            tree,
             name: TREE_NAMES[tree],
             start: owned(start),
             end: owned(end),
@@ -300,7 +458,15 @@ impl Kv for FjallKv {
     }
 
     fn count(&self, tree: usize) -> Result<u64, StoreError> {
-        let count = self.partition(tree)?.len().map_err(|e| StoreError::Io(format!("{}: {e}", TREE_NAMES[tree])))?;
+        if tree == SNAPSHOTS {
+            return Ok(self.snapshots.len() as u64);
+        }
+        let count = self
+            .current
+            .get()?
+            .partition(tree)?
+            .len()
+            .map_err(|e| StoreError::Io(format!("{}: {e}", TREE_NAMES[tree])))?;
         Ok(count as u64)
     }
 
@@ -317,7 +483,15 @@ impl Kv for FjallKv {
     }
 
     fn first_from(&self, tree: usize, from: Option<&[u8]>) -> Result<Option<sled::IVec>, StoreError> {
-        let partition = self.partition(tree)?;
+        if tree == SNAPSHOTS {
+            let start = from.map_or(Bound::Unbounded, Bound::Included);
+            return match self.scan(tree, start, Bound::Unbounded, false)?.next() {
+                Some(item) => Ok(Some(item?.0)),
+                None => Ok(None),
+            };
+        }
+        let open = self.current.get()?;
+        let partition = open.partition(tree)?;
         let first = match from {
             Some(key) => partition.range::<&[u8], _>(key..).next(),
             None => partition.iter().next(),
@@ -357,10 +531,22 @@ impl FjallKv {
                 to.display()
             )));
         }
-        let moment = self.keyspace.instant();
+        // The snapshots first, then the moment of the journal: a snapshot is written after its event, so the
+        // copy's journal reaches every snapshot it holds.
+        let mut snapshots = Vec::new();
+        for item in self.snapshots.iter() {
+            let (key, value) = item.map_err(|e| StoreError::Io(format!("read snapshots for the copy: {e}")))?;
+            snapshots.push(Op::Insert(SNAPSHOTS, key.to_vec(), value.to_vec()));
+        }
+        let open = self.current.get()?;
+        let moment = open.keyspace.instant();
         let copy = FjallStore::open(to)?;
-        let mut keys = 0u64;
-        for (tree, partition) in self.partitions.iter().enumerate() {
+        let mut keys = snapshots.len() as u64;
+        copy.kv.write_now(snapshots)?;
+        for (tree, partition) in open.partitions.iter().enumerate() {
+            if tree == SNAPSHOTS {
+                continue;
+            }
             let snapshot = partition.snapshot_at(moment);
             let mut ops = Vec::with_capacity(BACKUP_BATCH_KEYS);
             for item in snapshot.iter() {

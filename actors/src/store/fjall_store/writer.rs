@@ -16,12 +16,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self as std_mpsc, TrySendError};
 use std::sync::Arc;
 
-use fjall::{Keyspace, PartitionHandle, PersistMode};
+use fjall::PersistMode;
+
+use super::Current;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::records::Notification;
-use crate::store::layout::APPLY_ORDER;
+use crate::store::layout::{journal_runs, APPLY_ORDER, JOURNAL, SNAPSHOTS};
 use crate::store::op::Op;
+use crate::store::overlay::TreeMap;
 use crate::store::writer::wait_polling;
 use crate::store::{FailureLatch, StoreError, Ticket};
 
@@ -29,6 +32,12 @@ use crate::store::{FailureLatch, StoreError, Ticket};
 const MAX_BATCH_JOBS: usize = 2048;
 /// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
 const QUEUE_CAPACITY: usize = 32 * 1024;
+/// Batches are refused, untried, while the disk has less than this free: fjall's own writes (its journal, the
+/// tables it writes in the background) then seldom meet a full disk, after which it accepts no write until
+/// the keyspace is opened again.
+const RESERVE_BYTES: u64 = 8 * 1024 * 1024;
+/// How often an idle writer wakes while writes fail: to see whether the disk has room again.
+const IDLE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Job {
     ops: Vec<Op>,
@@ -62,22 +71,25 @@ impl Drop for Writer {
 
 impl Writer {
     pub(super) fn spawn(
-        keyspace: Keyspace,
-        partitions: Vec<PartitionHandle>,
+        current: Arc<Current>,
+        snapshots: sled::Tree,
+        snapshots_dir: std::path::PathBuf,
         healthy: Arc<AtomicBool>,
         feed: mpsc::Sender<Notification>,
     ) -> Result<Writer, StoreError> {
         let (queue, jobs) = std_mpsc::sync_channel(QUEUE_CAPACITY);
-        let generations: Arc<Vec<AtomicU64>> = Arc::new(partitions.iter().map(|_| AtomicU64::new(0)).collect());
-        let mut rank = vec![usize::MAX; partitions.len()];
+        let trees = crate::store::layout::TREE_NAMES.len();
+        let generations: Arc<Vec<AtomicU64>> = Arc::new((0..trees).map(|_| AtomicU64::new(0)).collect());
+        let mut rank = vec![usize::MAX; trees];
         for (at, step) in APPLY_ORDER.iter().enumerate() {
             if let Some(slot) = rank.get_mut(step.tree) {
                 *slot = at;
             }
         }
         let mut thread = WriterThread {
-            keyspace,
-            partitions,
+            current,
+            snapshots,
+            snapshots_dir,
             rank,
             generations: generations.clone(),
             jobs,
@@ -131,22 +143,32 @@ impl Writer {
 }
 
 struct WriterThread {
-    keyspace: Keyspace,
-    partitions: Vec<PartitionHandle>,
+    current: Arc<Current>,
+    /// The merchants' balance snapshots, in sled (see [`super`]), and sled's directory.
+    snapshots: sled::Tree,
+    snapshots_dir: std::path::PathBuf,
     /// Each tree's place in [`APPLY_ORDER`]: a batch reaches the memtables records first, then what points at
     /// them, so an index read while a batch is being applied never leads to nothing.
     rank: Vec<usize>,
     generations: Arc<Vec<AtomicU64>>,
     jobs: std_mpsc::Receiver<Job>,
     healthy: Arc<AtomicBool>,
-    /// Set when a commit failed; every later write gets this error until a restart.
+    /// Set when fjall refused a commit; every later write gets this error until the keyspace is opened again.
     broken: Option<StoreError>,
     feed: mpsc::Sender<Notification>,
 }
 
 impl WriterThread {
     fn run(&mut self) {
-        while let Ok(first) = self.jobs.recv() {
+        loop {
+            let first = match self.jobs.recv_timeout(IDLE_TICK) {
+                Ok(job) => job,
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    self.idle();
+                    continue;
+                }
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+            };
             let mut batch = Vec::with_capacity(64);
             batch.push(first);
             while batch.len() < MAX_BATCH_JOBS {
@@ -202,14 +224,80 @@ impl WriterThread {
         }
     }
 
-    fn write(&mut self, batch: &mut [Job]) -> Result<(), StoreError> {
-        if let Some(err) = &self.broken {
-            return Err(err.clone());
+    /// While writes fail: once the disk has room again, opens the keyspace again if fjall refused a write,
+    /// and says the store is healthy.
+    fn idle(&mut self) {
+        if self.healthy.load(Ordering::Acquire) || !self.has_room() {
+            return;
         }
-        let mut ops: Vec<(usize, Vec<u8>, Option<Vec<u8>>)> =
+        if self.broken.is_some() {
+            if !self.disk_writes() {
+                return;
+            }
+            match self.current.reopen() {
+                Ok(()) => {
+                    tracing::info!("the keyspace was opened again after a failed write; writes resume");
+                    self.broken = None;
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not open the keyspace again; trying again later");
+                    return;
+                }
+            }
+        }
+        self.healthy.store(true, Ordering::Release);
+    }
+
+    fn has_room(&self) -> bool {
+        match self.current.free_bytes() {
+            Ok(free) => free >= RESERVE_BYTES,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read the disk's free space");
+                false
+            }
+        }
+    }
+
+    /// True when a file can be written and synced beside fjall's: before the keyspace is closed to be opened
+    /// again, which needs to write, so that a disk that refuses writes (read-only, failing) leaves the old
+    /// keyspace serving reads.
+    fn disk_writes(&self) -> bool {
+        match self.current.probe() {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::debug!(error = %err, "the disk still refuses writes");
+                false
+            }
+        }
+    }
+
+    fn write(&mut self, batch: &mut [Job]) -> Result<(), StoreError> {
+        if self.broken.is_some() {
+            self.idle();
+            if let Some(err) = &self.broken {
+                return Err(err.clone());
+            }
+        }
+        if !self.has_room() {
+            self.healthy.store(false, Ordering::Release);
+            return Err(StoreError::Io(format!(
+                "the disk is full (less than {} MiB free); writes resume when there is room",
+                RESERVE_BYTES >> 20
+            )));
+        }
+        self.healthy.store(true, Ordering::Release);
+        let open = self.current.get()?;
+        let ops: Vec<(usize, Vec<u8>, Option<Vec<u8>>)> =
             batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(Op::into_entry).collect();
         if ops.is_empty() {
             return Ok(());
+        }
+        // A merchant's consecutive events in the batch become runs stored under the key of the last, as sled's
+        // applier stores them: a busy merchant's events cost fjall one key per run rather than one per event.
+        let (journal, mut ops): (Vec<_>, Vec<_>) = ops.into_iter().partition(|(tree, _, _)| *tree == JOURNAL);
+        if !journal.is_empty() {
+            let events: TreeMap = journal.into_iter().map(|(_, key, entry)| (key, entry)).collect();
+            ops.extend(journal_runs(&events)?.into_iter().map(|(key, entry)| (JOURNAL, key, entry)));
         }
         // Records before the indexes that point at them; a stable sort, so several operations on one key keep
         // the order they were queued in, and only the last of them is committed.
@@ -218,27 +306,43 @@ impl WriterThread {
             let rank_of = |tree: usize| rank.get(tree).copied().unwrap_or(usize::MAX);
             (rank_of(a.0), a.0, &a.1).cmp(&(rank_of(b.0), b.0, &b.1))
         });
-        let mut fjall_batch = self.keyspace.batch().durability(Some(PersistMode::SyncData));
+        let mut fjall_batch = open.keyspace.batch().durability(Some(PersistMode::SyncData));
+        let mut snapshots = sled::Batch::default();
         let mut touched = 0u64;
         let mut ops = ops.into_iter().peekable();
         while let Some((tree, key, entry)) = ops.next() {
             if ops.peek().is_some_and(|(next_tree, next_key, _)| *next_tree == tree && *next_key == key) {
                 continue;
             }
-            let Some(partition) = self.partitions.get(tree) else {
+            touched |= 1u64.checked_shl(tree as u32).unwrap_or(0);
+            if tree == SNAPSHOTS {
+                match entry {
+                    Some(value) => snapshots.insert(key, value),
+                    None => snapshots.remove(key),
+                }
+                continue;
+            }
+            let Some(partition) = open.partitions.get(tree) else {
                 return Err(StoreError::Corrupt(format!("a write to tree {tree}, which does not exist")));
             };
-            touched |= 1u64.checked_shl(tree as u32).unwrap_or(0);
             match entry {
                 Some(value) => fjall_batch.insert(partition, key, value),
                 None => fjall_batch.remove(partition, key),
             }
         }
         if let Err(e) = fjall_batch.commit() {
-            let err = StoreError::Io(format!("commit: {e}; the store stopped writing until a restart"));
+            let err = StoreError::Io(format!(
+                "commit: {e}; writes stop until the keyspace is opened again, once the disk has room"
+            ));
             self.broken = Some(err.clone());
             self.healthy.store(false, Ordering::Release);
             return Err(err);
+        }
+        // Only once the journal holds their events: a snapshot is never ahead of the journal, whatever sled
+        // keeps of it after a crash. One that is lost costs the merchant's next start a longer replay, nothing
+        // else, so a failure here fails nothing that is already durable.
+        if let Err(e) = self.snapshots.apply_batch(snapshots) {
+            tracing::error!(error = %e, "balance snapshots not written; recovery replays from older ones");
         }
         for (index, generation) in self.generations.iter().enumerate() {
             if touched & 1u64.checked_shl(index as u32).unwrap_or(0) != 0 {
@@ -254,11 +358,15 @@ impl WriterThread {
         if let Some(err) = self.broken.clone() {
             return Err(err);
         }
-        let result = self
+        let open = self.current.get()?;
+        let result = open
             .keyspace
             .persist(PersistMode::SyncAll)
-            .and_then(|()| self.partitions.iter().try_for_each(|p| p.rotate_memtable_and_wait()))
-            .map_err(|e| StoreError::Io(format!("final flush: {e}")));
+            .and_then(|()| open.partitions.iter().try_for_each(|p| p.rotate_memtable_and_wait()))
+            .map_err(|e| StoreError::Io(format!("final flush: {e}")))
+            .and_then(|()| self.snapshots.flush().map(drop).map_err(|e| StoreError::Io(format!("flush sled: {e}"))))
+            // sled's flush stops at `sync_file_range`, which a power cut does not respect.
+            .and_then(|()| crate::store::sled_store::sync_tree(&self.snapshots_dir));
         match &result {
             Ok(()) => tracing::debug!("store writer stopped after a final flush"),
             Err(err) => tracing::warn!(error = %err, "final flush failed; the next start recovers the journal"),

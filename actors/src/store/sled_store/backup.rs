@@ -80,7 +80,7 @@ impl SledKv {
 }
 
 /// `sync_all` on every file under `dir`, then on each directory, so the copy survives a power cut.
-fn sync_tree(dir: &Path) -> Result<(), StoreError> {
+pub(in crate::store) fn sync_tree(dir: &Path) -> Result<(), StoreError> {
     let io_error = |path: &Path, e: std::io::Error| StoreError::Io(format!("sync {}: {e}", path.display()));
     for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
         let path = entry.map_err(|e| io_error(dir, e))?.path();

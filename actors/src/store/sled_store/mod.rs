@@ -26,6 +26,8 @@ use super::{BackupReport, FailureLatch, Fence, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 
+pub(super) use backup::sync_tree;
+pub(super) use open::open_when_unlocked;
 pub use open::DEFAULT_CACHE_BYTES;
 pub use sizes::TreeSize;
 pub(super) use stamp::check_or_stamp;

@@ -27,12 +27,15 @@ pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// and reopens the same directory (a test, a supervised restart) would otherwise see its own old lock.
 const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
+/// Opens sled in `dir`, flushing in the background every `flush_every_ms` if set.
+pub(in crate::store) fn open_when_unlocked(
+    dir: &Path,
+    cache_bytes: u64,
+    flush_every_ms: Option<u64>,
+) -> Result<sled::Db, StoreError> {
     let started = std::time::Instant::now();
     loop {
-        // No background flush: the write-ahead log makes changes durable, checkpoints flush sled when the disk
-        // is known good, and a flush failing on its own would leave sled refusing everything until reopened.
-        match sled::Config::new().path(dir).flush_every_ms(None).cache_capacity(cache_bytes).open() {
+        match sled::Config::new().path(dir).flush_every_ms(flush_every_ms).cache_capacity(cache_bytes).open() {
             Ok(db) => return Ok(db),
             Err(e) => {
                 let text = e.to_string();
@@ -66,7 +69,9 @@ impl SledStore {
         }
         super::stamp::check_or_stamp(dir)?;
         let started = std::time::Instant::now();
-        let db = open_when_unlocked(dir, cache_bytes)?;
+        // No background flush: the write-ahead log makes changes durable, checkpoints flush sled when the disk
+        // is known good, and a flush failing on its own would leave sled refusing everything until reopened.
+        let db = open_when_unlocked(dir, cache_bytes, None)?;
         // After a crash this is most of a restart (sled replays everything written since its previous open),
         // so the operator sees it apart from the log replay and the audit, which log their own times.
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "opened sled");
