@@ -54,6 +54,9 @@ enum Commands {
         #[arg(long)]
         from: PathBuf,
     },
+    /// Move the embedded store from sled (the engine of stores made by earlier releases) to fjall. The server
+    /// must be stopped. The old store is kept beside the data directory, under the same name ending in `.sled`.
+    UpgradeStore,
     /// Print a new random secret: 32 bytes from the operating system's generator, base64. Use one as the admin
     /// token.
     Keygen,
@@ -109,7 +112,8 @@ fn main() -> ExitCode {
         | Commands::Keygen
         | Commands::Backup { .. }
         | Commands::Restore { .. }
-        | Commands::Audit => None,
+        | Commands::Audit
+        | Commands::UpgradeStore => None,
     };
     if let Commands::Keygen = cli.command {
         println!("{}", keygen());
@@ -135,6 +139,7 @@ fn main() -> ExitCode {
         }),
         Commands::Restore { from } => client::restore(&settings, &from).map(|value| println!("{value}")),
         Commands::Audit => return audit(&settings),
+        Commands::UpgradeStore => client::upgrade_store(&settings).map(|value| println!("{value}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

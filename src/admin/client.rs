@@ -253,6 +253,60 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
     Ok(json!({"restored": data, "merchants": report.merchants, "events": report.events, "audit": "passed"}))
 }
 
+/// `caisse upgrade-store`: moves the embedded store sled made onto fjall, the server stopped. The copy is made
+/// beside the data directory, audited, and then takes its place; the sled store is kept beside it under
+/// `<data_dir>.sled` until the operator deletes it.
+pub fn upgrade_store(settings: &Settings) -> Result<Value, String> {
+    if let StoreLocation::Postgres(_) = settings.store {
+        return Err("the store is PostgreSQL: only the embedded store has an engine to upgrade".into());
+    }
+    let data = settings.data_dir.as_path();
+    if Embedded::in_dir(data, Embedded::Fjall) != Embedded::Sled {
+        return Err(format!("{} holds no sled store: nothing to upgrade", data.display()));
+    }
+    let beside = |suffix: &str| {
+        let mut name = data.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "data".into());
+        name.push(suffix);
+        data.with_file_name(name)
+    };
+    let (fresh, kept) = (beside(".upgrading"), beside(".sled"));
+    for path in [&fresh, &kept] {
+        if path.exists() {
+            return Err(format!("{} exists: move it aside or delete it, then run the upgrade again", path.display()));
+        }
+    }
+    let report = match caisse_engine::store::fjall_store::upgrade::from_sled(data, &fresh) {
+        Ok(report) => report,
+        Err(StoreError::Locked(_)) => {
+            return Err(format!("the store in {} is in use by a running `caisse serve`: stop it first", data.display()))
+        }
+        Err(e) => {
+            // Nothing was changed in the data directory; the half-made copy goes.
+            let _ = std::fs::remove_dir_all(&fresh);
+            return Err(format!("the upgrade failed, the store is unchanged: {e}"));
+        }
+    };
+    let audit = Embedded::open(&fresh, Embedded::Fjall, settings.store_cache_bytes, settings.master_key.clone())
+        .and_then(|store| caisse_engine::store::Audit::audit(store.as_ref()))
+        .map_err(|e| {
+            format!("the upgraded copy in {} fails its audit, the store is unchanged: {e}", fresh.display())
+        })?;
+    let moved = |from: &std::path::Path, to: &std::path::Path| {
+        std::fs::rename(from, to).map_err(|e| format!("moving {} to {}: {e}", from.display(), to.display()))
+    };
+    moved(data, &kept)?;
+    moved(&fresh, data)?;
+    if let Some(parent) = data.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("sync {}: {e}", parent.display()))?;
+    }
+    Ok(json!({
+        "upgraded": data, "engine": "fjall", "keys": report.keys, "elapsed_ms": report.elapsed_ms,
+        "merchants": audit.merchants, "events": audit.events, "audit": "passed", "sled_store_kept_in": kept,
+    }))
+}
+
 /// Copies `from` into `to` file by file, each file synced, then the directories.
 fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;

@@ -200,3 +200,39 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
     let listed = json_lines(&run(caisse(work.path(), port, admin_port, None).args(["merchant", "list", "--json"])));
     assert_eq!(listed[0]["statut"], "actif");
 }
+
+/// A store an earlier release made on sled moves to fjall with `caisse upgrade-store`, the server stopped: the
+/// copy holds every account, passes its audit and takes the data directory's place, the sled store is kept
+/// beside it, and a second run finds nothing to upgrade.
+#[test]
+fn a_sled_store_is_upgraded_to_fjall_and_kept_beside() {
+    let work = tempfile::tempdir().expect("work dir");
+    let data = work.path().join("data");
+    let on_sled = |command: &mut Command| -> Output { run(command.env("CAISSE_STORE", "sled")) };
+    let created = on_sled(caisse(work.path(), 0, 0, None).args([
+        "merchant",
+        "create",
+        "--name",
+        "Boutique Sled",
+        "--email",
+        "sled@example.com",
+        "--json",
+    ]));
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    assert!(data.join("db").exists(), "the store was made on sled");
+
+    let upgraded = run(caisse(work.path(), 0, 0, None).arg("upgrade-store"));
+    assert!(upgraded.status.success(), "{}", String::from_utf8_lossy(&upgraded.stderr));
+    let report = &json_lines(&upgraded)[0];
+    assert_eq!(report["audit"], "passed", "{report}");
+    assert_eq!(report["engine"], "fjall", "{report}");
+    assert!(data.join("keyspace").is_dir() && !data.join("db").exists(), "the data directory is fjall's now");
+    assert!(work.path().join("data.sled").join("db").exists(), "the sled store is kept beside");
+
+    let listed = json_lines(&run(caisse(work.path(), 0, 0, None).args(["merchant", "list", "--json"])));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["email"], "sled@example.com");
+    let again = run(caisse(work.path(), 0, 0, None).arg("upgrade-store"));
+    assert!(!again.status.success(), "nothing left to upgrade");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to upgrade"));
+}

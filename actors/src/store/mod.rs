@@ -100,7 +100,16 @@ impl Embedded {
         master_key: Option<sealing::MasterKey>,
     ) -> Result<Arc<dyn Store>, StoreError> {
         Ok(match Embedded::in_dir(dir, fresh) {
-            Embedded::Sled => Arc::new(SledStore::open_with_cache(dir, cache_bytes)?.with_master_key(master_key)),
+            Embedded::Sled => {
+                if fresh == Embedded::Fjall {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        "the data directory holds a sled store, made by an earlier release: `caisse upgrade-store` \
+                         (the server stopped) moves it to fjall, whose restarts and disk stay small (docs/storage.md)"
+                    );
+                }
+                Arc::new(SledStore::open_with_cache(dir, cache_bytes)?.with_master_key(master_key))
+            }
             Embedded::Fjall => Arc::new(FjallStore::open_with_cache(dir, cache_bytes)?.with_master_key(master_key)),
         })
     }
