@@ -261,15 +261,19 @@ pub fn upgrade_store(settings: &Settings) -> Result<Value, String> {
         return Err("the store is PostgreSQL: only the embedded store has an engine to upgrade".into());
     }
     let data = settings.data_dir.as_path();
+    let (fresh, kept) = caisse_engine::store::fjall_store::upgrade::beside(data);
+    let moved = |from: &std::path::Path, to: &std::path::Path| {
+        std::fs::rename(from, to).map_err(|e| format!("moving {} to {}: {e}", from.display(), to.display()))
+    };
+    if !data.exists() && fresh.exists() && kept.exists() {
+        // Stopped between its two renames: the copy was audited before the first.
+        moved(&fresh, data)?;
+        return Ok(json!({"upgraded": data, "engine": "fjall", "finished": "an interrupted upgrade",
+            "sled_store_kept_in": kept}));
+    }
     if Embedded::in_dir(data, Embedded::Fjall) != Embedded::Sled {
         return Err(format!("{} holds no sled store: nothing to upgrade", data.display()));
     }
-    let beside = |suffix: &str| {
-        let mut name = data.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "data".into());
-        name.push(suffix);
-        data.with_file_name(name)
-    };
-    let (fresh, kept) = (beside(".upgrading"), beside(".sled"));
     for path in [&fresh, &kept] {
         if path.exists() {
             return Err(format!("{} exists: move it aside or delete it, then run the upgrade again", path.display()));
@@ -291,9 +295,6 @@ pub fn upgrade_store(settings: &Settings) -> Result<Value, String> {
         .map_err(|e| {
             format!("the upgraded copy in {} fails its audit, the store is unchanged: {e}", fresh.display())
         })?;
-    let moved = |from: &std::path::Path, to: &std::path::Path| {
-        std::fs::rename(from, to).map_err(|e| format!("moving {} to {}: {e}", from.display(), to.display()))
-    };
     moved(data, &kept)?;
     moved(&fresh, data)?;
     if let Some(parent) = data.parent().filter(|p| !p.as_os_str().is_empty()) {

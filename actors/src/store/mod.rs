@@ -99,6 +99,18 @@ impl Embedded {
         cache_bytes: u64,
         master_key: Option<sealing::MasterKey>,
     ) -> Result<Arc<dyn Store>, StoreError> {
+        let (upgraded, kept) = fjall_store::upgrade::beside(dir);
+        if !fjall_store::holds_store(dir) && !sled_store::holds_store(dir) && upgraded.exists() && kept.exists() {
+            // The upgrade moved the old store aside and was stopped before the new one took its place: a fresh
+            // store here would answer for merchants it does not know.
+            return Err(StoreError::Format(format!(
+                "{} holds no store, and an interrupted `caisse upgrade-store` left {} (the upgraded store) and {} \
+                 (the old one): run `caisse upgrade-store` again to finish it",
+                dir.display(),
+                upgraded.display(),
+                kept.display()
+            )));
+        }
         Ok(match Embedded::in_dir(dir, fresh) {
             Embedded::Sled => {
                 if fresh == Embedded::Fjall {

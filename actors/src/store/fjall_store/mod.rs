@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicI64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -43,8 +44,6 @@ const KEYSPACE_DIR: &str = "keyspace";
 const SNAPSHOTS_DIR: &str = "snapshots";
 /// sled's own page cache for the snapshots: they are read when an actor starts, not on a hot path.
 const SNAPSHOTS_CACHE_BYTES: u64 = 4 * 1024 * 1024;
-/// How often sled writes the snapshots out: what a crash may lose of them (a longer replay, nothing more).
-const SNAPSHOTS_FLUSH_MS: u64 = 1_000;
 /// The lock file at the root of the data directory, held (`flock`) while a process has the store open.
 const LOCK_FILE: &str = "LOCK";
 /// How long an open waits for a lock that is being released (a process that closes and reopens the same
@@ -68,7 +67,6 @@ pub struct FjallKv {
     // directory's lock last, once nothing of fjall's is open.
     writer: Writer,
     current: Arc<Current>,
-    snapshots: sled::Tree,
     healthy: Arc<AtomicBool>,
     _lock: File,
 }
@@ -126,24 +124,18 @@ impl FjallStore {
         if !holds_store(dir) {
             create(dir, cache_bytes)?;
         }
-        let open = Open::at(&keyspace_dir(dir), cache_bytes)?;
-        // Trees a newer build added since the keyspace was made were just created: reachable after a power cut.
-        open.keyspace.persist(PersistMode::SyncAll).map_err(io("sync the keyspace"))?;
-        let current =
-            Arc::new(Current { open: RwLock::new(Some(Arc::new(open))), path: keyspace_dir(dir), cache_bytes });
+        let current = Arc::new(Current {
+            open: RwLock::new(Some(Arc::new(Open::at(dir, cache_bytes)?))),
+            epoch: AtomicI64::new(1),
+            dir: dir.to_path_buf(),
+            cache_bytes,
+        });
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "opened the keyspace");
-        let snapshots_dir = dir.join(SNAPSHOTS_DIR);
-        let sled = crate::store::sled_store::open_when_unlocked(
-            &snapshots_dir,
-            SNAPSHOTS_CACHE_BYTES,
-            Some(SNAPSHOTS_FLUSH_MS),
-        )?;
-        let snapshots = sled.open_tree(TREE_NAMES[SNAPSHOTS]).map_err(|e| StoreError::Io(format!("open sled: {e}")))?;
         sync_dir(dir)?;
         let healthy = Arc::new(AtomicBool::new(true));
         let (feed_tx, feed_rx) = tokio::sync::mpsc::channel(FEED_CAPACITY);
-        let writer = Writer::spawn(current.clone(), snapshots.clone(), snapshots_dir, healthy.clone(), feed_tx)?;
-        Ok(KvStore::new(FjallKv { writer, current, snapshots, healthy, _lock: lock }, feed_rx))
+        let writer = Writer::spawn(current.clone(), healthy.clone(), feed_tx)?;
+        Ok(KvStore::new(FjallKv { writer, current, healthy, _lock: lock }, feed_rx))
     }
 }
 
@@ -160,16 +152,27 @@ const BACKGROUND_NICE: libc::c_int = 10;
 /// at the default priority they took the cores from the merchant actors and the HTTP workers, as sled's
 /// applier did (docs/perf/history.md). If they fall behind, fjall slows the writer, which is the backpressure
 /// wanted.
-/// The keyspace as open now, with a handle on each tree.
+/// The keyspace as open now, with a handle on each tree, and sled's tree of balance snapshots.
 pub(super) struct Open {
     pub(super) keyspace: Keyspace,
     pub(super) partitions: Vec<PartitionHandle>,
+    pub(super) snapshots: sled::Tree,
+    /// sled's directory, whose files the writer syncs at a stop.
+    pub(super) snapshots_dir: PathBuf,
 }
 
 impl Open {
-    fn at(path: &Path, cache_bytes: u64) -> Result<Open, StoreError> {
-        let (keyspace, partitions) = open_keyspace(path, cache_bytes)?;
-        Ok(Open { keyspace, partitions })
+    /// Opens the keyspace of the data directory `dir` and the snapshots' sled.
+    fn at(dir: &Path, cache_bytes: u64) -> Result<Open, StoreError> {
+        let (keyspace, partitions) = open_keyspace(&keyspace_dir(dir), cache_bytes)?;
+        // Trees a newer build added since the keyspace was made were just created: reachable after a power cut.
+        keyspace.persist(PersistMode::SyncAll).map_err(io("sync the keyspace"))?;
+        let snapshots_dir = dir.join(SNAPSHOTS_DIR);
+        // No background flush: one that fails leaves sled refusing every write until it is opened again, so
+        // the writer flushes it after its commits, and opens it again with the keyspace.
+        let sled = crate::store::sled_store::open_when_unlocked(&snapshots_dir, SNAPSHOTS_CACHE_BYTES, None)?;
+        let snapshots = sled.open_tree(TREE_NAMES[SNAPSHOTS]).map_err(|e| StoreError::Io(format!("open sled: {e}")))?;
+        Ok(Open { keyspace, partitions, snapshots, snapshots_dir })
     }
 
     fn partition(&self, tree: usize) -> Result<&PartitionHandle, StoreError> {
@@ -178,11 +181,19 @@ impl Open {
 }
 
 /// The open keyspace, which the writer replaces after fjall refused a write: fjall accepts no write after a
-/// failed sync of its journal (its tail is unknown), until the keyspace is opened again, which recovers the
-/// journal up to its last whole record. Readers and the writer take the current one for each use.
+/// failed sync of its journal, until the keyspace is opened again, which recovers the journal up to its last
+/// whole record. Readers and the writer take the current one for each use.
+///
+/// A write fjall refused may still be in what the reopen recovers (its bytes were buffered when the sync
+/// failed, and reach the disk as the old keyspace closes): its answer said it failed, and it may be there
+/// after all, as after any database's failed sync. So a merchant's actor must not go on from what it read
+/// before the reopen: every reopen raises the epoch, the token [`Kv::claim`] gives an actor's state, and the
+/// writer refuses a change made under an older one. The engine then starts the merchant's actor again from
+/// what the reopened store holds.
 pub(super) struct Current {
     open: RwLock<Option<Arc<Open>>>,
-    path: PathBuf,
+    epoch: AtomicI64,
+    dir: PathBuf,
     cache_bytes: u64,
 }
 
@@ -197,44 +208,44 @@ impl Current {
             .read()
             .map_err(|_| StoreError::Io("the keyspace's lock is poisoned".into()))?
             .clone()
-            .ok_or_else(|| StoreError::Io("the store is being opened again after a failed write".into()))
+            .ok_or_else(|| StoreError::Io("the store could not be opened again after a failed write".into()))
     }
 
-    /// Closes the keyspace and opens it again. Only one instance may be open on the directory, so the old
-    /// one goes first: once readers have let it go (at most [`REOPEN_PATIENCE`], else it is kept and the
-    /// caller tries later), it is dropped, which stops fjall's threads; reads fail meanwhile.
+    /// The token of states read now.
+    pub(super) fn epoch(&self) -> i64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Closes the keyspace and opens it again. Only one instance may be open on the directory, so the old one
+    /// goes first, once nothing else holds it (a scan in progress, a backup); readers wait only while it is
+    /// closed and opened again. When it is still held after [`REOPEN_PATIENCE`], or the new one does not
+    /// open, the caller tries again later; in the second case reads fail until then.
     pub(super) fn reopen(&self) -> Result<(), StoreError> {
-        let poisoned = || StoreError::Io("the keyspace's lock is poisoned".into());
-        let old = self.open.write().map_err(|_| poisoned())?.take();
-        if let Some(mut old) = old {
-            let started = Instant::now();
-            loop {
-                match Arc::try_unwrap(old) {
-                    Ok(open) => {
-                        drop(open);
-                        break;
-                    }
-                    Err(shared) if started.elapsed() < REOPEN_PATIENCE => {
-                        old = shared;
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    Err(shared) => {
-                        *self.open.write().map_err(|_| poisoned())? = Some(shared);
-                        return Err(StoreError::Io("readers held the keyspace; it is opened again later".into()));
-                    }
-                }
+        let started = Instant::now();
+        let mut open = loop {
+            let guard = self.open.write().map_err(|_| StoreError::Io("the keyspace's lock is poisoned".into()))?;
+            if guard.as_ref().is_none_or(|open| Arc::strong_count(open) == 1) {
+                break guard;
             }
-        }
-        let open = Open::at(&self.path, self.cache_bytes)?;
-        *self.open.write().map_err(|_| poisoned())? = Some(Arc::new(open));
+            drop(guard);
+            if started.elapsed() >= REOPEN_PATIENCE {
+                return Err(StoreError::Io("readers held the keyspace; it is opened again later".into()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        // Nothing else holds the old one, and nobody can take it while the lock is held: closing it stops
+        // fjall's threads and releases sled's lock.
+        drop(open.take());
+        *open = Some(Arc::new(Open::at(&self.dir, self.cache_bytes)?));
+        // Raised once the new keyspace is in place: a state read under the new token was read from it.
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
     /// Writes, syncs and removes a small file beside the keyspace: Ok when the disk takes writes.
     pub(super) fn probe(&self) -> Result<(), StoreError> {
         use std::io::Write;
-        let dir = self.path.parent().unwrap_or(&self.path);
-        let path = dir.join(PROBE_FILE);
+        let path = self.dir.join(PROBE_FILE);
         let written = File::create(&path).and_then(|mut file| {
             file.write_all(&[0u8; 4096])?;
             file.sync_data()
@@ -243,22 +254,18 @@ impl Current {
         written.map_err(|e| StoreError::Io(format!("write {}: {e}", path.display())))
     }
 
-    /// The bytes free for fjall's files.
-    pub(super) fn free_bytes(&self) -> Result<u64, StoreError> {
+    /// The bytes free for fjall's files, and the size of their disk.
+    pub(super) fn disk_bytes(&self) -> Result<(u64, u64), StoreError> {
         use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(self.path.as_os_str().as_bytes())
-            .map_err(|_| StoreError::Io(format!("{}: a path with a NUL byte", self.path.display())))?;
+        let path = std::ffi::CString::new(self.dir.as_os_str().as_bytes())
+            .map_err(|_| StoreError::Io(format!("{}: a path with a NUL byte", self.dir.display())))?;
         // SAFETY: `statvfs` reads the NUL-terminated path and writes only into `stat`, which is ours and
         // the size it expects.
         let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
         if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
-            return Err(StoreError::Io(format!(
-                "statvfs {}: {}",
-                self.path.display(),
-                std::io::Error::last_os_error()
-            )));
+            return Err(StoreError::Io(format!("statvfs {}: {}", self.dir.display(), std::io::Error::last_os_error())));
         }
-        Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+        Ok((stat.f_bavail.saturating_mul(stat.f_frsize), stat.f_blocks.saturating_mul(stat.f_frsize)))
     }
 }
 
@@ -337,9 +344,10 @@ fn borrowed(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 /// A range scan read from fjall a chunk at a time, each chunk from a fresh range past the last key returned.
 /// fjall's iterators cannot cross threads, and a scan must (a page of a list is read on the store's reader
 /// threads, the audit walks whole trees); like sled's iterators, a scan is not one moment of the tree, but
-/// each key is seen once, in order.
+/// each key is seen once, in order. Each chunk is read from the keyspace open at the time, so a scan does not
+/// hold one that the writer is opening again.
 struct Chunked {
-    open: Arc<Open>,
+    current: Arc<Current>,
     tree: usize,
     name: &'static str,
     start: Bound<Vec<u8>>,
@@ -352,7 +360,8 @@ struct Chunked {
 
 impl Chunked {
     fn fill(&mut self) -> Result<(), StoreError> {
-        let range = self.open.partition(self.tree)?.range::<&[u8], _>((borrowed(&self.start), borrowed(&self.end)));
+        let open = self.current.get()?;
+        let range = open.partition(self.tree)?.range::<&[u8], _>((borrowed(&self.start), borrowed(&self.end)));
         let items: Box<dyn Iterator<Item = fjall::Result<fjall::KvPair>>> =
             if self.reverse { Box::new(range.rev()) } else { Box::new(range) };
         let mut chunk = Vec::with_capacity(self.chunk);
@@ -408,7 +417,7 @@ impl Iterator for Chunked {
 impl Kv for FjallKv {
     fn raw(&self, tree: usize, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
         if tree == SNAPSHOTS {
-            return self.snapshots.get(key).map_err(|e| StoreError::Io(format!("snapshots: {e}")));
+            return self.current.get()?.snapshots.get(key).map_err(|e| StoreError::Io(format!("snapshots: {e}")));
         }
         let value = self
             .current
@@ -421,16 +430,14 @@ impl Kv for FjallKv {
 
     fn scan(&self, tree: usize, start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool) -> Result<Scan, StoreError> {
         if tree == SNAPSHOTS {
-            let range = self.snapshots.range::<&[u8], _>((start, end));
+            // Read at once (one key per merchant): an iterator would hold sled open, which a reopen closes.
+            let range = self.current.get()?.snapshots.range::<&[u8], _>((start, end));
+            let items: Vec<_> = if reverse { range.rev().collect() } else { range.collect() };
             let error = |e: sled::Error| StoreError::Io(format!("snapshots: {e}"));
-            return Ok(if reverse {
-                Box::new(range.rev().map(move |item| item.map_err(error)))
-            } else {
-                Box::new(range.map(move |item| item.map_err(error)))
-            });
+            return Ok(Box::new(items.into_iter().map(move |item| item.map_err(error))));
         }
         Ok(Box::new(Chunked {
-            open: self.current.get()?,
+            current: self.current.clone(),
             tree,
             name: TREE_NAMES[tree],
             start: owned(start),
@@ -447,10 +454,19 @@ impl Kv for FjallKv {
         ops: Vec<Op>,
         guard: Option<&FailureLatch>,
         notify: Vec<Notification>,
-        _fence: Option<Fence>,
+        fence: Option<Fence>,
     ) -> Result<Ticket, StoreError> {
-        // One process holds the directory's lock: nothing to fence against.
-        self.writer.submit(ops, guard, notify)
+        self.writer.submit(ops, guard, notify, fence)
+    }
+
+    /// One process holds the directory's lock: the token says only which opening of the keyspace the state
+    /// is read from (see [`Current`]).
+    fn claim(&self, merchant: &MerchantId) -> Result<Option<Fence>, StoreError> {
+        Ok(self.fence_of(merchant))
+    }
+
+    fn fence_of(&self, _merchant: &MerchantId) -> Option<Fence> {
+        Some(Fence { shard: 0, token: self.current.epoch() })
     }
 
     fn generation(&self, tree: usize) -> u64 {
@@ -459,7 +475,7 @@ impl Kv for FjallKv {
 
     fn count(&self, tree: usize) -> Result<u64, StoreError> {
         if tree == SNAPSHOTS {
-            return Ok(self.snapshots.len() as u64);
+            return Ok(self.current.get()?.snapshots.len() as u64);
         }
         let count = self
             .current
@@ -532,22 +548,22 @@ impl FjallKv {
             )));
         }
         // The snapshots first, then the moment of the journal: a snapshot is written after its event, so the
-        // copy's journal reaches every snapshot it holds.
+        // copy's journal reaches every snapshot it holds. Every tree's view of the moment is taken at once:
+        // fjall keeps the versions a registered view needs, and may drop the others as it compacts.
+        let open = self.current.get()?;
         let mut snapshots = Vec::new();
-        for item in self.snapshots.iter() {
+        for item in open.snapshots.iter() {
             let (key, value) = item.map_err(|e| StoreError::Io(format!("read snapshots for the copy: {e}")))?;
             snapshots.push(Op::Insert(SNAPSHOTS, key.to_vec(), value.to_vec()));
         }
-        let open = self.current.get()?;
         let moment = open.keyspace.instant();
+        let views: Vec<_> = open.partitions.iter().map(|partition| partition.snapshot_at(moment)).collect();
         let copy = FjallStore::open(to)?;
-        let mut keys = snapshots.len() as u64;
-        copy.kv.write_now(snapshots)?;
-        for (tree, partition) in open.partitions.iter().enumerate() {
+        let mut keys = 0u64;
+        for (tree, snapshot) in views.iter().enumerate() {
             if tree == SNAPSHOTS {
                 continue;
             }
-            let snapshot = partition.snapshot_at(moment);
             let mut ops = Vec::with_capacity(BACKUP_BATCH_KEYS);
             for item in snapshot.iter() {
                 let (key, value) = item.map_err(|e| StoreError::Io(format!("read for the copy: {e}")))?;
@@ -560,6 +576,10 @@ impl FjallKv {
             keys += ops.len() as u64;
             copy.kv.write_now(ops)?;
         }
+        // Last: a copy cut short never holds a snapshot ahead of its journal.
+        keys += snapshots.len() as u64;
+        copy.kv.write_now(snapshots)?;
+        drop(views);
         copy.kv.close()?;
         let report = BackupReport { keys, paused_ms: 0, elapsed_ms: started.elapsed().as_millis() as u64 };
         tracing::info!(to = %to.display(), keys, elapsed_ms = report.elapsed_ms, "backup written");
@@ -571,6 +591,73 @@ impl FjallKv {
         if ops.is_empty() {
             return Ok(());
         }
-        super::writer::wait_polling(self.writer.submit(ops, None, Vec::new())?, None)
+        super::writer::wait_polling(self.writer.submit(ops, None, Vec::new(), None)?, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(store: &FjallStore, ops: Vec<Op>, fence: Option<Fence>) -> Result<(), StoreError> {
+        let ticket = store.kv.submit(ops, None, Vec::new(), fence)?;
+        crate::store::writer::wait_polling(ticket, None)
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        i.to_be_bytes().to_vec()
+    }
+
+    /// Scans across chunk boundaries (32, then 64, 128, ... keys) see every key once, in order, both ways,
+    /// with each kind of bound, including one that falls on the last key of a chunk.
+    #[test]
+    fn scans_cross_chunks_in_order_with_every_kind_of_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        let tree = crate::store::layout::PAYMENTS;
+        commit(&store, (0..300u32).map(|i| Op::Insert(tree, key(i), vec![1])).collect(), None).unwrap();
+        let read = |start: Bound<&[u8]>, end: Bound<&[u8]>, reverse: bool| -> Vec<u32> {
+            store
+                .kv
+                .scan(tree, start, end, reverse)
+                .unwrap()
+                .map(|item| u32::from_be_bytes(item.unwrap().0.as_ref().try_into().unwrap()))
+                .collect()
+        };
+        let all: Vec<u32> = (0..300).collect();
+        assert_eq!(read(Bound::Unbounded, Bound::Unbounded, false), all);
+        assert_eq!(read(Bound::Unbounded, Bound::Unbounded, true), all.iter().rev().copied().collect::<Vec<_>>());
+        let (k31, k95, k250) = (key(31), key(95), key(250));
+        assert_eq!(read(Bound::Unbounded, Bound::Included(&k31), false), (0..=31).collect::<Vec<_>>());
+        assert_eq!(read(Bound::Unbounded, Bound::Excluded(&k31), false), (0..31).collect::<Vec<_>>());
+        assert_eq!(read(Bound::Excluded(&k31), Bound::Included(&k95), false), (32..=95).collect::<Vec<_>>());
+        assert_eq!(read(Bound::Included(&k250), Bound::Unbounded, true), (250..300).rev().collect::<Vec<_>>());
+        assert_eq!(read(Bound::Included(&k95), Bound::Excluded(&k250), true), (95..250).rev().collect::<Vec<_>>());
+        assert!(read(Bound::Included(&k95), Bound::Excluded(&k31), false).is_empty(), "an inverted range is empty");
+    }
+
+    /// Opening the keyspace again keeps what was committed, raises the epoch, and refuses a change made under
+    /// the token of before (its actor read a state that may miss what the reopen recovered).
+    #[test]
+    fn a_reopen_keeps_the_data_and_refuses_changes_read_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
+        let merchant = MerchantId::new();
+        let tree = crate::store::layout::PAYMENTS;
+        let before = store.kv.claim(&merchant).unwrap();
+        commit(&store, vec![Op::Insert(tree, b"a".to_vec(), b"1".to_vec())], before).unwrap();
+        commit(&store, vec![Op::Insert(SNAPSHOTS, b"m".to_vec(), b"s".to_vec())], before).unwrap();
+
+        store.kv.current.reopen().unwrap();
+        let after = store.kv.claim(&merchant).unwrap();
+        assert_ne!(before, after, "the epoch is raised");
+        assert_eq!(store.kv.fence_of(&merchant), after);
+        assert_eq!(store.kv.raw(tree, b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(store.kv.raw(SNAPSHOTS, b"m").unwrap().as_deref(), Some(&b"s"[..]));
+        let stale = commit(&store, vec![Op::Insert(tree, b"b".to_vec(), b"2".to_vec())], before);
+        assert_eq!(stale, Err(StoreError::Aborted));
+        assert_eq!(store.kv.raw(tree, b"b").unwrap(), None);
+        commit(&store, vec![Op::Insert(tree, b"b".to_vec(), b"3".to_vec())], after).unwrap();
+        assert_eq!(store.kv.raw(tree, b"b").unwrap().as_deref(), Some(&b"3"[..]));
     }
 }

@@ -12,6 +12,17 @@ use crate::store::layout::TREE_NAMES;
 use crate::store::op::Op;
 use crate::store::{SledStore, StoreError};
 
+/// Where `caisse upgrade-store` makes the new store, and where it keeps the old one: beside the data
+/// directory `dir`, under its name followed by `.upgrading` and `.sled`.
+pub fn beside(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let named = |suffix: &str| {
+        let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "data".into());
+        name.push(suffix);
+        dir.with_file_name(name)
+    };
+    (named(".upgrading"), named(".sled"))
+}
+
 /// Keys written into the new store per batch.
 const BATCH_KEYS: usize = 10_000;
 

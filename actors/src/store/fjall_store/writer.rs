@@ -9,12 +9,15 @@
 //! Because there is a single writer, jobs commit in queue order, and a merchant's changes (queued by its actor
 //! in decision order) land in order. When a batch fails, every job in it fails, and the guards of those jobs
 //! are set so that later jobs from the same actors fail too (see [`FailureLatch`]). fjall stops accepting
-//! writes after a failed sync (a journal whose tail is unknown cannot be appended to), so a failure stops all
-//! writing until a restart, which recovers the journal up to its last whole record.
+//! writes after a failed sync (a journal whose tail is unknown cannot be appended to); the writer opens the
+//! keyspace again once the disk has room and takes writes, which recovers the journal up to its last whole
+//! record (see [`Current`] for what that means for the actors). While the disk is nearly full, batches are
+//! refused before fjall sees them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self as std_mpsc, TrySendError};
 use std::sync::Arc;
+use std::time::Instant;
 
 use fjall::PersistMode;
 
@@ -26,22 +29,28 @@ use crate::store::layout::{journal_runs, APPLY_ORDER, JOURNAL, SNAPSHOTS};
 use crate::store::op::Op;
 use crate::store::overlay::TreeMap;
 use crate::store::writer::wait_polling;
-use crate::store::{FailureLatch, StoreError, Ticket};
+use crate::store::{FailureLatch, Fence, StoreError, Ticket};
 
 /// Jobs one batch takes at most; bounds the journal record's size and the latency of the first job in it.
 const MAX_BATCH_JOBS: usize = 2048;
 /// Jobs that may wait for the writer; beyond this, writes are refused (the API answers 503).
 const QUEUE_CAPACITY: usize = 32 * 1024;
-/// Batches are refused, untried, while the disk has less than this free: fjall's own writes (its journal, the
-/// tables it writes in the background) then seldom meet a full disk, after which it accepts no write until
-/// the keyspace is opened again.
-const RESERVE_BYTES: u64 = 8 * 1024 * 1024;
+/// Batches are refused, untried, while the disk has less than this free (or a quarter of a smaller disk):
+/// room for fjall's own writes (the memtables it writes out, up to 32 MiB, and the tables it compacts), which
+/// then seldom meet a full disk. After a write of its fails it accepts none until the keyspace is opened again,
+/// and a background write that fails stops its thread, which can leave a commit waiting for it.
+const RESERVE_BYTES: u64 = 64 * 1024 * 1024;
 /// How often an idle writer wakes while writes fail: to see whether the disk has room again.
 const IDLE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often sled writes the balance snapshots out, at most: what a crash may lose of them (a longer replay
+/// at the merchant's next start, nothing more).
+const SNAPSHOTS_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Job {
     ops: Vec<Op>,
     guard: Option<FailureLatch>,
+    /// The token the actor's state was read under (see [`Current`]); a job made under an older one is refused.
+    fence: Option<Fence>,
     /// Notifications this job creates, handed to the webhook dispatcher once they are durable.
     notify: Vec<Notification>,
     done: oneshot::Sender<Result<(), StoreError>>,
@@ -72,8 +81,6 @@ impl Drop for Writer {
 impl Writer {
     pub(super) fn spawn(
         current: Arc<Current>,
-        snapshots: sled::Tree,
-        snapshots_dir: std::path::PathBuf,
         healthy: Arc<AtomicBool>,
         feed: mpsc::Sender<Notification>,
     ) -> Result<Writer, StoreError> {
@@ -88,8 +95,7 @@ impl Writer {
         }
         let mut thread = WriterThread {
             current,
-            snapshots,
-            snapshots_dir,
+            snapshots_flushed: Instant::now(),
             rank,
             generations: generations.clone(),
             jobs,
@@ -115,7 +121,7 @@ impl Writer {
     /// it may run on an async runtime's thread) until the writer has stopped.
     pub(super) fn close(&self) -> Result<(), StoreError> {
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true };
+        let job = Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close: true };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         // Waits for room: what is queued before the close is committed first.
         queue.send(job).map_err(|_| StoreError::Closed)?;
@@ -127,12 +133,13 @@ impl Writer {
         ops: Vec<Op>,
         guard: Option<&FailureLatch>,
         notify: Vec<Notification>,
+        fence: Option<Fence>,
     ) -> Result<Ticket, StoreError> {
         if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
             return Err(StoreError::Aborted);
         }
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops, guard: guard.cloned(), notify, done, close: false };
+        let job = Job { ops, guard: guard.cloned(), fence, notify, done, close: false };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok(ticket),
@@ -144,9 +151,8 @@ impl Writer {
 
 struct WriterThread {
     current: Arc<Current>,
-    /// The merchants' balance snapshots, in sled (see [`super`]), and sled's directory.
-    snapshots: sled::Tree,
-    snapshots_dir: std::path::PathBuf,
+    /// When sled last wrote the balance snapshots out (see [`SNAPSHOTS_FLUSH`]).
+    snapshots_flushed: Instant,
     /// Each tree's place in [`APPLY_ORDER`]: a batch reaches the memtables records first, then what points at
     /// them, so an index read while a batch is being applied never leads to nothing.
     rank: Vec<usize>,
@@ -197,10 +203,18 @@ impl WriterThread {
     }
 
     fn commit(&mut self, batch: Vec<Job>) {
-        // A job whose actor already saw a failure must not land: its decision may rest on the lost write.
-        let (mut batch, aborted): (Vec<Job>, Vec<Job>) =
-            batch.into_iter().partition(|job| !job.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)));
+        // A job whose actor already saw a failure must not land: its decision may rest on the lost write. Nor
+        // one whose actor read its state before the keyspace was opened again: the reopened store may hold a
+        // write that actor was told had failed.
+        let epoch = self.current.epoch();
+        let stale = |job: &Job| job.fence.is_some_and(|fence| fence.token != epoch);
+        let (mut batch, aborted): (Vec<Job>, Vec<Job>) = batch
+            .into_iter()
+            .partition(|job| !job.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)) && !stale(job));
         for job in aborted {
+            if let Some(guard) = &job.guard {
+                guard.store(true, Ordering::Release);
+            }
             let _ = job.done.send(Err(StoreError::Aborted));
         }
         if batch.is_empty() {
@@ -238,6 +252,10 @@ impl WriterThread {
                 Ok(()) => {
                     tracing::info!("the keyspace was opened again after a failed write; writes resume");
                     self.broken = None;
+                    // What readers cached may predate a write the reopened keyspace recovered.
+                    for generation in self.generations.iter() {
+                        generation.fetch_add(1, Ordering::Release);
+                    }
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, "could not open the keyspace again; trying again later");
@@ -249,8 +267,8 @@ impl WriterThread {
     }
 
     fn has_room(&self) -> bool {
-        match self.current.free_bytes() {
-            Ok(free) => free >= RESERVE_BYTES,
+        match self.current.disk_bytes() {
+            Ok((free, total)) => free >= RESERVE_BYTES.min(total / 4),
             Err(err) => {
                 tracing::warn!(error = %err, "could not read the disk's free space");
                 false
@@ -281,7 +299,8 @@ impl WriterThread {
         if !self.has_room() {
             self.healthy.store(false, Ordering::Release);
             return Err(StoreError::Io(format!(
-                "the disk is full (less than {} MiB free); writes resume when there is room",
+                "the disk is full (less than {} MiB free, kept for the store's own work); writes resume when there \
+                 is room",
                 RESERVE_BYTES >> 20
             )));
         }
@@ -340,9 +359,20 @@ impl WriterThread {
         }
         // Only once the journal holds their events: a snapshot is never ahead of the journal, whatever sled
         // keeps of it after a crash. One that is lost costs the merchant's next start a longer replay, nothing
-        // else, so a failure here fails nothing that is already durable.
-        if let Err(e) = self.snapshots.apply_batch(snapshots) {
+        // else, so a failure here fails nothing that is already durable. sled writes them out at most once
+        // every SNAPSHOTS_FLUSH; a failure leaves sled refusing writes until the keyspace is opened again.
+        let kept = open.snapshots.apply_batch(snapshots).and_then(|()| {
+            if self.snapshots_flushed.elapsed() >= SNAPSHOTS_FLUSH {
+                self.snapshots_flushed = Instant::now();
+                open.snapshots.flush().map(drop)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = kept {
             tracing::error!(error = %e, "balance snapshots not written; recovery replays from older ones");
+            self.broken = Some(StoreError::Io(format!("snapshots: {e}")));
+            self.healthy.store(false, Ordering::Release);
         }
         for (index, generation) in self.generations.iter().enumerate() {
             if touched & 1u64.checked_shl(index as u32).unwrap_or(0) != 0 {
@@ -364,9 +394,9 @@ impl WriterThread {
             .persist(PersistMode::SyncAll)
             .and_then(|()| open.partitions.iter().try_for_each(|p| p.rotate_memtable_and_wait()))
             .map_err(|e| StoreError::Io(format!("final flush: {e}")))
-            .and_then(|()| self.snapshots.flush().map(drop).map_err(|e| StoreError::Io(format!("flush sled: {e}"))))
+            .and_then(|()| open.snapshots.flush().map(drop).map_err(|e| StoreError::Io(format!("flush sled: {e}"))))
             // sled's flush stops at `sync_file_range`, which a power cut does not respect.
-            .and_then(|()| crate::store::sled_store::sync_tree(&self.snapshots_dir));
+            .and_then(|()| crate::store::sled_store::sync_tree(&open.snapshots_dir));
         match &result {
             Ok(()) => tracing::debug!("store writer stopped after a final flush"),
             Err(err) => tracing::warn!(error = %err, "final flush failed; the next start recovers the journal"),
