@@ -284,8 +284,8 @@ impl Engine {
         &self.inner.audit
     }
 
-    /// Writes a consistent copy of the store into `to` (absent or empty): one moment of it, read while writes
-    /// go on (fjall) or wait (sled). Blocks: call it on a blocking thread.
+    /// Writes a consistent copy of the store into `to` (absent or empty). Writes wait while the copy is read.
+    /// Blocks: call it on a blocking thread.
     pub fn backup(&self, to: &std::path::Path) -> Result<BackupReport, EngineError> {
         Ok(self.inner.store.backup(to)?)
     }

@@ -10,7 +10,7 @@
 //! log replayed at each open, its disk per key) stay small.
 //!
 //! `open` takes the directory's lock (fjall has none), checks the format stamp and opens the keyspace;
-//! `backup` copies a consistent moment of a running store without pausing writes.
+//! `backup` copies a consistent moment of a running store, writes paused while it is read.
 
 pub mod upgrade;
 mod writer;
@@ -536,8 +536,7 @@ const BACKUP_BATCH_KEYS: usize = 10_000;
 
 impl FjallKv {
     /// Copies the store as of one moment (every change acknowledged before the call, none that was not yet
-    /// committed) into a new store at `to`, without pausing the writer: fjall reads a past moment of every
-    /// tree while writes go on.
+    /// committed) into a new store at `to`.
     fn copy_to(&self, to: &Path) -> Result<BackupReport, StoreError> {
         let started = Instant::now();
         let io_error = |what: &str, e: std::io::Error| StoreError::Io(format!("{what} {}: {e}", to.display()));
@@ -547,26 +546,18 @@ impl FjallKv {
                 to.display()
             )));
         }
-        // The snapshots first, then the moment of the journal: a snapshot is written after its event, so the
-        // copy's journal reaches every snapshot it holds. Every tree's view of the moment is taken at once:
-        // fjall keeps the versions a registered view needs, and may drop the others as it compacts.
-        let open = self.current.get()?;
-        let mut snapshots = Vec::new();
-        for item in open.snapshots.iter() {
-            let (key, value) = item.map_err(|e| StoreError::Io(format!("read snapshots for the copy: {e}")))?;
-            snapshots.push(Op::Insert(SNAPSHOTS, key.to_vec(), value.to_vec()));
-        }
-        let moment = open.keyspace.instant();
-        let views: Vec<_> = open.partitions.iter().map(|partition| partition.snapshot_at(moment)).collect();
         let copy = FjallStore::open(to)?;
+        // The writer is paused behind everything acknowledged before the request, and the trees read while
+        // nothing commits: one moment of the store. Not fjall's snapshots: a closed one can hold back its
+        // cleanup of overwritten versions until many more are closed.
+        let (ticket, release) = self.writer.pause()?;
+        super::writer::wait_polling(ticket, None)?;
+        let paused = Instant::now();
         let mut keys = 0u64;
-        for (tree, snapshot) in views.iter().enumerate() {
-            if tree == SNAPSHOTS {
-                continue;
-            }
+        for tree in 0..TREE_NAMES.len() {
             let mut ops = Vec::with_capacity(BACKUP_BATCH_KEYS);
-            for item in snapshot.iter() {
-                let (key, value) = item.map_err(|e| StoreError::Io(format!("read for the copy: {e}")))?;
+            for item in self.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
+                let (key, value) = item?;
                 ops.push(Op::Insert(tree, key.to_vec(), value.to_vec()));
                 if ops.len() == BACKUP_BATCH_KEYS {
                     keys += ops.len() as u64;
@@ -576,13 +567,11 @@ impl FjallKv {
             keys += ops.len() as u64;
             copy.kv.write_now(ops)?;
         }
-        // Last: a copy cut short never holds a snapshot ahead of its journal.
-        keys += snapshots.len() as u64;
-        copy.kv.write_now(snapshots)?;
-        drop(views);
+        drop(release);
+        let paused_ms = paused.elapsed().as_millis() as u64;
         copy.kv.close()?;
-        let report = BackupReport { keys, paused_ms: 0, elapsed_ms: started.elapsed().as_millis() as u64 };
-        tracing::info!(to = %to.display(), keys, elapsed_ms = report.elapsed_ms, "backup written");
+        let report = BackupReport { keys, paused_ms, elapsed_ms: started.elapsed().as_millis() as u64 };
+        tracing::info!(to = %to.display(), keys, paused_ms, elapsed_ms = report.elapsed_ms, "backup written");
         Ok(report)
     }
 

@@ -56,7 +56,13 @@ struct Job {
     done: oneshot::Sender<Result<(), StoreError>>,
     /// A close ([`Writer::close`]): once this job's batch is committed the writer flushes and stops.
     close: bool,
+    /// A pause ([`Writer::pause`]): once this job's batch is committed the writer waits until the sender is
+    /// dropped, so nothing commits while a consistent copy is read.
+    hold: Option<std_mpsc::Receiver<()>>,
 }
+
+/// Longest a pause holds the writer, whatever its holder does.
+const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The handle on the writer thread. Dropping it lets the thread finish what is queued and flush, then waits
 /// for it, so that every write is in fjall's files when the store is dropped.
@@ -121,11 +127,27 @@ impl Writer {
     /// it may run on an async runtime's thread) until the writer has stopped.
     pub(super) fn close(&self) -> Result<(), StoreError> {
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close: true };
+        let job = Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close: true, hold: None };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         // Waits for room: what is queued before the close is committed first.
         queue.send(job).map_err(|_| StoreError::Closed)?;
         wait_polling(ticket, None)
+    }
+
+    /// Stops the writer after everything queued before this call is committed: once the ticket completes
+    /// (Ok), nothing commits until the returned sender is dropped (or [`MAX_PAUSE`] passes), and every read
+    /// sees one moment of the store. Writes queue meanwhile, and are refused once the queue is full.
+    pub(super) fn pause(&self) -> Result<(Ticket, std_mpsc::SyncSender<()>), StoreError> {
+        let (release, hold) = std_mpsc::sync_channel(0);
+        let (done, ticket) = oneshot::channel();
+        let job =
+            Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close: false, hold: Some(hold) };
+        let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
+        match queue.try_send(job) {
+            Ok(()) => Ok((ticket, release)),
+            Err(TrySendError::Full(_)) => Err(StoreError::Overloaded),
+            Err(TrySendError::Disconnected(_)) => Err(StoreError::Closed),
+        }
     }
 
     pub(super) fn submit(
@@ -139,7 +161,7 @@ impl Writer {
             return Err(StoreError::Aborted);
         }
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops, guard: guard.cloned(), fence, notify, done, close: false };
+        let job = Job { ops, guard: guard.cloned(), fence, notify, done, close: false, hold: None };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok(ticket),
@@ -183,6 +205,7 @@ impl WriterThread {
                     Err(_) => break,
                 }
             }
+            let holds: Vec<_> = batch.iter_mut().filter_map(|job| job.hold.take()).collect();
             let (closes, batch): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|job| job.close);
             self.commit(batch);
             if !closes.is_empty() {
@@ -196,6 +219,11 @@ impl WriterThread {
                     let _ = close.done.send(closed.clone());
                 }
                 return;
+            }
+            // Paused: the batch (everything queued before the pause) is committed; nothing more until the
+            // holder lets go.
+            for hold in holds {
+                let _ = hold.recv_timeout(MAX_PAUSE);
             }
         }
         // Nobody is told: the handles are gone. `shut_down` logs what went wrong.
@@ -290,6 +318,12 @@ impl WriterThread {
     }
 
     fn write(&mut self, batch: &mut [Job]) -> Result<(), StoreError> {
+        let ops: Vec<(usize, Vec<u8>, Option<Vec<u8>>)> =
+            batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(Op::into_entry).collect();
+        // A batch of nothing but pauses writes nothing, whatever the disk.
+        if ops.is_empty() {
+            return Ok(());
+        }
         if self.broken.is_some() {
             self.idle();
             if let Some(err) = &self.broken {
@@ -306,11 +340,6 @@ impl WriterThread {
         }
         self.healthy.store(true, Ordering::Release);
         let open = self.current.get()?;
-        let ops: Vec<(usize, Vec<u8>, Option<Vec<u8>>)> =
-            batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(Op::into_entry).collect();
-        if ops.is_empty() {
-            return Ok(());
-        }
         // A merchant's consecutive events in the batch become runs stored under the key of the last, as sled's
         // applier stores them: a busy merchant's events cost fjall one key per run rather than one per event.
         let (journal, mut ops): (Vec<_>, Vec<_>) = ops.into_iter().partition(|(tree, _, _)| *tree == JOURNAL);
