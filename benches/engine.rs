@@ -40,7 +40,7 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 mod common;
-use common::new_payment;
+use common::{dir_bytes, new_payment};
 
 #[path = "../actors/tests/support/postgres.rs"]
 mod postgres;
@@ -316,22 +316,6 @@ fn disk_read_bytes() -> u64 {
         .ok()
         .and_then(|io| io.lines().find_map(|l| l.strip_prefix("read_bytes:").and_then(|v| v.trim().parse().ok())))
         .unwrap_or(0)
-}
-
-/// Bytes of every file under `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            match entry.metadata() {
-                Ok(m) if m.is_dir() => pending.push(entry.path()),
-                Ok(m) => total += m.len(),
-                Err(_) => {}
-            }
-        }
-    }
-    total
 }
 
 /// Opens a store of N journal events (on the engine that made it): the store alone, the audit alone, then

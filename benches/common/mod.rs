@@ -1,4 +1,5 @@
-//! What the benches share: the payment each of their payment lives starts with.
+//! What the benches share: the payment each of their payment lives starts with, and the size of a store's
+//! directory.
 
 use caisse_engine::core::NewPayment;
 use caisse_engine::domain::money::{Amount, Currency, FeeRule};
@@ -21,4 +22,21 @@ pub fn new_payment() -> NewPayment {
         metadata: Metadata::empty(),
         link: None,
     }
+}
+
+/// Bytes of every file under `dir`.
+#[allow(dead_code)]
+pub fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => pending.push(entry.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
 }

@@ -64,8 +64,8 @@ struct Job {
 /// Longest a pause holds the writer, whatever its holder does.
 const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// The handle on the writer thread. Dropping it lets the thread finish what is queued and flush, then waits
-/// for it, so that every write is in fjall's files when the store is dropped.
+/// The handle on the writer thread. Dropping it lets the thread finish what is queued and sync, then waits for
+/// it, so that every write is in fjall's files when the store is dropped.
 pub(super) struct Writer {
     queue: Option<std_mpsc::SyncSender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -122,9 +122,9 @@ impl Writer {
         self.generations.get(tree).map_or(0, |g| g.load(Ordering::Acquire))
     }
 
-    /// Commits what is queued, flushes fjall's memtables to its tables and stops the writer: later writes are
-    /// refused ([`StoreError::Closed`]) and the next open has little journal to recover. Waits (polling, so
-    /// it may run on an async runtime's thread) until the writer has stopped.
+    /// Commits what is queued, syncs the journal and sled, and stops the writer: later writes are refused
+    /// ([`StoreError::Closed`]). Waits (polling, so it may run on an async runtime's thread) until the writer
+    /// has stopped.
     pub(super) fn close(&self) -> Result<(), StoreError> {
         let (done, ticket) = oneshot::channel();
         let job = Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close: true, hold: None };
@@ -411,18 +411,20 @@ impl WriterThread {
         Ok(())
     }
 
-    /// Every handle is gone (or the store is closing): everything committed is durable in the journal; the
-    /// memtables are written to fjall's tables too, so that the next start has little journal to recover.
+    /// Every handle is gone (or the store is closing): everything committed is synced in the journal, and the
+    /// snapshots in sled's files.
     fn shut_down(&mut self) -> Result<(), StoreError> {
         if let Some(err) = self.broken.clone() {
             return Err(err);
         }
         let open = self.current.get()?;
+        // The journal holds everything: the next start recovers it (at most MAX_JOURNAL_BYTES). Writing the
+        // memtables out here would make that start shorter, but fjall's way to wait for it spins for as long
+        // as its flush takes, without bound (a stop once hung there).
         let result = open
             .keyspace
             .persist(PersistMode::SyncAll)
-            .and_then(|()| open.partitions.iter().try_for_each(|p| p.rotate_memtable_and_wait()))
-            .map_err(|e| StoreError::Io(format!("final flush: {e}")))
+            .map_err(|e| StoreError::Io(format!("final sync: {e}")))
             .and_then(|()| open.snapshots.flush().map(drop).map_err(|e| StoreError::Io(format!("flush sled: {e}"))))
             // sled's flush stops at `sync_file_range`, which a power cut does not respect.
             .and_then(|()| crate::store::sled_store::sync_tree(&open.snapshots_dir));
