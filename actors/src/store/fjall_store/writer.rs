@@ -231,6 +231,10 @@ impl WriterThread {
     }
 
     fn commit(&mut self, batch: Vec<Job>) {
+        // Opened again first, if it is due, so that the epoch below is the one the batch is written under.
+        if self.broken.is_some() {
+            self.idle();
+        }
         // A job whose actor already saw a failure must not land: its decision may rest on the lost write. Nor
         // one whose actor read its state before the keyspace was opened again: the reopened store may hold a
         // write that actor was told had failed.
@@ -324,11 +328,8 @@ impl WriterThread {
         if ops.is_empty() {
             return Ok(());
         }
-        if self.broken.is_some() {
-            self.idle();
-            if let Some(err) = &self.broken {
-                return Err(err.clone());
-            }
+        if let Some(err) = &self.broken {
+            return Err(err.clone());
         }
         if !self.has_room() {
             self.healthy.store(false, Ordering::Release);
