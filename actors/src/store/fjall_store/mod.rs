@@ -499,14 +499,17 @@ impl Kv for FjallKv {
     }
 
     fn first_from(&self, tree: usize, from: Option<&[u8]>) -> Result<Option<sled::IVec>, StoreError> {
-        if tree == SNAPSHOTS {
-            let start = from.map_or(Bound::Unbounded, Bound::Included);
-            return match self.scan(tree, start, Bound::Unbounded, false)?.next() {
-                Some(item) => Ok(Some(item?.0)),
-                None => Ok(None),
-            };
-        }
         let open = self.current.get()?;
+        if tree == SNAPSHOTS {
+            let first = match from {
+                Some(key) => open.snapshots.range::<&[u8], _>(key..).next(),
+                None => open.snapshots.iter().next(),
+            };
+            return first
+                .transpose()
+                .map(|kv| kv.map(|(key, _)| key))
+                .map_err(|e| StoreError::Io(format!("snapshots: {e}")));
+        }
         let partition = open.partition(tree)?;
         let first = match from {
             Some(key) => partition.range::<&[u8], _>(key..).next(),
