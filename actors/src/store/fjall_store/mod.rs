@@ -534,8 +534,8 @@ impl Kv for FjallKv {
     }
 }
 
-/// Keys written into the copy per batch.
-const BACKUP_BATCH_KEYS: usize = 10_000;
+/// Keys written into a copy per batch.
+const COPY_BATCH_KEYS: usize = 10_000;
 
 impl FjallKv {
     /// Copies the store as of one moment (every change acknowledged before the call, none that was not yet
@@ -556,26 +556,33 @@ impl FjallKv {
         let (ticket, release) = self.writer.pause()?;
         super::writer::wait_polling(ticket, None)?;
         let paused = Instant::now();
-        let mut keys = 0u64;
-        for tree in 0..TREE_NAMES.len() {
-            let mut ops = Vec::with_capacity(BACKUP_BATCH_KEYS);
-            for item in self.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
-                let (key, value) = item?;
-                ops.push(Op::Insert(tree, key.to_vec(), value.to_vec()));
-                if ops.len() == BACKUP_BATCH_KEYS {
-                    keys += ops.len() as u64;
-                    copy.kv.write_now(std::mem::take(&mut ops))?;
-                }
-            }
-            keys += ops.len() as u64;
-            copy.kv.write_now(ops)?;
-        }
+        let keys = copy.kv.copy_from(self)?;
         drop(release);
         let paused_ms = paused.elapsed().as_millis() as u64;
         copy.kv.close()?;
         let report = BackupReport { keys, paused_ms, elapsed_ms: started.elapsed().as_millis() as u64 };
         tracing::info!(to = %to.display(), keys, paused_ms, elapsed_ms = report.elapsed_ms, "backup written");
         Ok(report)
+    }
+
+    /// Writes every key of every tree of `from` into this store (a new one), a batch at a time, each durable
+    /// before the next: for a backup and for an upgrade from sled. Answers the keys written.
+    fn copy_from(&self, from: &impl Kv) -> Result<u64, StoreError> {
+        let mut keys = 0u64;
+        for tree in 0..TREE_NAMES.len() {
+            let mut ops = Vec::with_capacity(COPY_BATCH_KEYS);
+            for item in from.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
+                let (key, value) = item?;
+                ops.push(Op::Insert(tree, key.to_vec(), value.to_vec()));
+                if ops.len() == COPY_BATCH_KEYS {
+                    keys += ops.len() as u64;
+                    self.write_now(std::mem::take(&mut ops))?;
+                }
+            }
+            keys += ops.len() as u64;
+            self.write_now(ops)?;
+        }
+        Ok(keys)
     }
 
     /// Commits `ops` and waits until they are durable.

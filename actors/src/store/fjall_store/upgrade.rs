@@ -2,14 +2,11 @@
 //! a new store, which then holds the same bytes in the same layout. For `caisse upgrade-store`; the server
 //! must be stopped, since the copy is read as one moment only while nothing writes.
 
-use std::ops::Bound;
 use std::path::Path;
 use std::time::Instant;
 
 use super::FjallStore;
 use crate::store::kv::Kv;
-use crate::store::layout::TREE_NAMES;
-use crate::store::op::Op;
 use crate::store::{SledStore, StoreError};
 
 /// Where `caisse upgrade-store` makes the new store, and where it keeps the old one: beside the data
@@ -22,9 +19,6 @@ pub fn beside(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     };
     (named(".upgrading"), named(".sled"))
 }
-
-/// Keys written into the new store per batch.
-const BATCH_KEYS: usize = 10_000;
 
 /// What an upgrade copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,20 +38,7 @@ pub fn from_sled(from: &Path, to: &Path) -> Result<UpgradeReport, StoreError> {
     }
     let old = SledStore::open(from)?;
     let new = FjallStore::open(to)?;
-    let mut keys = 0u64;
-    for tree in 0..TREE_NAMES.len() {
-        let mut ops = Vec::with_capacity(BATCH_KEYS);
-        for item in old.kv.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
-            let (key, value) = item?;
-            ops.push(Op::Insert(tree, key.to_vec(), value.to_vec()));
-            if ops.len() == BATCH_KEYS {
-                keys += ops.len() as u64;
-                new.kv.write_now(std::mem::take(&mut ops))?;
-            }
-        }
-        keys += ops.len() as u64;
-        new.kv.write_now(ops)?;
-    }
+    let keys = new.kv.copy_from(&old.kv)?;
     new.kv.close()?;
     old.kv.close()?;
     Ok(UpgradeReport { keys, elapsed_ms: started.elapsed().as_millis() as u64 })
