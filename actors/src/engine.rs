@@ -80,6 +80,17 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
+/// What an account change ([`Engine::update_merchant`]) does to the secret key it replaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyChange {
+    /// The key is not replaced.
+    Kept,
+    /// The key given stops working in the same write.
+    Revoked(String),
+    /// The key given keeps working until the time given.
+    ValidUntil(String, Timestamp),
+}
+
 /// Locks merchant account writes are spread over (see `Inner::account_writes`).
 const ACCOUNT_WRITE_LOCKS: usize = 64;
 
@@ -109,6 +120,10 @@ struct Inner {
     /// process from both passing that check, while writes of other e-mails still share commits. (The nodes
     /// of a cluster are kept apart by the database itself.)
     account_writes: Vec<tokio::sync::Mutex<()>>,
+    /// Held while an account is read, changed and written back ([`Engine::update_merchant`]): account changes
+    /// are rare, so one for all merchants is enough in this process. Other processes are kept off by the
+    /// store's lock.
+    account_updates: tokio::sync::Mutex<()>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -228,6 +243,7 @@ impl Engine {
                 accounts: Default::default(),
                 starting: Default::default(),
                 account_writes: (0..ACCOUNT_WRITE_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect(),
+                account_updates: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -673,6 +689,38 @@ impl Engine {
         let _one = self.inner.account_writes[lock].lock().await;
         let ticket = self.inner.store.put_merchant(merchant, previous_key)?;
         durable(ticket).await
+    }
+
+    /// Reads the merchant's account afresh, applies `change` and writes it back, answering once durable with
+    /// the account as written (`None`: no such merchant). No other change of the account, in this process or
+    /// another node's, comes between the read and the write, so none is overwritten by an older copy: a
+    /// webhook URL change made while the key is rolled elsewhere keeps the new key. `change` answers what
+    /// happens to the key the change replaces, if it replaces one.
+    pub async fn update_merchant(
+        &self,
+        id: &MerchantId,
+        change: impl FnOnce(&mut Merchant) -> KeyChange,
+    ) -> Result<Option<Merchant>, EngineError> {
+        let _here = self.inner.account_updates.lock().await;
+        let store = self.inner.store.clone();
+        let locked = id.clone();
+        // The store's lock may wait for another node's change: on a thread of its own, not the actor system's.
+        let _everywhere = tokio::task::spawn_blocking(move || store.lock_account(&locked))
+            .await
+            .map_err(|e| EngineError::Internal(format!("the account lock's thread failed: {e}")))??;
+        // From the store, not this process's cache of accounts, which may predate another node's change.
+        let Some(mut merchant) = self.inner.store.merchant(id)? else {
+            return Ok(None);
+        };
+        let ticket = match change(&mut merchant) {
+            KeyChange::Kept => self.inner.store.put_merchant(merchant.clone(), None)?,
+            KeyChange::Revoked(previous) => self.inner.store.put_merchant(merchant.clone(), Some(previous))?,
+            KeyChange::ValidUntil(previous, until) => {
+                self.inner.store.put_merchant_keeping(merchant.clone(), previous, until)?
+            }
+        };
+        durable(ticket).await?;
+        Ok(Some(merchant))
     }
 
     /// Writes a merchant whose key was rolled, the previous key still valid until `until`; answers once

@@ -33,6 +33,6 @@ pub mod webhook;
 pub use crate::core::{
     Command, NewLink, NewPayment, NewPayout, PaymentNotice, PayoutOutcome, Record, RefundOutcome, Rejection,
 };
-pub use crate::engine::{AuditSchedule, Engine, EngineConfig};
+pub use crate::engine::{AuditSchedule, Engine, EngineConfig, KeyChange};
 pub use crate::error::EngineError;
 pub use crate::merchant::{ActorSettings, Executed, Idempotency, ProviderNote};

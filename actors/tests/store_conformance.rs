@@ -827,6 +827,80 @@ mod postgresql_cluster {
         assert!(b.suspended_since(&id).unwrap().is_some());
     }
 
+    /// An account lock taken through one process holds another's off until it is dropped, and not longer.
+    #[test]
+    fn an_account_lock_holds_other_processes_off_until_dropped() {
+        let db = postgres::database();
+        let (a, b) = (PgStore::open(&db.url).expect("open a"), PgStore::open(&db.url).expect("open b"));
+        let id = MerchantId::new();
+        let held = a.lock_account(&id).expect("a locks");
+        let (took, taken) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let lock = b.lock_account(&id);
+            let _ = took.send(());
+            lock.map(drop)
+        });
+        assert!(taken.recv_timeout(Duration::from_millis(500)).is_err(), "b took the lock a holds");
+        // Another merchant's lock is not held up.
+        drop(a.lock_account(&MerchantId::new()).expect("another merchant's lock"));
+        drop(held);
+        taken.recv_timeout(Duration::from_secs(5)).expect("b takes the lock once a drops it");
+        waiter.join().expect("waiter").expect("b's lock");
+    }
+
+    /// Two nodes change one account at the same moment, over and over: one rolls the key, the other sets the
+    /// webhook URL. Each change reads the account under the lock, so neither writes back an older copy: the
+    /// account ends with both last changes, and no rolled-away key authenticates again.
+    #[test]
+    fn account_changes_on_two_nodes_at_once_keep_each_other() {
+        use caisse_engine::{Engine, EngineConfig, KeyChange};
+        let db = postgres::database();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let id = MerchantId::new();
+        let first = account(&id, 40);
+        let report = actix::System::new().block_on(async move {
+            let engine = |name: &str| {
+                let store = Arc::new(PgStore::open(&db.url).expect("open a store"));
+                Engine::with_store(store, EngineConfig::new(dir.path().join(name))).expect("an engine")
+            };
+            let (a, b) = (engine("a"), engine("b"));
+            a.put_merchant(first.clone(), None).await.expect("create the merchant");
+            const ROUNDS: usize = 12;
+            let rolls = async {
+                for round in 0..ROUNDS {
+                    let rolled = a.update_merchant(&id, |m| {
+                        KeyChange::Revoked(std::mem::replace(&mut m.secret_key, format!("sk_test_rolled_{round}")))
+                    });
+                    rolled.await.expect("a roll").expect("the merchant");
+                }
+            };
+            let urls = async {
+                for round in 0..ROUNDS {
+                    let saved = b.update_merchant(&id, |m| {
+                        m.webhook_url = Some(format!("https://b.example.com/hook/{round}"));
+                        KeyChange::Kept
+                    });
+                    saved.await.expect("a URL change").expect("the merchant");
+                }
+            };
+            futures_util::future::join(rolls, urls).await;
+            let last = a.merchant(&id).expect("read").expect("the merchant");
+            let mut revived = Vec::new();
+            for key in std::iter::once(first.secret_key.clone())
+                .chain((0..ROUNDS - 1).map(|round| format!("sk_test_rolled_{round}")))
+            {
+                if b.merchant_by_key(&key).expect("lookup").is_some() {
+                    revived.push(key);
+                }
+            }
+            (last, revived, ROUNDS)
+        });
+        let (last, revived, rounds) = report;
+        assert_eq!(last.secret_key, format!("sk_test_rolled_{}", rounds - 1), "the last roll was kept");
+        assert_eq!(last.webhook_url.as_deref(), Some(format!("https://b.example.com/hook/{}", rounds - 1).as_str()));
+        assert!(revived.is_empty(), "rolled-away keys authenticate again: {revived:?}");
+    }
+
     #[test]
     fn two_nodes_share_the_shards_and_a_stopped_node_gives_its_own_back() {
         let db = postgres::database();

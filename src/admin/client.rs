@@ -220,9 +220,14 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
             })])
         }
         Command::ResetPassword(id) => {
-            let mut m = find(&id)?;
             let password = random_base62(16);
-            m.password_hash = merchants::hash_password(&password).map_err(|e| e.to_string())?;
+            let password_hash = merchants::hash_password(&password).map_err(|e| e.to_string())?;
+            // Read and written under the account's lock: a node changing the account meanwhile (on a shared
+            // PostgreSQL) keeps its change.
+            let parsed = find(&id)?.id;
+            let _locked = store.lock_account(&parsed).map_err(|e| e.to_string())?;
+            let mut m = find(&id)?;
+            m.password_hash = password_hash;
             durable(store.put_merchant(m.clone(), None))?;
             Ok(vec![json!({"id": m.id.as_str(), "email": m.email, "password": password})])
         }

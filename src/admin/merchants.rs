@@ -6,6 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::ids::{random_base62, MerchantId};
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
+use caisse_engine::KeyChange;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -193,12 +194,13 @@ pub async fn reset_password(
         .await
         .map_err(|e| ApiError::internal("password hash", e))?
         .map_err(create_error)?;
-    // Read again and written under the dashboard's lock on account changes: a key roll or a webhook URL
-    // change made while the password was hashed is kept, not overwritten with the account as it was.
-    let _guard = state.dashboard.merchant_updates.lock().await;
-    let mut merchant = state.app.engine.merchant(&id)?.ok_or_else(|| ApiError::not_found("merchant"))?;
-    merchant.password_hash = password_hash;
-    state.app.engine.put_merchant(merchant.clone(), None).await?;
+    // Read again and written as one account change: a key roll or a webhook URL change made while the
+    // password was hashed, here or on another node, is kept, not overwritten with the account as it was.
+    let reset = state.app.engine.update_merchant(&id, |merchant| {
+        merchant.password_hash = password_hash;
+        KeyChange::Kept
+    });
+    let merchant = reset.await?.ok_or_else(|| ApiError::not_found("merchant"))?;
     state.dashboard.sessions.remove_merchant(&id);
     tracing::warn!(merchant = %id, "dashboard password reset through the admin API");
     Ok(HttpResponse::Ok().json(json!({"id": id.as_str(), "email": merchant.email, "password": password})))

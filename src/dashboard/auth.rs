@@ -98,8 +98,6 @@ pub struct DashboardState {
     delayed_refusals: tokio::sync::Semaphore,
     /// Where they run.
     checker: Checker,
-    /// Held while a merchant account is read, changed and written back (key roll, webhook URL).
-    pub merchant_updates: tokio::sync::Mutex<()>,
     /// Each merchant's latest replay of a range of webhook notifications.
     pub replays: super::replay::Replays,
     /// `Secure` on cookies: production runs behind https.
@@ -128,7 +126,6 @@ impl DashboardState {
             checks: tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS),
             delayed_refusals: tokio::sync::Semaphore::new(MAX_DELAYED_REFUSALS),
             checker: Checker::start(),
-            merchant_updates: tokio::sync::Mutex::new(()),
             replays: super::replay::Replays::default(),
             secure_cookies: environment == Environment::Production,
         }

@@ -14,13 +14,13 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::webhook::url::{UrlError, WebhookUrl, MAX_URL_LEN};
+use caisse_engine::KeyChange;
 use maud::{html, Markup};
 
 use super::layout::{self, csrf_field, Nav};
-use super::{html, query, redirect, DashError, DashboardState, LoggedIn};
+use super::{html, query, redirect, DashError, LoggedIn};
 use crate::config::Environment;
 use crate::http::AppState;
 use crate::merchants;
@@ -160,7 +160,6 @@ fn grace_text(ms: u64) -> String {
 /// `POST /keys/roll`.
 pub async fn roll(
     state: web::Data<AppState>,
-    dash: web::Data<DashboardState>,
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
@@ -170,15 +169,15 @@ pub async fn roll(
     }
     let env = state.settings.environment;
     let grace_ms = state.settings.key_roll_grace_ms;
-    let _guard = dash.merchant_updates.lock().await;
-    let mut merchant = state.engine.merchant(&user.merchant.id)?.ok_or(DashError::Login)?;
-    let old = std::mem::replace(&mut merchant.secret_key, merchants::new_secret_key(env));
-    if grace_ms == 0 {
-        state.engine.put_merchant(merchant, Some(old)).await?;
-    } else {
-        let until = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(grace_ms));
-        state.engine.put_merchant_keeping(merchant, old, until).await?;
-    }
+    let rolled = state.engine.update_merchant(&user.merchant.id, |merchant| {
+        let old = std::mem::replace(&mut merchant.secret_key, merchants::new_secret_key(env));
+        if grace_ms == 0 {
+            KeyChange::Revoked(old)
+        } else {
+            KeyChange::ValidUntil(old, Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(grace_ms)))
+        }
+    });
+    rolled.await?.ok_or(DashError::Login)?;
     tracing::info!(target: "caisse::dashboard", merchant = %user.merchant.id.as_str(), grace_ms, "secret key rolled");
     Ok(redirect("/keys?info=cle_changee"))
 }
@@ -186,7 +185,6 @@ pub async fn roll(
 /// `POST /keys/webhook`: an empty field removes the URL.
 pub async fn save_webhook(
     state: web::Data<AppState>,
-    dash: web::Data<DashboardState>,
     user: LoggedIn,
     payload: web::Payload,
 ) -> Result<HttpResponse, DashError> {
@@ -210,7 +208,11 @@ pub async fn save_webhook(
         }
     };
     let url = url.map(|u| u.as_str().to_owned());
-    update_merchant(&state, &dash, &user, move |m| m.webhook_url = url).await?;
+    let saved = state.engine.update_merchant(&user.merchant.id, move |m| {
+        m.webhook_url = url;
+        KeyChange::Kept
+    });
+    saved.await?.ok_or(DashError::Login)?;
     tracing::info!(target: "caisse::dashboard", merchant = %user.merchant.id.as_str(), "webhook URL changed");
     Ok(redirect("/keys?info=webhook_enregistre"))
 }
@@ -227,19 +229,6 @@ fn reason(e: &UrlError) -> String {
         ),
         UrlError::Unresolvable(host) => format!("L'hôte {host} ne se résout pas (DNS)."),
     }
-}
-
-/// Reads the merchant afresh, applies `change` and writes it back, waiting until the write is durable.
-async fn update_merchant(
-    state: &AppState,
-    dash: &DashboardState,
-    user: &LoggedIn,
-    change: impl FnOnce(&mut Merchant),
-) -> Result<(), DashError> {
-    let _guard = dash.merchant_updates.lock().await;
-    let mut merchant = state.engine.merchant(&user.merchant.id)?.ok_or(DashError::Login)?;
-    change(&mut merchant);
-    Ok(state.engine.put_merchant(merchant, None).await?)
 }
 
 #[cfg(test)]

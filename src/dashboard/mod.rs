@@ -8,9 +8,9 @@
 //! (the page shell and formatting). The shared pieces live here: the dashboard's own state, the route table,
 //! the error type that turns every failure into an HTML page, and the bounded form reader.
 //!
-//! Reads go straight to the store, like the API's; writes to a merchant account go through
-//! [`DashboardState::merchant_updates`], so a key roll and a webhook URL change made at the same moment
-//! cannot overwrite each other.
+//! Reads go straight to the store, like the API's; a change to a merchant account goes through
+//! `Engine::update_merchant`, so a key roll and a webhook URL change made at the same moment, on one node or
+//! two, cannot overwrite each other.
 
 mod actions;
 pub mod auth;

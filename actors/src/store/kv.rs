@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::path::Path;
 
 use super::op::Op;
-use super::{BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
+use super::{AccountLock, BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 
@@ -39,6 +39,10 @@ pub trait Kv: Send + Sync + 'static {
     /// [`StoreError::NotOwner`] when this process may not write for the merchant. One process: always itself.
     fn claim(&self, _merchant: &MerchantId) -> Result<Option<Fence>, StoreError> {
         Ok(None)
+    }
+    /// See [`super::Accounts::lock_account`]. One process: nothing to hold.
+    fn lock_account(&self, _merchant: &MerchantId) -> Result<AccountLock, StoreError> {
+        Ok(AccountLock::default())
     }
     /// Where the merchant's writes are made. One process: here.
     fn placement(&self, _merchant: &MerchantId) -> Placement {

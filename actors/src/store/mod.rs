@@ -211,6 +211,20 @@ pub type FailureLatch = Arc<AtomicBool>;
 /// Completes when the change is durable (Ok) or known not to be (Err).
 pub type Ticket = oneshot::Receiver<Result<(), StoreError>>;
 
+/// Keeps every other process from changing one merchant's account until dropped
+/// ([`Accounts::lock_account`]). One process on an embedded store holds nothing: no other process can write
+/// it, and the engine serializes its own account changes.
+#[derive(Default)]
+pub struct AccountLock {
+    _held: Option<Box<dyn Send>>,
+}
+
+impl AccountLock {
+    pub(crate) fn holding(held: impl Send + 'static) -> AccountLock {
+        AccountLock { _held: Some(Box::new(held)) }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("storage I/O failed: {0}")]

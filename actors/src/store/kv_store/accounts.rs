@@ -10,7 +10,7 @@ use crate::domain::time::Timestamp;
 use crate::store::kv::Kv;
 use crate::store::op::Op;
 use crate::store::sealing;
-use crate::store::{Accounts, StoreError, Ticket};
+use crate::store::{AccountLock, Accounts, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
@@ -74,6 +74,10 @@ impl<K: Kv> Accounts for KvStore<K> {
 
     fn retired_key_until(&self, secret_key: &str) -> Result<Option<Timestamp>, StoreError> {
         self.get(RETIRED_KEYS, &key_hash(secret_key))
+    }
+
+    fn lock_account(&self, id: &MerchantId) -> Result<AccountLock, StoreError> {
+        self.kv.lock_account(id)
     }
 
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError> {

@@ -220,6 +220,12 @@ impl Readers {
         }
     }
 
+    /// A connection of the caller's own, closed when dropped: for a session-level lock, which must live
+    /// exactly as long as its holder.
+    pub(super) async fn dedicated(&self) -> Result<Conn, StoreError> {
+        Conn::open(&self.endpoint).await
+    }
+
     /// A connection to read on, the slots taken in turn.
     pub(super) async fn conn(&self) -> Result<Arc<Conn>, StoreError> {
         let at = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.slots.len();

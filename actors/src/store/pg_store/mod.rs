@@ -32,7 +32,7 @@ use super::kv_store::KvStore;
 use super::layout::{merchant_of, MERCHANTS, TREE_NAMES};
 use super::op::Op;
 use super::writer::wait_polling;
-use super::{BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
+use super::{AccountLock, BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
 
@@ -41,6 +41,21 @@ pub type PgStore = KvStore<PgKv>;
 
 /// Notifications waiting for the dispatcher beyond this are found by its scan of the due index instead.
 const FEED_CAPACITY: usize = 64 * 1024;
+
+/// How long taking a merchant's account lock waits for another node's change to end.
+const ACCOUNT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The advisory lock key of a merchant's account: 64 bits of a digest of its id, under a prefix of its own
+/// so that no other use of advisory locks on the database collides with it by construction. Two merchants
+/// sharing a key only wait for each other.
+fn account_lock_key(merchant: &MerchantId) -> i64 {
+    use sha2::Digest;
+    let digest =
+        sha2::Sha256::new().chain_update(b"caisse account lock\0").chain_update(merchant.as_bytes()).finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
 
 /// Rows one page of a range scan reads.
 const SCAN_PAGE: i64 = 256;
@@ -283,6 +298,27 @@ impl Kv for PgKv {
                 None => Err(StoreError::NotOwner(format!("{merchant} is not on node {}", node.me.id))),
             },
         }
+    }
+
+    fn lock_account(&self, merchant: &MerchantId) -> Result<AccountLock, StoreError> {
+        let inner = self.inner.clone();
+        let key = account_lock_key(merchant);
+        let conn = self.inner.bridge.run(async move {
+            let conn = inner.readers.dedicated().await?;
+            // The database gives up waiting before the bridge does, with an error that says what happened.
+            conn.client
+                .batch_execute(&format!("SET lock_timeout = {}", ACCOUNT_LOCK_WAIT.as_millis()))
+                .await
+                .map_err(|e| db_error("set the account lock's timeout", e))?;
+            conn.client
+                .execute("SELECT pg_advisory_lock($1)", &[&key])
+                .await
+                .map_err(|e| db_error("lock a merchant's account", e))?;
+            Ok(conn)
+        })?;
+        // A session-level lock ends with its session: dropping the connection closes it, which releases the
+        // lock on the database's side, and so does the death of this process.
+        Ok(AccountLock::holding(conn))
     }
 
     fn placement(&self, merchant: &MerchantId) -> Placement {

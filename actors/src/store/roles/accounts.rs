@@ -3,7 +3,7 @@
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Merchant;
 use crate::domain::time::Timestamp;
-use crate::store::{StoreError, Ticket};
+use crate::store::{AccountLock, StoreError, Ticket};
 
 /// Merchant accounts, written rarely (creation, key rotation) and read on every request.
 pub trait Accounts: Send + Sync {
@@ -20,6 +20,11 @@ pub trait Accounts: Send + Sync {
     ) -> Result<Ticket, StoreError>;
     /// Until when a rolled key still authenticates; `None` for a key that was never rolled with a grace.
     fn retired_key_until(&self, secret_key: &str) -> Result<Option<Timestamp>, StoreError>;
+    /// Waits until no other process is changing this merchant's account, and keeps them off until the lock
+    /// is dropped: an account change reads the account, changes it and writes it back under this lock, so
+    /// two changes made at the same moment on two nodes (a key roll and a webhook URL change) both survive.
+    /// Blocks the calling thread, at most a bounded time.
+    fn lock_account(&self, id: &MerchantId) -> Result<AccountLock, StoreError>;
     fn merchant(&self, id: &MerchantId) -> Result<Option<Merchant>, StoreError>;
     /// A number that changes after any merchant record, key, retired key or suspension changes, once the
     /// change is visible to reads: a cache of accounts read after seeing a number is current as long as the
