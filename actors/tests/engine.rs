@@ -269,7 +269,7 @@ async fn the_due_scan_drops_entries_left_by_a_stale_save() {
     let mut after = n.clone();
     after.state = DeliveryState::Delivered;
     after.next_attempt_at = None;
-    store.save_notification(&stale_before, &after).unwrap().await.unwrap().unwrap();
+    store.save_notification(&stale_before, &after, None).unwrap().await.unwrap().unwrap();
     let due = store.due_notifications(now, 10).unwrap();
     assert!(due.iter().all(|d| d.id != n.id), "a delivered notification was offered again");
     // The scan also removed the orphan: later scans no longer even look at it.
@@ -506,7 +506,7 @@ fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept(
     {
         let store = SledStore::open(dir.path()).unwrap();
         for n in old.iter().chain([&failed, &recent, &resent]) {
-            store.save_notification(n, n).unwrap().blocking_recv().unwrap().unwrap();
+            store.save_notification(n, n, None).unwrap().blocking_recv().unwrap().unwrap();
         }
     }
     actix::System::new().block_on(async move {

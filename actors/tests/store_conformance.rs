@@ -375,12 +375,12 @@ fn notifications_are_fed_come_due_and_settle(backend: &dyn Backend) {
     let mut settled = first.clone();
     settled.state = DeliveryState::Delivered;
     settled.next_attempt_at = None;
-    wait(store.save_notification(first, &settled).unwrap());
+    wait(store.save_notification(first, &settled, None).unwrap());
     let mut delivered = n.clone();
     delivered.state = DeliveryState::Delivered;
     delivered.next_attempt_at = None;
     delivered.total_attempts = 1;
-    wait(store.save_notification(n, &delivered).unwrap());
+    wait(store.save_notification(n, &delivered, None).unwrap());
     assert!(store.due_notifications(Timestamp::now(), 10).unwrap().is_empty());
     let listed = store.notifications(&shop.id, None, 10, &mut |_| true).unwrap();
     assert_eq!(listed.data, [delivered.clone(), settled], "newest first");
@@ -396,7 +396,7 @@ fn notifications_are_fed_come_due_and_settle(backend: &dyn Backend) {
     stale.next_attempt_at = Some(Timestamp::from_unix_ms(1));
     let mut again = delivered.clone();
     again.next_attempt_at = None;
-    wait(store.save_notification(&stale, &again).unwrap());
+    wait(store.save_notification(&stale, &again, None).unwrap());
     assert!(store.due_notifications(Timestamp::now(), 10).unwrap().is_empty());
 }
 
@@ -694,7 +694,7 @@ mod postgresql_cluster {
     use std::time::{Duration, Instant};
 
     use caisse_engine::store::pg_store::{shard_of, NodeIdentity, SHARDS};
-    use caisse_engine::store::{Accounts, Commits, Placement, Records};
+    use caisse_engine::store::{Accounts, Commits, Outbox, Placement, Records};
 
     use super::*;
 
@@ -746,6 +746,41 @@ mod postgresql_cluster {
         let (mut third, _) = shop.change(&Command::InitiatePayment(new_payment(1_000, Some("third"))), None);
         third.fence = Some(fence);
         assert!(matches!(a.commit(third, &shop.latch), Err(StoreError::Aborted)));
+    }
+
+    /// A delivery's outcome is saved under the fence its notification was read under: once another node has
+    /// taken the shard, the save is refused and the notification stays as the database has it.
+    #[test]
+    fn a_delivery_outcome_saved_under_a_fence_another_node_raised_is_refused() {
+        let db = postgres::database();
+        let a = node(&db, "a");
+        let shop = Shop::new();
+        let fence = a.recover_merchant(&shop.id).expect("the holder claims the merchant").fence;
+        assert_eq!(a.delivery_fence(&shop.id), fence, "deliveries are fenced as the actor's writes are");
+        let (mut paid, _) = shop.change(&Command::InitiatePayment(new_payment(5_000, Some("hooked"))), None);
+        paid.fence = fence;
+        wait(a.commit(paid, &shop.latch).expect("queued"));
+        let listed = a.notifications(&shop.id, None, 10, &mut |_| true).unwrap().data;
+        let [read] = listed.as_slice() else { panic!("one notification: {listed:?}") };
+        let attempted = |n: &caisse_engine::domain::records::Notification, attempts: u32| {
+            let mut after = n.clone();
+            after.total_attempts = attempts;
+            after.next_attempt_at = Some(Timestamp::from_unix_ms(n.created_at.unix_ms() + 60_000));
+            after
+        };
+        let once = attempted(read, 1);
+        wait(a.save_notification(read, &once, fence).expect("queued"));
+        assert_eq!(a.notification(&shop.id, &read.id).unwrap(), Some(once.clone()), "saved under the held fence");
+
+        let shard = fence.expect("a node's fence").shard;
+        db.execute(&format!(
+            "UPDATE caisse_shards SET owner = 'b', fence = fence + 1, expires_at = now() + interval '1 hour' \
+             WHERE shard = {shard}"
+        ));
+        let late = attempted(&once, 2);
+        let refused = a.save_notification(&once, &late, fence).expect("queued").blocking_recv().expect("answered");
+        assert!(matches!(refused, Err(StoreError::NotOwner(_))), "{refused:?}");
+        assert_eq!(a.notification(&shop.id, &read.id).unwrap(), Some(once), "nothing of the refused save");
     }
 
     /// Two processes on one database creating merchants with one e-mail at the same moment: each passes the

@@ -417,7 +417,9 @@ impl Handler<Resend> for Dispatcher {
             let after = resend(&before, Timestamp::now());
             // Its fresh copy, should it still come, is older than this resend.
             self.early.note(&before.id, before.created_at.unix_ms(), Timestamp::now().unix_ms());
-            let ticket = self.store.save_notification(&before, &after)?;
+            // Not fenced: a resend is the merchant's request, made on whichever node received it; the holder
+            // delivers it.
+            let ticket = self.store.save_notification(&before, &after, None)?;
             Ok((after, ticket))
         })();
         match prepared {

@@ -31,13 +31,14 @@ use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::metrics::{DeliveryResult, METRICS};
-use crate::store::{Accounts, Outbox};
+use crate::store::{Accounts, Fence, Outbox};
 
 #[derive(Default)]
 struct Host {
     in_flight: usize,
     slow: bool,
-    waiting: VecDeque<Notification>,
+    /// Each with the fence its copy was read under (see [`Worker::record_attempt`]).
+    waiting: VecDeque<(Notification, Option<Fence>)>,
 }
 
 pub(super) struct Worker {
@@ -145,7 +146,7 @@ impl Worker {
     /// hanging receivers keep up to `max_in_flight_per_worker` attempts open for the whole timeout, so every
     /// message and every completed attempt paid for polling all of them, a large share of the CPU once some
     /// receivers hang (docs/perf/history.md). A task is polled only when its own I/O or timer wakes it.
-    fn start(&mut self, n: Notification, target: Target, ctx: &mut Context<Self>) {
+    fn start(&mut self, n: Notification, fence: Option<Fence>, target: Target, ctx: &mut Context<Self>) {
         self.in_flight += 1;
         self.flying.insert(n.id.clone());
         self.hosts.entry(target.host.clone()).or_default().in_flight += 1;
@@ -156,7 +157,7 @@ impl Worker {
             let outcome = attempt.await;
             // Bounded by the attempts in flight, so the mailbox's bound is not needed here; if the actor is
             // gone, its restart has already handed the notification back to the dispatcher.
-            me.do_send(Attempted { n, host, epoch, outcome });
+            me.do_send(Attempted { n, fence, host, epoch, outcome });
         });
     }
 
@@ -165,7 +166,19 @@ impl Worker {
     /// When the outcome cannot be persisted, the stored copy is still due, and handing it back at once would
     /// have the dispatcher send it again within milliseconds, for as long as the disk fails. It is held back
     /// instead until the wait the schedule gave this attempt (at least a second), as if the save had worked.
-    fn record_attempt(&mut self, n: Notification, outcome: AttemptOutcome, ctx: &mut Context<Self>) {
+    ///
+    /// The save carries the fence under which the notification was read, and a store several nodes share
+    /// refuses it once another node has taken the merchant's shard since: a node paused past its lease does
+    /// not, on waking, write an older attempt's outcome over what the new holder saved. The notification then
+    /// stays as the holder left it, due if it was, so the cost is at most a repeated delivery, never a lost
+    /// one.
+    fn record_attempt(
+        &mut self,
+        n: Notification,
+        fence: Option<Fence>,
+        outcome: AttemptOutcome,
+        ctx: &mut Context<Self>,
+    ) {
         let after = after_attempt(&n, &outcome, &self.config.schedule, jitter_unit());
         METRICS.delivery(match after.state {
             DeliveryState::Delivered => DeliveryResult::Delivered,
@@ -180,7 +193,7 @@ impl Worker {
             .clamp(MIN_UNSAVED_HOLD, MAX_UNSAVED_HOLD);
         let id = n.id.clone();
         let dispatcher = self.dispatcher.clone();
-        let saved = self.outbox.save_notification(&n, &after);
+        let saved = self.outbox.save_notification(&n, &after, fence);
         ctx.spawn(
             async move {
                 let failure = match saved {
@@ -209,7 +222,7 @@ impl Worker {
             if h.in_flight >= limit || self.in_flight >= self.config.max_in_flight_per_worker {
                 return;
             }
-            let Some(next) = h.waiting.pop_front() else {
+            let Some((next, fence)) = h.waiting.pop_front() else {
                 if h.in_flight == 0 {
                     self.hosts.remove(host);
                 }
@@ -217,14 +230,14 @@ impl Worker {
             };
             self.waiting = self.waiting.saturating_sub(1);
             match self.target(&next) {
-                Ok(target) => self.start(next, target, ctx),
-                Err(error) => self.fail_now(next, error, ctx),
+                Ok(target) => self.start(next, fence, target, ctx),
+                Err(error) => self.fail_now(next, fence, error, ctx),
             }
         }
     }
 
     /// An attempt that could not even start (no URL, unknown merchant) counts as a failed attempt.
-    fn fail_now(&mut self, n: Notification, error: String, ctx: &mut Context<Self>) {
+    fn fail_now(&mut self, n: Notification, fence: Option<Fence>, error: String, ctx: &mut Context<Self>) {
         let outcome = AttemptOutcome {
             at: Timestamp::now(),
             signed_at_s: None,
@@ -232,7 +245,7 @@ impl Worker {
             error: Some(error),
             latency_ms: 0,
         };
-        self.record_attempt(n, outcome, ctx);
+        self.record_attempt(n, fence, outcome, ctx);
     }
 }
 
@@ -256,7 +269,7 @@ impl Supervised for Worker {
             self.dispatcher.do_send(Settled(id));
         }
         for (_, host) in self.hosts.drain() {
-            for n in host.waiting {
+            for (n, _) in host.waiting {
                 self.dispatcher.do_send(Settled(n.id));
             }
         }
@@ -268,6 +281,7 @@ impl Supervised for Worker {
 #[rtype(result = "()")]
 struct Attempted {
     n: Notification,
+    fence: Option<Fence>,
     host: String,
     epoch: u64,
     outcome: AttemptOutcome,
@@ -277,7 +291,7 @@ impl Handler<Attempted> for Worker {
     type Result = ();
 
     fn handle(&mut self, msg: Attempted, ctx: &mut Self::Context) {
-        let Attempted { n, host, epoch, outcome } = msg;
+        let Attempted { n, fence, host, epoch, outcome } = msg;
         // An attempt from before a restart: its notification went back to the dispatcher then, which may
         // have offered it again since; that later attempt is the one this worker settles.
         if epoch != self.epoch {
@@ -290,7 +304,7 @@ impl Handler<Attempted> for Worker {
             h.in_flight = h.in_flight.saturating_sub(1);
             h.slow = slow;
         }
-        self.record_attempt(n, outcome, ctx);
+        self.record_attempt(n, fence, outcome, ctx);
         self.pump(&host, ctx);
     }
 }
@@ -307,13 +321,20 @@ impl Handler<Deliver> for Worker {
         // taken again carries a new fence).
         let Deliver { n: copy, from } = msg;
         let id = copy.id.clone();
+        // Taken before the copy is trusted or read again: the outcome's save is checked against it. Then, in a
+        // cluster, only the merchant's holder attempts (a resend made on another node is left to the holder's
+        // scan): the check comes after the fence is taken, so a shard lost in between is seen here.
+        let fence = self.outbox.delivery_fence(&copy.merchant);
+        if !self.outbox.delivers_for(&copy.merchant) {
+            return self.dispatcher.do_send(Settled(id));
+        }
         let window = copy.created_at.unix_ms().saturating_add(super::dispatcher::AS_COMMITTED_WINDOW_MS);
         let trusted = match from {
             Provenance::Stored => false,
-            Provenance::Feed(fence) => {
+            Provenance::Feed(fed_under) => {
                 window >= Timestamp::now().unix_ms()
                     && self.outbox.delivers_for(&copy.merchant)
-                    && self.outbox.delivery_fence(&copy.merchant) == fence
+                    && self.outbox.delivery_fence(&copy.merchant) == fed_under
             }
         };
         let stored = if trusted { Ok(Some(copy)) } else { self.outbox.notification(&copy.merchant, &id) };
@@ -332,13 +353,13 @@ impl Handler<Deliver> for Worker {
         };
         let target = match self.target(&n) {
             Ok(target) => target,
-            Err(error) => return self.fail_now(n, error, ctx),
+            Err(error) => return self.fail_now(n, fence, error, ctx),
         };
         let host = self.hosts.entry(target.host.clone()).or_default();
         let limit = if host.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
         let busy = host.in_flight >= limit || self.in_flight >= self.config.max_in_flight_per_worker;
         if !busy {
-            return self.start(n, target, ctx);
+            return self.start(n, fence, target, ctx);
         }
         if self.waiting >= self.config.max_waiting_per_worker {
             // Leave it in the store; the dispatcher's next scan offers it again.
@@ -346,7 +367,7 @@ impl Handler<Deliver> for Worker {
         }
         self.waiting += 1;
         if let Some(h) = self.hosts.get_mut(&target.host) {
-            h.waiting.push_back(n);
+            h.waiting.push_back((n, fence));
         }
     }
 }

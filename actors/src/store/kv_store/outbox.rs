@@ -27,7 +27,12 @@ impl<K: Kv> Outbox for KvStore<K> {
         self.feed.lock().ok().and_then(|mut feed| feed.take())
     }
 
-    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError> {
+    fn save_notification(
+        &self,
+        before: &Notification,
+        after: &Notification,
+        fence: Option<Fence>,
+    ) -> Result<Ticket, StoreError> {
         let key = mkey(&after.merchant, after.id.as_bytes());
         let mut ops = vec![Op::Insert(NOTIFICATIONS, key, encode(after)?)];
         if let Some(at) = before.next_attempt_at {
@@ -36,7 +41,7 @@ impl<K: Kv> Outbox for KvStore<K> {
         if let Some(at) = after.next_attempt_at {
             ops.push(Op::Insert(OUTBOX_DUE, due_key(at, &after.id), after.merchant.as_bytes().to_vec()));
         }
-        self.submit(ops, None, Vec::new())
+        self.kv.submit(ops, None, Vec::new(), fence)
     }
 
     fn notifications(
@@ -210,7 +215,7 @@ mod tests {
         for n in [&first, &second] {
             let mut unsaved = n.clone();
             unsaved.next_attempt_at = None;
-            store.save_notification(&unsaved, n).unwrap().blocking_recv().unwrap().unwrap();
+            store.save_notification(&unsaved, n, None).unwrap().blocking_recv().unwrap().unwrap();
         }
 
         let page = store.notifications(&first.merchant, None, 10, &mut |_| true).unwrap();
@@ -242,7 +247,7 @@ mod tests {
             n.next_attempt_at = due.map(Timestamp::from_unix_ms);
             let mut unsaved = n.clone();
             unsaved.next_attempt_at = None;
-            store.save_notification(&unsaved, &n).unwrap().blocking_recv().unwrap().unwrap();
+            store.save_notification(&unsaved, &n, None).unwrap().blocking_recv().unwrap().unwrap();
             n
         };
         let old: Vec<Notification> = (1..=3).map(|i| made(&m, 1_000 * i, None)).collect();

@@ -10,8 +10,15 @@ pub trait Outbox: Send + Sync {
     /// Notifications as they become durable, for the webhook dispatcher; the first caller takes it.
     fn outbox_feed(&self) -> Option<tokio::sync::mpsc::Receiver<Notification>>;
     /// Persists a notification after an attempt or a resend (`before` is what the caller read), moving its
-    /// entry in the due index.
-    fn save_notification(&self, before: &Notification, after: &Notification) -> Result<Ticket, StoreError>;
+    /// entry in the due index. With a `fence` ([`Outbox::delivery_fence`] when `before` was read), a store
+    /// several nodes share refuses the save ([`StoreError::NotOwner`]) once the merchant's shard has been
+    /// taken under another.
+    fn save_notification(
+        &self,
+        before: &Notification,
+        after: &Notification,
+        fence: Option<Fence>,
+    ) -> Result<Ticket, StoreError>;
     /// This merchant's notifications, newest first, from after `cursor` (a notification id).
     fn notifications(
         &self,
