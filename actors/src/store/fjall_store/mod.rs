@@ -52,7 +52,13 @@ const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Notifications waiting for the dispatcher beyond this are found by its scan of the due index instead.
 const FEED_CAPACITY: usize = 64 * 1024;
 /// The journal fjall keeps before it writes memtables out: what a start after a crash recovers at most.
-const MAX_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
+///
+/// A journal file goes only once every tree with writes in it has written them out, and fjall's monitor writes
+/// out one tree per quarter second, so under load the journal runs well ahead of the memtables. Past its bound
+/// fjall halts every commit, 100 ms at a time, until flushes catch up: at 64 MiB that halted the API for 1.7 s
+/// at 2,000 payments/s and held the engine bench to 23 k events/s; at 512 MiB neither happened, and a start
+/// after SIGKILL still opened the store in 0.36 s (docs/perf/README.md).
+const MAX_JOURNAL_BYTES: u64 = 512 * 1024 * 1024;
 /// The memtables of every tree together, before the largest is written out.
 const MAX_WRITE_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
 /// Keys a scan reads from fjall at a time, first, and at most (each read doubles until the maximum).
@@ -144,14 +150,6 @@ pub(super) fn holds_store(dir: &Path) -> bool {
     keyspace_dir(dir).is_dir()
 }
 
-/// The nice value of fjall's background threads (see [`open_keyspace`]).
-const BACKGROUND_NICE: libc::c_int = 10;
-
-/// Opens the keyspace from a thread of its own whose priority is lowered first: the threads fjall starts
-/// (writing memtables out, compacting tables) inherit it. Their work is never what an answer waits for, and
-/// at the default priority they took the cores from the merchant actors and the HTTP workers, as sled's
-/// applier did (docs/perf/history.md). If they fall behind, fjall slows the writer, which is the backpressure
-/// wanted.
 /// The keyspace as open now, with a handle on each tree, and sled's tree of balance snapshots.
 pub(super) struct Open {
     pub(super) keyspace: Keyspace,
@@ -274,20 +272,10 @@ fn open_keyspace(path: &Path, cache_bytes: u64) -> Result<(Keyspace, Vec<Partiti
         .cache_size(cache_bytes)
         .max_journaling_size(MAX_JOURNAL_BYTES)
         .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES);
-    let keyspace = std::thread::Builder::new()
-        .name("caisse-store-open".into())
-        .spawn(move || {
-            // SAFETY: `setpriority` takes plain integers and touches no memory of ours. On Linux,
-            // `PRIO_PROCESS` with `who = 0` names the calling thread, not the whole process.
-            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) } != 0 {
-                tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower fjall's priority");
-            }
-            config.open()
-        })
-        .map_err(|e| StoreError::Io(format!("start a thread to open the keyspace: {e}")))?
-        .join()
-        .map_err(|_| StoreError::Io("opening the keyspace panicked".into()))?
-        .map_err(io("open the keyspace"))?;
+    // fjall's threads (writing memtables out, compacting) run at the default priority. At nice 10 they fell
+    // behind under load, the journal reached its bound and every commit halted: the API's p99 went past a
+    // second at 2,000 payments/s (docs/perf/history.md).
+    let keyspace = config.open().map_err(io("open the keyspace"))?;
     let partitions = TREE_NAMES
         .iter()
         .map(|name| keyspace.open_partition(name, PartitionCreateOptions::default()))
