@@ -61,6 +61,13 @@ const FEED_CAPACITY: usize = 64 * 1024;
 const MAX_JOURNAL_BYTES: u64 = 512 * 1024 * 1024;
 /// The memtables of every tree together, before the largest is written out.
 const MAX_WRITE_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
+/// Memtables fjall's flush thread writes out in one turn (its `flush_workers`: one thread per memtable).
+const FLUSH_TASKS_PER_TURN: usize = 16;
+/// How long a start waits for the recovered memtables' writing out to make progress before it opens the
+/// keyspace again (see [`recovered_written_out`]).
+const RECOVERY_STILL: std::time::Duration = std::time::Duration::from_secs(2);
+/// Opens a start makes at most to write out what fjall recovered.
+const MAX_RECOVERY_OPENS: usize = 32;
 /// Keys a scan reads from fjall at a time, first, and at most (each read doubles until the maximum).
 const FIRST_CHUNK: usize = 32;
 const MAX_CHUNK: usize = 1024;
@@ -268,20 +275,56 @@ impl Current {
 }
 
 fn open_keyspace(path: &Path, cache_bytes: u64) -> Result<(Keyspace, Vec<PartitionHandle>), StoreError> {
-    let config = fjall::Config::new(path)
-        .cache_size(cache_bytes)
-        .max_journaling_size(MAX_JOURNAL_BYTES)
-        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES);
     // fjall's threads (writing memtables out, compacting) run at the default priority. At nice 10 they fell
     // behind under load, the journal reached its bound and every commit halted: the API's p99 went past a
     // second at 2,000 payments/s (docs/perf/history.md).
-    let keyspace = config.open().map_err(io("open the keyspace"))?;
-    let partitions = TREE_NAMES
-        .iter()
-        .map(|name| keyspace.open_partition(name, PartitionCreateOptions::default()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(io("open the trees"))?;
-    Ok((keyspace, partitions))
+    let config = fjall::Config::new(path)
+        .cache_size(cache_bytes)
+        .max_journaling_size(MAX_JOURNAL_BYTES)
+        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
+        .flush_workers(FLUSH_TASKS_PER_TURN);
+    for open in 1..=MAX_RECOVERY_OPENS {
+        let keyspace = config.clone().open().map_err(io("open the keyspace"))?;
+        let partitions = TREE_NAMES
+            .iter()
+            .map(|name| keyspace.open_partition(name, PartitionCreateOptions::default()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(io("open the trees"))?;
+        let left = recovered_written_out(&keyspace);
+        if left == 0 {
+            return Ok((keyspace, partitions));
+        }
+        tracing::info!(open, sealed_journals = left, "opening the keyspace again to write out what it recovered");
+        drop(partitions);
+        drop(keyspace);
+    }
+    Err(StoreError::Io(format!(
+        "the keyspace still holds journal files it recovered but did not write out after {MAX_RECOVERY_OPENS} opens"
+    )))
+}
+
+/// Waits until the memtables fjall recovered from its sealed journal files are written out, which deletes
+/// those files; answers how many are left when that stops moving (0: all of them).
+///
+/// fjall (2.11) gives its flush thread one turn per recovered tree at open, and a turn writes out at most
+/// [`FLUSH_TASKS_PER_TURN`] memtables; later turns come only with new rotations, each writing out as many
+/// memtables as it adds. What a crash leaves beyond that stays queued, counted against the write buffer, and
+/// once the buffer is full every commit halts for good: the restart bench's writer hung so, after a `kill -9`
+/// with a full journal. So a start waits here for the recovered memtables, and opens the keyspace again (another
+/// turn per tree) while some are left; the journal's bound bounds that work.
+fn recovered_written_out(keyspace: &Keyspace) -> usize {
+    let sealed = || keyspace.journal_count().saturating_sub(1);
+    let mut left = sealed();
+    let mut moved = Instant::now();
+    while left > 0 && moved.elapsed() < RECOVERY_STILL {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let now = sealed();
+        if now < left {
+            left = now;
+            moved = Instant::now();
+        }
+    }
+    left
 }
 
 /// Makes an empty keyspace with every tree beside the data directory's, then renames it into place: a
@@ -593,6 +636,36 @@ mod tests {
 
     fn key(i: u32) -> Vec<u8> {
         i.to_be_bytes().to_vec()
+    }
+
+    /// A keyspace left with more recovered memtables than fjall writes out at open (a crash with many sealed
+    /// journal files) opens with all of them written out, so that the write buffer they count against is
+    /// free again. Made here by a keyspace without a flush thread, whose rotations only queue.
+    #[test]
+    fn a_start_writes_out_everything_fjall_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEYSPACE_DIR);
+        let sealed = 3 * FLUSH_TASKS_PER_TURN;
+        {
+            let keyspace = fjall::Config::new(&path).flush_workers(0).open().unwrap();
+            let partitions: Vec<_> = TREE_NAMES
+                .iter()
+                .map(|name| keyspace.open_partition(name, PartitionCreateOptions::default()).unwrap())
+                .collect();
+            let payments = &partitions[crate::store::layout::PAYMENTS];
+            for i in 0..sealed as u32 {
+                payments.insert(key(i), vec![7; 64]).unwrap();
+                assert!(payments.rotate_memtable().unwrap(), "each rotation seals a memtable and a journal");
+            }
+            keyspace.persist(PersistMode::SyncAll).unwrap();
+            assert_eq!(keyspace.journal_count(), sealed + 1);
+        }
+        let (keyspace, partitions) = open_keyspace(&path, DEFAULT_CACHE_BYTES).unwrap();
+        assert_eq!(keyspace.journal_count(), 1, "every recovered memtable was written out");
+        let payments = &partitions[crate::store::layout::PAYMENTS];
+        for i in 0..sealed as u32 {
+            assert_eq!(payments.get(key(i)).unwrap().as_deref(), Some(&[7u8; 64][..]));
+        }
     }
 
     /// Scans across chunk boundaries (32, then 64, 128, ... keys) see every key once, in order, both ways,
