@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use fjall::{Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
+use fjall::{AbstractTree, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 
 use self::writer::Writer;
 use super::kv::{Kv, Scan};
@@ -57,7 +57,7 @@ const FEED_CAPACITY: usize = 64 * 1024;
 /// out one tree per quarter second, so under load the journal runs well ahead of the memtables. Past its bound
 /// fjall halts every commit, 100 ms at a time, until flushes catch up: at 64 MiB that halted the API for 1.7 s
 /// at 2,000 payments/s and held the engine bench to 23 k events/s; at 512 MiB neither happened, and a start
-/// after SIGKILL still opened the store in 0.36 s (docs/perf/README.md).
+/// after SIGKILL still opened the store, writing out what it recovered, in 0.6 s (docs/perf/README.md).
 const MAX_JOURNAL_BYTES: u64 = 512 * 1024 * 1024;
 /// The memtables of every tree together, before the largest is written out.
 const MAX_WRITE_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
@@ -66,8 +66,6 @@ const FLUSH_TASKS_PER_TURN: usize = 16;
 /// How long a start waits for the recovered memtables' writing out to make progress before it opens the
 /// keyspace again (see [`recovered_written_out`]).
 const RECOVERY_STILL: std::time::Duration = std::time::Duration::from_secs(2);
-/// Opens a start makes at most to write out what fjall recovered.
-const MAX_RECOVERY_OPENS: usize = 32;
 /// Keys a scan reads from fjall at a time, first, and at most (each read doubles until the maximum).
 const FIRST_CHUNK: usize = 32;
 const MAX_CHUNK: usize = 1024;
@@ -283,44 +281,57 @@ fn open_keyspace(path: &Path, cache_bytes: u64) -> Result<(Keyspace, Vec<Partiti
         .max_journaling_size(MAX_JOURNAL_BYTES)
         .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
         .flush_workers(FLUSH_TASKS_PER_TURN);
-    for open in 1..=MAX_RECOVERY_OPENS {
+    // Each open writes out at least one recovered memtable while fjall's flush thread works, so the loop ends:
+    // it stops as soon as an open writes out nothing.
+    let mut left_before = usize::MAX;
+    let mut open = 0usize;
+    loop {
+        open += 1;
         let keyspace = config.clone().open().map_err(io("open the keyspace"))?;
         let partitions = TREE_NAMES
             .iter()
             .map(|name| keyspace.open_partition(name, PartitionCreateOptions::default()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io("open the trees"))?;
-        let left = recovered_written_out(&keyspace);
+        let left = recovered_written_out(&partitions);
         if left == 0 {
             return Ok((keyspace, partitions));
         }
-        tracing::info!(open, sealed_journals = left, "opening the keyspace again to write out what it recovered");
+        if left >= left_before {
+            return Err(StoreError::Io(format!(
+                "fjall did not write out the {left} memtables it recovered from its journal (open {open}); see the \
+                 log of its flush thread"
+            )));
+        }
+        tracing::info!(open, memtables = left, "opening the keyspace again to write out what it recovered");
+        left_before = left;
         drop(partitions);
         drop(keyspace);
     }
-    Err(StoreError::Io(format!(
-        "the keyspace still holds journal files it recovered but did not write out after {MAX_RECOVERY_OPENS} opens"
-    )))
 }
 
-/// Waits until the memtables fjall recovered from its sealed journal files are written out, which deletes
-/// those files; answers how many are left when that stops moving (0: all of them).
+/// Waits until the memtables fjall recovered from its sealed journal files are written out; answers how many
+/// are left when that stops moving (0: all of them).
 ///
 /// fjall (2.11) gives its flush thread one turn per recovered tree at open, and a turn writes out at most
 /// [`FLUSH_TASKS_PER_TURN`] memtables; later turns come only with new rotations, each writing out as many
 /// memtables as it adds. What a crash leaves beyond that stays queued, counted against the write buffer, and
 /// once the buffer is full every commit halts for good: the restart bench's writer hung so, after a `kill -9`
-/// with a full journal. So a start waits here for the recovered memtables, and opens the keyspace again (another
-/// turn per tree) while some are left; the journal's bound bounds that work.
-fn recovered_written_out(keyspace: &Keyspace) -> usize {
-    let sealed = || keyspace.journal_count().saturating_sub(1);
+/// with a full journal. So a start waits here for the recovered memtables, and opens the keyspace again
+/// (another turn per tree) while some are left; the journal's bound bounds that work. Sealed memtables are
+/// counted, not journal files: a journal file whose writes are all in the tables already (a crash between a
+/// flush and the file's deletion) recovers into nothing and is harmless.
+fn recovered_written_out(partitions: &[PartitionHandle]) -> usize {
+    let sealed = || partitions.iter().map(|p| p.tree.sealed_memtable_count()).sum::<usize>();
     let mut left = sealed();
+    let mut fewest = left;
     let mut moved = Instant::now();
     while left > 0 && moved.elapsed() < RECOVERY_STILL {
         std::thread::sleep(std::time::Duration::from_millis(10));
-        let now = sealed();
-        if now < left {
-            left = now;
+        left = sealed();
+        // fjall's monitor may seal a memtable meanwhile (it then queues it properly): progress is a new low.
+        if left < fewest {
+            fewest = left;
             moved = Instant::now();
         }
     }
@@ -638,34 +649,84 @@ mod tests {
         i.to_be_bytes().to_vec()
     }
 
+    /// Writes `count` keys into the payments tree of a keyspace without a flush thread, sealing a memtable
+    /// (and a journal file) after each: what a crash with a long journal leaves behind.
+    fn sealed_journals(path: &Path, count: u32) {
+        let keyspace = fjall::Config::new(path).flush_workers(0).open().unwrap();
+        let partitions: Vec<_> = TREE_NAMES
+            .iter()
+            .map(|name| keyspace.open_partition(name, PartitionCreateOptions::default()).unwrap())
+            .collect();
+        let payments = &partitions[crate::store::layout::PAYMENTS];
+        for i in 0..count {
+            payments.insert(key(i), vec![7; 64]).unwrap();
+            assert!(payments.rotate_memtable().unwrap(), "each rotation seals a memtable and a journal");
+        }
+        keyspace.persist(PersistMode::SyncAll).unwrap();
+        assert_eq!(keyspace.journal_count(), count as usize + 1);
+    }
+
+    fn sealed_memtables(partitions: &[PartitionHandle]) -> usize {
+        partitions.iter().map(|p| p.tree.sealed_memtable_count()).sum()
+    }
+
     /// A keyspace left with more recovered memtables than fjall writes out at open (a crash with many sealed
     /// journal files) opens with all of them written out, so that the write buffer they count against is
-    /// free again. Made here by a keyspace without a flush thread, whose rotations only queue.
+    /// free again, and the journal files they came from go.
     #[test]
     fn a_start_writes_out_everything_fjall_recovered() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(KEYSPACE_DIR);
-        let sealed = 3 * FLUSH_TASKS_PER_TURN;
-        {
-            let keyspace = fjall::Config::new(&path).flush_workers(0).open().unwrap();
-            let partitions: Vec<_> = TREE_NAMES
-                .iter()
-                .map(|name| keyspace.open_partition(name, PartitionCreateOptions::default()).unwrap())
-                .collect();
-            let payments = &partitions[crate::store::layout::PAYMENTS];
-            for i in 0..sealed as u32 {
-                payments.insert(key(i), vec![7; 64]).unwrap();
-                assert!(payments.rotate_memtable().unwrap(), "each rotation seals a memtable and a journal");
-            }
-            keyspace.persist(PersistMode::SyncAll).unwrap();
-            assert_eq!(keyspace.journal_count(), sealed + 1);
-        }
+        let sealed = 3 * FLUSH_TASKS_PER_TURN as u32;
+        sealed_journals(&path, sealed);
         let (keyspace, partitions) = open_keyspace(&path, DEFAULT_CACHE_BYTES).unwrap();
-        assert_eq!(keyspace.journal_count(), 1, "every recovered memtable was written out");
+        assert_eq!(sealed_memtables(&partitions), 0, "every recovered memtable was written out");
         let payments = &partitions[crate::store::layout::PAYMENTS];
-        for i in 0..sealed as u32 {
+        for i in 0..sealed {
             assert_eq!(payments.get(key(i)).unwrap().as_deref(), Some(&[7u8; 64][..]));
         }
+        // The files go once fjall's flush thread has noted the tables, just after.
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while keyspace.journal_count() > 1 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(keyspace.journal_count(), 1, "the recovered journal files were deleted");
+    }
+
+    /// A journal file whose writes are all in the tables already (a crash between a flush and the file's
+    /// deletion, or a power cut that undid the deletion) recovers into nothing: the start goes on at once.
+    #[test]
+    fn a_start_passes_over_a_journal_file_already_written_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEYSPACE_DIR);
+        sealed_journals(&path, 2);
+        let journals = path.join("journals");
+        let kept = dir.path().join("journals-before");
+        std::fs::create_dir(&kept).unwrap();
+        for entry in std::fs::read_dir(&journals).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), kept.join(entry.file_name())).unwrap();
+        }
+        {
+            let (keyspace, _partitions) = open_keyspace(&path, DEFAULT_CACHE_BYTES).unwrap();
+            let deadline = Instant::now() + std::time::Duration::from_secs(10);
+            while keyspace.journal_count() > 1 && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert_eq!(keyspace.journal_count(), 1);
+        }
+        let mut restored = 0;
+        for entry in std::fs::read_dir(&kept).unwrap() {
+            let entry = entry.unwrap();
+            if !journals.join(entry.file_name()).exists() {
+                std::fs::copy(entry.path(), journals.join(entry.file_name())).unwrap();
+                restored += 1;
+            }
+        }
+        assert_eq!(restored, 2, "both sealed journal files were deleted, and are back");
+        let (_keyspace, partitions) = open_keyspace(&path, DEFAULT_CACHE_BYTES).unwrap();
+        assert_eq!(sealed_memtables(&partitions), 0);
+        assert_eq!(partitions[crate::store::layout::PAYMENTS].get(key(1)).unwrap().as_deref(), Some(&[7u8; 64][..]));
     }
 
     /// Scans across chunk boundaries (32, then 64, 128, ... keys) see every key once, in order, both ways,
