@@ -699,6 +699,21 @@ impl Engine {
     pub async fn update_merchant(
         &self,
         id: &MerchantId,
+        change: impl FnOnce(&mut Merchant) -> KeyChange + 'static,
+    ) -> Result<Option<Merchant>, EngineError> {
+        // On a task of its own: a caller that stops waiting (a request cancelled, a server stopping) must not
+        // drop the locks while the write is still in flight, when another change could read the account as it
+        // was and write it back.
+        let engine = self.clone();
+        let id = id.clone();
+        actix_rt::spawn(async move { engine.update_merchant_now(&id, change).await })
+            .await
+            .map_err(|e| EngineError::Internal(format!("an account change's task failed: {e}")))?
+    }
+
+    async fn update_merchant_now(
+        &self,
+        id: &MerchantId,
         change: impl FnOnce(&mut Merchant) -> KeyChange,
     ) -> Result<Option<Merchant>, EngineError> {
         let _here = self.inner.account_updates.lock().await;

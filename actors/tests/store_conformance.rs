@@ -903,7 +903,7 @@ mod postgresql_cluster {
             const ROUNDS: usize = 12;
             let rolls = async {
                 for round in 0..ROUNDS {
-                    let rolled = a.update_merchant(&id, |m| {
+                    let rolled = a.update_merchant(&id, move |m| {
                         KeyChange::Revoked(std::mem::replace(&mut m.secret_key, format!("sk_test_rolled_{round}")))
                     });
                     rolled.await.expect("a roll").expect("the merchant");
@@ -911,7 +911,7 @@ mod postgresql_cluster {
             };
             let urls = async {
                 for round in 0..ROUNDS {
-                    let saved = b.update_merchant(&id, |m| {
+                    let saved = b.update_merchant(&id, move |m| {
                         m.webhook_url = Some(format!("https://b.example.com/hook/{round}"));
                         KeyChange::Kept
                     });

@@ -196,7 +196,7 @@ pub async fn reset_password(
         .map_err(create_error)?;
     // Read again and written as one account change: a key roll or a webhook URL change made while the
     // password was hashed, here or on another node, is kept, not overwritten with the account as it was.
-    let reset = state.app.engine.update_merchant(&id, |merchant| {
+    let reset = state.app.engine.update_merchant(&id, move |merchant| {
         merchant.password_hash = password_hash;
         KeyChange::Kept
     });

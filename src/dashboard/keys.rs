@@ -4,7 +4,7 @@
 //! Rolling writes the merchant with a new key in one durable write, and the page answers only once it is
 //! durable. With no grace (`key_roll_grace = 0`) the same write drops the old key's index entry, so the API
 //! refuses it at once; with a grace, the write keeps the entry and records until when the old key is valid
-//! (`Engine::put_merchant_keeping`), after which the API refuses it. From the roll on, the delivery pool,
+//! (`KeyChange::ValidUntil`), after which the API refuses it. From the roll on, the delivery pool,
 //! which reads the merchant's current key at each attempt, signs with the new one. The Webhook URL is checked by the webhook URL rules for this server's environment; in production that
 //! resolves the host, so the check runs on a blocking thread. The pool reads the URL at each attempt too,
 //! so the next delivery goes to the saved URL.
@@ -169,7 +169,7 @@ pub async fn roll(
     }
     let env = state.settings.environment;
     let grace_ms = state.settings.key_roll_grace_ms;
-    let rolled = state.engine.update_merchant(&user.merchant.id, |merchant| {
+    let rolled = state.engine.update_merchant(&user.merchant.id, move |merchant| {
         let old = std::mem::replace(&mut merchant.secret_key, merchants::new_secret_key(env));
         if grace_ms == 0 {
             KeyChange::Revoked(old)

@@ -31,7 +31,7 @@ use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::metrics::{DeliveryResult, METRICS};
-use crate::store::{Accounts, Fence, Outbox};
+use crate::store::{Accounts, Fence, Outbox, StoreError};
 
 #[derive(Default)]
 struct Host {
@@ -199,13 +199,19 @@ impl Worker {
                 let failure = match saved {
                     Ok(ticket) => match ticket.await {
                         Ok(Ok(())) => None,
-                        Ok(Err(e)) => Some(e.to_string()),
-                        Err(_) => Some("the store stopped".to_owned()),
+                        Ok(Err(e)) => Some(e),
+                        Err(_) => Some(StoreError::Closed),
                     },
-                    Err(e) => Some(e.to_string()),
+                    Err(e) => Some(e),
                 };
                 if let Some(error) = failure {
-                    tracing::error!(notification = %id, %error, hold_ms = hold.as_millis() as u64, "attempt not persisted; it will be retried");
+                    let hold_ms = hold.as_millis() as u64;
+                    match error {
+                        // Refused by the fence: another node holds the merchant now (or the store was opened
+                        // again); the notification stays as stored there, and its holder delivers it.
+                        StoreError::NotOwner(_) | StoreError::Aborted => tracing::info!(notification = %id, %error, hold_ms, "attempt's outcome not saved: the merchant's deliveries moved on"),
+                        _ => tracing::error!(notification = %id, %error, hold_ms, "attempt not persisted; it will be retried"),
+                    }
                     actix_rt::time::sleep(hold).await;
                 }
                 dispatcher.do_send(Settled(id));

@@ -45,9 +45,9 @@ const FEED_CAPACITY: usize = 64 * 1024;
 /// How long taking a merchant's account lock waits for another node's change to end.
 const ACCOUNT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The advisory lock key of a merchant's account: 64 bits of a digest of its id, under a prefix of its own
-/// so that no other use of advisory locks on the database collides with it by construction. Two merchants
-/// sharing a key only wait for each other.
+/// The advisory lock key of a merchant's account: 64 bits of a digest of its id under a prefix of its own.
+/// Another key of the same 64 bits (another merchant's, or the migrations' lock) is a chance of one in 2^64,
+/// and would only make the two wait for each other.
 fn account_lock_key(merchant: &MerchantId) -> i64 {
     use sha2::Digest;
     let digest =
@@ -305,11 +305,18 @@ impl Kv for PgKv {
         let key = account_lock_key(merchant);
         let conn = self.inner.bridge.run(async move {
             let conn = inner.readers.dedicated().await?;
-            // The database gives up waiting before the bridge does, with an error that says what happened.
+            // The database gives up waiting before the bridge does, with an error that says what happened. And
+            // it probes this connection's peer: a node that dies without closing its socket (power cut,
+            // partition) loses the session, and so the lock, within about half a minute rather than after the
+            // system's two-hour keepalive.
             conn.client
-                .batch_execute(&format!("SET lock_timeout = {}", ACCOUNT_LOCK_WAIT.as_millis()))
+                .batch_execute(&format!(
+                    "SET lock_timeout = {}; SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; \
+                     SET tcp_keepalives_count = 3; SET tcp_user_timeout = 30000",
+                    ACCOUNT_LOCK_WAIT.as_millis()
+                ))
                 .await
-                .map_err(|e| db_error("set the account lock's timeout", e))?;
+                .map_err(|e| db_error("set the account lock's session", e))?;
             conn.client
                 .execute("SELECT pg_advisory_lock($1)", &[&key])
                 .await
