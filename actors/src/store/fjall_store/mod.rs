@@ -211,7 +211,7 @@ impl Current {
             .read()
             .map_err(|_| StoreError::Io("the keyspace's lock is poisoned".into()))?
             .clone()
-            .ok_or_else(|| StoreError::Io("the store could not be opened again after a failed write".into()))
+            .ok_or_else(|| StoreError::Io("the store is being opened again after a failed write".into()))
     }
 
     /// The token of states read now.
@@ -221,8 +221,8 @@ impl Current {
 
     /// Closes the keyspace and opens it again. Only one instance may be open on the directory, so the old one
     /// goes first, once nothing else holds it (a scan in progress, a backup); readers wait only while it is
-    /// closed and opened again. When it is still held after [`REOPEN_PATIENCE`], or the new one does not
-    /// open, the caller tries again later; in the second case reads fail until then.
+    /// closed, and get an error while the new one opens. When it is still held after [`REOPEN_PATIENCE`], or
+    /// the new one does not open, the caller tries again later; in the second case reads fail until then.
     pub(super) fn reopen(&self) -> Result<(), StoreError> {
         let started = Instant::now();
         let mut open = loop {
@@ -239,7 +239,12 @@ impl Current {
         // Nothing else holds the old one, and nobody can take it while the lock is held: closing it stops
         // fjall's threads and releases sled's lock.
         drop(open.take());
-        *open = Some(Arc::new(Open::at(&self.dir, self.cache_bytes)?));
+        // Opened without the lock: the open writes out what fjall recovered, which can take seconds, and
+        // readers meanwhile get a prompt error (503) rather than a wait. Only the writer thread opens again,
+        // so nothing else can install a keyspace in between.
+        drop(open);
+        let reopened = Arc::new(Open::at(&self.dir, self.cache_bytes)?);
+        *self.open.write().map_err(|_| StoreError::Io("the keyspace's lock is poisoned".into()))? = Some(reopened);
         // Raised once the new keyspace is in place: a state read under the new token was read from it.
         self.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(())
