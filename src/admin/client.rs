@@ -156,9 +156,9 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
             Err(_) => Err(StoreError::Closed.to_string()),
         }
     };
+    let parse = |id: &str| MerchantId::parse(id).map_err(|_| format!("`{id}` is not a merchant id"));
     let find = |id: &str| -> Result<caisse_engine::domain::records::Merchant, String> {
-        let parsed = MerchantId::parse(id).map_err(|_| format!("`{id}` is not a merchant id"))?;
-        store.merchant(&parsed).map_err(|e| e.to_string())?.ok_or_else(|| format!("no merchant {id}"))
+        store.merchant(&parse(id)?).map_err(|e| e.to_string())?.ok_or_else(|| format!("no merchant {id}"))
     };
     let view = super::merchants::view;
     match command {
@@ -224,8 +224,7 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
             let password_hash = merchants::hash_password(&password).map_err(|e| e.to_string())?;
             // Read and written under the account's lock: a node changing the account meanwhile (on a shared
             // PostgreSQL) keeps its change.
-            let parsed = find(&id)?.id;
-            let _locked = store.lock_account(&parsed).map_err(|e| e.to_string())?;
+            let _locked = store.lock_account(&parse(&id)?).map_err(|e| e.to_string())?;
             let mut m = find(&id)?;
             m.password_hash = password_hash;
             durable(store.put_merchant(m.clone(), None))?;

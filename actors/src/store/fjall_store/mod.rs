@@ -327,13 +327,12 @@ fn open_keyspace(path: &Path, cache_bytes: u64) -> Result<(Keyspace, Vec<Partiti
 /// counted, not journal files: a journal file whose writes are all in the tables already (a crash between a
 /// flush and the file's deletion) recovers into nothing and is harmless.
 fn recovered_written_out(partitions: &[PartitionHandle]) -> usize {
-    let sealed = || partitions.iter().map(|p| p.tree.sealed_memtable_count()).sum::<usize>();
-    let mut left = sealed();
+    let mut left = sealed_memtables(partitions);
     let mut fewest = left;
     let mut moved = Instant::now();
     while left > 0 && moved.elapsed() < RECOVERY_STILL {
         std::thread::sleep(std::time::Duration::from_millis(10));
-        left = sealed();
+        left = sealed_memtables(partitions);
         // fjall's monitor may seal a memtable meanwhile (it then queues it properly): progress is a new low.
         if left < fewest {
             fewest = left;
@@ -341,6 +340,11 @@ fn recovered_written_out(partitions: &[PartitionHandle]) -> usize {
         }
     }
     left
+}
+
+/// Memtables the trees hold sealed, queued to be written out.
+fn sealed_memtables(partitions: &[PartitionHandle]) -> usize {
+    partitions.iter().map(|p| p.tree.sealed_memtable_count()).sum()
 }
 
 /// Makes an empty keyspace with every tree beside the data directory's, then renames it into place: a
@@ -671,8 +675,14 @@ mod tests {
         assert_eq!(keyspace.journal_count(), count as usize + 1);
     }
 
-    fn sealed_memtables(partitions: &[PartitionHandle]) -> usize {
-        partitions.iter().map(|p| p.tree.sealed_memtable_count()).sum()
+    /// Waits, at most 10 s, until fjall has deleted the journal files whose memtables were written out; answers
+    /// how many files are left, the active one included.
+    fn journals_after_deletion(keyspace: &Keyspace) -> usize {
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while keyspace.journal_count() > 1 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        keyspace.journal_count()
     }
 
     /// A keyspace left with more recovered memtables than fjall writes out at open (a crash with many sealed
@@ -691,11 +701,7 @@ mod tests {
             assert_eq!(payments.get(key(i)).unwrap().as_deref(), Some(&[7u8; 64][..]));
         }
         // The files go once fjall's flush thread has noted the tables, just after.
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while keyspace.journal_count() > 1 && Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert_eq!(keyspace.journal_count(), 1, "the recovered journal files were deleted");
+        assert_eq!(journals_after_deletion(&keyspace), 1, "the recovered journal files were deleted");
     }
 
     /// A journal file whose writes are all in the tables already (a crash between a flush and the file's
@@ -714,11 +720,7 @@ mod tests {
         }
         {
             let (keyspace, _partitions) = open_keyspace(&path, DEFAULT_CACHE_BYTES).unwrap();
-            let deadline = Instant::now() + std::time::Duration::from_secs(10);
-            while keyspace.journal_count() > 1 && Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            assert_eq!(keyspace.journal_count(), 1);
+            assert_eq!(journals_after_deletion(&keyspace), 1);
         }
         let mut restored = 0;
         for entry in std::fs::read_dir(&kept).unwrap() {
