@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use actix_web::dev::Server;
-use actix_web::{web, App, HttpServer};
+use actix_web::{web, App};
 use caisse_engine::{Engine, EngineConfig, EngineError};
 
 use caisse_engine::webhook::delivery::{DeliveryConfig, DeliveryError};
@@ -15,6 +15,7 @@ use crate::admin;
 use crate::config::{Environment, Settings, StoreLocation};
 use crate::dashboard::{self, DashboardState};
 use crate::flow::{sweep, Flow};
+use crate::http::server::ServerOptions;
 use crate::http::{self, AppState, FailedAuth, RateLimiter};
 use crate::merchants::{self, CreateError, Created, NewMerchant};
 use crate::providers::Providers;
@@ -168,7 +169,13 @@ impl Application {
         });
         // Only a node of a cluster has the route the others forward merchants' messages to.
         let in_cluster = state.engine.forwarding().is_some();
-        let mut server = HttpServer::new(move || {
+        let options = ServerOptions {
+            name: "caisse-api",
+            workers: settings.http_workers,
+            // A stop lets requests in flight finish for this long, then closes their connections.
+            shutdown_grace_s: SHUTDOWN_GRACE_S,
+        };
+        let server = http::server::serve(listener, options, move || {
             App::new()
                 .app_data(app_state.clone())
                 .app_data(dashboard_for_app.clone())
@@ -183,14 +190,7 @@ impl Application {
                 .configure(crate::payer::configure)
                 .configure(dashboard::configure)
         })
-        .listen(listener)
         .map_err(|source| StartError::Bind { addr: bound.to_string(), source })?;
-        // A stop lets requests in flight finish for this long, then closes their connections.
-        server = server.shutdown_timeout(SHUTDOWN_GRACE_S);
-        if settings.http_workers > 0 {
-            server = server.workers(settings.http_workers);
-        }
-        let server = server.run();
         // The listener is bound and the audit passed: a node of a cluster now takes its share of the merchants.
         state.engine.join_cluster()?;
         let admin = match &settings.admin_token {

@@ -13,11 +13,12 @@ use std::net::TcpListener;
 
 use actix_web::dev::Server;
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpRequest, HttpResponse};
 use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
 use crate::dashboard::DashboardState;
+use crate::http::server::{serve, ServerOptions};
 use crate::http::{ApiError, AppState};
 
 /// What the admin handlers share: the service's state, the dashboard's (to end a merchant's sessions) and
@@ -39,11 +40,8 @@ pub fn start(
     let listener = TcpListener::bind(listen)?;
     let port = listener.local_addr()?.port();
     let state = web::Data::new(AdminState { app, dashboard, token });
-    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure))
-        .workers(1)
-        .shutdown_timeout(crate::app::SHUTDOWN_GRACE_S)
-        .listen(listener)?
-        .run();
+    let options = ServerOptions { name: "caisse-admin", workers: 1, shutdown_grace_s: crate::app::SHUTDOWN_GRACE_S };
+    let server = serve(listener, options, move || App::new().app_data(state.clone()).configure(configure))?;
     Ok((server, port))
 }
 

@@ -14,6 +14,7 @@ pub mod openapi;
 pub mod paiement;
 mod ratelimit;
 pub mod retraits;
+pub mod server;
 mod soldes;
 mod transactions;
 mod utility;

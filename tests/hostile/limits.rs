@@ -3,8 +3,8 @@
 //! The request head (request line and headers) is bounded by actix-web's HTTP/1 decoder, which this service
 //! keeps: at most 96 headers and 128 KiB of head in all, else `431 Request Header Fields Too Large`; a
 //! request target over 64 KiB is `400`; a head not complete within 5 s (the client request timeout) is `408`.
-//! Those answers come from the protocol layer, before any route runs, so they are bare (no JSON body, no
-//! `Request-Id`) and close the connection. A head within the bounds is served as usual, and what it carries is
+//! Those answers come from the protocol layer, before any route runs, and close the connection; they still have
+//! the API's error shape (`invalid_request`, a message, a `Request-Id`). A head within the bounds is served as usual, and what it carries is
 //! judged by the API (a 64 KiB bearer key is simply unknown). A body must arrive whole within
 //! [`BODY_TIMEOUT_MS`] s, for the API and for the dashboard's forms alike.
 //!
@@ -71,6 +71,21 @@ fn get(path: &str, headers: &[(String, String)]) -> Vec<u8> {
 fn assert_status(answer: &str, status: u16) {
     let line = answer.lines().next().unwrap_or("");
     assert!(line.starts_with(&format!("HTTP/1.1 {status} ")), "expected {status}, got `{line}`:\n{answer:.300}");
+}
+
+/// The HTTP layer's own refusals have the API's shape too: the status, `invalid_request`, a message, a
+/// `Request-Id`, and the connection closed.
+#[track_caller]
+fn assert_refused(answer: &str, status: u16) {
+    assert_status(answer, status);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("\r\ncontent-type: application/json\r\n"), "{answer:.500}");
+    assert!(head.contains("\r\nrequest-id: req_"), "{answer:.500}");
+    assert!(head.contains("\r\nconnection: close"), "{answer:.500}");
+    let body: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer:.500}"));
+    assert_eq!(body["error"]["code"], "invalid_request", "{answer:.500}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.len() > 20), "{answer:.500}");
 }
 
 #[actix_web::test]
@@ -156,13 +171,37 @@ async fn request_heads_are_bounded_and_the_server_stays_up() {
 
     // Beyond them: a 130 KiB header, 100 headers, a 70 KiB request target.
     let (answer, _) = exchange_async(port, get("/v1/ping", &[("X-Padding".into(), big(130))])).await;
-    assert_status(&answer, 431);
+    assert_refused(&answer, 431);
     let many: Vec<(String, String)> = (0..100).map(|i| (format!("X-Header-{i}"), "1".to_owned())).collect();
-    assert_status(&exchange_async(port, get("/v1/ping", &many)).await.0, 431);
+    assert_refused(&exchange_async(port, get("/v1/ping", &many)).await.0, 431);
     let (answer, _) = exchange_async(port, get("/v1/ping", &many[..90])).await;
     assert_status(&answer, 200);
-    assert_status(&exchange_async(port, get(&format!("/v1/ping?{}", big(70)), &[])).await.0, 400);
-    assert_status(&exchange_async(port, get(&format!("/transactions?q={}", big(70)), &[])).await.0, 400);
+    assert_refused(&exchange_async(port, get(&format!("/v1/ping?{}", big(70)), &[])).await.0, 400);
+    assert_refused(&exchange_async(port, get(&format!("/transactions?q={}", big(70)), &[])).await.0, 400);
+    // Not HTTP at all, a header that is not one, a control character in a header's value.
+    assert_refused(&exchange_async(port, b"HELLO\r\n\r\n".to_vec()).await.0, 400);
+    assert_refused(&exchange_async(port, get("/v1/ping", &[("No colon here".into(), "x".into())])).await.0, 400);
+    let control = b"GET /v1/ping HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Bad: a\x01b\r\n\r\n".to_vec();
+    assert_refused(&exchange_async(port, control).await.0, 400);
+
+    // A refusal pipelined behind a request that is served: both answers arrive whole, in order, in shape.
+    let mut pipelined = get("/v1/ping", &[]);
+    pipelined.extend_from_slice(b"HELLO\r\n\r\n");
+    let answer = actix_web::rt::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        stream.write_all(&pipelined).expect("send");
+        // The server closes the connection after its refusal.
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+    .await
+    .expect("exchange finished");
+    let second = answer.rfind("HTTP/1.1 ").expect("two answers");
+    assert!(second > 0, "{answer}");
+    assert_status(&answer[..second], 200);
+    assert_refused(&answer[second..], 400);
 
     // Still serving, API and dashboard.
     app.get_ok("/v1/soldes").await;
@@ -189,7 +228,7 @@ async fn heads_and_bodies_that_never_finish_are_dropped() {
     let ((head, head_s), (api, api_s), (form, form_s)) =
         futures_util::future::join3(slow_head, slow_api, slow_form).await;
 
-    assert_status(&head, 408);
+    assert_refused(&head, 408);
     assert!(head_s < Duration::from_secs(8), "the slow head was held {head_s:?}");
     let bound = Duration::from_millis(BODY_TIMEOUT_MS);
     assert_status(&api, 400);
