@@ -357,6 +357,7 @@ impl WriterThread {
         });
         let mut fjall_batch = open.keyspace.batch().durability(Some(PersistMode::SyncData));
         let mut snapshots = sled::Batch::default();
+        let mut any_snapshot = false;
         let mut touched = 0u64;
         let mut ops = ops.into_iter().peekable();
         while let Some((tree, key, entry)) = ops.next() {
@@ -365,6 +366,7 @@ impl WriterThread {
             }
             touched |= 1u64.checked_shl(tree as u32).unwrap_or(0);
             if tree == SNAPSHOTS {
+                any_snapshot = true;
                 match entry {
                     Some(value) => snapshots.insert(key, value),
                     None => snapshots.remove(key),
@@ -391,7 +393,12 @@ impl WriterThread {
         // keeps of it after a crash. One that is lost costs the merchant's next start a longer replay, nothing
         // else, so a failure here fails nothing that is already durable. sled writes them out at most once
         // every SNAPSHOTS_FLUSH; a failure leaves sled refusing writes until the keyspace is opened again.
-        let kept = open.snapshots.apply_batch(snapshots).and_then(|()| {
+        //
+        // A batch with no snapshot skips sled altogether: sled logs a batch marker for every batch applied, even
+        // an empty one, and writing those out cost its IO threads about 7 % of the machine's CPU at 1,300
+        // payments/s, one marker per commit.
+        let applied = if any_snapshot { open.snapshots.apply_batch(snapshots) } else { Ok(()) };
+        let kept = applied.and_then(|()| {
             if self.snapshots_flushed.elapsed() >= SNAPSHOTS_FLUSH {
                 self.snapshots_flushed = Instant::now();
                 open.snapshots.flush().map(drop)
