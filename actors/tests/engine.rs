@@ -277,7 +277,7 @@ async fn the_due_scan_drops_entries_left_by_a_stale_save() {
     loop {
         let mut seen = false;
         store
-            .due_notifications_skipping(now, 10, &mut |id| {
+            .due_notifications_skipping(Timestamp::from_unix_ms(0), now, 10, &mut |id| {
                 seen |= id == n.id;
                 false
             })

@@ -17,7 +17,7 @@ use caisse_engine::core::{decide, Decided, PaymentNotice, PayoutOutcome};
 use caisse_engine::domain::ids::{new_id, MerchantId};
 use caisse_engine::domain::ledger::Balances;
 use caisse_engine::domain::provider::{AdapterName, ProviderReference, ProviderRoute, ProviderTrail, ReturnUrl};
-use caisse_engine::domain::records::{DeliveryState, Merchant, TransactionType};
+use caisse_engine::domain::records::{DeliveryState, Merchant, Notification, TransactionType};
 use caisse_engine::domain::status::{EventKind, PaymentStatus};
 use caisse_engine::domain::text::{IdempotencyKey, Reference};
 use caisse_engine::domain::time::Timestamp;
@@ -365,8 +365,14 @@ fn notifications_are_fed_come_due_and_settle(backend: &dyn Backend) {
 
     let due = store.due_notifications(Timestamp::now(), 10).unwrap();
     assert_eq!(due, fed, "oldest first");
-    let skipped = store.due_notifications_skipping(Timestamp::now(), 10, &mut |id| fed.iter().any(|f| f.id == id));
-    assert!(skipped.unwrap().is_empty(), "those being delivered are passed over");
+    let (zero, now) = (Timestamp::from_unix_ms(0), Timestamp::now());
+    let skipped = store.due_notifications_skipping(zero, now, 10, &mut |id| fed.iter().any(|f| f.id == id)).unwrap();
+    assert!(skipped.due.is_empty(), "those being delivered are passed over");
+    // ... but they are where the next scan must start.
+    assert_eq!(skipped.first_kept, fed[0].next_attempt_at);
+    let after = |n: &Notification| n.next_attempt_at.map(|t| Timestamp::from_unix_ms(t.unix_ms() + 1));
+    let later = store.due_notifications_skipping(after(&fed[1]).unwrap_or(now), now, 10, &mut |_| false).unwrap();
+    assert!(later.due.iter().all(|d| fed.iter().all(|f| f.id != d.id)), "a scan starts where it is told");
     assert_eq!(store.notification(&shop.id, &n.id).unwrap().as_ref(), Some(n));
     assert_eq!(store.notification(&MerchantId::new(), &n.id).unwrap(), None);
 

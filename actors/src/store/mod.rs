@@ -48,7 +48,7 @@ use crate::domain::time::Timestamp;
 pub use fjall_store::FjallStore;
 pub use kv_store::KvStore;
 pub use pg_store::PgStore;
-pub use roles::{Accounts, Audit, Commits, Outbox, Records, Store};
+pub use roles::{Accounts, Audit, Commits, DueScan, Outbox, Records, Store};
 pub use sled_store::SledStore;
 
 /// The engine under the embedded store (one process, one data directory).

@@ -67,7 +67,7 @@ impl WebhookPool {
             arbiters.push(arbiter);
         }
         let feed = store.outbox_feed();
-        let dispatcher = Dispatcher::new(store, config.clone(), addrs, feed);
+        let dispatcher = Dispatcher::new(store.clone(), store, config.clone(), addrs, feed);
         let dispatcher = dispatcher_ctx.run(dispatcher);
         Ok(WebhookPool { dispatcher, arbiters, config, tls })
     }

@@ -13,7 +13,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
@@ -23,11 +23,63 @@ use super::schedule::resend;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
-use crate::store::{Outbox, StoreError};
+use crate::store::{Commits, Outbox, StoreError};
 
 /// Fresh notifications the workers had no room for wait here (up to this many) instead of waiting for the
 /// next scan; beyond it they stay in the store's due index, which the scan reads.
 const MAX_DISPATCH_BACKLOG: usize = 65_536;
+
+/// A scan starts this long before the first entry of this node's merchants that the previous scan met, not at
+/// the beginning of the due index: delivered notifications leave deleted entries behind, which fjall (an LSM
+/// tree) walks on every scan until its compactions drop them, and a scan from the beginning walked hundreds of
+/// thousands of them under load. The margin covers a notification committed, or resent, that long after the
+/// time it is due at.
+const SCAN_LOOKBACK_MS: u64 = 2_000;
+
+/// A scan starts at the beginning of the due index this often, and after this node took merchants over or its
+/// backlog overflowed: whatever the margin missed (a commit slower than it, a clock set back) waits no longer.
+const FULL_SCAN_EVERY: Duration = Duration::from_secs(30);
+
+/// Where scans of the due index start: a little before the first entry of this node's merchants that the
+/// previous scan met, or at the beginning every [`FULL_SCAN_EVERY`], after a takeover and when told to rewind.
+#[derive(Debug)]
+struct ScanStart {
+    /// The due time (ms since the epoch) of the first entry the last scan met, or its end when it met none;
+    /// `None`: the next scan starts at the beginning.
+    floor: Option<u64>,
+    /// When a scan last started at the beginning, and this node's count of takeovers then.
+    full_at: Instant,
+    takeovers: u64,
+}
+
+impl ScanStart {
+    fn new(now: Instant, takeovers: u64) -> ScanStart {
+        ScanStart { floor: None, full_at: now, takeovers }
+    }
+
+    /// Where a scan made at `now_ms` (and `now`) starts, in ms since the epoch; 0 is the beginning.
+    fn from(&self, now_ms: u64, takeovers: u64, now: Instant) -> u64 {
+        match self.floor {
+            Some(floor) if takeovers == self.takeovers && now.duration_since(self.full_at) < FULL_SCAN_EVERY => {
+                floor.min(now_ms).saturating_sub(SCAN_LOOKBACK_MS)
+            }
+            _ => 0,
+        }
+    }
+
+    /// A scan made at `now_ms` from `from` met its first entry at `first_kept` (`None`: it met none).
+    fn scanned(&mut self, from: u64, first_kept: Option<u64>, now_ms: u64, takeovers: u64, now: Instant) {
+        if from == 0 {
+            (self.full_at, self.takeovers) = (now, takeovers);
+        }
+        self.floor = Some(first_kept.unwrap_or(now_ms));
+    }
+
+    /// Something due may lie anywhere before the floor: the next scan starts at the beginning.
+    fn rewind(&mut self) {
+        self.floor = None;
+    }
+}
 
 /// A fresh copy from the feed is attempted as it is, without reading the stored version back, when its
 /// notification was made at most this long ago and no scan or resend has dispatched it since: nothing else
@@ -66,6 +118,8 @@ impl EarlyDispatches {
 
 pub(super) struct Dispatcher {
     store: Arc<dyn Outbox>,
+    /// For the count of takeovers, after which a scan starts from the beginning.
+    commits: Arc<dyn Commits>,
     config: Arc<DeliveryConfig>,
     workers: Vec<Recipient<Deliver>>,
     in_flight: HashSet<String>,
@@ -76,6 +130,8 @@ pub(super) struct Dispatcher {
     backlog_ids: HashSet<String>,
     /// A scan is already scheduled soon; one is enough.
     scan_soon: bool,
+    /// Where the next scan of the due index starts.
+    scan_start: ScanStart,
     /// What scans and resends took before its fresh copy came.
     early: EarlyDispatches,
     /// The pass deleting delivered notifications past their retention, while one runs.
@@ -106,12 +162,15 @@ const MERCHANTS_PER_STEP: usize = 256;
 impl Dispatcher {
     pub(super) fn new(
         store: Arc<dyn Outbox>,
+        commits: Arc<dyn Commits>,
         config: Arc<DeliveryConfig>,
         workers: Vec<Recipient<Deliver>>,
         feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
     ) -> Dispatcher {
+        let takeovers = commits.takeovers();
         Dispatcher {
             store,
+            commits,
             config,
             workers,
             in_flight: HashSet::new(),
@@ -119,6 +178,7 @@ impl Dispatcher {
             backlog: VecDeque::new(),
             backlog_ids: HashSet::new(),
             scan_soon: false,
+            scan_start: ScanStart::new(Instant::now(), takeovers),
             early: EarlyDispatches::default(),
             retention: None,
         }
@@ -184,6 +244,9 @@ impl Dispatcher {
     fn queue(&mut self, n: Notification, from: Provenance) {
         if self.backlog.len() < MAX_DISPATCH_BACKLOG && self.backlog_ids.insert(n.id.clone()) {
             self.backlog.push_back((n, from));
+        } else if self.backlog.len() >= MAX_DISPATCH_BACKLOG {
+            // Left to the due index, maybe far behind where scans start now.
+            self.scan_start.rewind();
         }
     }
 
@@ -263,11 +326,16 @@ impl Dispatcher {
         if room == 0 {
             return;
         }
+        let (now, started) = (Timestamp::now(), Instant::now());
+        let takeovers = self.commits.takeovers();
+        let from = self.scan_start.from(now.unix_ms(), takeovers, started);
         let (in_flight, backlog) = (&self.in_flight, &self.backlog_ids);
         let skip = &mut |id: &str| in_flight.contains(id) || backlog.contains(id);
-        match self.store.due_notifications_skipping(Timestamp::now(), room, skip) {
-            Ok(due) => {
-                for n in due {
+        match self.store.due_notifications_skipping(Timestamp::from_unix_ms(from), now, room, skip) {
+            Ok(scan) => {
+                let first_kept = scan.first_kept.map(Timestamp::unix_ms);
+                self.scan_start.scanned(from, first_kept, now.unix_ms(), takeovers, started);
+                for n in scan.due {
                     if self.dispatch(n, Provenance::Stored).is_err() {
                         break;
                     }
@@ -468,5 +536,30 @@ mod tests {
         assert_eq!(early.0.len(), 1, "still within the window");
         early.prune(now + AS_COMMITTED_WINDOW_MS);
         assert!(early.0.is_empty());
+    }
+
+    #[test]
+    fn scans_start_before_the_first_entry_met_and_at_the_beginning_when_anything_may_lie_before_it() {
+        let (t0, ms) = (Instant::now(), 1_800_000_000_000);
+        let mut start = ScanStart::new(t0, 0);
+        assert_eq!(start.from(ms, 0, t0), 0, "the first scan reads everything");
+        start.scanned(0, Some(ms - 60_000), ms, 0, t0);
+        assert_eq!(start.from(ms + 500, 0, t0), ms - 60_000 - SCAN_LOOKBACK_MS, "before the entry it met");
+        start.scanned(ms - 62_000, None, ms + 500, 0, t0);
+        assert_eq!(
+            start.from(ms + 1_000, 0, t0),
+            ms + 500 - SCAN_LOOKBACK_MS,
+            "before the end of a scan that met none"
+        );
+        // A floor ahead of the clock (set back) is not trusted beyond the clock.
+        assert_eq!(start.from(ms - 10_000, 0, t0), ms - 10_000 - SCAN_LOOKBACK_MS);
+
+        // From the beginning: after a takeover, after a rewind, and every FULL_SCAN_EVERY.
+        assert_eq!(start.from(ms + 1_000, 1, t0), 0, "a takeover");
+        start.rewind();
+        assert_eq!(start.from(ms + 1_000, 0, t0), 0, "a rewind");
+        start.scanned(0, None, ms + 1_000, 1, t0 + Duration::from_secs(1));
+        assert_eq!(start.from(ms + 2_000, 1, t0 + Duration::from_secs(2)), ms + 1_000 - SCAN_LOOKBACK_MS);
+        assert_eq!(start.from(ms + 2_000, 1, t0 + Duration::from_secs(1) + FULL_SCAN_EVERY), 0, "a while");
     }
 }

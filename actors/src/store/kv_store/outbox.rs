@@ -9,7 +9,7 @@ use crate::domain::records::{DeliveryState, Notification};
 use crate::domain::time::Timestamp;
 use crate::store::kv::Kv;
 use crate::store::op::Op;
-use crate::store::{Fence, Outbox, Page, Placement, StoreError, Ticket};
+use crate::store::{DueScan, Fence, Outbox, Page, Placement, StoreError, Ticket};
 
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
@@ -119,25 +119,31 @@ impl<K: Kv> Outbox for KvStore<K> {
 
     fn due_notifications_skipping(
         &self,
+        from: Timestamp,
         now: Timestamp,
         limit: usize,
         skip: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Vec<Notification>, StoreError> {
+    ) -> Result<DueScan, StoreError> {
+        let start = from.unix_ms().to_be_bytes();
         let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
         let mut due = Vec::new();
+        let mut first_kept = None;
         let mut stale = Vec::new();
         // In a cluster most due entries may be other nodes' to deliver: passing over those is bounded too.
         let mut others = 0;
-        for item in self.scan(OUTBOX_DUE, Bound::Unbounded, Bound::Excluded(end.as_slice()), false)? {
+        let range = self.scan(OUTBOX_DUE, Bound::Included(start.as_slice()), Bound::Excluded(end.as_slice()), false)?;
+        for item in range {
+            let (key, value) = item?;
+            let key_ms = key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
             if due.len() >= limit || others >= MAX_SCAN {
+                first_kept = first_kept.or(key_ms.map(Timestamp::from_unix_ms));
                 break;
             }
-            let (key, value) = item?;
             let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
             if skip(std::str::from_utf8(id).unwrap_or_default()) {
+                first_kept = first_kept.or(key_ms.map(Timestamp::from_unix_ms));
                 continue;
             }
-            let key_ms = key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
             // The entry names the merchant, which finds the record; the current record is read, since a save
             // may have moved it since.
             let merchant = match MerchantId::from_bytes(&value) {
@@ -166,6 +172,7 @@ impl<K: Kv> Outbox for KvStore<K> {
                 // An entry is current only if the notification still waits for exactly that time; any other
                 // is left over from a save made on a stale read, and is removed so scans stop reading it.
                 Some(n) if n.state == DeliveryState::Pending && n.next_attempt_at.map(|t| t.unix_ms()) == key_ms => {
+                    first_kept = first_kept.or(key_ms.map(Timestamp::from_unix_ms));
                     due.push(n)
                 }
                 _ => stale.push(Op::Remove(OUTBOX_DUE, key.to_vec())),
@@ -175,7 +182,7 @@ impl<K: Kv> Outbox for KvStore<K> {
             // Best effort: if it fails, the next scan finds the same entries again.
             let _ = self.submit(stale, None, Vec::new());
         }
-        Ok(due)
+        Ok(DueScan { due, first_kept })
     }
 }
 
@@ -220,8 +227,19 @@ mod tests {
 
         let page = store.notifications(&first.merchant, None, 10, &mut |_| true).unwrap();
         assert_eq!(page.data, [second.clone(), first.clone()], "newest first, each whole");
-        let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
-        assert_eq!(due, [first.clone(), second.clone()]);
+        let (zero, at) = (Timestamp::from_unix_ms(0), Timestamp::from_unix_ms);
+        let scan = store.due_notifications_skipping(zero, at(2_000), 10, &mut |_| false).unwrap();
+        assert_eq!(scan.due, [first.clone(), second.clone()]);
+        assert_eq!(scan.first_kept, Some(at(1_000)));
+        // A scan covers its range only, and says where this node's first entry lies, dispatched or not.
+        let scan = store.due_notifications_skipping(at(1_001), at(2_000), 10, &mut |_| false).unwrap();
+        assert_eq!((scan.due, scan.first_kept), (vec![second.clone()], Some(at(1_500))));
+        let scan = store.due_notifications_skipping(zero, at(2_000), 10, &mut |id| id == first.id).unwrap();
+        assert_eq!((scan.due, scan.first_kept), (vec![second.clone()], Some(at(1_000))), "a skipped entry stays");
+        let scan = store.due_notifications_skipping(zero, at(2_000), 1, &mut |id| id == first.id).unwrap();
+        assert_eq!((scan.due, scan.first_kept), (vec![second.clone()], Some(at(1_000))));
+        let scan = store.due_notifications_skipping(at(1_600), at(2_000), 10, &mut |_| false).unwrap();
+        assert_eq!((scan.due, scan.first_kept), (vec![], None), "an empty range");
         assert_eq!(store.notification(&first.merchant, &second.id).unwrap(), Some(second.clone()));
         // Only its merchant finds it.
         assert_eq!(store.notification(&MerchantId::new(), &first.id).unwrap(), None);
@@ -230,7 +248,7 @@ mod tests {
         let garbage =
             vec![Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(500), "evt_x"), b"not an id".to_vec())];
         store.kv.writer.submit(garbage, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
-        let due = store.due_notifications_skipping(Timestamp::from_unix_ms(2_000), 10, &mut |_| false).unwrap();
+        let due = store.due_notifications_skipping(zero, at(2_000), 10, &mut |_| false).unwrap().due;
         assert_eq!(due, [first, second]);
     }
 

@@ -19,7 +19,7 @@ mod records;
 pub use accounts::Accounts;
 pub use audit::Audit;
 pub use commits::Commits;
-pub use outbox::Outbox;
+pub use outbox::{DueScan, Outbox};
 pub use records::Records;
 
 /// A complete backend: every role. Implemented for anything that implements them all.

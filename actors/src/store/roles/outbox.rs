@@ -29,14 +29,16 @@ pub trait Outbox: Send + Sync {
     ) -> Result<Page<Notification>, StoreError>;
     /// A notification of this merchant (`None` for another merchant's id).
     fn notification(&self, merchant: &MerchantId, id: &str) -> Result<Option<Notification>, StoreError>;
-    /// Notifications whose next attempt is due at or before `now`, oldest first, passing over the ids
-    /// `skip` says yes to (those already being delivered) without counting them against `limit`.
+    /// Notifications whose next attempt is due from `from` to `now`, oldest first, passing over the ids `skip`
+    /// says yes to (those already being delivered) without counting them against `limit`; with the due time of
+    /// the first entry this node still has in that range (see [`DueScan`]).
     fn due_notifications_skipping(
         &self,
+        from: Timestamp,
         now: Timestamp,
         limit: usize,
         skip: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Vec<Notification>, StoreError>;
+    ) -> Result<DueScan, StoreError>;
     /// This merchant's notifications made before `before` (a notification's id carries when it was made), oldest
     /// first, from after `after` (a notification id) when given, at most `limit`.
     fn notifications_made_before(
@@ -65,6 +67,17 @@ pub trait Outbox: Send + Sync {
     }
     /// Notifications whose next attempt is due at or before `now`, oldest first.
     fn due_notifications(&self, now: Timestamp, limit: usize) -> Result<Vec<Notification>, StoreError> {
-        self.due_notifications_skipping(now, limit, &mut |_| false)
+        Ok(self.due_notifications_skipping(Timestamp::from_unix_ms(0), now, limit, &mut |_| false)?.due)
     }
+}
+
+/// What a scan of the due index found.
+#[derive(Debug, Default)]
+pub struct DueScan {
+    /// The notifications to attempt.
+    pub due: Vec<Notification>,
+    /// The due time of the first entry of this node's merchants the scan met, whether it is in `due`, was
+    /// skipped, or lay beyond the limit: before it the range held only entries already deleted (which an LSM
+    /// tree still walks until its compactions drop them) and other nodes' entries. `None`: none at all.
+    pub first_kept: Option<Timestamp>,
 }
