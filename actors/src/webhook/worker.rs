@@ -235,11 +235,23 @@ impl Worker {
                 return;
             };
             self.waiting = self.waiting.saturating_sub(1);
+            // It may have waited long: a merchant whose shard left this node since is the new holder's to
+            // deliver, and an attempt made here would only be refused at its save after the receiver had it.
+            if !self.still_held(&next.merchant, fence) {
+                self.dispatcher.do_send(Settled(next.id));
+                continue;
+            }
             match self.target(&next) {
                 Ok(target) => self.start(next, fence, target, ctx),
                 Err(error) => self.fail_now(next, fence, error, ctx),
             }
         }
+    }
+
+    /// Whether this node still delivers for `merchant` under `fence`, read before: the fence is read again
+    /// after the placement, so a shard lost, or taken, since `fence` was read is seen.
+    fn still_held(&self, merchant: &MerchantId, fence: Option<Fence>) -> bool {
+        self.outbox.delivers_for(merchant) && self.outbox.delivery_fence(merchant) == fence
     }
 
     /// An attempt that could not even start (no URL, unknown merchant) counts as a failed attempt.
@@ -329,9 +341,11 @@ impl Handler<Deliver> for Worker {
         let id = copy.id.clone();
         // Taken before the copy is trusted or read again: the outcome's save is checked against it. Then, in a
         // cluster, only the merchant's holder attempts (a resend made on another node is left to the holder's
-        // scan): the check comes after the fence is taken, so a shard lost in between is seen here.
+        // scan). The fence is read on both sides of that check and must not change: a shard lost in between
+        // fails the check, and one taken in between (no fence before, a fence after) would otherwise give an
+        // attempt whose save nothing checks. The dispatcher's next scan offers it again.
         let fence = self.outbox.delivery_fence(&copy.merchant);
-        if !self.outbox.delivers_for(&copy.merchant) {
+        if !self.still_held(&copy.merchant, fence) {
             return self.dispatcher.do_send(Settled(id));
         }
         let window = copy.created_at.unix_ms().saturating_add(super::dispatcher::AS_COMMITTED_WINDOW_MS);
