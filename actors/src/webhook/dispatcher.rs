@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use super::config::{DeliveryConfig, DeliveryError};
-use super::messages::{Deliver, ForgetStep, Fresh, InFlightCount, Provenance, Resend, Settled};
+use super::messages::{Deliver, FeedOverflowed, ForgetStep, Fresh, InFlightCount, Provenance, Resend, Settled};
 use super::schedule::resend;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
@@ -36,8 +36,9 @@ const MAX_DISPATCH_BACKLOG: usize = 65_536;
 /// time it is due at.
 const SCAN_LOOKBACK_MS: u64 = 2_000;
 
-/// A scan starts at the beginning of the due index this often, and after this node took merchants over or its
-/// backlog overflowed: whatever the margin missed (a commit slower than it, a clock set back) waits no longer.
+/// A scan starts at the beginning of the due index this often, and after this node took merchants over, or
+/// its backlog or the store's feed overflowed: whatever the margin missed (a commit slower than it, a clock
+/// set back) waits no longer.
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(30);
 
 /// Where scans of the due index start: a little before the first entry of this node's merchants that the
@@ -130,6 +131,11 @@ pub(super) struct Dispatcher {
     backlog_ids: HashSet<String>,
     /// A scan is already scheduled soon; one is enough.
     scan_soon: bool,
+    /// The due index may hold notifications the last scan could not take: it filled the workers' room, or a
+    /// worker refused one, or the backlog overflowed since. Only then does a freed slot bring the next scan
+    /// forward; otherwise fresh notifications come from the feed and retries wait for the timer, and a scan
+    /// every few milliseconds would read the index for nothing.
+    more_due: bool,
     /// Where the next scan of the due index starts.
     scan_start: ScanStart,
     /// What scans and resends took before its fresh copy came.
@@ -178,6 +184,7 @@ impl Dispatcher {
             backlog: VecDeque::new(),
             backlog_ids: HashSet::new(),
             scan_soon: false,
+            more_due: true,
             scan_start: ScanStart::new(Instant::now(), takeovers),
             early: EarlyDispatches::default(),
             retention: None,
@@ -247,6 +254,7 @@ impl Dispatcher {
         } else if self.backlog.len() >= MAX_DISPATCH_BACKLOG {
             // Left to the due index, maybe far behind where scans start now.
             self.scan_start.rewind();
+            self.more_due = true;
         }
     }
 
@@ -324,6 +332,7 @@ impl Dispatcher {
         self.early.prune(Timestamp::now().unix_ms());
         let room = self.budget().saturating_sub(self.in_flight.len());
         if room == 0 {
+            self.more_due = true;
             return;
         }
         let (now, started) = (Timestamp::now(), Instant::now());
@@ -335,13 +344,19 @@ impl Dispatcher {
             Ok(scan) => {
                 let first_kept = scan.first_kept.map(Timestamp::unix_ms);
                 self.scan_start.scanned(from, first_kept, now.unix_ms(), takeovers, started);
+                self.more_due = scan.due.len() >= room;
                 for n in scan.due {
                     if self.dispatch(n, Provenance::Stored).is_err() {
+                        self.more_due = true;
                         break;
                     }
                 }
             }
-            Err(e) => tracing::error!(error = %e, "webhook scan failed"),
+            Err(e) => {
+                // The timer's next scan tries again; a freed slot does not bring it forward.
+                self.more_due = false;
+                tracing::error!(error = %e, "webhook scan failed");
+            }
         }
     }
 }
@@ -355,6 +370,10 @@ impl Actor for Dispatcher {
             let me = ctx.address();
             actix_rt::spawn(async move {
                 while let Some(n) = feed.recv().await {
+                    // Full until this receive: the writer's sends may have failed meanwhile.
+                    if feed.len() + 1 >= feed.max_capacity() && me.send(FeedOverflowed).await.is_err() {
+                        break;
+                    }
                     if me.send(Fresh(n)).await.is_err() {
                         break;
                     }
@@ -449,16 +468,26 @@ impl Handler<Fresh> for Dispatcher {
     }
 }
 
+impl Handler<FeedOverflowed> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, _: FeedOverflowed, _: &mut Self::Context) {
+        self.scan_start.rewind();
+        self.more_due = true;
+    }
+}
+
 impl Handler<Settled> for Dispatcher {
     type Result = ();
 
-    /// A slot is free: feed the backlog first; when it is empty and the workers are half idle, look at the
-    /// due index soon rather than at the next tick, so retries and overflow do not wait for the timer.
+    /// A slot is free: feed the backlog first; when it is empty, the workers are half idle and the last scan
+    /// may have left notifications behind, look at the due index soon rather than at the next tick, so a
+    /// backlog after a restart or an overflow does not wait for the timer.
     fn handle(&mut self, msg: Settled, ctx: &mut Self::Context) {
         self.in_flight.remove(&msg.0);
         self.drain_backlog();
         self.gauge();
-        if self.backlog.is_empty() && !self.scan_soon && self.in_flight.len() < self.budget() / 2 {
+        if self.more_due && self.backlog.is_empty() && !self.scan_soon && self.in_flight.len() < self.budget() / 2 {
             self.scan_soon = true;
             ctx.run_later(Duration::from_millis(20), |act, _| act.scan());
         }

@@ -12,6 +12,12 @@ use crate::store::Fence;
 #[rtype(result = "()")]
 pub(super) struct Fresh(pub(super) Notification);
 
+/// The store's feed was full: its writer, which never waits for the dispatcher, may have left notifications
+/// out of it. They are in the due index, maybe behind where scans start.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct FeedOverflowed;
+
 /// A notification for a delivery actor to attempt, and where its copy comes from.
 #[derive(Message)]
 #[rtype(result = "()")]
