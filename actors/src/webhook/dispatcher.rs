@@ -10,7 +10,7 @@
 //! place that knows which notifications are in flight, and it makes resends, so a notification being resent is
 //! never deleted under it (a resend read before a deletion is saved after it, and brings it back).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use super::config::{DeliveryConfig, DeliveryError};
-use super::messages::{Deliver, FeedOverflowed, ForgetStep, Fresh, InFlightCount, Provenance, Resend, Settled};
+use super::messages::{Deliver, FeedOverflowed, ForgetStep, Fresh, InFlightCount, Provenance, Resend, Settled, Waits};
 use super::schedule::resend;
 use crate::domain::ids::MerchantId;
 use crate::domain::records::{DeliveryState, Notification};
@@ -29,7 +29,7 @@ use crate::store::{Commits, Outbox, StoreError};
 /// next scan; beyond it they stay in the store's due index, which the scan reads.
 const MAX_DISPATCH_BACKLOG: usize = 65_536;
 
-/// A scan starts this long before the first entry of this node's merchants that the previous scan met, not at
+/// A scan starts this long before the first entry of this node's merchants that the previous scan took, not at
 /// the beginning of the due index: delivered notifications leave deleted entries behind, which fjall (an LSM
 /// tree) walks on every scan until its compactions drop them, and a scan from the beginning walked hundreds of
 /// thousands of them under load. The margin covers a notification committed, or resent, that long after the
@@ -42,7 +42,10 @@ const SCAN_LOOKBACK_MS: u64 = 2_000;
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(30);
 
 /// Where scans of the due index start: a little before the first entry of this node's merchants that the
-/// previous scan met, or at the beginning every [`FULL_SCAN_EVERY`], after a takeover and when told to rewind.
+/// previous scan met and did not pass over as in flight, or earlier when an attempt handed over saved nothing
+/// (it waits under its old time), or at the beginning every [`FULL_SCAN_EVERY`], after a takeover and when
+/// told to rewind. Entries being delivered do not hold it back: a receiver that hangs would otherwise make
+/// every scan walk everything deleted since the attempt began.
 #[derive(Debug)]
 struct ScanStart {
     /// The due time (ms since the epoch) of the first entry the last scan met, or its end when it met none;
@@ -79,6 +82,12 @@ impl ScanStart {
     /// Something due may lie anywhere before the floor: the next scan starts at the beginning.
     fn rewind(&mut self) {
         self.floor = None;
+    }
+
+    /// Something is due at `due_ms`, maybe before the floor: the next scan starts before it (at the beginning
+    /// for 0, a time not known).
+    fn lower(&mut self, due_ms: u64) {
+        self.floor = self.floor.map(|floor| floor.min(due_ms)).filter(|_| due_ms > 0);
     }
 }
 
@@ -123,7 +132,8 @@ pub(super) struct Dispatcher {
     commits: Arc<dyn Commits>,
     config: Arc<DeliveryConfig>,
     workers: Vec<Recipient<Deliver>>,
-    in_flight: HashSet<String>,
+    /// Notifications handed to a worker, with the time (ms since the epoch) they were due at then.
+    in_flight: HashMap<String, u64>,
     feed: Option<tokio::sync::mpsc::Receiver<Notification>>,
     /// Fresh notifications waiting for room, oldest first, each with where its copy comes from, and their
     /// ids (so a scan or a resend does not take them too).
@@ -179,7 +189,7 @@ impl Dispatcher {
             commits,
             config,
             workers,
-            in_flight: HashSet::new(),
+            in_flight: HashMap::new(),
             feed,
             backlog: VecDeque::new(),
             backlog_ids: HashSet::new(),
@@ -199,7 +209,7 @@ impl Dispatcher {
     /// error variant costs nothing here).
     #[allow(clippy::result_large_err)]
     fn dispatch(&mut self, n: Notification, from: Provenance) -> Result<(), Notification> {
-        if self.in_flight.contains(&n.id) || n.state != DeliveryState::Pending || self.workers.is_empty() {
+        if self.in_flight.contains_key(&n.id) || n.state != DeliveryState::Pending || self.workers.is_empty() {
             return Ok(());
         }
         if self.in_flight.len() >= self.budget() {
@@ -210,12 +220,13 @@ impl Dispatcher {
         let worker = &self.workers[(hasher.finish() % self.workers.len() as u64) as usize];
         let id = n.id.clone();
         let made_ms = n.created_at.unix_ms();
+        let due_ms = n.next_attempt_at.map_or(0, Timestamp::unix_ms);
         match worker.try_send(Deliver { n, from }) {
             Ok(()) => {
                 if from == Provenance::Stored {
                     self.early.note(&id, made_ms, Timestamp::now().unix_ms());
                 }
-                self.in_flight.insert(id);
+                self.in_flight.insert(id, due_ms);
                 Ok(())
             }
             Err(SendError::Full(Deliver { n, .. }) | SendError::Closed(Deliver { n, .. })) => Err(n),
@@ -320,7 +331,7 @@ impl Dispatcher {
             let forget = read
                 .into_iter()
                 .filter(|n| n.state == DeliveryState::Delivered && n.attempts.last().is_none_or(|a| a.at < before))
-                .filter(|n| !in_flight.contains(&n.id) && !backlog.contains(&n.id))
+                .filter(|n| !in_flight.contains_key(&n.id) && !backlog.contains(&n.id))
                 .collect();
             return Ok(Some(forget));
         }
@@ -339,7 +350,7 @@ impl Dispatcher {
         let takeovers = self.commits.takeovers();
         let from = self.scan_start.from(now.unix_ms(), takeovers, started);
         let (in_flight, backlog) = (&self.in_flight, &self.backlog_ids);
-        let skip = &mut |id: &str| in_flight.contains(id) || backlog.contains(id);
+        let skip = &mut |id: &str| in_flight.contains_key(id) || backlog.contains(id);
         match self.store.due_notifications_skipping(Timestamp::from_unix_ms(from), now, room, skip) {
             Ok(scan) => {
                 let first_kept = scan.first_kept.map(Timestamp::unix_ms);
@@ -484,7 +495,17 @@ impl Handler<Settled> for Dispatcher {
     /// may have left notifications behind, look at the due index soon rather than at the next tick, so a
     /// backlog after a restart or an overflow does not wait for the timer.
     fn handle(&mut self, msg: Settled, ctx: &mut Self::Context) {
-        self.in_flight.remove(&msg.0);
+        let handed_over = self.in_flight.remove(&msg.id);
+        // The next scan starts before the time it waits under, and comes soon when that time is past.
+        let waits = match (msg.waits, handed_over) {
+            (Waits::No, _) => None,
+            (Waits::AsBefore, Some(due_ms)) | (Waits::At(due_ms), _) => Some(due_ms),
+            (Waits::AsBefore, None) => Some(0),
+        };
+        if let Some(due_ms) = waits {
+            self.scan_start.lower(due_ms);
+            self.more_due |= due_ms <= Timestamp::now().unix_ms();
+        }
         self.drain_backlog();
         self.gauge();
         if self.more_due && self.backlog.is_empty() && !self.scan_soon && self.in_flight.len() < self.budget() / 2 {
@@ -507,7 +528,7 @@ impl Handler<Resend> for Dispatcher {
 
     fn handle(&mut self, msg: Resend, _: &mut Self::Context) -> Self::Result {
         let prepared = (|| {
-            if self.in_flight.contains(&msg.id) || self.backlog_ids.contains(&msg.id) {
+            if self.in_flight.contains_key(&msg.id) || self.backlog_ids.contains(&msg.id) {
                 return Err(DeliveryError::InFlight);
             }
             let before = self.store.notification(&msg.merchant, &msg.id)?.ok_or(DeliveryError::NotFound)?;
@@ -523,7 +544,7 @@ impl Handler<Resend> for Dispatcher {
             Err(e) => Box::pin(fut::ready(Err(e))),
             Ok((after, ticket)) => {
                 // Marked in flight until durable, so a scan cannot dispatch the old state meanwhile.
-                self.in_flight.insert(after.id.clone());
+                self.in_flight.insert(after.id.clone(), after.next_attempt_at.map_or(0, Timestamp::unix_ms));
                 Box::pin(ticket.into_actor(self).map(move |result, act, _| {
                     act.in_flight.remove(&after.id);
                     match result {
@@ -582,6 +603,15 @@ mod tests {
         );
         // A floor ahead of the clock (set back) is not trusted beyond the clock.
         assert_eq!(start.from(ms - 10_000, 0, t0), ms - 10_000 - SCAN_LOOKBACK_MS);
+
+        // Earlier for an attempt that saved nothing, and never later than the floor.
+        start.lower(ms - 70_000);
+        assert_eq!(start.from(ms + 1_000, 0, t0), ms - 70_000 - SCAN_LOOKBACK_MS);
+        start.lower(ms);
+        assert_eq!(start.from(ms + 1_000, 0, t0), ms - 70_000 - SCAN_LOOKBACK_MS);
+        start.lower(0);
+        assert_eq!(start.from(ms + 1_000, 0, t0), 0, "a time not known");
+        start.scanned(0, Some(ms - 70_000), ms, 0, t0);
 
         // From the beginning: after a takeover, after a rewind, and every FULL_SCAN_EVERY.
         assert_eq!(start.from(ms + 1_000, 1, t0), 0, "a takeover");

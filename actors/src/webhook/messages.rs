@@ -37,11 +37,27 @@ pub(super) enum Provenance {
     Feed(Option<Fence>),
 }
 
-/// The attempt on `0` is persisted (or given up); the dispatcher may schedule it again.
+/// The attempt on `id` is persisted (or given up); the dispatcher may schedule it again. `waits` says where
+/// the notification now waits in the due index, since that may be behind where scans start.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(super) struct Settled(pub(super) String);
+pub(super) struct Settled {
+    pub(super) id: String,
+    pub(super) waits: Waits,
+}
 
+/// Where a settled notification waits in the due index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waits {
+    /// Nowhere this node's scans need to look: delivered, given up, due later than now, or another node's.
+    No,
+    /// Nothing was saved for it (an attempt not made, or whose outcome's save failed): it waits under the time
+    /// it was handed over with.
+    AsBefore,
+    /// Its failed attempt was saved with its next attempt at this time (ms since the epoch), which may already
+    /// be past: the retry's wait counts from when the attempt began, and an attempt can take 10 s.
+    At(u64),
+}
 #[derive(Message)]
 #[rtype(result = "Result<Notification, DeliveryError>")]
 pub(super) struct Resend {

@@ -20,7 +20,7 @@ use actix::prelude::*;
 use awc::http::Uri;
 
 use super::config::DeliveryConfig;
-use super::messages::{Deliver, Provenance, Settled};
+use super::messages::{Deliver, Provenance, Settled, Waits};
 use super::schedule::{after_attempt, jitter_unit, AttemptOutcome};
 use super::signature::{
     sign, sign_standard, SIGNATURE_HEADER, STANDARD_ID_HEADER, STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER,
@@ -194,6 +194,7 @@ impl Worker {
         let id = n.id.clone();
         let dispatcher = self.dispatcher.clone();
         let saved = self.outbox.save_notification(&n, &after, fence);
+        let retry_at = after.next_attempt_at.map(Timestamp::unix_ms);
         ctx.spawn(
             async move {
                 let failure = match saved {
@@ -203,6 +204,11 @@ impl Worker {
                         Err(_) => Some(StoreError::Closed),
                     },
                     Err(e) => Some(e),
+                };
+                let waits = match (&failure, retry_at) {
+                    (Some(_), _) => Waits::AsBefore,
+                    (None, Some(at)) => Waits::At(at),
+                    (None, None) => Waits::No,
                 };
                 if let Some(error) = failure {
                     let hold_ms = hold.as_millis() as u64;
@@ -214,7 +220,7 @@ impl Worker {
                     }
                     actix_rt::time::sleep(hold).await;
                 }
-                dispatcher.do_send(Settled(id));
+                dispatcher.do_send(Settled { id, waits });
             }
             .into_actor(self),
         );
@@ -238,7 +244,7 @@ impl Worker {
             // It may have waited long: a merchant whose shard left this node since is the new holder's to
             // deliver, and an attempt made here would only be refused at its save after the receiver had it.
             if !self.still_held(&next.merchant, fence) {
-                self.dispatcher.do_send(Settled(next.id));
+                self.dispatcher.do_send(Settled { id: next.id, waits: Waits::No });
                 continue;
             }
             match self.target(&next) {
@@ -284,11 +290,11 @@ impl Supervised for Worker {
         self.waiting = 0;
         self.epoch = self.epoch.wrapping_add(1);
         for id in self.flying.drain() {
-            self.dispatcher.do_send(Settled(id));
+            self.dispatcher.do_send(Settled { id, waits: Waits::AsBefore });
         }
         for (_, host) in self.hosts.drain() {
             for (n, _) in host.waiting {
-                self.dispatcher.do_send(Settled(n.id));
+                self.dispatcher.do_send(Settled { id: n.id, waits: Waits::AsBefore });
             }
         }
     }
@@ -346,7 +352,7 @@ impl Handler<Deliver> for Worker {
         // attempt whose save nothing checks. The dispatcher's next scan offers it again.
         let fence = self.outbox.delivery_fence(&copy.merchant);
         if !self.still_held(&copy.merchant, fence) {
-            return self.dispatcher.do_send(Settled(id));
+            return self.dispatcher.do_send(Settled { id, waits: Waits::No });
         }
         let window = copy.created_at.unix_ms().saturating_add(super::dispatcher::AS_COMMITTED_WINDOW_MS);
         let trusted = match from {
@@ -361,10 +367,10 @@ impl Handler<Deliver> for Worker {
             {
                 current
             }
-            Ok(_) => return self.dispatcher.do_send(Settled(id)),
+            Ok(_) => return self.dispatcher.do_send(Settled { id, waits: Waits::No }),
             Err(e) => {
                 tracing::error!(notification = %id, error = %e, "notification lookup failed; the next scan retries");
-                return self.dispatcher.do_send(Settled(id));
+                return self.dispatcher.do_send(Settled { id, waits: Waits::AsBefore });
             }
         };
         let target = match self.target(&n) {
@@ -379,7 +385,7 @@ impl Handler<Deliver> for Worker {
         }
         if self.waiting >= self.config.max_waiting_per_worker {
             // Leave it in the store; the dispatcher's next scan offers it again.
-            return self.dispatcher.do_send(Settled(n.id));
+            return self.dispatcher.do_send(Settled { id: n.id, waits: Waits::AsBefore });
         }
         self.waiting += 1;
         if let Some(h) = self.hosts.get_mut(&target.host) {

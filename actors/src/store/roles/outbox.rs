@@ -76,8 +76,8 @@ pub trait Outbox: Send + Sync {
 pub struct DueScan {
     /// The notifications to attempt.
     pub due: Vec<Notification>,
-    /// The due time of the first entry of this node's merchants the scan met, whether it is in `due`, was
-    /// skipped, or lay beyond the limit: before it the range held only entries already deleted (which an LSM
-    /// tree still walks until its compactions drop them) and other nodes' entries. `None`: none at all.
+    /// The due time of the first entry of this node's merchants the scan met and did not skip, whether it is
+    /// in `due` or lay beyond the limit: before it the range held only entries already deleted (which an LSM
+    /// tree still walks until its compactions drop them), skipped ones and other nodes'. `None`: none at all.
     pub first_kept: Option<Timestamp>,
 }
