@@ -7,12 +7,13 @@
 //! what the server writes and replaces such an answer, at the moment it is written, with the same status
 //! carrying `{"error": {"code": "invalid_request", ...}}` and a `Request-Id`.
 //!
-//! The wrapper recognises a rejection by its exact form: a response head alone at the end of a write, with one
-//! of those three statuses, `content-length: 0`, and no header but `connection` and `date`. Every answer of a
+//! The wrapper recognises a rejection by its exact form, as the whole of one write: a response head with one of
+//! those three statuses, `content-length: 0`, and no header but `connection` and `date`. Every answer of a
 //! route carries a `Request-Id` (the request log middleware adds it), so no route's answer matches, and a
-//! rejection is the last thing actix-http writes on a connection before it closes it. When it follows a
-//! pipelined answer in the same write, that answer is written first, so the rejection gets a write of its own.
-//! Bodies are never rewritten: JSON carries no raw line break, and pages end with their closing tag.
+//! rejection is the last thing actix-http writes on a connection before it closes it, so it has a write of
+//! its own unless an earlier pipelined answer is still being written: then it stays bare. Matching only whole
+//! writes, never the end of one, keeps a body that happens to end with such bytes (a forwarded answer between
+//! nodes carries merchants' text) from ever being rewritten.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -40,8 +41,8 @@ pub struct ServerOptions {
 }
 
 /// Serves the `App` that `factory` builds (once per worker) on `listener`, and starts the server. The settings
-/// are actix-web's defaults: keep-alive 5 s, a head within [`REQUEST_HEAD_TIMEOUT`], 1 s for a client to
-/// close, Nagle off.
+/// are actix-web's defaults (keep-alive 5 s, a head within [`REQUEST_HEAD_TIMEOUT`], 1 s for a client to
+/// close), except that Nagle's algorithm is off, which actix-web leaves on.
 pub fn serve<F, T, B>(listener: TcpListener, options: ServerOptions, factory: F) -> io::Result<Server>
 where
     F: Fn() -> App<T> + Send + Clone + 'static,
@@ -119,10 +120,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Shaped<T> {
                     log_rejection(&shaped, this.peer);
                     Replacing { bytes: shaped.bytes, written: 0, stands_for: buf.len() }
                 }
-                None => {
-                    let before = rejection_after_other_bytes(buf).unwrap_or(buf.len());
-                    return Pin::new(&mut this.io).poll_write(cx, &buf[..before]);
-                }
+                None => return Pin::new(&mut this.io).poll_write(cx, buf),
             },
         };
         while replacing.written < replacing.bytes.len() {
@@ -186,18 +184,6 @@ fn bare_rejection(head: &[u8]) -> Option<u16> {
         }
     }
     bodiless.then_some(status)
-}
-
-/// Where a bare rejection starts in `written`, when it ends it after some earlier answer's bytes: actix-http
-/// appends the rejection to a pipelined answer still in its buffer. Writing only what comes before it gets
-/// the rejection a write of its own.
-fn rejection_after_other_bytes(written: &[u8]) -> Option<usize> {
-    if !written.ends_with(b"\r\n\r\n") {
-        return None;
-    }
-    let window = written.len().saturating_sub(MAX_BARE_HEAD);
-    (window.max(1)..written.len())
-        .find(|&start| written[start..].starts_with(b"HTTP/1.") && bare_rejection(&written[start..]).is_some())
 }
 
 /// Recognises the server's bare rejection in `written` (one write's bytes) and answers its replacement.
@@ -287,11 +273,8 @@ mod tests {
         assert!(shape_rejection(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nx-other: 1\r\n\r\n").is_none());
         let two = [BARE_431, BARE_431].concat();
         assert!(shape_rejection(&two).is_none());
-        // ... but the second is found behind the first, and gets a write of its own.
-        assert_eq!(rejection_after_other_bytes(&two), Some(BARE_431.len()));
-        assert_eq!(rejection_after_other_bytes(&[routed.as_slice(), BARE_431].concat()), Some(routed.len()));
-        assert_eq!(rejection_after_other_bytes(BARE_431), None);
-        assert_eq!(rejection_after_other_bytes(routed), None);
+        // A body that ends like a rejection is a body.
+        assert!(shape_rejection(&[b"{\"a\":1}".as_slice(), BARE_431].concat()).is_none());
         assert!(shape_rejection(&BARE_431[..BARE_431.len() - 2]).is_none());
         assert!(shape_rejection(b"{\"a\":1}\r\n\r\n").is_none());
     }
@@ -327,8 +310,9 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         let mut shaped = Shaped::new(Trickle { out: Vec::new(), step: 7, pending: false }, None);
         let routed = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nrequest-id: req_1\r\n\r\n{}";
-        // The bare answer behind another in one buffer, as a pipelined connection has it.
-        shaped.write_all(&[routed.as_slice(), BARE_431].concat()).await.unwrap();
+        // An answer, then the bare one in a write of its own.
+        shaped.write_all(routed).await.unwrap();
+        shaped.write_all(BARE_431).await.unwrap();
         let out = String::from_utf8(std::mem::take(&mut shaped.io.out)).unwrap();
         let rejection = out.strip_prefix(std::str::from_utf8(routed).unwrap()).expect("the routed answer first");
         assert!(rejection.starts_with("HTTP/1.1 431 "), "{rejection}");
