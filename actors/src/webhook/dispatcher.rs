@@ -51,6 +51,8 @@ struct ScanStart {
     /// The due time (ms since the epoch) of the first entry the last scan met, or its end when it met none;
     /// `None`: the next scan starts at the beginning.
     floor: Option<u64>,
+    /// The last scan was cut short at `floor`: the next continues exactly there.
+    resume: bool,
     /// When a scan last started at the beginning, and this node's count of takeovers then.
     full_at: Instant,
     takeovers: u64,
@@ -58,25 +60,39 @@ struct ScanStart {
 
 impl ScanStart {
     fn new(now: Instant, takeovers: u64) -> ScanStart {
-        ScanStart { floor: None, full_at: now, takeovers }
+        ScanStart { floor: None, resume: false, full_at: now, takeovers }
     }
 
     /// Where a scan made at `now_ms` (and `now`) starts, in ms since the epoch; 0 is the beginning.
     fn from(&self, now_ms: u64, takeovers: u64, now: Instant) -> u64 {
         match self.floor {
             Some(floor) if takeovers == self.takeovers && now.duration_since(self.full_at) < FULL_SCAN_EVERY => {
-                floor.min(now_ms).saturating_sub(SCAN_LOOKBACK_MS)
+                if self.resume {
+                    floor
+                } else {
+                    floor.min(now_ms).saturating_sub(SCAN_LOOKBACK_MS)
+                }
             }
             _ => 0,
         }
     }
 
-    /// A scan made at `now_ms` from `from` met its first entry at `first_kept` (`None`: it met none).
-    fn scanned(&mut self, from: u64, first_kept: Option<u64>, now_ms: u64, takeovers: u64, now: Instant) {
+    /// A scan made at `now_ms` from `from` met its first entry at `first_kept` (`None`: it met none), and was
+    /// cut short at `cut_at` if given.
+    fn scanned(
+        &mut self,
+        from: u64,
+        first_kept: Option<u64>,
+        cut_at: Option<u64>,
+        now_ms: u64,
+        takeovers: u64,
+        now: Instant,
+    ) {
         if from == 0 {
             (self.full_at, self.takeovers) = (now, takeovers);
         }
-        self.floor = Some(first_kept.unwrap_or(now_ms));
+        self.resume = cut_at.is_some();
+        self.floor = Some(cut_at.or(first_kept).unwrap_or(now_ms));
     }
 
     /// Something due may lie anywhere before the floor: the next scan starts at the beginning.
@@ -87,6 +103,9 @@ impl ScanStart {
     /// Something is due at `due_ms`, maybe before the floor: the next scan starts before it (at the beginning
     /// for 0, a time not known).
     fn lower(&mut self, due_ms: u64) {
+        if self.floor.is_some_and(|floor| due_ms < floor) {
+            self.resume = false;
+        }
         self.floor = self.floor.map(|floor| floor.min(due_ms)).filter(|_| due_ms > 0);
     }
 }
@@ -253,6 +272,13 @@ impl Dispatcher {
         self.gauge();
     }
 
+    /// A notification waits in the due index under `due_ms` (0: a time not known), maybe behind where scans
+    /// start: the next scan starts before it, and comes soon when that time is past.
+    fn waits_at(&mut self, due_ms: u64) {
+        self.scan_start.lower(due_ms);
+        self.more_due |= due_ms <= Timestamp::now().unix_ms();
+    }
+
     /// Publishes how many notifications this dispatcher holds (`caisse_webhook_queue_depth`).
     fn gauge(&self) {
         let held = self.in_flight.len() + self.backlog.len();
@@ -354,8 +380,9 @@ impl Dispatcher {
         match self.store.due_notifications_skipping(Timestamp::from_unix_ms(from), now, room, skip) {
             Ok(scan) => {
                 let first_kept = scan.first_kept.map(Timestamp::unix_ms);
-                self.scan_start.scanned(from, first_kept, now.unix_ms(), takeovers, started);
-                self.more_due = scan.due.len() >= room;
+                let cut_at = scan.cut_at.map(Timestamp::unix_ms);
+                self.scan_start.scanned(from, first_kept, cut_at, now.unix_ms(), takeovers, started);
+                self.more_due = scan.due.len() >= room || cut_at.is_some();
                 for n in scan.due {
                     if self.dispatch(n, Provenance::Stored).is_err() {
                         self.more_due = true;
@@ -503,8 +530,7 @@ impl Handler<Settled> for Dispatcher {
             (Waits::AsBefore, None) => Some(0),
         };
         if let Some(due_ms) = waits {
-            self.scan_start.lower(due_ms);
-            self.more_due |= due_ms <= Timestamp::now().unix_ms();
+            self.waits_at(due_ms);
         }
         self.drain_backlog();
         self.gauge();
@@ -538,23 +564,38 @@ impl Handler<Resend> for Dispatcher {
             // Not fenced: a resend is the merchant's request, made on whichever node received it; the holder
             // delivers it.
             let ticket = self.store.save_notification(&before, &after, None)?;
-            Ok((after, ticket))
+            // Where it still waits if the resend is not saved: under its old time, if it was pending.
+            let waited = before.next_attempt_at.filter(|_| before.state == DeliveryState::Pending);
+            Ok((after, ticket, waited))
         })();
         match prepared {
             Err(e) => Box::pin(fut::ready(Err(e))),
-            Ok((after, ticket)) => {
-                // Marked in flight until durable, so a scan cannot dispatch the old state meanwhile.
-                self.in_flight.insert(after.id.clone(), after.next_attempt_at.map_or(0, Timestamp::unix_ms));
+            Ok((after, ticket, waited)) => {
+                // Marked in flight until durable, so a scan cannot dispatch the old state meanwhile; scans pass
+                // over it meanwhile, so where it waits afterwards is reported below unless it is dispatched.
+                let due_ms = after.next_attempt_at.map_or(0, Timestamp::unix_ms);
+                self.in_flight.insert(after.id.clone(), due_ms);
                 Box::pin(ticket.into_actor(self).map(move |result, act, _| {
                     act.in_flight.remove(&after.id);
-                    match result {
-                        Ok(Ok(())) => {
-                            // No room now: the due index has it, and the next scan sends it.
-                            let _ = act.dispatch(after.clone(), Provenance::Stored);
-                            Ok(after)
-                        }
+                    let saved = match result {
+                        Ok(Ok(())) => Ok(()),
                         Ok(Err(e)) => Err(DeliveryError::Store(e)),
                         Err(_) => Err(DeliveryError::Stopped),
+                    };
+                    match saved {
+                        Ok(()) => {
+                            // No room now: the due index has it, and a scan soon sends it.
+                            if act.dispatch(after.clone(), Provenance::Stored).is_err() {
+                                act.waits_at(due_ms);
+                            }
+                            Ok(after)
+                        }
+                        Err(e) => {
+                            if let Some(waited) = waited {
+                                act.waits_at(waited.unix_ms());
+                            }
+                            Err(e)
+                        }
                     }
                 }))
             }
@@ -593,9 +634,9 @@ mod tests {
         let (t0, ms) = (Instant::now(), 1_800_000_000_000);
         let mut start = ScanStart::new(t0, 0);
         assert_eq!(start.from(ms, 0, t0), 0, "the first scan reads everything");
-        start.scanned(0, Some(ms - 60_000), ms, 0, t0);
+        start.scanned(0, Some(ms - 60_000), None, ms, 0, t0);
         assert_eq!(start.from(ms + 500, 0, t0), ms - 60_000 - SCAN_LOOKBACK_MS, "before the entry it met");
-        start.scanned(ms - 62_000, None, ms + 500, 0, t0);
+        start.scanned(ms - 62_000, None, None, ms + 500, 0, t0);
         assert_eq!(
             start.from(ms + 1_000, 0, t0),
             ms + 500 - SCAN_LOOKBACK_MS,
@@ -611,13 +652,23 @@ mod tests {
         assert_eq!(start.from(ms + 1_000, 0, t0), ms - 70_000 - SCAN_LOOKBACK_MS);
         start.lower(0);
         assert_eq!(start.from(ms + 1_000, 0, t0), 0, "a time not known");
-        start.scanned(0, Some(ms - 70_000), ms, 0, t0);
+        start.scanned(0, Some(ms - 70_000), None, ms, 0, t0);
+
+        // A scan cut short continues exactly where it stopped, until something lies before that.
+        start.scanned(ms - 72_000, Some(ms - 71_000), Some(ms - 50_000), ms, 0, t0);
+        assert_eq!(start.from(ms + 1_000, 0, t0), ms - 50_000);
+        start.scanned(ms - 50_000, None, None, ms + 1_000, 0, t0);
+        assert_eq!(start.from(ms + 1_500, 0, t0), ms + 1_000 - SCAN_LOOKBACK_MS, "then as before");
+        start.scanned(ms - 72_000, None, Some(ms - 50_000), ms, 0, t0);
+        start.lower(ms - 55_000);
+        assert_eq!(start.from(ms + 1_000, 0, t0), ms - 55_000 - SCAN_LOOKBACK_MS);
+        start.scanned(0, Some(ms - 70_000), None, ms, 0, t0);
 
         // From the beginning: after a takeover, after a rewind, and every FULL_SCAN_EVERY.
         assert_eq!(start.from(ms + 1_000, 1, t0), 0, "a takeover");
         start.rewind();
         assert_eq!(start.from(ms + 1_000, 0, t0), 0, "a rewind");
-        start.scanned(0, None, ms + 1_000, 1, t0 + Duration::from_secs(1));
+        start.scanned(0, None, None, ms + 1_000, 1, t0 + Duration::from_secs(1));
         assert_eq!(start.from(ms + 2_000, 1, t0 + Duration::from_secs(2)), ms + 1_000 - SCAN_LOOKBACK_MS);
         assert_eq!(start.from(ms + 2_000, 1, t0 + Duration::from_secs(1) + FULL_SCAN_EVERY), 0, "a while");
     }

@@ -128,6 +128,7 @@ impl<K: Kv> Outbox for KvStore<K> {
         let end = (now.unix_ms().saturating_add(1)).to_be_bytes();
         let mut due = Vec::new();
         let mut first_kept = None;
+        let mut cut_at = None;
         let mut stale = Vec::new();
         // In a cluster most due entries may be other nodes' to deliver: passing over those is bounded too.
         let mut others = 0;
@@ -135,8 +136,12 @@ impl<K: Kv> Outbox for KvStore<K> {
         for item in range {
             let (key, value) = item?;
             let key_ms = key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
-            if due.len() >= limit || others >= MAX_SCAN {
+            if due.len() >= limit {
                 first_kept = first_kept.or(key_ms.map(Timestamp::from_unix_ms));
+                break;
+            }
+            if others >= MAX_SCAN {
+                cut_at = key_ms.map(Timestamp::from_unix_ms);
                 break;
             }
             let id = key.get(8..).ok_or_else(|| StoreError::Corrupt("bad outbox_due key".into()))?;
@@ -181,7 +186,7 @@ impl<K: Kv> Outbox for KvStore<K> {
             // Best effort: if it fails, the next scan finds the same entries again.
             let _ = self.submit(stale, None, Vec::new());
         }
-        Ok(DueScan { due, first_kept })
+        Ok(DueScan { due, first_kept, cut_at })
     }
 }
 

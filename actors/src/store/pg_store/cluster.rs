@@ -284,6 +284,16 @@ impl Membership {
             let held = self.held.read().map_err(|_| poisoned())?;
             held.iter().enumerate().filter_map(|(shard, h)| h.map(|h| (shard as i32, h.token))).unzip()
         };
+        // Shards whose lease ran out by this node's clock before this round: meanwhile they counted as other
+        // nodes', so work of theirs may have been passed over; renewed, they are taken back like new ones.
+        let lapsed: Vec<i32> = {
+            let held = self.held.read().map_err(|_| poisoned())?;
+            let now = Instant::now();
+            held.iter()
+                .enumerate()
+                .filter_map(|(shard, h)| h.filter(|h| h.until <= now).map(|_| shard as i32))
+                .collect()
+        };
         let renewed = conn
             .client
             .query(
@@ -317,7 +327,7 @@ impl Membership {
         let live = u32::try_from(live.max(1)).unwrap_or(1);
         let share = SHARDS.div_ceil(live) as usize;
         let holding = now_held.iter().filter(|h| h.is_some()).count();
-        let mut took = false;
+        let mut took = lapsed.iter().any(|shard| now_held.get(*shard as usize).is_some_and(|h| h.is_some()));
         // Besides free and expired shards, a node takes those still leased to its own id that it does not hold:
         // it was restarted (or a second process was started under its id by mistake), and raising the token
         // fences the earlier process off at once instead of after its lease.

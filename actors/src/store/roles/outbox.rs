@@ -80,4 +80,7 @@ pub struct DueScan {
     /// in `due` or lay beyond the limit: before it the range held only entries already deleted (which an LSM
     /// tree still walks until its compactions drop them), skipped ones and other nodes'. `None`: none at all.
     pub first_kept: Option<Timestamp>,
+    /// Where the scan stopped after passing over its bound of other nodes' entries: the next one continues
+    /// there, or a node with many of them due before its own would never reach its own.
+    pub cut_at: Option<Timestamp>,
 }
