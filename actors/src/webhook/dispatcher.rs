@@ -48,8 +48,8 @@ const FULL_SCAN_EVERY: Duration = Duration::from_secs(30);
 /// every scan walk everything deleted since the attempt began.
 #[derive(Debug)]
 struct ScanStart {
-    /// The due time (ms since the epoch) of the first entry the last scan met, or its end when it met none;
-    /// `None`: the next scan starts at the beginning.
+    /// The due time (ms since the epoch) of the first entry the last scan took, or where it was cut short, or
+    /// its end when it took none; `None`: the next scan starts at the beginning.
     floor: Option<u64>,
     /// The last scan was cut short at `floor`: the next continues exactly there.
     resume: bool,
@@ -77,7 +77,7 @@ impl ScanStart {
         }
     }
 
-    /// A scan made at `now_ms` from `from` met its first entry at `first_kept` (`None`: it met none), and was
+    /// A scan made at `now_ms` from `from` took its first entry at `first_kept` (`None`: it took none), and was
     /// cut short at `cut_at` if given.
     fn scanned(
         &mut self,
@@ -160,9 +160,9 @@ pub(super) struct Dispatcher {
     backlog_ids: HashSet<String>,
     /// A scan is already scheduled soon; one is enough.
     scan_soon: bool,
-    /// The due index may hold notifications the last scan could not take: it filled the workers' room, or a
-    /// worker refused one, or the backlog overflowed since. Only then does a freed slot bring the next scan
-    /// forward; otherwise fresh notifications come from the feed and retries wait for the timer, and a scan
+    /// The due index may hold notifications the last scan could not take: it filled the workers' room or was
+    /// cut short, a worker refused one, or something settled or overflowed waits there since. Only then does a
+    /// freed slot bring the next scan forward; otherwise fresh notifications come from the feed and retries wait for the timer, and a scan
     /// every few milliseconds would read the index for nothing.
     more_due: bool,
     /// Where the next scan of the due index starts.
