@@ -243,8 +243,7 @@ impl Worker {
             self.waiting = self.waiting.saturating_sub(1);
             // It may have waited long: a merchant whose shard left this node since is the new holder's to
             // deliver, and an attempt made here would only be refused at its save after the receiver had it.
-            if !self.still_held(&next.merchant, fence) {
-                let waits = self.waits_if_not_held(&next.merchant);
+            if let Some(waits) = self.unless_held(&next.merchant, fence) {
                 self.dispatcher.do_send(Settled { id: next.id, waits });
                 continue;
             }
@@ -255,21 +254,16 @@ impl Worker {
         }
     }
 
-    /// Whether this node still delivers for `merchant` under `fence`, read before: the fence is read again
-    /// after the placement, so a shard lost, or taken, since `fence` was read is seen.
-    fn still_held(&self, merchant: &MerchantId, fence: Option<Fence>) -> bool {
-        self.outbox.delivers_for(merchant) && self.outbox.delivery_fence(merchant) == fence
-    }
-
-    /// Where a notification not attempted for want of its fence waits: nowhere this node looks if another
-    /// node holds its merchant; under its old time if this node holds it under another fence (taken again
-    /// meanwhile), for the dispatcher to offer it again.
-    fn waits_if_not_held(&self, merchant: &MerchantId) -> Waits {
-        if self.outbox.delivers_for(merchant) {
-            Waits::AsBefore
-        } else {
-            Waits::No
+    /// `None` while this node still delivers for `merchant` under `fence`, read before: the fence is read
+    /// again after the placement, so a shard lost, or taken, since `fence` was read is seen. Otherwise where
+    /// the notification, not attempted, waits: nowhere this node looks if another node holds its merchant;
+    /// under its old time if this node holds it under another fence (taken again meanwhile), for the
+    /// dispatcher to offer it again.
+    fn unless_held(&self, merchant: &MerchantId, fence: Option<Fence>) -> Option<Waits> {
+        if !self.outbox.delivers_for(merchant) {
+            return Some(Waits::No);
         }
+        (self.outbox.delivery_fence(merchant) != fence).then_some(Waits::AsBefore)
     }
 
     /// An attempt that could not even start (no URL, unknown merchant) counts as a failed attempt.
@@ -363,8 +357,7 @@ impl Handler<Deliver> for Worker {
         // fails the check, and one taken in between (no fence before, a fence after) would otherwise give an
         // attempt whose save nothing checks. The dispatcher's next scan offers it again.
         let fence = self.outbox.delivery_fence(&copy.merchant);
-        if !self.still_held(&copy.merchant, fence) {
-            let waits = self.waits_if_not_held(&copy.merchant);
+        if let Some(waits) = self.unless_held(&copy.merchant, fence) {
             return self.dispatcher.do_send(Settled { id, waits });
         }
         let window = copy.created_at.unix_ms().saturating_add(super::dispatcher::AS_COMMITTED_WINDOW_MS);

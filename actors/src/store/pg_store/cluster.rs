@@ -279,20 +279,17 @@ impl Membership {
             )
             .await
             .map_err(|e| db_error("say this node is alive", e))?;
-        // Renew exactly what is held with the tokens it was taken with.
-        let (shards, tokens): (Vec<i32>, Vec<i64>) = {
-            let held = self.held.read().map_err(|_| poisoned())?;
-            held.iter().enumerate().filter_map(|(shard, h)| h.map(|h| (shard as i32, h.token))).unzip()
-        };
-        // Shards whose lease ran out by this node's clock before this round: meanwhile they counted as other
-        // nodes', so work of theirs may have been passed over; renewed, they are taken back like new ones.
-        let lapsed: Vec<i32> = {
+        // Renew exactly what is held with the tokens it was taken with. Shards whose lease ran out by this
+        // node's clock before this round counted as other nodes' meanwhile, so work of theirs may have been
+        // passed over: renewed, they are taken back like new ones.
+        let (shards, tokens, lapsed) = {
             let held = self.held.read().map_err(|_| poisoned())?;
             let now = Instant::now();
-            held.iter()
-                .enumerate()
-                .filter_map(|(shard, h)| h.filter(|h| h.until <= now).map(|_| shard as i32))
-                .collect()
+            let held: Vec<(i32, Held)> =
+                held.iter().enumerate().filter_map(|(shard, h)| h.map(|h| (shard as i32, h))).collect();
+            let lapsed: Vec<i32> = held.iter().filter(|(_, h)| h.until <= now).map(|(shard, _)| *shard).collect();
+            let (shards, tokens): (Vec<i32>, Vec<i64>) = held.into_iter().map(|(shard, h)| (shard, h.token)).unzip();
+            (shards, tokens, lapsed)
         };
         let renewed = conn
             .client
