@@ -7,11 +7,11 @@
 //! Run with `cargo bench --bench engine`. Besides the criterion groups it prints:
 //! - the memory of idle merchant actors: bytes per actor by RSS growth (`/proc/self/statm`, measured first,
 //!   before other groups leave freed heap behind) and by live heap bytes (a counting global allocator);
-//! - the time `Engine::open` takes (sled open plus the full startup audit) on a store of
+//! - the time `Engine::open` takes (the store's open plus the full startup audit) on a store of
 //!   `CAISSE_BENCH_RECOVERY_EVENTS` journal events (default 1,000,000; 0 skips it). The store is built once
 //!   and cached under the target directory; `CAISSE_BENCH_RECOVERY_REBUILD=1` builds it again.
 //!
-//! `CAISSE_BENCH_CACHE_MIB` sets sled's page cache for the throughput groups (default: the engine's, 16 MiB).
+//! `CAISSE_BENCH_CACHE_MIB` sets fjall's block cache for the throughput groups (default: the engine's, 16 MiB).
 //!
 //! The same throughput groups then run on PostgreSQL (`payment_events_postgresql`): a private cluster the
 //! bench starts from the installed programs with fsync on, or `CAISSE_TEST_DATABASE_URL`, one node holding
@@ -32,9 +32,9 @@ use caisse_engine::core::{Command, PaymentNotice};
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
+use caisse_engine::store::fjall_store::DEFAULT_CACHE_BYTES;
+use caisse_engine::store::open_embedded;
 use caisse_engine::store::pg_store::NodeIdentity;
-use caisse_engine::store::sled_store::DEFAULT_CACHE_BYTES;
-use caisse_engine::store::Embedded;
 use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Record};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -117,8 +117,8 @@ async fn run_lives(engine: &Engine, merchants: &[MerchantId], offset: usize, cou
     2 * finished as u64
 }
 
-/// The engine's settings for a throughput group: the defaults, with sled's page cache from
-/// `CAISSE_BENCH_CACHE_MIB` when set (how many merchants' open pages fit decides the 10,000-merchant figure).
+/// The engine's settings for a throughput group: the defaults, with fjall's block cache from
+/// `CAISSE_BENCH_CACHE_MIB` when set.
 fn config(dir: &Path) -> EngineConfig {
     let mut config = EngineConfig::new(dir);
     if let Ok(mib) = std::env::var("CAISSE_BENCH_CACHE_MIB") {
@@ -135,8 +135,6 @@ fn merchants(n: usize) -> Vec<MerchantId> {
 /// The store a throughput group runs on.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Backend {
-    /// sled behind the store's write-ahead log: the embedded engine of stores made before fjall.
-    Sled,
     /// fjall, the embedded default.
     Fjall,
     /// PostgreSQL on this machine, syncing its commits (a private cluster the bench starts, or
@@ -148,7 +146,6 @@ enum Backend {
 fn throughput(c: &mut Criterion, backend: Backend) {
     let quick = !bench_mode();
     let name = match backend {
-        Backend::Sled => "payment_events_sled",
         Backend::Fjall => "payment_events",
         Backend::Postgres => "payment_events_postgresql",
     };
@@ -162,10 +159,6 @@ fn throughput(c: &mut Criterion, backend: Backend) {
             config.node = Some(NodeIdentity { id: "bench".into(), url: "http://127.0.0.1:9".into() });
         }
         let system = actix::System::new();
-        config.embedded = match backend {
-            Backend::Sled => Embedded::Sled,
-            Backend::Fjall | Backend::Postgres => Embedded::Fjall,
-        };
         let engine = system.block_on(async { Engine::open(config) }).expect("open engine");
         engine.join_cluster().expect("join the cluster");
         let ids = merchants(n);
@@ -337,7 +330,7 @@ fn recovery() {
     }
     let open_store = || {
         let started = Instant::now();
-        let store = Embedded::open(&dir, Embedded::default(), DEFAULT_CACHE_BYTES, None).expect("open the store");
+        let store = open_embedded(&dir, DEFAULT_CACHE_BYTES, None).expect("open the store");
         (store, started.elapsed())
     };
     let (mut store, mut store_open) = open_store();
@@ -370,7 +363,7 @@ fn recovery() {
     println!(
         "recovery: {} events over {} merchants ({} MiB on disk): store open {:.3} s, audit {:.3} s reading {} MiB \
          from disk; then Engine::open {:.3} s (audit reports {} ms), {:.0} events/s (store open: the engine's \
-         own open, sled's log replay included on sled)",
+         own open)",
         audited.events,
         report.merchants,
         size >> 20,
@@ -387,7 +380,6 @@ fn main() {
     // First, while the heap holds nothing freed that new actors could reuse unseen by the RSS.
     idle_actor_memory();
     let mut criterion = Criterion::default().configure_from_args();
-    throughput(&mut criterion, Backend::Sled);
     throughput(&mut criterion, Backend::Fjall);
     // `CAISSE_BENCH_POSTGRES=0` leaves PostgreSQL out (a machine without its programs).
     if std::env::var("CAISSE_BENCH_POSTGRES").map_or(true, |v| v != "0") {

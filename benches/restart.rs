@@ -12,10 +12,8 @@
 //! once every life is durable. Then `caisse serve` starts on the store (timed to its first `200` on
 //! `/v1/ping`), stops on SIGTERM, starts again (timed), stops, and `caisse audit` runs the full audit on the
 //! stopped store. The server's log lines give the parts of each start: the engine's open (fjall recovers its
-//! journal there), sled's write-ahead log's replay (sled only) and the audit since the checkpoints. Last, each
-//! tree's keys and bytes per life, and what the engine adds (or saves, compressing).
-//!
-//! `CAISSE_BENCH_STORE=sled` writes the store on sled instead of the default fjall.
+//! journal there) and the audit since the checkpoints. Last, each tree's keys and bytes per life, and what the
+//! engine adds (or saves, compressing).
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) the sizes are 2,000, 4,000 and 8,000 lives over 50
 //! merchants, as a smoke test.
@@ -30,7 +28,7 @@ use caisse_engine::core::{Command as EngineCommand, PaymentNotice};
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{Embedded, FjallStore, SledStore};
+use caisse_engine::store::FjallStore;
 use caisse_engine::{AuditSchedule, Engine, EngineConfig, Executed, Record};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
@@ -50,13 +48,6 @@ const START_PATIENCE: Duration = Duration::from_secs(600);
 const WRITE_PATIENCE: Duration = Duration::from_secs(4 * 3_600);
 /// How long a server may take to stop after SIGTERM before the bench kills it and says so.
 const STOP_PATIENCE: Duration = Duration::from_secs(60);
-
-/// The engine the bench's store is made on: `CAISSE_BENCH_STORE` (`sled` or `fjall`), else the default.
-fn embedded() -> Embedded {
-    std::env::var("CAISSE_BENCH_STORE").map_or(Embedded::default(), |name| {
-        Embedded::parse(&name).unwrap_or_else(|| panic!("CAISSE_BENCH_STORE: sled or fjall, not {name}"))
-    })
-}
 
 fn bench_mode() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -116,9 +107,7 @@ fn main() {
 fn write_lives(data: &Path, from: usize, to: usize, merchants: usize) {
     let system = actix::System::new();
     system.block_on(async {
-        let mut config = EngineConfig::new(data);
-        config.embedded = embedded();
-        let engine = Engine::open(config).expect("the writer opens the engine");
+        let engine = Engine::open(EngineConfig::new(data)).expect("the writer opens the engine");
         engine.start_audits(AuditSchedule::default());
         let ids = merchant_ids(data, merchants);
         if from == 0 {
@@ -214,7 +203,7 @@ impl Drop for Server {
 }
 
 /// Starts `caisse serve` on `data`, times it to its first answer to `GET /v1/ping`, stops it with SIGTERM, and
-/// describes the start with what its log says of sled, the write-ahead log and the audit.
+/// describes the start with what its log says of the store's open and the audit.
 fn start_and_stop(work: &Path, data: &Path, label: &str) -> String {
     let port = free_port();
     let log = work.join(format!("serve-{label}.log"));
@@ -269,16 +258,10 @@ fn start_and_stop(work: &Path, data: &Path, label: &str) -> String {
             })
             .unwrap_or_else(|| "?".into())
     };
-    // fjall recovers its journal within its open; sled's store replays its own log after sled's open.
-    let opened = match field("opened sled", "elapsed_ms") {
-        unknown if unknown == "?" => field("opened the keyspace", "elapsed_ms"),
-        known => known,
-    };
     format!(
-        "{:.2} s (store open {} ms, log replay {} ms, audit {} events in {} ms)",
+        "{:.2} s (store open {} ms, audit {} events in {} ms)",
         elapsed.as_secs_f64(),
-        opened,
-        field("replayed the write-ahead log", "elapsed_ms"),
+        field("opened the keyspace", "elapsed_ms"),
         field("ledger audit passed", "events"),
         field("ledger audit passed", "elapsed_ms"),
     )
@@ -299,13 +282,10 @@ fn full_audit(work: &Path, data: &Path) -> String {
     format!("{:.2} s: {}", started.elapsed().as_secs_f64(), String::from_utf8_lossy(&output.stdout).trim())
 }
 
-/// Each tree's keys and bytes per life on the stopped store, and what sled adds to them.
+/// Each tree's keys and bytes per life on the stopped store, and what the engine adds to them.
 fn breakdown(data: &Path, lives: usize, disk_bytes: u64) -> String {
-    let sizes = match Embedded::in_dir(data, embedded()) {
-        Embedded::Sled => SledStore::open(data).and_then(|store| store.tree_sizes()),
-        Embedded::Fjall => FjallStore::open(data).and_then(|store| store.tree_sizes()),
-    }
-    .expect("read every tree of the stopped store");
+    let sizes =
+        FjallStore::open(data).and_then(|store| store.tree_sizes()).expect("read every tree of the stopped store");
     let per_life = |bytes: u64| bytes as f64 / lives as f64;
     let mut parts: Vec<String> = sizes
         .iter()

@@ -95,9 +95,6 @@ impl Application {
         let settings = Arc::new(settings);
         let mut config = EngineConfig::new(&settings.data_dir);
         config.store_cache_bytes = settings.store_cache_bytes;
-        if let StoreLocation::Embedded(engine) = settings.store {
-            config.embedded = engine;
-        }
         if let StoreLocation::Postgres(url) = &settings.store {
             config.postgres_url = Some(url.expose().to_owned());
             config.node = Some(NodeIdentity { id: settings.node_id.clone(), url: settings.advertise_url.clone() });

@@ -37,23 +37,20 @@ use crate::registry::Registry;
 use crate::store::pg_store::NodeIdentity;
 use crate::store::sealing::MasterKey;
 use crate::store::{
-    AuditReport, AuditScope, AwaitingProvider, BackupReport, Embedded, Located, Page, PgStore, Placement, Store,
-    StoreError,
+    AuditReport, AuditScope, AwaitingProvider, BackupReport, Located, Page, PgStore, Placement, Store, StoreError,
 };
 use crate::webhook::delivery::{DeliveryConfig, DeliveryError, WebhookPool};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub data_dir: PathBuf,
-    /// A PostgreSQL database to keep everything in instead of sled under `data_dir` (cluster mode).
+    /// A PostgreSQL database to keep everything in instead of the embedded store under `data_dir` (cluster mode).
     pub postgres_url: Option<String>,
     /// This node, as the others of the cluster reach it (with `postgres_url`): its id and advertised URL.
     pub node: Option<NodeIdentity>,
     /// Arbiters (threads) the merchant actors are spread over; 0 means one per core.
     pub shards: usize,
     pub actors: ActorSettings,
-    /// The engine a fresh embedded store is made on; an existing one keeps its own.
-    pub embedded: Embedded,
     /// The embedded store's cache, in bytes.
     pub store_cache_bytes: u64,
     /// Seals the merchants' secret keys at rest (required in production, see the server's settings).
@@ -68,8 +65,7 @@ impl EngineConfig {
             node: None,
             shards: 0,
             actors: ActorSettings::default(),
-            embedded: Embedded::default(),
-            store_cache_bytes: crate::store::sled_store::DEFAULT_CACHE_BYTES,
+            store_cache_bytes: crate::store::fjall_store::DEFAULT_CACHE_BYTES,
             master_key: None,
         }
     }
@@ -178,16 +174,16 @@ impl Drop for Inner {
 }
 
 impl Engine {
-    /// Opens the store (PostgreSQL at `config.postgres_url`, else sled under `config.data_dir`), audits it
-    /// (refusing to start on any disagreement), and starts the Arbiters.
+    /// Opens the store (PostgreSQL at `config.postgres_url`, else the embedded store under `config.data_dir`),
+    /// audits it (refusing to start on any disagreement), and starts the Arbiters.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
         if let Some(url) = &config.postgres_url {
             let node = config.node.clone().ok_or_else(|| {
                 EngineError::Internal("a PostgreSQL store needs this node's id and advertised URL".into())
             })?;
             let store = Arc::new(PgStore::open_node(url, node)?.with_master_key(config.master_key.clone()));
-            // An actor waits for the database when it reads a record it does not hold (a round trip, where sled
-            // answers from memory): more Arbiters keep the cores busy meanwhile.
+            // An actor waits for the database when it reads a record it does not hold (a round trip, where the embedded
+            // store answers from memory): more Arbiters keep the cores busy meanwhile.
             let mut config = config;
             if config.shards == 0 {
                 config.shards = 4 * std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
@@ -198,12 +194,11 @@ impl Engine {
             *engine.inner.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
             return Ok(engine);
         }
-        let store =
-            Embedded::open(&config.data_dir, config.embedded, config.store_cache_bytes, config.master_key.clone())
-                .map_err(|e| match e {
-                    crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
-                    other => EngineError::from(other),
-                })?;
+        let store = crate::store::open_embedded(&config.data_dir, config.store_cache_bytes, config.master_key.clone())
+            .map_err(|e| match e {
+                crate::store::StoreError::Locked(text) => EngineError::Unavailable(format!("store locked: {text}")),
+                other => EngineError::from(other),
+            })?;
         Engine::with_store(store, config)
     }
 

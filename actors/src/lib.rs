@@ -8,7 +8,8 @@
 //! - [`core`]: the pure decision function, `decide(balances, record, link, command) -> decision`.
 //! - [`merchant`]: the merchant actor, one per merchant: decides, queues the change, answers once durable.
 //! - [`registry`] and [`engine`]: which actors run where; the front door the service calls.
-//! - [`store`]: the [`store::Store`] trait, the sled backend, group commit, recovery and the startup audit.
+//! - [`store`]: the [`store::Store`] trait, the embedded and PostgreSQL backends, group commit, recovery and the
+//!   startup audit.
 //! - [`webhook`]: signatures, the retry schedule, URL rules, and the supervised delivery pool.
 //! - [`error`]: the engine's error type.
 //!

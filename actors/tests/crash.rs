@@ -33,7 +33,7 @@
 //!   journal's payments, refunds and payouts, and the outbox holds exactly the notifications the journal's
 //!   events cause.
 //!
-//! Dropping the parent's engine must release sled's lock, or the next child cannot open the store; the child
+//! Dropping the parent's engine must release the store's lock, or the next child cannot open the store; the child
 //! then fails and so does the test. The cycle repeats 20 times by default (`CAISSE_CRASH_CYCLES` for more).
 //!
 //! # What this proves, and what it does not
@@ -871,7 +871,7 @@ fn reopen_and_check(
         let (engine, store) = support::try_engine_and_store(config(dir))
             .map_err(|e| vec![format!("reopening after kill -9 failed: {e}")])?;
         let audit = check(&engine, &*store, merchants, before, acks).await;
-        // Dropping the engine joins its threads and closes sled; the next child cannot open the store otherwise.
+        // Dropping the engine joins its threads and closes the store; the next child cannot open the store otherwise.
         drop(engine);
         audit
     })

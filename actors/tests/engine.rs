@@ -468,7 +468,7 @@ fn the_full_audit_finds_a_changed_checkpoint_on_demand_and_in_the_background() {
 fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept() {
     use caisse_engine::domain::ids::{new_id_at, IdKind};
     use caisse_engine::domain::records::{DeliveryState, Notification};
-    use caisse_engine::store::{Outbox, SledStore};
+    use caisse_engine::store::{FjallStore, Outbox};
     use caisse_engine::webhook::delivery::DeliveryConfig;
     use std::time::Duration;
 
@@ -504,7 +504,7 @@ fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept(
         latency_ms: 3,
     });
     {
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         for n in old.iter().chain([&failed, &recent, &resent]) {
             store.save_notification(n, n, None).unwrap().blocking_recv().unwrap().unwrap();
         }
@@ -534,7 +534,7 @@ fn delivered_notifications_past_their_retention_are_deleted_and_the_others_kept(
 #[test]
 fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
     use caisse_engine::domain::text::IdempotencyKey;
-    use caisse_engine::store::{Embedded, IdempotencyRecord};
+    use caisse_engine::store::{open_embedded, IdempotencyRecord};
 
     let dir = tempfile::tempdir().unwrap();
     let day_ms = 24 * 60 * 60 * 1000;
@@ -598,7 +598,7 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
         }
     });
     assert_eq!(forgotten, 4, "three old records and the reused key's old entry");
-    let store = Embedded::open(dir.path(), Embedded::default(), 1 << 20, None).unwrap();
+    let store = open_embedded(dir.path(), 1 << 20, None).unwrap();
     for i in 0..3 {
         assert_eq!(store.idempotency(&m, &key(&format!("old-{i}"))).unwrap(), None);
         assert!(store.idempotency(&m, &key(&format!("live-{i}"))).unwrap().is_some(), "a live record stays");

@@ -30,8 +30,8 @@
 //! the merchant actor does: many cases, sequences of up to 200 commands, no I/O. It also tallies what the
 //! steps did and fails if some acceptance, no-op or refusal was never reached, so a passing run is not a
 //! vacuous one. `engine_matches_the_reference_model` runs shorter sequences through the real [`Engine`]
-//! (actix actors and sled on a temporary directory), one command at a time or in pipelined batches sent
-//! without waiting, observes it only through its public API (answers, balances, journal, outbox), then
+//! (actix actors and the embedded store on a temporary directory), one command at a time or in pipelined
+//! batches sent without waiting, observes it only through its public API (answers, balances, journal, outbox), then
 //! reopens the store, which runs the startup audit, and checks that nothing changed.
 //!
 //! `PROPTEST_CASES` overrides the number of cases of both tests. Failing cases are not persisted to a
@@ -1539,7 +1539,7 @@ const REACHED: &[&str] = &[
 ];
 
 // ---------------------------------------------------------------------------------------------------------------
-// 2. The real engine: actors, group commit, sled, recovery and the startup audit.
+// 2. The real engine: actors, group commit, the embedded store, recovery and the startup audit.
 // ---------------------------------------------------------------------------------------------------------------
 
 /// Everything the engine shows about one merchant, read through its public API.

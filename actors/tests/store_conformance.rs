@@ -2,12 +2,13 @@
 //! (`Commits`, `Records`, `Outbox`, `Accounts`, `Audit`), never through a backend's own methods.
 //!
 //! Each check is a function of a [`Backend`]: how to make a fresh place for a store (a directory, a database)
-//! and open the store there, again after a clean stop. The `conformance!` macro turns every check into a test for one backend; a new backend
-//! adds one line at the bottom and passes the same checks. Changes are built the way the merchant actor
-//! builds them, from the pure core's decisions, so what is stored is what the engine really writes.
+//! and open the store there, again after a clean stop. The `conformance!` macro turns every check into a test
+//! for one backend; a new backend adds one line at the bottom and passes the same checks. Changes are built the
+//! way the merchant actor builds them, from the pure core's decisions, so what is stored is what the engine
+//! really writes.
 //!
-//! Crash-and-reopen (kill -9 in the middle of group commits) needs a backend in a child process; the sled
-//! backend's is `actors/tests/crash.rs`.
+//! Crash-and-reopen (kill -9 in the middle of group commits) needs a backend in a child process; the embedded
+//! store's is `actors/tests/crash.rs`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicBool;
@@ -22,7 +23,7 @@ use caisse_engine::domain::status::{EventKind, PaymentStatus};
 use caisse_engine::domain::text::{IdempotencyKey, Reference};
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::store::{
-    Change, FailureLatch, FjallStore, IdempotencyRecord, PgStore, SledStore, Snapshot, Store, StoreError, Ticket,
+    Change, FailureLatch, FjallStore, IdempotencyRecord, PgStore, Snapshot, Store, StoreError, Ticket,
 };
 use caisse_engine::{Command, Record};
 
@@ -45,20 +46,6 @@ trait Backend {
 trait Place {
     /// Opens (creating if needed) the store kept here.
     fn open(&self) -> Arc<dyn Store>;
-}
-
-struct Sled;
-
-impl Backend for Sled {
-    fn place(&self) -> Box<dyn Place> {
-        Box::new(tempfile::tempdir().expect("a temporary directory"))
-    }
-}
-
-impl Place for tempfile::TempDir {
-    fn open(&self) -> Arc<dyn Store> {
-        Arc::new(SledStore::open(self.path()).expect("open the sled store"))
-    }
 }
 
 struct Fjall;
@@ -692,7 +679,6 @@ macro_rules! conformance {
     };
 }
 
-conformance!(sled, Sled);
 conformance!(fjall, Fjall);
 conformance!(postgresql, Postgres);
 

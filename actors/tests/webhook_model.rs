@@ -1,7 +1,7 @@
 //! A model of webhook delivery around the pure schedule functions, with crashes.
 //!
 //! The world: a simulated clock, a simulated durable store (notifications by id, and a due index kept the way
-//! the sled store keeps it: `save` removes the entry of the version the caller read and adds the entry of the
+//! the embedded store keeps it: `save` removes the entry of the version the caller read and adds the entry of the
 //! version it writes), and a model dispatcher whose memory (attempts under way, outcomes decided but not yet
 //! saved) a crash wipes. Receivers answer 200, 204, 302, 500 or time out. Every step of any interleaving of
 //! new notifications, dispatches, answers, saves, resends, late answers for settled chains, clock moves and

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use caisse_engine::domain::ids::{random_base62, MerchantId};
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{Embedded, PgStore, Store, StoreError};
+use caisse_engine::store::{open_embedded, PgStore, Store, StoreError};
 use serde_json::{json, Value};
 
 use crate::config::{Settings, StoreLocation};
@@ -130,11 +130,7 @@ fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, String> {
         let store = PgStore::open(url.expose()).map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
         return Ok(Arc::new(store.with_master_key(settings.master_key.clone())));
     }
-    let fresh = match settings.store {
-        StoreLocation::Embedded(engine) => engine,
-        StoreLocation::Postgres(_) => Embedded::default(),
-    };
-    match Embedded::open(&settings.data_dir, fresh, settings.store_cache_bytes, settings.master_key.clone()) {
+    match open_embedded(&settings.data_dir, settings.store_cache_bytes, settings.master_key.clone()) {
         Ok(store) => Ok(store),
         Err(StoreError::Locked(_)) => Err(format!(
             "the store in {} is in use by a running `caisse serve`; set an admin token (CAISSE_ADMIN_TOKEN or \
@@ -242,15 +238,14 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
             .into());
     }
     let data = &settings.data_dir;
-    if !from.join(caisse_engine::store::sled_store::STAMP_FILE).is_file() {
+    if !from.join(caisse_engine::store::STAMP_FILE).is_file() {
         return Err(format!("{} is not a backup of a Caisse store (no format stamp)", from.display()));
     }
     if std::fs::read_dir(data).is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(format!("{} is not empty: restore into an empty data directory", data.display()));
     }
     copy_tree(from, data).map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display()))?;
-    // The copy is opened on the engine whose files it holds.
-    let store = Embedded::open(data, Embedded::default(), settings.store_cache_bytes, settings.master_key.clone())
+    let store = open_embedded(data, settings.store_cache_bytes, settings.master_key.clone())
         .map_err(|e| format!("the restored store does not open: {e}"))?;
     let report = caisse_engine::store::Audit::audit(store.as_ref())
         .map_err(|e| format!("the restored store fails its audit: {e}"))?;
@@ -275,7 +270,7 @@ pub fn upgrade_store(settings: &Settings) -> Result<Value, String> {
         return Ok(json!({"upgraded": data, "engine": "fjall", "finished": "an interrupted upgrade",
             "sled_store_kept_in": kept}));
     }
-    if Embedded::in_dir(data, Embedded::Fjall) != Embedded::Sled {
+    if !caisse_engine::store::holds_sled_store(data) {
         return Err(format!("{} holds no sled store: nothing to upgrade", data.display()));
     }
     for path in [&fresh, &kept] {
@@ -294,7 +289,7 @@ pub fn upgrade_store(settings: &Settings) -> Result<Value, String> {
             return Err(format!("the upgrade failed, the store is unchanged: {e}"));
         }
     };
-    let audit = Embedded::open(&fresh, Embedded::Fjall, settings.store_cache_bytes, settings.master_key.clone())
+    let audit = open_embedded(&fresh, settings.store_cache_bytes, settings.master_key.clone())
         .and_then(|store| caisse_engine::store::Audit::audit(store.as_ref()))
         .map_err(|e| {
             format!("the upgraded copy in {} fails its audit, the store is unchanged: {e}", fresh.display())
@@ -307,7 +302,8 @@ pub fn upgrade_store(settings: &Settings) -> Result<Value, String> {
             .map_err(|e| format!("sync {}: {e}", parent.display()))?;
     }
     Ok(json!({
-        "upgraded": data, "engine": "fjall", "keys": report.keys, "elapsed_ms": report.elapsed_ms,
+        "upgraded": data, "engine": "fjall", "keys": report.keys, "log_records": report.log_records,
+        "elapsed_ms": report.elapsed_ms,
         "merchants": audit.merchants, "events": audit.events, "audit": "passed", "sled_store_kept_in": kept,
     }))
 }

@@ -26,7 +26,6 @@ pub use adapters::{
     WaveSettings,
 };
 pub use caisse_engine::store::sealing::MasterKey;
-pub use caisse_engine::store::Embedded;
 
 /// The compiled-in defaults: the commented file at the repository's root.
 pub const DEFAULTS: &str = include_str!("../../caisse.default.toml");
@@ -110,7 +109,7 @@ pub struct ProviderSettings {
 pub struct Settings {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    /// The store: embedded under `data_dir` (sled or fjall for a fresh directory), or PostgreSQL (`store`).
+    /// The store: embedded under `data_dir`, or PostgreSQL (`store`).
     pub store: StoreLocation,
     /// This node's name among the nodes of a cluster (`node_id`; default: the host name and the port).
     pub node_id: String,
@@ -156,9 +155,8 @@ pub struct Settings {
 /// Where the service keeps its data (`store`).
 #[derive(Debug, Clone)]
 pub enum StoreLocation {
-    /// The embedded store under `data_dir`, made on this engine when the directory holds no store yet (one
-    /// that does keeps the engine it was made on).
-    Embedded(Embedded),
+    /// The embedded store under `data_dir` (fjall).
+    Embedded,
     /// A PostgreSQL database, by URL (which may carry a password, hence a secret).
     Postgres(Secret),
 }
@@ -166,13 +164,19 @@ pub enum StoreLocation {
 impl StoreLocation {
     fn parse(text: &str) -> Result<StoreLocation, ConfigError> {
         let text = text.trim();
-        if let Some(engine) = Embedded::parse(text) {
-            Ok(StoreLocation::Embedded(engine))
+        if text == "fjall" {
+            Ok(StoreLocation::Embedded)
+        } else if text == "sled" {
+            Err(bad(
+                "store",
+                "\"sled\" is no longer an engine for a store: the embedded store is \"fjall\", and `caisse \
+                 upgrade-store` moves a store made on sled onto it (docs/storage.md)",
+            ))
         } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             Ok(StoreLocation::Postgres(Secret::new(text.to_owned())))
         } else {
             // The text may be a URL with a password typed wrong: not repeated.
-            Err(bad("store", "neither \"sled\", \"fjall\" nor a postgres:// or postgresql:// URL"))
+            Err(bad("store", "neither \"fjall\" nor a postgres:// or postgresql:// URL"))
         }
     }
 }
@@ -786,9 +790,9 @@ mod tests {
     #[test]
     fn the_store_is_an_embedded_engine_or_a_postgres_url_and_a_bad_value_is_not_echoed() {
         let s = Settings::load(None, env(&[]), Layer::default()).unwrap();
-        assert!(matches!(s.store, StoreLocation::Embedded(Embedded::Fjall)));
-        let s = Settings::load(None, env(&[("CAISSE_STORE", "sled")]), Layer::default()).unwrap();
-        assert!(matches!(s.store, StoreLocation::Embedded(Embedded::Sled)));
+        assert!(matches!(s.store, StoreLocation::Embedded));
+        let err = Settings::load(None, env(&[("CAISSE_STORE", "sled")]), Layer::default()).unwrap_err().to_string();
+        assert!(err.contains("caisse upgrade-store"), "{err}");
         let url = "postgres://caisse:s3cret@db.internal:5432/caisse";
         let s = Settings::load(None, env(&[("CAISSE_STORE", url)]), Layer::default()).unwrap();
         assert!(matches!(&s.store, StoreLocation::Postgres(u) if u.expose() == url));

@@ -201,38 +201,77 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
     assert_eq!(listed[0]["statut"], "actif");
 }
 
-/// A store an earlier release made on sled moves to fjall with `caisse upgrade-store`, the server stopped: the
-/// copy holds every account, passes its audit and takes the data directory's place, the sled store is kept
-/// beside it, and a second run finds nothing to upgrade.
-#[test]
-fn a_sled_store_is_upgraded_to_fjall_and_kept_beside() {
+/// The secret key of the merchant in `tests/fixtures/sled-store.tar.gz`.
+const FIXTURE_KEY: &str = "sk_test_luqpTDTtcBFckMR5RLQ3ARHqaOVtBWHk";
+
+/// A store an earlier release made on sled moves to fjall with `caisse upgrade-store`, the server stopped.
+///
+/// The fixture is a sandbox store the last release with sled wrote through its API: a merchant, three
+/// payments (one declined) and a partial refund, then a graceful stop, which left them in sled's files; then
+/// two more payments and a payout, all final, and a SIGKILL, which left those in its write-ahead log only. This
+/// release refuses to open it and says what to do; the upgrade copies both parts, audits the copy, which takes
+/// the data directory's place, and keeps the sled store beside it; the server then answers for every payment
+/// and the balance as the old one did; a second run finds nothing to upgrade.
+#[actix_web::test]
+async fn a_sled_store_is_upgraded_to_fjall_and_kept_beside() {
     let work = tempfile::tempdir().expect("work dir");
     let data = work.path().join("data");
-    let on_sled = |command: &mut Command| -> Output { run(command.env("CAISSE_STORE", "sled")) };
-    let created = on_sled(caisse(work.path(), 0, 0, None).args([
-        "merchant",
-        "create",
-        "--name",
-        "Boutique Sled",
-        "--email",
-        "sled@example.com",
-        "--json",
-    ]));
-    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
-    assert!(data.join("db").exists(), "the store was made on sled");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sled-store.tar.gz");
+    let untar = Command::new("tar").arg("xzf").arg(&fixture).current_dir(work.path()).status().expect("tar runs");
+    assert!(untar.success() && data.join("db").exists() && data.join("wal").join("0000000000000003.wal").exists());
+    let sandbox = |command: &mut Command| -> Output { run(command.env("CAISSE_ENVIRONMENT", "sandbox")) };
 
-    let upgraded = run(caisse(work.path(), 0, 0, None).arg("upgrade-store"));
-    assert!(upgraded.status.success(), "{}", String::from_utf8_lossy(&upgraded.stderr));
+    let refused = sandbox(caisse(work.path(), 0, 0, None).args(["merchant", "list", "--json"]));
+    assert!(!refused.status.success(), "a sled store is not opened");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("caisse upgrade-store"), "{refused:?}");
+
+    let upgraded = sandbox(caisse(work.path(), 0, 0, None).arg("upgrade-store"));
     let report = &json_lines(&upgraded)[0];
     assert_eq!(report["audit"], "passed", "{report}");
     assert_eq!(report["engine"], "fjall", "{report}");
+    assert!(report["log_records"].as_u64().unwrap_or(0) > 0, "the write-ahead log was replayed: {report}");
     assert!(data.join("keyspace").is_dir() && !data.join("db").exists(), "the data directory is fjall's now");
     assert!(work.path().join("data.sled").join("db").exists(), "the sled store is kept beside");
 
-    let listed = json_lines(&run(caisse(work.path(), 0, 0, None).args(["merchant", "list", "--json"])));
+    let listed = json_lines(&sandbox(caisse(work.path(), 0, 0, None).args(["merchant", "list", "--json"])));
     assert_eq!(listed.len(), 1, "{listed:?}");
-    assert_eq!(listed[0]["email"], "sled@example.com");
-    let again = run(caisse(work.path(), 0, 0, None).arg("upgrade-store"));
+    assert_eq!(listed[0]["email"], "ancienne@example.com");
+    let port = free_port();
+    let mut server = Server(
+        caisse(work.path(), port, free_port(), None)
+            .env("CAISSE_ENVIRONMENT", "sandbox")
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("caisse serve starts"),
+    );
+    listening(&mut server, port).await;
+    let api = Api::new(&format!("http://127.0.0.1:{port}"), FIXTURE_KEY);
+    for (reference, status) in [
+        ("order-1", "rembourse_partiellement"),
+        ("order-2", "echec"),
+        ("order-3", "succes"),
+        ("order-4", "succes"),
+        ("order-5", "succes"),
+    ] {
+        let payment = api.get_ok(&format!("/v1/paiement/{reference}")).await;
+        assert_eq!(payment["statut"], status, "{payment}");
+    }
+    let transactions = api.get_ok("/v1/transactions?limit=100").await;
+    let kinds: Vec<(&str, &str)> = transactions["data"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| (t["type"].as_str().unwrap_or(""), t["statut"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(kinds.len(), 7, "{transactions}");
+    assert!(kinds.contains(&("retrait", "traite")) && kinds.contains(&("remboursement", "succes")), "{kinds:?}");
+    let balances = api.get_ok("/v1/soldes").await;
+    assert_eq!(balances["data"][0]["disponible"], 18_670, "{balances}");
+    drop(server);
+
+    let again = sandbox(caisse(work.path(), 0, 0, None).arg("upgrade-store"));
     assert!(!again.status.success(), "nothing left to upgrade");
     assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to upgrade"));
 }

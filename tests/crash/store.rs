@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::DeliveryState;
 use caisse_engine::store::Store;
-use caisse_engine::store::{sled_store, Embedded};
+use caisse_engine::store::{fjall_store, open_embedded};
 
 use crate::load::{Merchant, Run};
 use crate::support::sleep_ms;
@@ -33,8 +33,7 @@ pub fn acknowledged_notifications(merchant: &Merchant) -> BTreeSet<(String, Stri
 pub async fn check_store(data_dir: &Path, run: &Run) -> Result<usize, Vec<String>> {
     let started = Instant::now();
     let store = loop {
-        // On the engine the server made the store on.
-        match Embedded::open(data_dir, Embedded::default(), sled_store::DEFAULT_CACHE_BYTES, None) {
+        match open_embedded(data_dir, fjall_store::DEFAULT_CACHE_BYTES, None) {
             Ok(store) => break store,
             Err(e) => assert!(started.elapsed() < OPEN_DEADLINE, "the store does not open: {e}"),
         }

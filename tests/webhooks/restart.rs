@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::{DeliveryState, Notification};
-use caisse_engine::store::sled_store::DEFAULT_CACHE_BYTES;
-use caisse_engine::store::Embedded;
+use caisse_engine::store::fjall_store::DEFAULT_CACHE_BYTES;
+use caisse_engine::store::open_embedded;
 use serde_json::Value;
 
 use crate::delivery::assert_signed;
@@ -64,8 +64,7 @@ async fn a_kill_9_with_retries_pending_then_a_restart_delivers_every_notificatio
     second.child.wait().expect("reaped");
     let store = eventually("the store opens", DEADLINE, || {
         std::future::ready(
-            Embedded::open(&dir.path().join("data"), Embedded::default(), DEFAULT_CACHE_BYTES, None)
-                .map_err(|e| e.to_string()),
+            open_embedded(&dir.path().join("data"), DEFAULT_CACHE_BYTES, None).map_err(|e| e.to_string()),
         )
     })
     .await;

@@ -1,7 +1,7 @@
 //! What a key-value engine gives the store: the trees of [`super::layout`], read by key and by range, and
 //! written by batches of absolute operations that become durable together. The roles are implemented once,
-//! over this ([`super::kv_store::KvStore`]), and each engine implements it: sled with its write-ahead log on
-//! one machine ([`super::sled_store`]), PostgreSQL for a cluster ([`super::pg_store`]). One layout and one
+//! over this ([`super::kv_store::KvStore`]), and each engine implements it: fjall on one machine
+//! ([`super::fjall_store`]), PostgreSQL for a cluster ([`super::pg_store`]). One layout and one
 //! implementation of the roles means both engines store, index and audit the same way, which the conformance
 //! suite checks.
 //!

@@ -1,22 +1,22 @@
-//! The sled backend's layout: which tree holds what, how keys are built, and how values are encoded.
+//! The embedded store's layout, which PostgreSQL's tables mirror: which tree holds what, how keys are built,
+//! and how values are encoded.
 //!
 //! Keys that belong to a merchant start with its 30-byte id, so one merchant's data is one contiguous range
 //! per tree. The journal is keyed by `merchant ++ seq` (big endian) so a merchant's events read back in order,
-//! and sled holds it as runs of a merchant's consecutive events under the key of the last ([`journal_runs`]);
+//! and it is stored as runs of a merchant's consecutive events under the key of the last ([`journal_runs`]);
 //! the transaction index is keyed by `merchant ++ ULID of the transaction id`, which sorts by creation time,
 //! so listing newest first is a reverse range scan.
 //!
 //! Values are the records' serde form in postcard's binary format behind one format byte, [`BINARY_V1`]: field
-//! names, quoted timestamps and escaped webhook bodies were two thirds of JSON's bytes, and every byte put into
-//! sled is copied several times (each insert clones its leaf, each page is rewritten as it fills, a start
-//! after a crash reads back everything written since sled's last open). The format is positional: a field
-//! added to, removed from or moved in a stored record changes the store's format, and `stored_bytes_are_pinned`
-//! fails until [`FORMAT_VERSION`] is raised with it. A data directory carries its version in a stamp
-//! (`sled_store::stamp`) and one of another version is refused at open.
+//! names, quoted timestamps and escaped webhook bodies were two thirds of JSON's bytes, and every byte stored
+//! is written several times (the engine's journal, then its tables, then each compaction). The format is
+//! positional: a field added to, removed from or moved in a stored record changes the store's format, and
+//! `stored_bytes_are_pinned` fails until [`FORMAT_VERSION`] is raised with it. A data directory carries its
+//! version in a stamp (`stamp`) and one of another version is refused at open.
 //!
 //! A notification is one record, body included, in `notifications` under `merchant ++ id`: a merchant's
-//! list is a range scan of whole records, and a notification costs sled one key, not a record plus an index
-//! entry (sled's per-key work, not its bytes, is what the store's applier spends its time on). The due index
+//! list is a range scan of whole records, and a notification costs one key, not a record plus an index
+//! entry. The due index
 //! `outbox_due` is keyed `due time ++ id` and its value is the merchant's id, which finds the record.
 //!
 //! What is kept about a transaction's provider side (`domain::provider`) is keyed by transaction id alone, as
@@ -37,7 +37,7 @@
 //!
 //! `audited` holds, under a merchant's id, an audit checkpoint: a [`Snapshot`](super::Snapshot) of the balances
 //! the ledger gave at the last event an audit replayed and found sound. The audit at start replays each
-//! merchant's journal from there, not from its first event (see `sled_store::recovery`).
+//! merchant's journal from there, not from its first event (see `kv_store::recovery`).
 
 use std::ops::Range;
 
@@ -46,7 +46,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::op::Op;
-use super::overlay::{ApplyStep, Entry, TreeMap};
+use super::op::{Entry, TreeMap};
 use super::StoreError;
 use crate::core::Record;
 use crate::domain::ids::{MerchantId, MERCHANT_ID_LEN};
@@ -54,7 +54,7 @@ use crate::domain::records::TransactionType;
 use crate::domain::status::{PaymentStatus, PayoutStatus, RefundStatus};
 use crate::domain::time::Timestamp;
 
-// Tree indexes into `SledStore::trees`; `TREE_NAMES` gives their on-disk names.
+// Tree numbers; `TREE_NAMES` gives their on-disk names.
 pub(super) const MERCHANTS: usize = 0;
 pub(super) const MERCHANT_KEYS: usize = 1;
 pub(super) const MERCHANT_EMAILS: usize = 2;
@@ -115,39 +115,37 @@ pub(super) const CLAIMED: [usize; 1] = [MERCHANT_EMAILS];
 /// and its route. A reader may keep what it read of them.
 pub(super) const WRITTEN_ONCE: [usize; 2] = [TX_OWNER, ROUTES];
 
-/// The order an overlay layer applied on one thread reaches the trees in: records first, then what points at
-/// them. Nothing depends on it while running, since readers find a layer in the overlay until all of it is
-/// in sled; it keeps sled's own state tidy between the trees of a layer (the log's replay at start applies
-/// this way), and it lists the trees a layer may touch. The journal's events go in as runs ([`journal_runs`]).
-pub(super) const APPLY_ORDER: [ApplyStep; 24] = [
-    ApplyStep::plain(MERCHANTS),
-    ApplyStep::plain(MERCHANT_SUSPENSIONS),
-    ApplyStep::plain(RETIRED_KEYS),
-    ApplyStep::plain(MERCHANT_KEYS),
-    ApplyStep::plain(MERCHANT_EMAILS),
-    ApplyStep { tree: JOURNAL, rewrite: Some(journal_runs) },
-    ApplyStep::plain(SNAPSHOTS),
-    ApplyStep::plain(AUDITED),
-    ApplyStep::plain(PAYMENTS),
-    ApplyStep::plain(PAYOUTS),
-    ApplyStep::plain(LINKS),
-    ApplyStep::plain(LINK_OWNERS),
-    ApplyStep::plain(LINK_REFS),
-    ApplyStep::plain(LINK_PAYMENTS),
-    ApplyStep::plain(ROUTES),
-    ApplyStep::plain(PROVIDER_REFERENCES),
-    ApplyStep::plain(IDEMPOTENCY),
-    ApplyStep::plain(IDEMPOTENCY_TIMES),
-    ApplyStep::plain(REFS),
-    ApplyStep::plain(TX_OWNER),
-    ApplyStep::plain(TX_INDEX),
-    ApplyStep::plain(PENDING),
-    ApplyStep::plain(NOTIFICATIONS),
-    ApplyStep::plain(OUTBOX_DUE),
+/// The order a batch reaches the trees in: records first, then what points at them, so that an index read
+/// while a batch is being applied never leads to nothing. It lists every tree a batch may touch.
+pub(super) const APPLY_ORDER: [usize; 24] = [
+    MERCHANTS,
+    MERCHANT_SUSPENSIONS,
+    RETIRED_KEYS,
+    MERCHANT_KEYS,
+    MERCHANT_EMAILS,
+    JOURNAL,
+    SNAPSHOTS,
+    AUDITED,
+    PAYMENTS,
+    PAYOUTS,
+    LINKS,
+    LINK_OWNERS,
+    LINK_REFS,
+    LINK_PAYMENTS,
+    ROUTES,
+    PROVIDER_REFERENCES,
+    IDEMPOTENCY,
+    IDEMPOTENCY_TIMES,
+    REFS,
+    TX_OWNER,
+    TX_INDEX,
+    PENDING,
+    NOTIFICATIONS,
+    OUTBOX_DUE,
 ];
 
 /// The version of everything this file lays out: trees, keys and value encodings. A data directory stamped
-/// with another version is refused at open (`sled_store::stamp`); raise it with any change to what is stored.
+/// with another version is refused at open (`stamp`); raise it with any change to what is stored.
 pub(crate) const FORMAT_VERSION: u32 = 6;
 
 /// Earlier versions whose directories this build opens and restamps: each later version only added trees or
@@ -231,13 +229,13 @@ fn journal_seq(key: &[u8]) -> Option<u64> {
 /// of the last.
 pub(super) const JOURNAL_RUN_V1: u8 = 2;
 
-/// The most events one run holds. Long enough that sled's per-key cost all but vanishes for a busy merchant,
+/// The most events one run holds. Long enough that the engine's per-key cost all but vanishes for a busy merchant,
 /// short enough that reading one event back decodes little around it.
 pub(super) const MAX_RUN: usize = 256;
 
 /// The stored value of a run of `events`, each an event's encoded bytes: [`JOURNAL_RUN_V1`], then each event
-/// behind its length as a u32, little endian. The writer stores every event as a run of one; the applier
-/// joins them ([`journal_runs`]).
+/// behind its length as a u32, little endian. A change writes its event as a run of one; the engine's writer
+/// joins a batch's runs ([`journal_runs`]).
 pub(super) fn journal_run<'a>(events: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<u8>, StoreError> {
     let mut value = vec![JOURNAL_RUN_V1];
     for event in events {
@@ -255,17 +253,15 @@ fn lone_event(value: &[u8]) -> Option<&[u8]> {
     rest.get(4..).filter(|event| event.len() == len)
 }
 
-/// [`Rewrite`](super::overlay::Rewrite) of the journal: a layer's events, each a run of one as the writer
-/// made it, become longer runs of each merchant's consecutive events, at most [`MAX_RUN`] each, stored under
-/// the key of the last. sled's work is per key: a merchant with many events per layer costs it one key per
-/// run rather than one per event.
+/// The journal's events of a batch, each a run of one as the change wrote it, become longer runs of each
+/// merchant's consecutive events, at most [`MAX_RUN`] each, stored under the key of the last. The engines'
+/// work is per key: a merchant with many events per batch costs one key per run rather than one per event.
 ///
 /// Readers take a key as covering the events up to its sequence number, and skip events they have already
-/// read ([`journal_spans`]). That is what makes runs safe beside the overlay: while a layer is still in the
-/// read path its events are read there too, and the layer's entry for a run's last event hides the run. And
-/// after a crash, the log's replay may group events into runs other than the ones sled already holds from
-/// the run that crashed; a run it overwrites is replaced by one ending at the same event, the events before
-/// it are in runs of their own, and an event held twice is read once.
+/// read ([`journal_spans`]). That is what makes runs safe whatever grouping another writer chose: the upgrade
+/// from sled replays that engine's old log over the runs sled already held, grouped otherwise; a run it
+/// overwrites is replaced by one ending at the same event, the events before it are in runs of their own, and
+/// an event held twice is read once.
 pub(super) fn journal_runs(keys: &TreeMap) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
     let mut stored = Vec::with_capacity(keys.len().min(64));
     let mut run: Vec<(&[u8], &[u8])> = Vec::new();
@@ -716,7 +712,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_layers_journal_goes_to_sled_as_runs_of_each_merchants_consecutive_events() {
+    fn a_batchs_journal_is_stored_as_runs_of_each_merchants_consecutive_events() {
         let (a, b) = (merchant_id(), MerchantId::parse("mch_01JD0000000000000000000009").unwrap());
         let mut keys = TreeMap::new();
         let mut put = |m: &MerchantId, seqs: std::ops::RangeInclusive<u64>| {
@@ -839,14 +835,14 @@ pub(crate) mod tests {
 
     #[test]
     fn the_apply_order_names_every_tree_once() {
-        let mut order: Vec<usize> = APPLY_ORDER.iter().map(|step| step.tree).collect();
+        let mut order: Vec<usize> = APPLY_ORDER.to_vec();
         order.sort_unstable();
         assert_eq!(order, (0..TREE_NAMES.len()).collect::<Vec<_>>());
     }
 
     #[test]
     fn records_are_applied_before_the_indexes_that_point_at_them() {
-        let at = |tree| APPLY_ORDER.iter().position(|step| step.tree == tree).unwrap();
+        let at = |tree| APPLY_ORDER.iter().position(|&t| t == tree).unwrap();
         for (record, index) in [
             (NOTIFICATIONS, OUTBOX_DUE),
             (PAYMENTS, TX_INDEX),

@@ -1,5 +1,5 @@
 //! Persistence behind a few traits sized by role ([`roles`]: commits, records, outbox, accounts, audit), so
-//! that the actors never see sled and a second backend can be added without touching them. Each backend
+//! that the actors never see an engine and a second backend can be added without touching them. Each backend
 //! passes the same conformance suite (`actors/tests/store_conformance.rs`).
 //!
 //! The unit of writing is a [`Change`]: everything one accepted command causes (journal event with its ledger
@@ -7,14 +7,19 @@
 //! idempotency record, and every N events a snapshot of the merchant's balances). A backend must make a change
 //! atomic and durable before it completes the change's ticket; acknowledging earlier is the one bug these
 //! traits exist to prevent. Reads return durable state only, though a read that spans several kinds of data
-//! may find one change partly visible for a moment (the sled backend shows records before the indexes that
+//! may find one change partly visible for a moment (the embedded store shows records before the indexes that
 //! point at them, so an index never leads to nothing).
 //!
 //! Recovery rebuilds a merchant from its latest snapshot plus the journal after it
 //! ([`Commits::recover_merchant`]); the startup audit ([`Audit::audit_since_checkpoints`]) recomputes every
 //! balance from the ledger after the last audited checkpoint and refuses to start the service if anything
 //! disagrees; [`Audit::audit`] does the same from the beginning of the ledger. `docs/storage.md` walks through the
-//! sled backend's write path, recovery and on-disk format.
+//! embedded store's write path, recovery and on-disk format.
+//!
+//! Two engines hold the layout: fjall on one machine ([`fjall_store`], the embedded store) and PostgreSQL for a
+//! cluster ([`pg_store`]). Stores made on sled by earlier releases are not opened: `caisse upgrade-store` moves
+//! them onto fjall ([`fjall_store::upgrade`]), reading sled's files and the write-ahead log that made them
+//! durable ([`sled_log`]).
 
 pub mod fjall_store;
 mod kv;
@@ -22,16 +27,15 @@ mod kv_store;
 pub(crate) mod layout;
 mod legacy;
 mod op;
-mod overlay;
 pub mod pg_store;
 mod roles;
 pub mod sealing;
-pub mod sled_store;
-mod wal;
-mod writer;
+mod sled_log;
+mod stamp;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -46,84 +50,51 @@ use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 
 pub use fjall_store::FjallStore;
-pub use kv_store::KvStore;
+pub use kv_store::{KvStore, TreeSize};
 pub use pg_store::PgStore;
 pub use roles::{Accounts, Audit, Commits, DueScan, Outbox, Records, Store};
-pub use sled_store::SledStore;
+pub use stamp::STAMP_FILE;
 
-/// The engine under the embedded store (one process, one data directory).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Embedded {
-    /// sled, made durable by the store's own write-ahead log ([`sled_store`]): stores made before fjall.
-    Sled,
-    /// fjall, an LSM tree with a journal of its own ([`fjall_store`]): a fresh store's engine. A start
-    /// recovers a bounded journal whatever the history, and its tables are compressed: a tenth of sled's disk
-    /// per payment (docs/perf).
-    #[default]
-    Fjall,
+/// True when `dir` holds a store sled made, the embedded engine of earlier releases.
+pub fn holds_sled_store(dir: &std::path::Path) -> bool {
+    stamp::SLED_FILES.iter().any(|name| dir.join(name).exists())
 }
 
-impl Embedded {
-    pub fn parse(text: &str) -> Option<Embedded> {
-        match text {
-            "sled" => Some(Embedded::Sled),
-            "fjall" => Some(Embedded::Fjall),
-            _ => None,
-        }
+/// Opens (or creates) the embedded store in `dir` with `cache_bytes` of cache and the secret keys sealed under
+/// `master_key`. A store sled made is refused with what to do ([`FjallStore::open_with_cache`]): it is moved,
+/// never opened.
+pub fn open_embedded(
+    dir: &std::path::Path,
+    cache_bytes: u64,
+    master_key: Option<sealing::MasterKey>,
+) -> Result<Arc<dyn Store>, StoreError> {
+    let (upgraded, kept) = fjall_store::upgrade::beside(dir);
+    if !fjall_store::holds_store(dir) && !holds_sled_store(dir) && upgraded.exists() && kept.exists() {
+        // The upgrade moved the old store aside and was stopped before the new one took its place: a fresh
+        // store here would answer for merchants it does not know.
+        return Err(StoreError::Format(format!(
+            "{} holds no store, and an interrupted `caisse upgrade-store` left {} (the upgraded store) and {} \
+             (the old one): run `caisse upgrade-store` again to finish it",
+            dir.display(),
+            upgraded.display(),
+            kept.display()
+        )));
     }
+    Ok(Arc::new(FjallStore::open_with_cache(dir, cache_bytes)?.with_master_key(master_key)))
+}
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Embedded::Sled => "sled",
-            Embedded::Fjall => "fjall",
-        }
-    }
-
-    /// The engine of the store in `dir`: the one whose files it holds, else `fresh` for a directory that
-    /// holds no store yet. A store is never opened by the other engine.
-    pub fn in_dir(dir: &std::path::Path, fresh: Embedded) -> Embedded {
-        if fjall_store::holds_store(dir) {
-            Embedded::Fjall
-        } else if sled_store::holds_store(dir) {
-            Embedded::Sled
-        } else {
-            fresh
-        }
-    }
-
-    /// Opens the embedded store in `dir` on the engine [`Embedded::in_dir`] picks, with `cache_bytes` of
-    /// cache and the secret keys sealed under `master_key`.
-    pub fn open(
-        dir: &std::path::Path,
-        fresh: Embedded,
-        cache_bytes: u64,
-        master_key: Option<sealing::MasterKey>,
-    ) -> Result<Arc<dyn Store>, StoreError> {
-        let (upgraded, kept) = fjall_store::upgrade::beside(dir);
-        if !fjall_store::holds_store(dir) && !sled_store::holds_store(dir) && upgraded.exists() && kept.exists() {
-            // The upgrade moved the old store aside and was stopped before the new one took its place: a fresh
-            // store here would answer for merchants it does not know.
-            return Err(StoreError::Format(format!(
-                "{} holds no store, and an interrupted `caisse upgrade-store` left {} (the upgraded store) and {} \
-                 (the old one): run `caisse upgrade-store` again to finish it",
-                dir.display(),
-                upgraded.display(),
-                kept.display()
-            )));
-        }
-        Ok(match Embedded::in_dir(dir, fresh) {
-            Embedded::Sled => {
-                if fresh == Embedded::Fjall {
-                    tracing::warn!(
-                        dir = %dir.display(),
-                        "the data directory holds a sled store, made by an earlier release: `caisse upgrade-store` \
-                         (the server stopped) moves it to fjall, whose restarts and disk stay small (docs/storage.md)"
-                    );
-                }
-                Arc::new(SledStore::open_with_cache(dir, cache_bytes)?.with_master_key(master_key))
+/// Waits for a ticket by polling it, so that it may run on an async runtime's thread (where blocking on it
+/// would panic) as well as off one; past `deadline`, when given, it gives up with an I/O error.
+pub(crate) fn wait_polling(mut ticket: Ticket, deadline: Option<Instant>) -> Result<(), StoreError> {
+    loop {
+        match ticket.try_recv() {
+            Ok(result) => return result,
+            Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
+            Err(oneshot::error::TryRecvError::Empty) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                return Err(StoreError::Io("a write was not durable in time".into()))
             }
-            Embedded::Fjall => Arc::new(FjallStore::open_with_cache(dir, cache_bytes)?.with_master_key(master_key)),
-        })
+            Err(oneshot::error::TryRecvError::Empty) => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
     }
 }
 

@@ -1,12 +1,17 @@
 //! The store's unit of writing: one absolute operation on one key of one tree.
 //!
 //! It sits on the ground floor because everything above speaks it: the layout turns a change into
-//! operations, the write-ahead log encodes them, the overlay records them and the writer moves them to sled.
-//! An operation is absolute (the value to hold, or the key's removal), never relative to what the key held,
-//! which is what lets the log be replayed any number of times and lets the overlay keep only the last
-//! operation on each key.
+//! operations and each engine's writer commits them. An operation is absolute (the value to hold, or the key's
+//! removal), never relative to what the key held, which is what lets a batch keep only the last operation on
+//! each key, and lets the upgrade from sled replay that engine's old log over what sled already held.
 
-use super::overlay::Entry;
+use std::collections::BTreeMap;
+
+/// What a batch does to a key: gives it a value, or removes it (`None`).
+pub(crate) type Entry = Option<Vec<u8>>;
+
+/// One tree's keys in a batch, in key order.
+pub(crate) type TreeMap = BTreeMap<Vec<u8>, Entry>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -17,7 +22,7 @@ pub enum Op {
 }
 
 impl Op {
-    /// The operation as the overlay records it: tree, key, and the value or `None` for a removal.
+    /// The operation as a batch keeps it: tree, key, and the value or `None` for a removal.
     pub(crate) fn into_entry(self) -> (usize, Vec<u8>, Entry) {
         match self {
             Op::Insert(tree, key, value) => (tree, key, Some(value)),

@@ -101,7 +101,7 @@ mod tests {
     fn a_store_with_a_master_key_keeps_keys_sealed() {
         use crate::domain::records::Merchant;
         use crate::domain::time::Timestamp;
-        use crate::store::{Accounts, SledStore};
+        use crate::store::{Accounts, FjallStore};
 
         let dir = tempfile::tempdir().unwrap();
         let key = MasterKey::from_bytes([9; 32]);
@@ -115,11 +115,11 @@ mod tests {
             created_at: Timestamp::now(),
         };
         {
-            let store = SledStore::open(dir.path()).unwrap().with_master_key(Some(key.clone()));
+            let store = FjallStore::open(dir.path()).unwrap().with_master_key(Some(key.clone()));
             store.put_merchant(merchant.clone(), None).unwrap().blocking_recv().unwrap().unwrap();
             assert_eq!(store.merchant_by_key(&merchant.secret_key).unwrap(), Some(merchant.clone()));
         }
-        let store = SledStore::open(dir.path()).unwrap().with_master_key(Some(key));
+        let store = FjallStore::open(dir.path()).unwrap().with_master_key(Some(key));
         assert_eq!(store.merchant(&merchant.id).unwrap(), Some(merchant.clone()));
         assert_eq!(store.merchants(None, 10).unwrap(), vec![merchant.clone()]);
         drop(store);
@@ -128,7 +128,7 @@ mod tests {
             everything.extend(std::fs::read(entry).unwrap());
         }
         assert!(!everything.windows(12).any(|w| w == b"SEALEDSEALED"), "the key is nowhere in clear");
-        let keyless = SledStore::open(dir.path()).unwrap();
+        let keyless = FjallStore::open(dir.path()).unwrap();
         assert!(matches!(keyless.merchant(&merchant.id), Err(StoreError::Format(_))));
     }
 

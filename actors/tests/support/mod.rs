@@ -9,13 +9,13 @@ use caisse_engine::domain::money::{Amount, Currency, FeeRule};
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::records::ProviderCode;
 use caisse_engine::domain::text::{Description, Metadata, Reference};
-use caisse_engine::store::{Embedded, Store};
+use caisse_engine::store::{open_embedded, Store};
 use caisse_engine::{Engine, EngineConfig, NewLink, NewPayment, NewPayout};
 
 /// The engine and its store, or why they did not open (the startup audit included). Drop both before
 /// reopening the same directory: the store holds the directory's lock.
 pub fn try_engine_and_store(config: EngineConfig) -> Result<(Engine, Arc<dyn Store>), String> {
-    let store = Embedded::open(&config.data_dir, config.embedded, config.store_cache_bytes, config.master_key.clone())
+    let store = open_embedded(&config.data_dir, config.store_cache_bytes, config.master_key.clone())
         .map_err(|e| e.to_string())?;
     let engine = Engine::with_store(store.clone(), config).map_err(|e| e.to_string())?;
     Ok((engine, store))
@@ -83,63 +83,45 @@ pub fn new_payout(amount: i64) -> NewPayout {
     }
 }
 
-/// The trees of a stopped embedded store, read and written behind its back, on whichever engine made it: how
-/// a test tampers with stored data or lays out what an older run would have left.
+/// The trees of a stopped embedded store, read and written behind its back: how a test tampers with stored
+/// data or lays out what an older run would have left. fjall's keyspace, and the sled database that holds the
+/// balance snapshots beside it.
 #[allow(dead_code)]
-pub enum RawTrees {
-    Sled(sled::Db),
-    /// fjall's keyspace, and the sled database that holds the balance snapshots beside it.
-    Fjall(fjall::Keyspace, sled::Db),
+pub struct RawTrees {
+    keyspace: fjall::Keyspace,
+    snapshots: sled::Db,
 }
 
 #[allow(dead_code)]
 impl RawTrees {
     pub fn open(dir: &std::path::Path) -> RawTrees {
-        match Embedded::in_dir(dir, Embedded::default()) {
-            Embedded::Sled => RawTrees::Sled(sled::open(dir).expect("open sled")),
-            Embedded::Fjall => RawTrees::Fjall(
-                fjall::Config::new(dir.join("keyspace")).open().expect("open the keyspace"),
-                sled::open(dir.join("snapshots")).expect("open sled"),
-            ),
+        RawTrees {
+            keyspace: fjall::Config::new(dir.join("keyspace")).open().expect("open the keyspace"),
+            snapshots: sled::open(dir.join("snapshots")).expect("open sled"),
         }
     }
 
-    fn partition(keyspace: &fjall::Keyspace, tree: &str) -> fjall::PartitionHandle {
-        keyspace.open_partition(tree, fjall::PartitionCreateOptions::default()).expect("open a partition")
+    fn partition(&self, tree: &str) -> fjall::PartitionHandle {
+        self.keyspace.open_partition(tree, fjall::PartitionCreateOptions::default()).expect("open a partition")
     }
 
     pub fn get(&self, tree: &str, key: &[u8]) -> Option<Vec<u8>> {
-        match self {
-            RawTrees::Fjall(keyspace, _) if tree != "snapshots" => {
-                Self::partition(keyspace, tree).get(key).unwrap().map(|v| v.to_vec())
-            }
-            RawTrees::Sled(db) | RawTrees::Fjall(_, db) => {
-                db.open_tree(tree).unwrap().get(key).unwrap().map(|v| v.to_vec())
-            }
+        match tree {
+            "snapshots" => self.snapshots.open_tree(tree).unwrap().get(key).unwrap().map(|v| v.to_vec()),
+            _ => self.partition(tree).get(key).unwrap().map(|v| v.to_vec()),
         }
     }
 
     pub fn insert(&self, tree: &str, key: &[u8], value: &[u8]) {
-        match self {
-            RawTrees::Fjall(keyspace, _) if tree != "snapshots" => {
-                Self::partition(keyspace, tree).insert(key, value).unwrap()
-            }
-            RawTrees::Sled(db) | RawTrees::Fjall(_, db) => {
-                db.open_tree(tree).unwrap().insert(key, value).unwrap();
-            }
+        match tree {
+            "snapshots" => drop(self.snapshots.open_tree(tree).unwrap().insert(key, value).unwrap()),
+            _ => self.partition(tree).insert(key, value).unwrap(),
         }
     }
 
     /// Makes what was written durable, and closes the engine.
     pub fn close(self) {
-        match self {
-            RawTrees::Sled(db) => {
-                db.flush().unwrap();
-            }
-            RawTrees::Fjall(keyspace, db) => {
-                keyspace.persist(fjall::PersistMode::SyncAll).unwrap();
-                db.flush().unwrap();
-            }
-        }
+        self.keyspace.persist(fjall::PersistMode::SyncAll).unwrap();
+        self.snapshots.flush().unwrap();
     }
 }

@@ -23,7 +23,7 @@ use caisse::merchants;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::store::{sled_store, Accounts, Embedded, PgStore, Store, Ticket};
+use caisse_engine::store::{fjall_store, open_embedded, Accounts, PgStore, Store, Ticket};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -72,7 +72,7 @@ pub async fn prepare(dir: &Path, file: &Path, count: usize, first_port: u16, por
             }
         }
         // Made on the engine a server makes a fresh store on.
-        let store: Arc<dyn Store> = Embedded::open(dir, Embedded::default(), sled_store::DEFAULT_CACHE_BYTES, None)
+        let store: Arc<dyn Store> = open_embedded(dir, fjall_store::DEFAULT_CACHE_BYTES, None)
             .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?;
         store
     };

@@ -12,6 +12,7 @@
 //! `open` takes the directory's lock (fjall has none), checks the format stamp and opens the keyspace;
 //! `backup` copies a consistent moment of a running store, writes paused while it is read.
 
+mod snapshots;
 pub mod upgrade;
 mod writer;
 
@@ -130,7 +131,15 @@ impl FjallStore {
                 .map_err(|e| StoreError::Io(format!("chmod 0700 {}: {e}", dir.display())))?;
         }
         let lock = lock(dir)?;
-        crate::store::sled_store::check_or_stamp(dir)?;
+        crate::store::stamp::check_or_stamp(dir)?;
+        if crate::store::holds_sled_store(dir) && !holds_store(dir) {
+            return Err(StoreError::Format(format!(
+                "{} holds a store made on sled by an earlier release; this release keeps its store on fjall. \
+                 Stop every server on it and run `caisse upgrade-store`, which copies it onto fjall, audits the \
+                 copy and keeps the old store beside it (docs/storage.md)",
+                dir.display()
+            )));
+        }
         let started = Instant::now();
         if !holds_store(dir) {
             create(dir, cache_bytes)?;
@@ -173,7 +182,7 @@ impl Open {
         let snapshots_dir = dir.join(SNAPSHOTS_DIR);
         // No background flush: one that fails leaves sled refusing every write until it is opened again, so
         // the writer flushes it after its commits, and opens it again with the keyspace.
-        let sled = crate::store::sled_store::open_when_unlocked(&snapshots_dir, SNAPSHOTS_CACHE_BYTES, None)?;
+        let sled = snapshots::open_when_unlocked(&snapshots_dir, SNAPSHOTS_CACHE_BYTES)?;
         let snapshots = sled.open_tree(TREE_NAMES[SNAPSHOTS]).map_err(|e| StoreError::Io(format!("open sled: {e}")))?;
         Ok(Open { keyspace, partitions, snapshots, snapshots_dir })
     }
@@ -605,9 +614,9 @@ impl FjallKv {
         // nothing commits: one moment of the store. Not fjall's snapshots: a closed one can hold back its
         // cleanup of overwritten versions until many more are closed.
         let (ticket, release) = self.writer.pause()?;
-        super::writer::wait_polling(ticket, None)?;
+        crate::store::wait_polling(ticket, None)?;
         let paused = Instant::now();
-        let keys = copy.kv.copy_from(self)?;
+        let keys = copy.kv.copy_from(|tree| self.scan(tree, Bound::Unbounded, Bound::Unbounded, false))?;
         drop(release);
         let paused_ms = paused.elapsed().as_millis() as u64;
         copy.kv.close()?;
@@ -616,13 +625,14 @@ impl FjallKv {
         Ok(report)
     }
 
-    /// Writes every key of every tree of `from` into this store (a new one), a batch at a time, each durable
-    /// before the next: for a backup and for an upgrade from sled. Answers the keys written.
-    fn copy_from(&self, from: &impl Kv) -> Result<u64, StoreError> {
+    /// Writes every key of every tree of a store, as `scan` reads each tree whole, into this store (a new one),
+    /// a batch at a time, each durable before the next: for a backup and for an upgrade from sled. Answers the
+    /// keys written.
+    fn copy_from(&self, scan: impl Fn(usize) -> Result<Scan, StoreError>) -> Result<u64, StoreError> {
         let mut keys = 0u64;
         for tree in 0..TREE_NAMES.len() {
             let mut ops = Vec::with_capacity(COPY_BATCH_KEYS);
-            for item in from.scan(tree, Bound::Unbounded, Bound::Unbounded, false)? {
+            for item in scan(tree)? {
                 let (key, value) = item?;
                 ops.push(Op::Insert(tree, key.to_vec(), value.to_vec()));
                 if ops.len() == COPY_BATCH_KEYS {
@@ -641,7 +651,7 @@ impl FjallKv {
         if ops.is_empty() {
             return Ok(());
         }
-        super::writer::wait_polling(self.writer.submit(ops, None, Vec::new(), None)?, None)
+        crate::store::wait_polling(self.writer.submit(ops, None, Vec::new(), None)?, None)
     }
 }
 
@@ -651,7 +661,7 @@ mod tests {
 
     fn commit(store: &FjallStore, ops: Vec<Op>, fence: Option<Fence>) -> Result<(), StoreError> {
         let ticket = store.kv.submit(ops, None, Vec::new(), fence)?;
-        crate::store::writer::wait_polling(ticket, None)
+        crate::store::wait_polling(ticket, None)
     }
 
     fn key(i: u32) -> Vec<u8> {

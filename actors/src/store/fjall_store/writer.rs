@@ -27,8 +27,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::domain::records::Notification;
 use crate::store::layout::{journal_runs, APPLY_ORDER, JOURNAL, SNAPSHOTS};
 use crate::store::op::Op;
-use crate::store::overlay::TreeMap;
-use crate::store::writer::wait_polling;
+use crate::store::op::TreeMap;
+use crate::store::wait_polling;
 use crate::store::{FailureLatch, Fence, StoreError, Ticket};
 
 /// Jobs one batch takes at most; bounds the journal record's size and the latency of the first job in it.
@@ -94,8 +94,8 @@ impl Writer {
         let trees = crate::store::layout::TREE_NAMES.len();
         let generations: Arc<Vec<AtomicU64>> = Arc::new((0..trees).map(|_| AtomicU64::new(0)).collect());
         let mut rank = vec![usize::MAX; trees];
-        for (at, step) in APPLY_ORDER.iter().enumerate() {
-            if let Some(slot) = rank.get_mut(step.tree) {
+        for (at, &tree) in APPLY_ORDER.iter().enumerate() {
+            if let Some(slot) = rank.get_mut(tree) {
                 *slot = at;
             }
         }
@@ -341,8 +341,8 @@ impl WriterThread {
         }
         self.healthy.store(true, Ordering::Release);
         let open = self.current.get()?;
-        // A merchant's consecutive events in the batch become runs stored under the key of the last, as sled's
-        // applier stores them: a busy merchant's events cost fjall one key per run rather than one per event.
+        // A merchant's consecutive events in the batch become runs stored under the key of the last: a busy
+        // merchant's events cost fjall one key per run rather than one per event.
         let (journal, mut ops): (Vec<_>, Vec<_>) = ops.into_iter().partition(|(tree, _, _)| *tree == JOURNAL);
         if !journal.is_empty() {
             let events: TreeMap = journal.into_iter().map(|(_, key, entry)| (key, entry)).collect();
@@ -435,7 +435,7 @@ impl WriterThread {
             .map_err(|e| StoreError::Io(format!("final sync: {e}")))
             .and_then(|()| open.snapshots.flush().map(drop).map_err(|e| StoreError::Io(format!("flush sled: {e}"))))
             // sled's flush stops at `sync_file_range`, which a power cut does not respect.
-            .and_then(|()| crate::store::sled_store::sync_tree(&open.snapshots_dir));
+            .and_then(|()| super::snapshots::sync_tree(&open.snapshots_dir));
         match &result {
             Ok(()) => tracing::debug!("store writer stopped after a final flush"),
             Err(err) => tracing::warn!(error = %err, "final flush failed; the next start recovers the journal"),

@@ -1,4 +1,4 @@
-//! Merchant accounts in sled: the record under its id, and the two lookup trees (secret-key hash, e-mail) that
+//! Merchant accounts: the record under its id, and the two lookup trees (secret-key hash, e-mail) that
 //! find it.
 
 use std::ops::Bound;

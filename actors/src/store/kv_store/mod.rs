@@ -4,14 +4,17 @@
 //! One file per role, as the roles are split (`store/roles`): this file holds the [`KvStore`] handle, the
 //! reads every role shares (a key, a range scan, the merchants of a tree), the write role ([`Commits`]) and
 //! the [`Audit`] role; `records` reads records, lists and the journal, `outbox` handles notifications,
-//! `accounts` merchant accounts. `write` turns a change into operations, and `recovery` replays the journal
-//! for a merchant's recovery and for the audits.
+//! `accounts` merchant accounts, `sizes` what each tree holds. `write` turns a change into operations, and
+//! `recovery` replays the journal for a merchant's recovery and for the audits.
 
 mod accounts;
 mod outbox;
 mod records;
 mod recovery;
+mod sizes;
 mod write;
+
+pub use sizes::TreeSize;
 
 use std::ops::Bound;
 use std::sync::atomic::AtomicBool;

@@ -195,7 +195,7 @@ mod tests {
     use super::*;
     use crate::domain::ids::MerchantId;
     use crate::domain::status::EventKind;
-    use crate::store::{Outbox, SledStore};
+    use crate::store::{wait_polling, FjallStore, Outbox};
 
     fn notification(body: &str) -> Notification {
         Notification {
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn notifications_list_newest_first_come_due_in_time_order_and_bad_due_entries_are_passed_over() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let mut first = notification(r#"{"first":true}"#);
         first.id = "evt_01JD0000000000000000000001".into();
         let mut second = notification(r#"{"second":true}"#);
@@ -254,7 +254,7 @@ mod tests {
         // A due entry whose merchant cannot be read is passed over; the others still come due.
         let garbage =
             vec![Op::Insert(OUTBOX_DUE, due_key(Timestamp::from_unix_ms(500), "evt_x"), b"not an id".to_vec())];
-        store.kv.writer.submit(garbage, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
+        wait_polling(store.kv.submit(garbage, None, Vec::new(), None).unwrap(), None).unwrap();
         let due = store.due_notifications_skipping(zero, at(2_000), 10, &mut |_| false).unwrap().due;
         assert_eq!(due, [first, second]);
     }
@@ -263,7 +263,7 @@ mod tests {
     fn notifications_made_before_a_time_are_found_oldest_first_and_forgotten() {
         use crate::domain::ids::new_id_at;
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let (m, other) = (MerchantId::new(), MerchantId::new());
         let made = |merchant: &MerchantId, at: u64, due: Option<u64>| {
             let mut n = notification("{}");

@@ -25,8 +25,8 @@ use crate::store::layout::*;
 /// skips the trigger, reference and status unread. The fields are the first four of
 /// [`JournalEvent`](crate::core::JournalEvent), in its order, so both read the same bytes ([`decode_prefix`]):
 /// the event's field order is part of the storage format, and `a_ledger_line_reads_what_a_journal_event_wrote`
-/// fails if the two drift. The audit checks what moves money (sequence, balance, signs); sled's checksums guard
-/// the rest.
+/// fails if the two drift. The audit checks what moves money (sequence, balance, signs); the engine's checksums
+/// guard the rest.
 #[derive(Deserialize)]
 pub(super) struct LedgerLine {
     seq: u64,
@@ -299,7 +299,7 @@ impl<K: Kv> KvStore<K> {
                 Err(e) => return Err(e),
             }
         };
-        crate::store::writer::wait_polling(ticket, Some(deadline))
+        crate::store::wait_polling(ticket, Some(deadline))
     }
 }
 
@@ -358,8 +358,9 @@ mod tests {
     use crate::core::JournalEvent;
     use crate::domain::ledger::Account;
     use crate::domain::status::Trigger;
-    use crate::store::overlay::{Entry as Stored, TreeMap};
-    use crate::store::{Audit, Commits, Records, SledStore};
+    use crate::store::kv::Kv;
+    use crate::store::op::{Entry as Stored, TreeMap};
+    use crate::store::{wait_polling, Audit, Commits, FjallStore, Records};
 
     /// Event `seq` of a merchant whose every event credits 100 XOF, as the writer stores it (a run of one).
     fn credit(seq: u64) -> Vec<u8> {
@@ -387,39 +388,47 @@ mod tests {
         .unwrap()
     }
 
-    /// What a layer holding events `seqs` of merchant `m` puts into sled's journal.
+    /// What a batch holding events `seqs` of merchant `m` puts into the journal.
     fn runs(m: &MerchantId, seqs: std::ops::RangeInclusive<u64>) -> Vec<(Vec<u8>, Stored)> {
         let keys: TreeMap = seqs.map(|seq| (journal_key(m, seq), Some(credit(seq)))).collect();
         journal_runs(&keys).unwrap()
     }
 
-    fn put(store: &SledStore, stored: Vec<(Vec<u8>, Stored)>) {
-        for (key, value) in stored {
-            store.kv.trees[JOURNAL].insert(key, value.unwrap()).unwrap();
-        }
+    /// Writes journal keys as given, in one batch: runs pass through the writer as they are.
+    fn put(store: &FjallStore, stored: Vec<(Vec<u8>, Stored)>) {
+        let ops = stored.into_iter().map(|(key, value)| Op::Insert(JOURNAL, key, value.unwrap())).collect();
+        wait_polling(store.kv.submit(ops, None, Vec::new(), None).unwrap(), None).unwrap();
     }
 
-    fn seqs(store: &SledStore, m: &MerchantId, from: u64) -> Vec<u64> {
+    /// One operation, committed alone: a journal event in it stays a run of one.
+    fn write(store: &FjallStore, op: Op) {
+        wait_polling(store.kv.submit(vec![op], None, Vec::new(), None).unwrap(), None).unwrap();
+    }
+
+    fn journal_keys(store: &FjallStore) -> u64 {
+        store.kv.count(JOURNAL).unwrap()
+    }
+
+    fn seqs(store: &FjallStore, m: &MerchantId, from: u64) -> Vec<u64> {
         seqs_taking(store, m, from, usize::MAX)
     }
 
-    /// After a crash the log's replay groups events into runs of its own over the runs sled kept: the one it
-    /// overwrites is replaced by one ending at the same event, and others overlap. Every event reads once.
+    /// The upgrade from sled replays that engine's old log, grouped into runs of its own, over the runs sled
+    /// kept: the one it overwrites is replaced by one ending at the same event, and others overlap. Every event
+    /// reads once.
     #[test]
     fn overlapping_runs_read_each_event_once_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
         // The crashed run: 1..=5 and 6..=9. The replay: 1..=9 (over the second), then 10..=12.
         put(&store, runs(&m, 1..=5));
         put(&store, runs(&m, 6..=9));
         put(&store, runs(&m, 1..=9));
         put(&store, runs(&m, 10..=12));
-        // A run whose layer is still in the read path: its events are there too.
         put(&store, runs(&m, 13..=15));
-        store.kv.overlay.record((13..=15).map(|seq| (JOURNAL, journal_key(&m, seq), Some(credit(seq))))).unwrap();
         // Keys 5, 9 (the replay's run), 12 and 15.
-        assert_eq!(store.kv.trees[JOURNAL].len(), 4);
+        assert_eq!(journal_keys(&store), 4);
         assert_eq!(seqs(&store, &m, 1), (1..=15).collect::<Vec<_>>());
         assert_eq!(seqs(&store, &m, 7), (7..=15).collect::<Vec<_>>());
         assert_eq!(seqs(&store, &m, 14), [14, 15]);
@@ -435,26 +444,26 @@ mod tests {
     #[test]
     fn a_run_is_decoded_an_event_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
         let damaged = journal_run([[BINARY_V1, 0xff].as_slice()]).unwrap();
         let keys: TreeMap =
             [(1, credit(1)), (2, damaged)].into_iter().map(|(s, v)| (journal_key(&m, s), Some(v))).collect();
         put(&store, journal_runs(&keys).unwrap());
-        assert_eq!(store.kv.trees[JOURNAL].len(), 1);
+        assert_eq!(journal_keys(&store), 1);
         assert_eq!(seqs_taking(&store, &m, 1, 1), [1]);
         assert!(matches!(store.journal(&m, 1, 2), Err(StoreError::Corrupt(_))));
         assert!(matches!(store.journal(&m, 2, 1), Err(StoreError::Corrupt(_))));
     }
 
-    fn seqs_taking(store: &SledStore, m: &MerchantId, from: u64, limit: usize) -> Vec<u64> {
+    fn seqs_taking(store: &FjallStore, m: &MerchantId, from: u64, limit: usize) -> Vec<u64> {
         store.journal(m, from, limit).unwrap().iter().map(|e| e.seq).collect()
     }
 
     #[test]
     fn a_missing_event_between_runs_stops_recovery_and_the_audit() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
         put(&store, runs(&m, 1..=3));
         put(&store, runs(&m, 5..=6));
@@ -467,22 +476,20 @@ mod tests {
         assert!(says(store.audit().map(drop)).ends_with("journal jumps from 3 to 5"));
     }
 
-    /// Through the writer: a busy merchant's layer reaches sled as runs, and reopening reads them back.
+    /// Through the writer: a busy merchant's events in one group commit are stored as runs, and reopening
+    /// reads them back.
     #[test]
     fn a_busy_merchants_journal_is_stored_as_runs_and_reads_back_after_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let m = MerchantId::new();
         let events = MAX_RUN as u64 + 44;
         {
-            let store = SledStore::open(dir.path()).unwrap();
-            for seq in 1..=events {
-                let ops = vec![Op::Insert(JOURNAL, journal_key(&m, seq), credit(seq))];
-                store.kv.writer.submit(ops, None, Vec::new()).unwrap().blocking_recv().unwrap().unwrap();
-            }
+            let store = FjallStore::open(dir.path()).unwrap();
+            let ops = (1..=events).map(|seq| Op::Insert(JOURNAL, journal_key(&m, seq), credit(seq))).collect();
+            wait_polling(store.kv.submit(ops, None, Vec::new(), None).unwrap(), None).unwrap();
         }
-        let store = SledStore::open(dir.path()).unwrap();
-        assert_eq!(store.kv.overlay.depth(), 1, "reopening applied the log");
-        assert!(store.kv.trees[JOURNAL].len() < 10, "{} keys for {events} events", store.kv.trees[JOURNAL].len());
+        let store = FjallStore::open(dir.path()).unwrap();
+        assert_eq!(journal_keys(&store), 2, "a run of {MAX_RUN} events and one of 44");
         assert_eq!(seqs(&store, &m, 1), (1..=events).collect::<Vec<_>>());
         assert_eq!(store.recover_merchant(&m).unwrap().seq, events);
         assert_eq!(store.audit().unwrap().events, events);
@@ -511,10 +518,10 @@ mod tests {
         );
     }
 
-    /// Events `seqs` of merchant `m`, each stored alone (a run of one), straight into sled.
-    fn credits(store: &SledStore, m: &MerchantId, seqs: std::ops::RangeInclusive<u64>) {
+    /// Events `seqs` of merchant `m`, each stored alone (a run of one).
+    fn credits(store: &FjallStore, m: &MerchantId, seqs: std::ops::RangeInclusive<u64>) {
         for seq in seqs {
-            store.kv.trees[JOURNAL].insert(journal_key(m, seq), credit(seq)).unwrap();
+            write(store, Op::Insert(JOURNAL, journal_key(m, seq), credit(seq)));
         }
     }
 
@@ -529,23 +536,23 @@ mod tests {
         Snapshot { seq, balances }
     }
 
-    fn put_snapshot(store: &SledStore, m: &MerchantId, tree: usize, snapshot: &Snapshot) {
-        store.kv.trees[tree].insert(m.as_bytes(), encode(snapshot).unwrap()).unwrap();
+    fn put_snapshot(store: &FjallStore, m: &MerchantId, tree: usize, snapshot: &Snapshot) {
+        write(store, Op::Insert(tree, m.as_bytes().to_vec(), encode(snapshot).unwrap()));
     }
 
     /// Replaces event `seq` (stored alone, as a run of one) by one crediting `amount`.
-    fn tamper(store: &SledStore, m: &MerchantId, seq: u64, amount: i64) {
+    fn tamper(store: &FjallStore, m: &MerchantId, seq: u64, amount: i64) {
         let value = journal_run([credit_of(seq, amount).as_slice()]).unwrap();
-        store.kv.trees[JOURNAL].insert(journal_key(m, seq), value).unwrap();
+        write(store, Op::Insert(JOURNAL, journal_key(m, seq), value));
     }
 
-    fn put_checkpoint(store: &SledStore, m: &MerchantId, seq: u64, available: i64) {
+    fn put_checkpoint(store: &FjallStore, m: &MerchantId, seq: u64, available: i64) {
         let Snapshot { seq, balances } = holding(seq, available);
         let checkpoint = AuditCheckpoint { seq, balances, snapshot: None };
-        store.kv.trees[AUDITED].insert(m.as_bytes(), encode(&checkpoint).unwrap()).unwrap();
+        write(store, Op::Insert(AUDITED, m.as_bytes().to_vec(), encode(&checkpoint).unwrap()));
     }
 
-    fn checkpoint(store: &SledStore, m: &MerchantId) -> Option<(u64, i64)> {
+    fn checkpoint(store: &FjallStore, m: &MerchantId) -> Option<(u64, i64)> {
         let held: Option<AuditCheckpoint> = store.get(AUDITED, m.as_bytes()).unwrap();
         held.map(|c| (c.seq, c.balances.get(Currency::XOF).available))
     }
@@ -560,7 +567,7 @@ mod tests {
     #[test]
     fn the_audit_at_start_replays_only_what_follows_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let (m, other) = (MerchantId::new(), MerchantId::new());
         put(&store, runs(&m, 1..=10));
         put(&store, runs(&other, 1..=3));
@@ -578,7 +585,7 @@ mod tests {
         // The full audit replays everything, checkpoints included, and they survive a reopening.
         assert_eq!(store.audit().unwrap().events, 18);
         drop(store);
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         assert_eq!(checkpoint(&store, &m), Some((15, 1_500)));
         assert_eq!(store.audit_since_checkpoints().unwrap().events, 0);
     }
@@ -588,7 +595,7 @@ mod tests {
     fn tampering_after_the_checkpoint_stops_the_audit_at_start() {
         for target in ["ledger", "snapshot"] {
             let dir = tempfile::tempdir().unwrap();
-            let store = SledStore::open(dir.path()).unwrap();
+            let store = FjallStore::open(dir.path()).unwrap();
             let m = MerchantId::new();
             credits(&store, &m, 1..=20);
             put_snapshot(&store, &m, SNAPSHOTS, &holding(10, 1_000));
@@ -612,7 +619,7 @@ mod tests {
     #[test]
     fn tampering_before_the_checkpoint_is_found_by_the_full_audit() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
         credits(&store, &m, 1..=10);
         put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 400));
@@ -642,7 +649,7 @@ mod tests {
     #[test]
     fn a_checkpoint_past_the_journal_or_without_one_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let (m, gone) = (MerchantId::new(), MerchantId::new());
         put(&store, runs(&m, 1..=3));
         put_checkpoint(&store, &m, 5, 500);
@@ -653,7 +660,7 @@ mod tests {
         put_checkpoint(&store, &m, 3, 300);
         store.audit().unwrap();
         put_checkpoint(&store, &gone, 3, 300);
-        for audit in [SledStore::audit, SledStore::audit_since_checkpoints] {
+        for audit in [FjallStore::audit, FjallStore::audit_since_checkpoints] {
             let message = corrupt(audit(&store));
             assert!(message.ends_with("has an audit checkpoint but no journal"), "{message}");
         }
@@ -664,13 +671,13 @@ mod tests {
     #[test]
     fn a_journal_cut_short_below_its_checkpoint_stops_the_start() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
         credits(&store, &m, 1..=10);
         put_snapshot(&store, &m, SNAPSHOTS, &holding(4, 400));
         store.audit_since_checkpoints().unwrap();
         for seq in 7..=10 {
-            store.kv.trees[JOURNAL].remove(journal_key(&m, seq)).unwrap();
+            write(&store, Op::Remove(JOURNAL, journal_key(&m, seq)));
         }
         let message = corrupt(store.audit_since_checkpoints());
         assert!(message.ends_with("the journal does not reach its audit checkpoint at event 10"), "{message}");
@@ -680,7 +687,7 @@ mod tests {
     #[test]
     fn an_audit_told_to_stop_gives_up_and_moves_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let m = MerchantId::new();
         put(&store, runs(&m, 1..=3));
         let stop = AtomicBool::new(true);

@@ -76,8 +76,7 @@ impl<K: Kv> KvStore<K> {
                 chain_attempts: 0,
                 total_attempts: 0,
             };
-            // The body is kept inline: most notifications are delivered before their overlay layer reaches
-            // sled, so the record is written there once, body and final state together (see `layout`).
+            // The body is kept inline, so a notification is one key (see `layout`).
             ops.push(Op::Insert(NOTIFICATIONS, mkey(m, item.id.as_bytes()), encode(&notification)?));
             ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), m.as_bytes().to_vec()));
             created.push(notification);

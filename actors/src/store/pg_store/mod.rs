@@ -31,7 +31,7 @@ use super::kv::{Kv, Scan};
 use super::kv_store::KvStore;
 use super::layout::{merchant_of, MERCHANTS, TREE_NAMES};
 use super::op::Op;
-use super::writer::wait_polling;
+use super::wait_polling;
 use super::{AccountLock, BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;

@@ -8,8 +8,9 @@ use crate::store::kv_store::KvStore;
 use crate::store::layout::TREE_NAMES;
 use crate::store::StoreError;
 
-/// One tree's contents: its keys, and the bytes of its keys and values as stored. the engine's own overhead (page
-/// headers or table indexes, space not yet reclaimed, compression's savings) is the data directory's size less the sum of these.
+/// One tree's contents: its keys, and the bytes of its keys and values as stored. The engine's own overhead
+/// (table indexes, space not yet reclaimed, compression's savings) is the data directory's size less the sum
+/// of these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeSize {
     pub name: &'static str,
@@ -19,8 +20,7 @@ pub struct TreeSize {
 }
 
 impl<K: Kv> KvStore<K> {
-    /// Every tree's size, read through the overlay: as long as reading the whole store once, so for a stopped
-    /// store or a quiet moment.
+    /// Every tree's size: as long as reading the whole store once, so for a stopped store or a quiet moment.
     pub fn tree_sizes(&self) -> Result<Vec<TreeSize>, StoreError> {
         let mut sizes = Vec::with_capacity(TREE_NAMES.len());
         for (tree, name) in TREE_NAMES.iter().enumerate() {
@@ -43,12 +43,12 @@ mod tests {
     use crate::domain::ids::MerchantId;
     use crate::domain::records::Merchant;
     use crate::domain::time::Timestamp;
-    use crate::store::{Accounts, SledStore};
+    use crate::store::{Accounts, FjallStore};
 
     #[test]
     fn sizes_count_what_was_written() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = FjallStore::open(dir.path()).unwrap();
         let before = store.tree_sizes().unwrap();
         assert_eq!(before.len(), TREE_NAMES.len());
         assert!(before.iter().all(|t| t.keys == 0));

@@ -1,7 +1,7 @@
 //! The data directory's format stamp: a file `FORMAT` at its root holding `caisse-store N`, where N is
 //! [`FORMAT_VERSION`]. The store's bytes are positional (see `layout`), so a build must never read a directory
-//! laid out by another: the stamp is checked before sled opens anything, and a directory of another version,
-//! or sled data without a stamp, is refused with a message that says what was found and what to do.
+//! laid out by another: the stamp is checked before the engine opens anything, and a directory of another
+//! version, or sled data without a stamp, is refused with a message that says what was found and what to do.
 
 use std::fs::File;
 use std::io::Write;
@@ -14,11 +14,11 @@ use crate::store::StoreError;
 pub const STAMP_FILE: &str = "FORMAT";
 const STAMP_PREFIX: &str = "caisse-store ";
 
-/// Files sled creates in a directory it has opened: their presence without a stamp means data written by a
-/// build from before the stamp.
-pub(super) const SLED_FILES: [&str; 2] = ["conf", "db"];
+/// Files sled creates in a directory it has opened: a store sled made, the embedded engine of earlier releases
+/// (without a stamp: of a build from before the stamp).
+pub(crate) const SLED_FILES: [&str; 2] = ["conf", "db"];
 
-/// Checks the stamp of `dir`, or stamps a directory that holds no store yet. Must run before sled opens it.
+/// Checks the stamp of `dir`, or stamps a directory that holds no store yet. Must run before the engine opens it.
 pub(in crate::store) fn check_or_stamp(dir: &Path) -> Result<(), StoreError> {
     let path = dir.join(STAMP_FILE);
     match std::fs::read_to_string(&path) {
@@ -38,11 +38,31 @@ pub(in crate::store) fn check_or_stamp(dir: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// Checks that the store in `dir` is of a format this build reads, writing nothing: for a store that is read
+/// and copied, never written (the upgrade from sled).
+pub(crate) fn check_readable(dir: &Path) -> Result<(), StoreError> {
+    let path = dir.join(STAMP_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match found_version(&text) {
+            Some(version) if version == FORMAT_VERSION || UPGRADED_IN_PLACE.contains(&version) => Ok(()),
+            _ => check(dir, &text),
+        },
+        Err(e) => Err(StoreError::Format(format!(
+            "{}: {e}; this build reads only a store that carries its format version",
+            path.display()
+        ))),
+    }
+}
+
+fn found_version(text: &str) -> Option<u32> {
+    text.trim().strip_prefix(STAMP_PREFIX).and_then(|n| n.parse::<u32>().ok())
+}
+
 fn check(dir: &Path, text: &str) -> Result<(), StoreError> {
-    let found = text.trim().strip_prefix(STAMP_PREFIX).and_then(|n| n.parse::<u32>().ok());
+    let found = found_version(text);
     match found {
         Some(FORMAT_VERSION) => Ok(()),
-        // Restamped before sled opens: from here on the directory may hold what the older build cannot read.
+        // Restamped before the engine opens: from here on the directory may hold what the older build cannot read.
         Some(older) if UPGRADED_IN_PLACE.contains(&older) => {
             tracing::info!(dir = %dir.display(), from = older, to = FORMAT_VERSION, "store format upgraded in place");
             write(dir)
@@ -76,10 +96,10 @@ fn write(dir: &Path) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SledStore;
+    use crate::store::FjallStore;
 
     fn refusal(dir: &Path) -> String {
-        match SledStore::open(dir) {
+        match FjallStore::open(dir) {
             Err(StoreError::Format(message)) => message,
             Err(other) => panic!("refused for another reason: {other}"),
             Ok(_) => panic!("opened a directory of another format"),
@@ -89,10 +109,10 @@ mod tests {
     #[test]
     fn a_new_directory_is_stamped_and_reopens() {
         let dir = tempfile::tempdir().unwrap();
-        drop(SledStore::open(dir.path()).unwrap());
+        drop(FjallStore::open(dir.path()).unwrap());
         let stamp = std::fs::read_to_string(dir.path().join(STAMP_FILE)).unwrap();
         assert_eq!(stamp, format!("caisse-store {FORMAT_VERSION}\n"));
-        drop(SledStore::open(dir.path()).unwrap());
+        drop(FjallStore::open(dir.path()).unwrap());
     }
 
     /// What the build before format versions left: sled's files and no stamp.
@@ -109,9 +129,9 @@ mod tests {
     #[test]
     fn a_version_that_only_lacks_trees_is_restamped() {
         let dir = tempfile::tempdir().unwrap();
-        drop(SledStore::open(dir.path()).unwrap());
+        drop(FjallStore::open(dir.path()).unwrap());
         std::fs::write(dir.path().join(STAMP_FILE), format!("caisse-store {}\n", UPGRADED_IN_PLACE[0])).unwrap();
-        drop(SledStore::open(dir.path()).unwrap());
+        drop(FjallStore::open(dir.path()).unwrap());
         let stamp = std::fs::read_to_string(dir.path().join(STAMP_FILE)).unwrap();
         assert_eq!(stamp, format!("caisse-store {FORMAT_VERSION}\n"));
     }
@@ -125,5 +145,19 @@ mod tests {
         assert!(message.contains(&format!("reads format {FORMAT_VERSION} only")), "{message}");
         std::fs::write(dir.path().join(STAMP_FILE), "something else").unwrap();
         assert!(refusal(dir.path()).contains("does not name a store format"));
+    }
+
+    #[test]
+    fn a_store_that_is_only_read_is_checked_without_being_restamped() {
+        let dir = tempfile::tempdir().unwrap();
+        let stamp = dir.path().join(STAMP_FILE);
+        assert!(matches!(check_readable(dir.path()), Err(StoreError::Format(_))), "no stamp: not read");
+        for readable in [FORMAT_VERSION, UPGRADED_IN_PLACE[0]] {
+            std::fs::write(&stamp, format!("caisse-store {readable}\n")).unwrap();
+            check_readable(dir.path()).unwrap();
+            assert_eq!(std::fs::read_to_string(&stamp).unwrap(), format!("caisse-store {readable}\n"));
+        }
+        std::fs::write(&stamp, "caisse-store 0\n").unwrap();
+        assert!(matches!(check_readable(dir.path()), Err(StoreError::Format(m)) if m.contains("format 0")));
     }
 }
