@@ -169,8 +169,8 @@ impl StoreLocation {
         } else if text == "sled" {
             Err(bad(
                 "store",
-                "\"sled\" is no longer an engine for a store: the embedded store is \"fjall\", and `caisse \
-                 upgrade-store` moves a store made on sled onto it (docs/storage.md)",
+                "\"sled\" is no longer an engine for a store: set \"fjall\" (or remove the setting), then run `caisse \
+                 upgrade-store`, which moves a store made on sled onto it (docs/operations.md § Upgrades)",
             ))
         } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             Ok(StoreLocation::Postgres(Secret::new(text.to_owned())))

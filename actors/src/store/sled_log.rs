@@ -1,8 +1,8 @@
 //! The write-ahead log of stores made on sled, the embedded engine of earlier releases, as the upgrade to
 //! fjall reads it. Such a store acknowledged a batch once its record was appended here and synced; sled
 //! received the same operations in memory and had its files synced later, by a checkpoint, which then
-//! retired the log files it covered. So a store stopped by a crash holds, in sled's files, what its last
-//! checkpoint made durable, and here everything acknowledged since: the upgrade copies the first and then
+//! retired the log files it covered. So a store stopped by a crash holds, in sled's files, at least what its
+//! last checkpoint made durable, and here everything acknowledged since: the upgrade copies the first and then
 //! replays this over it ([`super::fjall_store::upgrade`]). Every operation is absolute (put this value,
 //! remove this key), so replaying a batch sled already holds changes nothing.
 //!

@@ -25,12 +25,7 @@ pub(in crate::store) fn check_or_stamp(dir: &Path) -> Result<(), StoreError> {
         Ok(text) => check(dir, &text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if SLED_FILES.iter().any(|name| dir.join(name).exists()) {
-                return Err(StoreError::Format(format!(
-                    "{} holds a store written before data directories carried a format version (no {STAMP_FILE} \
-                     file); this build reads format {FORMAT_VERSION} only. Start with an empty data directory \
-                     (move this one aside), since no earlier format can be converted.",
-                    dir.display()
-                )));
+                return Err(unstamped(dir));
             }
             write(dir)
         }
@@ -39,7 +34,7 @@ pub(in crate::store) fn check_or_stamp(dir: &Path) -> Result<(), StoreError> {
 }
 
 /// Checks that the store in `dir` is of a format this build reads, writing nothing: for a store that is read
-/// and copied, never written (the upgrade from sled).
+/// and copied, never written (the upgrade from sled), and one refused as it is.
 pub(crate) fn check_readable(dir: &Path) -> Result<(), StoreError> {
     let path = dir.join(STAMP_FILE);
     match std::fs::read_to_string(&path) {
@@ -47,11 +42,19 @@ pub(crate) fn check_readable(dir: &Path) -> Result<(), StoreError> {
             Some(version) if version == FORMAT_VERSION || UPGRADED_IN_PLACE.contains(&version) => Ok(()),
             _ => check(dir, &text),
         },
-        Err(e) => Err(StoreError::Format(format!(
-            "{}: {e}; this build reads only a store that carries its format version",
-            path.display()
-        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unstamped(dir)),
+        Err(e) => Err(StoreError::Io(format!("read {}: {e}", path.display()))),
     }
+}
+
+/// The refusal of sled data without a stamp: written by a build from before format versions.
+fn unstamped(dir: &Path) -> StoreError {
+    StoreError::Format(format!(
+        "{} holds a store written before data directories carried a format version (no {STAMP_FILE} file); this \
+         build reads format {FORMAT_VERSION} only. Start with an empty data directory (move this one aside), since \
+         no earlier format can be converted.",
+        dir.display()
+    ))
 }
 
 fn found_version(text: &str) -> Option<u32> {
@@ -151,7 +154,9 @@ mod tests {
     fn a_store_that_is_only_read_is_checked_without_being_restamped() {
         let dir = tempfile::tempdir().unwrap();
         let stamp = dir.path().join(STAMP_FILE);
-        assert!(matches!(check_readable(dir.path()), Err(StoreError::Format(_))), "no stamp: not read");
+        std::fs::write(dir.path().join("db"), b"").unwrap();
+        let unstamped = check_readable(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(unstamped.contains("before data directories carried a format version"), "{unstamped}");
         for readable in [FORMAT_VERSION, UPGRADED_IN_PLACE[0]] {
             std::fs::write(&stamp, format!("caisse-store {readable}\n")).unwrap();
             check_readable(dir.path()).unwrap();

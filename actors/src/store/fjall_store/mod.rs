@@ -123,6 +123,17 @@ impl FjallStore {
 
     /// [`FjallStore::open`] with fjall's block cache set to `cache_bytes`.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<FjallStore, StoreError> {
+        // Before anything touches the directory (its lock file, its stamp, its mode): the store is refused as
+        // it is, so the release that made it still opens it. One of a format no release since can read says so.
+        if crate::store::holds_sled_store(dir) && !holds_store(dir) {
+            crate::store::stamp::check_readable(dir)?;
+            return Err(StoreError::Format(format!(
+                "{} holds a store made on sled by an earlier release; this release keeps its store on fjall. \
+                 Stop every server on it and run `caisse upgrade-store`, which copies it onto fjall, audits the \
+                 copy and keeps the old store beside it (docs/operations.md § Upgrades)",
+                dir.display()
+            )));
+        }
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("create {}: {e}", dir.display())))?;
         // The directory holds the merchants' keys and the ledger: its owner only.
         {
@@ -132,14 +143,6 @@ impl FjallStore {
         }
         let lock = lock(dir)?;
         crate::store::stamp::check_or_stamp(dir)?;
-        if crate::store::holds_sled_store(dir) && !holds_store(dir) {
-            return Err(StoreError::Format(format!(
-                "{} holds a store made on sled by an earlier release; this release keeps its store on fjall. \
-                 Stop every server on it and run `caisse upgrade-store`, which copies it onto fjall, audits the \
-                 copy and keeps the old store beside it (docs/storage.md)",
-                dir.display()
-            )));
-        }
         let started = Instant::now();
         if !holds_store(dir) {
             create(dir, cache_bytes)?;
@@ -626,8 +629,8 @@ impl FjallKv {
     }
 
     /// Writes every key of every tree of a store, as `scan` reads each tree whole, into this store (a new one),
-    /// a batch at a time, each durable before the next: for a backup and for an upgrade from sled. Answers the
-    /// keys written.
+    /// key for key as stored, a batch at a time, each durable before the next: for a backup and for an upgrade
+    /// from sled. Answers the keys written.
     fn copy_from(&self, scan: impl Fn(usize) -> Result<Scan, StoreError>) -> Result<u64, StoreError> {
         let mut keys = 0u64;
         for tree in 0..TREE_NAMES.len() {
@@ -646,12 +649,12 @@ impl FjallKv {
         Ok(keys)
     }
 
-    /// Commits `ops` and waits until they are durable.
+    /// Commits `ops` as given ([`Writer::submit_as_stored`]) and waits until they are durable.
     fn write_now(&self, ops: Vec<Op>) -> Result<(), StoreError> {
         if ops.is_empty() {
             return Ok(());
         }
-        crate::store::wait_polling(self.writer.submit(ops, None, Vec::new(), None)?, None)
+        crate::store::wait_polling(self.writer.submit_as_stored(ops)?, None)
     }
 }
 

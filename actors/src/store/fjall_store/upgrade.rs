@@ -2,7 +2,13 @@
 //! The new store holds the same keys in the same layout: every tree of sled's files copied key for key, then
 //! the old write-ahead log replayed over them, which holds every batch acknowledged since sled's files were
 //! last made durable ([`crate::store::sled_log`]). The server must be stopped: the copy is one moment only
-//! while nothing writes. The old store is read, never written, whatever it holds.
+//! while nothing writes. The old store's trees, log and stamp are left as they were (opening sled rewrites only
+//! sled's own bookkeeping), so the release that made it still opens it.
+//!
+//! Both the copy and the replay write keys exactly as given ([`super::writer::Writer::submit_as_stored`]).
+//! The writer otherwise joins a batch's lone journal events into runs under the last one's key: a copy that
+//! joined sled's lone events 3 and 4 under key 4 would leave no key 3, and the log's replay of event 4 alone
+//! over key 4 would then lose event 3.
 
 use std::path::Path;
 use std::time::Instant;
@@ -37,7 +43,7 @@ pub struct UpgradeReport {
 }
 
 /// Copies the sled store in `from` into a new fjall store in `to`, which must be absent or empty. `from` is
-/// left as it was.
+/// left as it was (see the module's doc).
 pub fn from_sled(from: &Path, to: &Path) -> Result<UpgradeReport, StoreError> {
     let started = Instant::now();
     if !crate::store::holds_sled_store(from) {
@@ -97,12 +103,19 @@ pub fn from_sled(from: &Path, to: &Path) -> Result<UpgradeReport, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::JournalEvent;
     use crate::domain::ids::MerchantId;
+    use crate::domain::ledger::{Account, Balances, Entry};
+    use crate::domain::money::Currency;
     use crate::domain::records::Merchant;
+    use crate::domain::status::Trigger;
     use crate::domain::time::Timestamp;
-    use crate::store::layout::{encode, key_hash, FORMAT_VERSION, MERCHANTS, MERCHANT_EMAILS, MERCHANT_KEYS};
+    use crate::store::layout::{
+        encode, journal_key, journal_run, key_hash, JOURNAL, MERCHANTS, MERCHANT_EMAILS, MERCHANT_KEYS, SNAPSHOTS,
+        UPGRADED_IN_PLACE,
+    };
     use crate::store::op::Op;
-    use crate::store::{Accounts, Audit};
+    use crate::store::{Accounts, Audit, Commits, Records, Snapshot};
 
     fn merchant(n: u32) -> Merchant {
         Merchant {
@@ -116,70 +129,132 @@ mod tests {
         }
     }
 
-    /// A sled store as an earlier release left it after a crash: `in_sled` in sled's files (its last
-    /// checkpoint), and a log file whose batches came after: `logged` put, then `removed` taken out.
-    fn old_store(dir: &Path, in_sled: &[&Merchant], logged: &Merchant, removed: &Merchant) {
+    fn put(m: &Merchant) -> Vec<Op> {
+        vec![
+            Op::Insert(MERCHANTS, m.id.as_bytes().to_vec(), encode(m).unwrap()),
+            Op::Insert(MERCHANT_KEYS, key_hash(&m.secret_key), m.id.as_bytes().to_vec()),
+            Op::Insert(MERCHANT_EMAILS, m.email.clone().into_bytes(), m.id.as_bytes().to_vec()),
+        ]
+    }
+
+    /// Event `seq` of merchant `m`, crediting 100 XOF, as a run of one (as the old store's writer logged it,
+    /// and as sled held an event alone in its layer).
+    fn credit(m: &MerchantId, seq: u64) -> Op {
+        let event = encode(&JournalEvent {
+            seq,
+            at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
+            trigger: Trigger::ProviderConfirmed,
+            reference: format!("pay_{seq}"),
+            status: "succes".into(),
+            currency: Currency::XOF,
+            entries: vec![
+                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -100 },
+                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: 100 },
+            ],
+        })
+        .unwrap();
+        Op::Insert(JOURNAL, journal_key(m, seq), journal_run([event.as_slice()]).unwrap())
+    }
+
+    fn snapshot(m: &MerchantId, seq: u64) -> Op {
+        let mut balances = Balances::default();
+        let entries = [
+            Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -100 * seq as i64 },
+            Entry { account: Account::Available, currency: Currency::XOF, amount_minor: 100 * seq as i64 },
+        ];
+        balances.apply(&entries, 1_795_310_624_123).unwrap();
+        Op::Insert(SNAPSHOTS, m.as_bytes().to_vec(), encode(&Snapshot { seq, balances }).unwrap())
+    }
+
+    /// A sled store as an earlier release left it after a crash, stamped with an older format this build
+    /// reads: `in_sled` in sled's files (what its checkpoints and its own writes made durable), and `logged`
+    /// in a log file written after them; a retired log file and the spare, which must never be read, hold
+    /// a batch that would remove everything.
+    fn old_store(dir: &Path, in_sled: Vec<Op>, logged: Vec<Vec<Op>>, everything: Vec<Op>) {
         std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join(stamp::STAMP_FILE), format!("caisse-store {FORMAT_VERSION}\n")).unwrap();
+        std::fs::write(dir.join(stamp::STAMP_FILE), format!("caisse-store {}\n", UPGRADED_IN_PLACE[0])).unwrap();
         let db = sled::open(dir).unwrap();
-        let put = |m: &Merchant| {
-            vec![
-                Op::Insert(MERCHANTS, m.id.as_bytes().to_vec(), encode(m).unwrap()),
-                Op::Insert(MERCHANT_KEYS, key_hash(&m.secret_key), m.id.as_bytes().to_vec()),
-                Op::Insert(MERCHANT_EMAILS, m.email.clone().into_bytes(), m.id.as_bytes().to_vec()),
-            ]
-        };
-        for m in in_sled {
-            for op in put(m) {
-                let Op::Insert(tree, key, value) = op else { unreachable!() };
-                db.open_tree(TREE_NAMES[tree]).unwrap().insert(key, value).unwrap();
-            }
+        for op in in_sled {
+            let Op::Insert(tree, key, value) = op else { unreachable!("sled's files hold values") };
+            db.open_tree(TREE_NAMES[tree]).unwrap().insert(key, value).unwrap();
         }
         db.flush().unwrap();
         drop(db);
-        let removal = vec![
-            Op::Remove(MERCHANTS, removed.id.as_bytes().to_vec()),
-            Op::Remove(MERCHANT_KEYS, key_hash(&removed.secret_key)),
-            Op::Remove(MERCHANT_EMAILS, removed.email.clone().into_bytes()),
-        ];
         let log = sled_log::wal_dir(dir);
         std::fs::create_dir_all(&log).unwrap();
-        std::fs::write(log.join("0000000000000004.wal"), sled_log::file(4, &[put(logged), removal])).unwrap();
+        std::fs::write(log.join("0000000000000004.wal"), sled_log::file(4, &logged)).unwrap();
+        let removals: Vec<Op> = everything
+            .into_iter()
+            .map(|op| match op {
+                Op::Insert(tree, key, _) | Op::Remove(tree, key) => Op::Remove(tree, key),
+            })
+            .collect();
+        std::fs::write(log.join("0000000000000003.retired"), sled_log::file(3, std::slice::from_ref(&removals)))
+            .unwrap();
+        std::fs::write(log.join("spare"), sled_log::file(2, &[removals])).unwrap();
     }
 
+    /// What the upgrade must leave as it was: the stamp, the log, and sled's trees (sled rewrites its own
+    /// bookkeeping files whenever it is opened).
+    #[allow(clippy::type_complexity)]
+    fn state(
+        d: &Path,
+    ) -> (Vec<u8>, Vec<(std::path::PathBuf, Vec<u8>)>, Vec<(sled::IVec, Vec<(sled::IVec, sled::IVec)>)>) {
+        let mut log: Vec<_> = std::fs::read_dir(sled_log::wal_dir(d)).unwrap().map(|e| e.unwrap().path()).collect();
+        log.sort();
+        let log = log.into_iter().map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect();
+        let db = super::super::snapshots::open_when_unlocked(d, 1 << 20).unwrap();
+        let trees = db
+            .tree_names()
+            .into_iter()
+            .map(|name| (name.clone(), db.open_tree(name).unwrap().iter().map(Result::unwrap).collect::<Vec<_>>()))
+            .collect();
+        (std::fs::read(d.join(stamp::STAMP_FILE)).unwrap(), log, trees)
+    }
+
+    /// A quiet merchant's events 1 to 4 each alone under its own key in sled's files, and event 4 again in the
+    /// log (sled wrote it out before the crash, the checkpoint that would have covered it never ran), after
+    /// the merchant's snapshot at event 2. A second merchant only in sled's files, one only in the log, one
+    /// the log removes.
     #[test]
     fn a_sled_store_and_its_log_read_the_same_on_fjall_and_the_old_one_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let (from, to) = (dir.path().join("sled"), dir.path().join("fjall"));
         let (kept, logged, removed) = (merchant(1), merchant(2), merchant(3));
-        old_store(&from, &[&kept, &removed], &logged, &removed);
-        // What the upgrade must leave as it was: the stamp, the log, and sled's trees (sled rewrites its own
-        // bookkeeping files whenever it is opened).
-        let state = |d: &Path| {
-            let log = std::fs::read_dir(sled_log::wal_dir(d)).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>();
-            let log: Vec<_> = log.iter().map(|p| (p.clone(), std::fs::read(p).unwrap())).collect();
-            let db = super::super::snapshots::open_when_unlocked(d, 1 << 20).unwrap();
-            let trees: Vec<_> = db
-                .tree_names()
-                .into_iter()
-                .map(|name| (name.clone(), db.open_tree(name).unwrap().iter().map(Result::unwrap).collect::<Vec<_>>()))
-                .collect();
-            (std::fs::read(d.join(stamp::STAMP_FILE)).unwrap(), log, trees)
-        };
+        let mut in_sled: Vec<Op> = [put(&kept), put(&removed)].concat();
+        in_sled.extend((1..=4).map(|seq| credit(&kept.id, seq)));
+        in_sled.push(snapshot(&kept.id, 2));
+        let removal = vec![
+            Op::Remove(MERCHANTS, removed.id.as_bytes().to_vec()),
+            Op::Remove(MERCHANT_KEYS, key_hash(&removed.secret_key)),
+            Op::Remove(MERCHANT_EMAILS, removed.email.clone().into_bytes()),
+        ];
+        let log = vec![vec![credit(&kept.id, 4)], put(&logged), removal];
+        old_store(&from, in_sled.clone(), log, in_sled);
         let before = state(&from);
 
+        let refused = FjallStore::open(&from).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("caisse upgrade-store"), "{refused}");
+        assert_eq!(state(&from), before, "a refused store is not touched, nor restamped");
+        assert!(!from.join("LOCK").exists() && !from.join("keyspace").exists());
+
         let report = from_sled(&from, &to).unwrap();
-        assert_eq!(report.log_records, 2, "{report:?}");
-        assert_eq!(report.keys, 6, "{report:?}");
+        assert_eq!(report.log_records, 3, "{report:?}");
+        assert_eq!(report.keys, 11, "{report:?}");
         assert_eq!(state(&from), before, "the old store is not written");
+
         let upgraded = FjallStore::open(&to).unwrap();
-        assert_eq!(upgraded.merchant_by_key("sk_test_upgrade1").unwrap(), Some(kept));
+        assert_eq!(upgraded.merchant_by_key("sk_test_upgrade1").unwrap(), Some(kept.clone()));
         assert_eq!(upgraded.merchant_by_key("sk_test_upgrade2").unwrap(), Some(logged), "replayed from the log");
         assert_eq!(upgraded.merchant_by_key("sk_test_upgrade3").unwrap(), None, "removed by the log");
         assert_eq!(upgraded.merchant_count().unwrap(), 2);
-        upgraded.audit().unwrap();
+        let seqs: Vec<u64> = upgraded.journal(&kept.id, 1, 10).unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4], "every event once, whatever the log replayed over");
+        let recovered = upgraded.recover_merchant(&kept.id).unwrap();
+        assert_eq!((recovered.seq, recovered.balances.get(Currency::XOF).available), (4, 400));
+        let audit = upgraded.audit().unwrap();
+        assert_eq!(audit.events, 4);
         drop(upgraded);
         assert!(matches!(from_sled(&from, &to), Err(StoreError::Conflict(_))), "never over a store");
-        assert!(matches!(FjallStore::open(&from), Err(StoreError::Format(m)) if m.contains("caisse upgrade-store")));
     }
 }

@@ -59,6 +59,8 @@ struct Job {
     /// A pause ([`Writer::pause`]): once this job's batch is committed the writer waits until the sender is
     /// dropped, so nothing commits while a consistent copy is read.
     hold: Option<std_mpsc::Receiver<()>>,
+    /// Journal keys go in as they are, never joined into runs ([`Writer::submit_as_stored`]).
+    as_stored: bool,
 }
 
 /// Longest a pause holds the writer, whatever its holder does.
@@ -127,7 +129,16 @@ impl Writer {
     /// has stopped.
     pub(super) fn close(&self) -> Result<(), StoreError> {
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close: true, hold: None };
+        let job = Job {
+            ops: Vec::new(),
+            guard: None,
+            fence: None,
+            notify: Vec::new(),
+            done,
+            close: true,
+            hold: None,
+            as_stored: false,
+        };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         // Waits for room: what is queued before the close is committed first.
         queue.send(job).map_err(|_| StoreError::Closed)?;
@@ -140,8 +151,16 @@ impl Writer {
     pub(super) fn pause(&self) -> Result<(Ticket, std_mpsc::SyncSender<()>), StoreError> {
         let (release, hold) = std_mpsc::sync_channel(0);
         let (done, ticket) = oneshot::channel();
-        let job =
-            Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close: false, hold: Some(hold) };
+        let job = Job {
+            ops: Vec::new(),
+            guard: None,
+            fence: None,
+            notify: Vec::new(),
+            done,
+            close: false,
+            hold: Some(hold),
+            as_stored: false,
+        };
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok((ticket, release)),
@@ -160,8 +179,34 @@ impl Writer {
         if guard.is_some_and(|g| g.load(Ordering::Acquire)) {
             return Err(StoreError::Aborted);
         }
+        let job =
+            |done| Job { ops, guard: guard.cloned(), fence, notify, done, close: false, hold: None, as_stored: false };
+        self.queue_job(job)
+    }
+
+    /// Queues `ops` to be written exactly as given: a journal key holds the value given for it, and lone
+    /// events are not joined into runs. For copying a store key for key (a backup, the upgrade from sled):
+    /// joining there would move an event from its own key into a run under a later one, and what the upgrade
+    /// then replays from sled's old log over that later key would drop it.
+    pub(super) fn submit_as_stored(&self, ops: Vec<Op>) -> Result<Ticket, StoreError> {
+        self.queue_job(|done| Job {
+            ops,
+            guard: None,
+            fence: None,
+            notify: Vec::new(),
+            done,
+            close: false,
+            hold: None,
+            as_stored: true,
+        })
+    }
+
+    fn queue_job(
+        &self,
+        job: impl FnOnce(oneshot::Sender<Result<(), StoreError>>) -> Job,
+    ) -> Result<Ticket, StoreError> {
         let (done, ticket) = oneshot::channel();
-        let job = Job { ops, guard: guard.cloned(), fence, notify, done, close: false, hold: None };
+        let job = job(done);
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok(ticket),
@@ -322,10 +367,19 @@ impl WriterThread {
     }
 
     fn write(&mut self, batch: &mut [Job]) -> Result<(), StoreError> {
-        let ops: Vec<(usize, Vec<u8>, Option<Vec<u8>>)> =
-            batch.iter_mut().flat_map(|job| std::mem::take(&mut job.ops)).map(Op::into_entry).collect();
+        // The journal events that may be joined into runs (below), apart from every other operation.
+        let mut ops: Vec<(usize, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut events = TreeMap::new();
+        for job in batch.iter_mut() {
+            for op in std::mem::take(&mut job.ops) {
+                match op.into_entry() {
+                    (JOURNAL, key, entry) if !job.as_stored => drop(events.insert(key, entry)),
+                    op => ops.push(op),
+                }
+            }
+        }
         // A batch of nothing but pauses writes nothing, whatever the disk.
-        if ops.is_empty() {
+        if ops.is_empty() && events.is_empty() {
             return Ok(());
         }
         if let Some(err) = &self.broken {
@@ -343,9 +397,7 @@ impl WriterThread {
         let open = self.current.get()?;
         // A merchant's consecutive events in the batch become runs stored under the key of the last: a busy
         // merchant's events cost fjall one key per run rather than one per event.
-        let (journal, mut ops): (Vec<_>, Vec<_>) = ops.into_iter().partition(|(tree, _, _)| *tree == JOURNAL);
-        if !journal.is_empty() {
-            let events: TreeMap = journal.into_iter().map(|(_, key, entry)| (key, entry)).collect();
+        if !events.is_empty() {
             ops.extend(journal_runs(&events)?.into_iter().map(|(key, entry)| (JOURNAL, key, entry)));
         }
         // Records before the indexes that point at them; a stable sort, so several operations on one key keep

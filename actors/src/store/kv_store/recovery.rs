@@ -394,7 +394,8 @@ mod tests {
         journal_runs(&keys).unwrap()
     }
 
-    /// Writes journal keys as given, in one batch: runs pass through the writer as they are.
+    /// Writes journal keys in one batch: a run of several events passes through the writer as it is (the
+    /// writer joins only lone events).
     fn put(store: &FjallStore, stored: Vec<(Vec<u8>, Stored)>) {
         let ops = stored.into_iter().map(|(key, value)| Op::Insert(JOURNAL, key, value.unwrap())).collect();
         wait_polling(store.kv.submit(ops, None, Vec::new(), None).unwrap(), None).unwrap();
