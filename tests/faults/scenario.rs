@@ -203,8 +203,8 @@ async fn ping_during_fault(
     vec![ping.status, answer.status]
 }
 
-/// Keeps the fault for a while: long enough for the store's background work (sled's flusher, every 0.5 s;
-/// a log rotation and checkpoint, every 5 s) to meet it too. Meanwhile ping must keep telling the truth
+/// Keeps the fault for a while: long enough for the store's background work (fjall writing memtables out and
+/// compacting, sled writing the balance snapshots out, every second at most) to meet it too. Meanwhile ping must keep telling the truth
 /// ([`ping_during_fault`]) and reads of what existed before must keep working.
 pub async fn hold(api: &Api, acknowledged: &mut Acknowledged, findings: &mut Findings, fault: &str, before: &[String]) {
     let begun = Instant::now();

@@ -76,7 +76,7 @@ pub async fn spawn_production_app() -> TestApp {
     spawn_app_with(|s| s.environment = Environment::Production).await
 }
 
-/// A server storing in a fresh PostgreSQL database instead of sled (cluster mode's store).
+/// A server storing in a fresh PostgreSQL database instead of the embedded store (cluster mode's store).
 pub async fn spawn_app_on_postgres() -> TestApp {
     let database = super::postgres::database();
     let url = database.url.clone();

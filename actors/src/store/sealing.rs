@@ -1,5 +1,5 @@
 //! Secrets at rest: a merchant's secret key is sealed under the operator's master key before it is written
-//! (the record, and so the write-ahead log, holds `sealed1:` and the ciphertext), and opened when read. The
+//! (the record, and so the engine's journal, holds `sealed1:` and the ciphertext), and opened when read. The
 //! key's lookup entry is its SHA-256, as before, so finding a merchant by key needs no decryption.
 //!
 //! XChaCha20-Poly1305 with a random 24-byte nonce per sealing; the merchant's id is the associated data, so a

@@ -1,4 +1,4 @@
-//! Webhook notifications in sled: the feed of new ones, a notification with its body, a merchant's list, the
+//! Webhook notifications in the store: the feed of new ones, a notification with its body, a merchant's list, the
 //! scan of the due index that feeds the dispatcher, and saving a delivery's state.
 
 use std::ops::Bound;

@@ -1,4 +1,4 @@
-//! Reading records in sled: point lookups by reference and by transaction id, idempotency records, the paged
+//! Reading records: point lookups by reference and by transaction id, idempotency records, the paged
 //! lists read through indexes (transactions and payouts walk a merchant's transaction index newest first, what
 //! still waits for a provider is a range of the `pending` tree), and a merchant's journal.
 

@@ -1,4 +1,4 @@
-//! What a [`Change`] writes: the sled operations the group-commit writer applies as one batch.
+//! What a [`Change`] writes: the operations the engine's group-commit writer applies as one batch.
 
 use super::KvStore;
 use crate::core::Record;
