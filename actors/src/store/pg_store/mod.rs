@@ -26,7 +26,7 @@ use self::cluster::Membership;
 pub use self::cluster::{shard_of, NodeIdentity, SHARDS};
 use self::conn::{db_error, Bridge, Conn, Readers};
 use self::schema::TreeSql;
-use self::writer::{Job, WriterTask, QUEUE_CAPACITY};
+use self::writer::{Job, WriterTask, QUEUE_CAPACITY, WRITERS};
 use super::kv::{Kv, Scan};
 use super::kv_store::KvStore;
 use super::layout::{merchant_of, MERCHANTS, TREE_NAMES};
@@ -64,9 +64,11 @@ pub struct PgKv {
     inner: Arc<Inner>,
     /// What this node read or committed of the trees written once.
     kept: Arc<kept::Kept>,
-    jobs: mpsc::Sender<Job>,
+    /// The group-commit writers' queues: a merchant's changes always go to the same one ([`PgKv::writer_of`]).
+    writers: Vec<mpsc::Sender<Job>>,
     generations: Arc<Vec<AtomicU64>>,
-    healthy: Arc<AtomicBool>,
+    /// Each writer's health: the store is healthy while every writer's last commit succeeded.
+    healthy: Vec<Arc<AtomicBool>>,
     closed: Arc<AtomicBool>,
     /// This node's place in the cluster, for a store opened as a node ([`PgStore::open_node`]).
     node: Option<Arc<Membership>>,
@@ -162,28 +164,45 @@ impl PgStore {
         };
         let sql = Arc::new(schema::tree_sql());
         let generations: Arc<Vec<AtomicU64>> = Arc::new(TREE_NAMES.iter().map(|_| AtomicU64::new(0)).collect());
-        let healthy = Arc::new(AtomicBool::new(true));
         let closed = Arc::new(AtomicBool::new(false));
         let (feed_tx, feed_rx) = mpsc::channel(FEED_CAPACITY);
-        let (jobs_tx, jobs_rx) = mpsc::channel(QUEUE_CAPACITY);
         let kept = Arc::new(kept::Kept::new());
-        let task = WriterTask {
-            kept: kept.clone(),
-            config: config.clone(),
-            conn: Some(writer_conn),
-            sql: sql.clone(),
-            jobs: jobs_rx,
-            generations: generations.clone(),
-            healthy: healthy.clone(),
-            closed: closed.clone(),
-            feed: feed_tx,
-            node: me.as_ref().map(|me| me.id.clone()),
-        };
-        bridge.handle()?.spawn(task.run());
+        let (mut writers, mut healthy) = (Vec::with_capacity(WRITERS), Vec::with_capacity(WRITERS));
+        let mut first_conn = Some(writer_conn);
+        for _ in 0..WRITERS {
+            let (jobs_tx, jobs_rx) = mpsc::channel(QUEUE_CAPACITY / WRITERS);
+            let writer_healthy = Arc::new(AtomicBool::new(true));
+            let task = WriterTask {
+                kept: kept.clone(),
+                config: config.clone(),
+                // The first writer keeps the connection the migrations ran on; the others open theirs.
+                conn: first_conn.take(),
+                sql: sql.clone(),
+                jobs: jobs_rx,
+                generations: generations.clone(),
+                healthy: writer_healthy.clone(),
+                closed: closed.clone(),
+                feed: feed_tx.clone(),
+                node: me.as_ref().map(|me| me.id.clone()),
+            };
+            bridge.handle()?.spawn(task.run());
+            writers.push(jobs_tx);
+            healthy.push(writer_healthy);
+        }
         let node = me.map(|me| Arc::new(Membership::new(me, generations.clone(), config.clone())));
         let inner = Arc::new(Inner { bridge, readers: Readers::new(config), sql });
-        let kv = PgKv { inner, kept, jobs: jobs_tx, generations, healthy, closed, node };
+        let kv = PgKv { inner, kept, writers, generations, healthy, closed, node };
         Ok(PgStore::new(kv, feed_rx))
+    }
+}
+
+impl PgKv {
+    /// The writer a change goes to: by the merchant's shard, so that one merchant's changes, queued by its actor
+    /// in decision order, are committed in that order by one connection; a change without a shard (merchant
+    /// accounts, written by an operator's command) goes to the first.
+    fn writer_of(&self, fence: Option<Fence>) -> &mpsc::Sender<Job> {
+        let at = fence.map_or(0, |f| f.shard as usize % self.writers.len());
+        &self.writers[at]
     }
 }
 
@@ -281,7 +300,7 @@ impl Kv for PgKv {
         }
         let (done, ticket) = oneshot::channel();
         let job = Job { ops, guard: guard.cloned(), notify, done, close: false, fence };
-        match self.jobs.try_send(job) {
+        match self.writer_of(fence).try_send(job) {
             Ok(()) => Ok(ticket),
             Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::Overloaded),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(StoreError::Closed),
@@ -370,20 +389,28 @@ impl Kv for PgKv {
     /// Commits what is queued, then refuses later writes. The database holds everything committed: nothing
     /// is left to replay at the next open.
     fn close(&self) -> Result<(), StoreError> {
-        let (done, ticket) = oneshot::channel();
-        let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true, fence: None };
-        // Waits for room: what is queued before the close is committed first.
         let handle = self.inner.bridge.handle()?.clone();
-        let jobs = self.jobs.clone();
-        handle.spawn(async move {
-            if let Err(mpsc::error::SendError(job)) = jobs.send(job).await {
-                let _ = job.done.send(Err(StoreError::Closed));
-            }
-        });
-        let closed = match wait_polling(ticket, None) {
-            Err(StoreError::Closed) if self.closed.load(Ordering::Acquire) => Ok(()),
-            other => other,
-        };
+        let mut tickets = Vec::with_capacity(self.writers.len());
+        for jobs in &self.writers {
+            let (done, ticket) = oneshot::channel();
+            let job = Job { ops: Vec::new(), guard: None, notify: Vec::new(), done, close: true, fence: None };
+            // Waits for room: what is queued before the close is committed first.
+            let jobs = jobs.clone();
+            handle.spawn(async move {
+                if let Err(mpsc::error::SendError(job)) = jobs.send(job).await {
+                    let _ = job.done.send(Err(StoreError::Closed));
+                }
+            });
+            tickets.push(ticket);
+        }
+        let mut closed = Ok(());
+        for ticket in tickets {
+            let this = match wait_polling(ticket, None) {
+                Err(StoreError::Closed) if self.closed.load(Ordering::Acquire) => Ok(()),
+                other => other,
+            };
+            closed = closed.and(this);
+        }
         // Once everything queued is committed, the shards go back, so the next holders read it all.
         if let Some(node) = &self.node {
             // A round in progress, then the giving back, each bounded by two rounds.
@@ -393,7 +420,7 @@ impl Kv for PgKv {
     }
 
     fn healthy(&self) -> bool {
-        self.healthy.load(Ordering::Acquire)
+        self.healthy.iter().all(|writer| writer.load(Ordering::Acquire))
     }
 
     fn backup(&self, _to: &Path) -> Result<BackupReport, StoreError> {
