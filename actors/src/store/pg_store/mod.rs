@@ -92,7 +92,7 @@ struct Inner {
 
 impl PgStore {
     /// Connects to the database at `url` (a `postgres://` URL or a libpq key-value string), creates or migrates
-    /// its schema and starts the writer, as a client that holds no shard: for the merchant commands and
+    /// its schema and starts the writers, as a client that holds no shard: for the merchant commands and
     /// tools, which write accounts but never for a merchant's actor. Does not audit: call
     /// [`Audit::audit`](crate::store::Audit::audit).
     pub fn open(url: &str) -> Result<PgStore, StoreError> {
@@ -154,12 +154,18 @@ impl PgStore {
     fn start(url: &str, me: Option<NodeIdentity>) -> Result<PgStore, StoreError> {
         let config = tls::Endpoint::parse(url)?;
         let bridge = Bridge::new()?;
-        let writer_conn = {
+        // Every writer's connection is opened here, the first running the migrations: a node that cannot
+        // have them all fails to start, rather than start healthy and fail its merchants' first writes.
+        let writer_conns = {
             let config = config.clone();
             bridge.run(async move {
-                let mut conn = Conn::open(&config).await?;
-                schema::migrate(&mut conn).await?;
-                Ok(conn)
+                let mut first = Conn::open(&config).await?;
+                schema::migrate(&mut first).await?;
+                let mut conns = vec![first];
+                while conns.len() < WRITERS {
+                    conns.push(Conn::open(&config).await?);
+                }
+                Ok(conns)
             })?
         };
         let sql = Arc::new(schema::tree_sql());
@@ -168,15 +174,13 @@ impl PgStore {
         let (feed_tx, feed_rx) = mpsc::channel(FEED_CAPACITY);
         let kept = Arc::new(kept::Kept::new());
         let (mut writers, mut healthy) = (Vec::with_capacity(WRITERS), Vec::with_capacity(WRITERS));
-        let mut first_conn = Some(writer_conn);
-        for _ in 0..WRITERS {
-            let (jobs_tx, jobs_rx) = mpsc::channel(QUEUE_CAPACITY / WRITERS);
+        for conn in writer_conns {
+            let (jobs_tx, jobs_rx) = mpsc::channel(QUEUE_CAPACITY);
             let writer_healthy = Arc::new(AtomicBool::new(true));
             let task = WriterTask {
                 kept: kept.clone(),
                 config: config.clone(),
-                // The first writer keeps the connection the migrations ran on; the others open theirs.
-                conn: first_conn.take(),
+                conn: Some(conn),
                 sql: sql.clone(),
                 jobs: jobs_rx,
                 generations: generations.clone(),

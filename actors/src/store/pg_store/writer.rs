@@ -12,7 +12,8 @@
 //! the embedded store. A commit whose answer is lost (the connection dropped while `COMMIT` was in flight) may
 //! have committed: its jobs are still reported failed, their actors reload from the database, and a client's
 //! retry with the same idempotency key finds the first answer if it was kept. The connection is then replaced;
-//! while the store is unhealthy and idle the task checks the database once a second, so health returns with it.
+//! while a writer is unhealthy and idle it checks the database once a second, so health returns with it (the
+//! store is healthy while every writer is).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,13 +34,14 @@ use crate::store::{FailureLatch, Fence, StoreError};
 
 /// Jobs one transaction takes at most.
 pub(super) const MAX_BATCH_JOBS: usize = 2048;
-/// Jobs that may wait for the writers together; beyond this, writes are refused (the API answers 503).
-pub(super) const QUEUE_CAPACITY: usize = 32 * 1024;
+/// Jobs that may wait for one writer; beyond this, writes to its shards are refused (the API answers 503). A
+/// node's writers together hold at most [`WRITERS`] times this.
+pub(super) const QUEUE_CAPACITY: usize = 16 * 1024;
 
 /// Writers, each with its own connection and its own share of the shards. With one, the database sat idle
 /// while each commit's WAL flush was waited for (a third of the machine idle over 10,000 merchants); with
 /// several, one batch executes while another's commit is flushed. The engine bench over 10,000 merchants went
-/// from 24.4 k events/s to 29.5 k with two and 31.2 k with four (docs/perf/history.md); one merchant's
+/// from 24.4 k events/s to 29.3 k with two and 31.2 k with four (docs/perf/history.md); one merchant's
 /// changes, all on one writer, commit as before. A merchant's changes all go to one writer, so they still
 /// commit in the order its actor queued them.
 pub(super) const WRITERS: usize = 4;
