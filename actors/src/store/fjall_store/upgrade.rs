@@ -88,7 +88,8 @@ pub fn from_sled(from: &Path, to: &Path) -> Result<UpgradeReport, StoreError> {
             tracing::info!(
                 file = %path.display(),
                 bytes = found.discarded,
-                "ignored the bytes after the last record of a write-ahead log file (never acknowledged)"
+                "ignored the bytes after the last record of a write-ahead log file (a write never acknowledged, or \
+                 what a reused file held before)"
             );
         }
         log_records += found.records;
