@@ -63,6 +63,17 @@ struct Job {
     as_stored: bool,
 }
 
+impl Job {
+    /// A job that writes nothing: a close, or a pause holding the writer until `hold`'s sender is dropped.
+    fn control(
+        done: oneshot::Sender<Result<(), StoreError>>,
+        close: bool,
+        hold: Option<std_mpsc::Receiver<()>>,
+    ) -> Job {
+        Job { ops: Vec::new(), guard: None, fence: None, notify: Vec::new(), done, close, hold, as_stored: false }
+    }
+}
+
 /// Longest a pause holds the writer, whatever its holder does.
 const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -129,16 +140,7 @@ impl Writer {
     /// has stopped.
     pub(super) fn close(&self) -> Result<(), StoreError> {
         let (done, ticket) = oneshot::channel();
-        let job = Job {
-            ops: Vec::new(),
-            guard: None,
-            fence: None,
-            notify: Vec::new(),
-            done,
-            close: true,
-            hold: None,
-            as_stored: false,
-        };
+        let job = Job::control(done, true, None);
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         // Waits for room: what is queued before the close is committed first.
         queue.send(job).map_err(|_| StoreError::Closed)?;
@@ -151,16 +153,7 @@ impl Writer {
     pub(super) fn pause(&self) -> Result<(Ticket, std_mpsc::SyncSender<()>), StoreError> {
         let (release, hold) = std_mpsc::sync_channel(0);
         let (done, ticket) = oneshot::channel();
-        let job = Job {
-            ops: Vec::new(),
-            guard: None,
-            fence: None,
-            notify: Vec::new(),
-            done,
-            close: false,
-            hold: Some(hold),
-            as_stored: false,
-        };
+        let job = Job::control(done, false, Some(hold));
         let Some(queue) = &self.queue else { return Err(StoreError::Closed) };
         match queue.try_send(job) {
             Ok(()) => Ok((ticket, release)),
