@@ -418,6 +418,36 @@ pub(crate) mod tests {
 
     const MERCHANT: &str = "mch_01JD0000000000000000000000";
 
+    /// Journal event `seq` of a merchant, crediting `amount` XOF to its available balance, as stored (not yet
+    /// in a run).
+    pub(crate) fn credit_event(seq: u64, amount: i64) -> Vec<u8> {
+        encode(&JournalEvent {
+            seq,
+            at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
+            trigger: Trigger::ProviderConfirmed,
+            reference: format!("pay_{seq}"),
+            status: "succes".into(),
+            currency: Currency::XOF,
+            entries: vec![
+                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -amount },
+                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: amount },
+            ],
+        })
+        .unwrap()
+    }
+
+    /// A merchant's balances of `available` XOF as of event `seq`, as a snapshot or an audit checkpoint holds
+    /// them.
+    pub(crate) fn holding(seq: u64, available: i64) -> Snapshot {
+        let mut balances = Balances::default();
+        let entries = [
+            Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -available },
+            Entry { account: Account::Available, currency: Currency::XOF, amount_minor: available },
+        ];
+        balances.apply(&entries, 1_795_310_624_123).unwrap();
+        Snapshot { seq, balances }
+    }
+
     fn at(offset_ms: u64) -> Timestamp {
         Timestamp::from_unix_ms(1_795_310_624_123 + offset_ms)
     }

@@ -1,6 +1,6 @@
 //! The sled database beside the keyspace that holds the merchants' balance snapshots: opening it, waiting out
 //! a lock being released, and syncing its files, which sled's own `flush` does not (in 0.34 it only asks the
-//! kernel to start writing them back).
+//! kernel to start writing them back). The upgrade opens a store sled made the same way.
 
 use std::path::Path;
 

@@ -57,11 +57,12 @@ pub fn from_sled(from: &Path, to: &Path) -> Result<UpgradeReport, StoreError> {
     stamp::check_readable(from)?;
     // sled takes the directory's lock itself: a server still running on it is refused here.
     let db = super::snapshots::open_when_unlocked(from, READ_CACHE_BYTES)?;
+    let stored_trees = db.tree_names();
     let mut trees = Vec::with_capacity(TREE_NAMES.len());
     for name in TREE_NAMES {
         // A tree a release before it was added never made reads as empty; opening it would create it in the
         // old store, which is left as it was.
-        let exists = db.tree_names().iter().any(|stored| stored.as_ref() == name.as_bytes());
+        let exists = stored_trees.iter().any(|stored| stored.as_ref() == name.as_bytes());
         trees.push(match exists {
             true => Some(db.open_tree(name).map_err(|e| StoreError::Io(format!("open sled's {name}: {e}")))?),
             false => None,
@@ -104,19 +105,17 @@ pub fn from_sled(from: &Path, to: &Path) -> Result<UpgradeReport, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::JournalEvent;
     use crate::domain::ids::MerchantId;
-    use crate::domain::ledger::{Account, Balances, Entry};
     use crate::domain::money::Currency;
     use crate::domain::records::Merchant;
-    use crate::domain::status::Trigger;
     use crate::domain::time::Timestamp;
+    use crate::store::layout::tests::{credit_event, holding};
     use crate::store::layout::{
         encode, journal_key, journal_run, key_hash, JOURNAL, MERCHANTS, MERCHANT_EMAILS, MERCHANT_KEYS, SNAPSHOTS,
         UPGRADED_IN_PLACE,
     };
     use crate::store::op::Op;
-    use crate::store::{Accounts, Audit, Commits, Records, Snapshot};
+    use crate::store::{Accounts, Audit, Commits, Records};
 
     fn merchant(n: u32) -> Merchant {
         Merchant {
@@ -141,30 +140,11 @@ mod tests {
     /// Event `seq` of merchant `m`, crediting 100 XOF, as a run of one (as the old store's writer logged it,
     /// and as sled held an event alone in its layer).
     fn credit(m: &MerchantId, seq: u64) -> Op {
-        let event = encode(&JournalEvent {
-            seq,
-            at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
-            trigger: Trigger::ProviderConfirmed,
-            reference: format!("pay_{seq}"),
-            status: "succes".into(),
-            currency: Currency::XOF,
-            entries: vec![
-                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -100 },
-                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: 100 },
-            ],
-        })
-        .unwrap();
-        Op::Insert(JOURNAL, journal_key(m, seq), journal_run([event.as_slice()]).unwrap())
+        Op::Insert(JOURNAL, journal_key(m, seq), journal_run([credit_event(seq, 100).as_slice()]).unwrap())
     }
 
     fn snapshot(m: &MerchantId, seq: u64) -> Op {
-        let mut balances = Balances::default();
-        let entries = [
-            Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -100 * seq as i64 },
-            Entry { account: Account::Available, currency: Currency::XOF, amount_minor: 100 * seq as i64 },
-        ];
-        balances.apply(&entries, 1_795_310_624_123).unwrap();
-        Op::Insert(SNAPSHOTS, m.as_bytes().to_vec(), encode(&Snapshot { seq, balances }).unwrap())
+        Op::Insert(SNAPSHOTS, m.as_bytes().to_vec(), encode(&holding(seq, 100 * seq as i64)).unwrap())
     }
 
     /// A sled store as an earlier release left it after a crash, stamped with an older format this build

@@ -359,33 +359,13 @@ mod tests {
     use crate::domain::ledger::Account;
     use crate::domain::status::Trigger;
     use crate::store::kv::Kv;
+    use crate::store::layout::tests::{credit_event, holding};
     use crate::store::op::{Entry as Stored, TreeMap};
     use crate::store::{wait_polling, Audit, Commits, FjallStore, Records};
 
     /// Event `seq` of a merchant whose every event credits 100 XOF, as the writer stores it (a run of one).
     fn credit(seq: u64) -> Vec<u8> {
-        journal_run([credit_event(seq).as_slice()]).unwrap()
-    }
-
-    fn credit_event(seq: u64) -> Vec<u8> {
-        credit_of(seq, 100)
-    }
-
-    /// Event `seq` crediting `amount` XOF.
-    fn credit_of(seq: u64, amount: i64) -> Vec<u8> {
-        encode(&JournalEvent {
-            seq,
-            at: Timestamp::from_unix_ms(1_795_310_624_123 + seq),
-            trigger: Trigger::ProviderConfirmed,
-            reference: format!("pay_{seq}"),
-            status: "succes".into(),
-            currency: Currency::XOF,
-            entries: vec![
-                Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -amount },
-                Entry { account: Account::Available, currency: Currency::XOF, amount_minor: amount },
-            ],
-        })
-        .unwrap()
+        journal_run([credit_event(seq, 100).as_slice()]).unwrap()
     }
 
     /// What a batch holding events `seqs` of merchant `m` puts into the journal.
@@ -526,24 +506,13 @@ mod tests {
         }
     }
 
-    /// Balances of `available` XOF, as a snapshot or checkpoint holds them.
-    fn holding(seq: u64, available: i64) -> Snapshot {
-        let mut balances = Balances::default();
-        let entries = [
-            Entry { account: Account::CustomerFunds, currency: Currency::XOF, amount_minor: -available },
-            Entry { account: Account::Available, currency: Currency::XOF, amount_minor: available },
-        ];
-        balances.apply(&entries, 1_795_310_624_123).unwrap();
-        Snapshot { seq, balances }
-    }
-
     fn put_snapshot(store: &FjallStore, m: &MerchantId, tree: usize, snapshot: &Snapshot) {
         write(store, Op::Insert(tree, m.as_bytes().to_vec(), encode(snapshot).unwrap()));
     }
 
     /// Replaces event `seq` (stored alone, as a run of one) by one crediting `amount`.
     fn tamper(store: &FjallStore, m: &MerchantId, seq: u64, amount: i64) {
-        let value = journal_run([credit_of(seq, amount).as_slice()]).unwrap();
+        let value = journal_run([credit_event(seq, amount).as_slice()]).unwrap();
         write(store, Op::Insert(JOURNAL, journal_key(m, seq), value));
     }
 
