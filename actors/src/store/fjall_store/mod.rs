@@ -60,8 +60,15 @@ const FEED_CAPACITY: usize = 64 * 1024;
 /// at 2,000 payments/s and held the engine bench to 23 k events/s; at 512 MiB neither happened, and a start
 /// after SIGKILL still opened the store, writing out what it recovered, in 0.6 s (docs/perf/README.md).
 const MAX_JOURNAL_BYTES: u64 = 512 * 1024 * 1024;
-/// The memtables of every tree together, before the largest is written out.
-const MAX_WRITE_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
+/// The memtables of every tree together. fjall's monitor writes out the largest once they pass half of this,
+/// and past 90 % fjall makes each commit sleep 100 ms, then 10 ms at a time until they are back under it.
+///
+/// A tree's memtable is written out at 16 MiB, so a few busy trees alone hold most of a small bound: at 32 MiB
+/// the writer slept about a hundred times in ten seconds of the engine bench over 10,000 merchants (counted
+/// with `perf record -e syscalls:sys_enter_clock_nanosleep`), and its figure rose from 44.8 and 46.5 k
+/// events/s to 50.0 k at 128 MiB, where it never slept (docs/perf/history.md). This is memory the process
+/// holds at most, not per tree.
+const MAX_WRITE_BUFFER_BYTES: u64 = 128 * 1024 * 1024;
 /// Memtables fjall's flush thread writes out in one turn (its `flush_workers`: one thread per memtable).
 const FLUSH_TASKS_PER_TURN: usize = 16;
 /// How long a start waits for the recovered memtables' writing out to make progress before it opens the
