@@ -38,13 +38,17 @@ pub(super) const MAX_BATCH_JOBS: usize = 2048;
 /// node's writers together hold at most [`WRITERS`] times this.
 pub(super) const QUEUE_CAPACITY: usize = 16 * 1024;
 
-/// Writers, each with its own connection and its own share of the shards. With one, the database sat idle
-/// while each commit's WAL flush was waited for (a third of the machine idle over 10,000 merchants); with
-/// several, one batch executes while another's commit is flushed. The engine bench over 10,000 merchants went
-/// from 24.4 k events/s to 29.3 k with two and 31.2 k with four (docs/perf/history.md); one merchant's
-/// changes, all on one writer, commit as before. A merchant's changes all go to one writer, so they still
-/// commit in the order its actor queued them.
-pub(super) const WRITERS: usize = 4;
+/// Writers, each with its own connection and its own share of the shards (a merchant's changes all go to one,
+/// so they commit in the order its actor queued them).
+///
+/// One, measured end to end: two nodes and their database on two cores, 800 lives/s offered, completed 713 to
+/// 750 lives/s with one writer, 561 and 590 with two, 507 to 546 with four. Under real traffic a batch holds a
+/// few changes, so more writers make more, smaller transactions, and each costs the database and the node
+/// their round trips and wake-ups. The engine bench, which keeps 4,096 changes waiting, is the opposite case:
+/// over 10,000 merchants four writers took it from 24.4 k events/s to 31.2 k (docs/perf/history.md). Sharing
+/// the load only once one writer's queue backs up would serve both; it needs the dispatch to keep a shard with
+/// the writer that has its changes in flight.
+pub(super) const WRITERS: usize = 1;
 
 /// Transactions one batch may take when shards move under it.
 const MAX_ATTEMPTS: u32 = 3;
