@@ -188,7 +188,17 @@ fn keygen() -> String {
 
 /// Logs to stderr: readable lines, or one JSON object per line (`timestamp`, `level`, `target`, `message` and
 /// the event's fields at the top level) for a log collector.
+///
+/// Libraries that log through the `log` crate are logged too (`init` installs the bridge): fjall says there
+/// when it slows or halts commits and when a compaction fails, on threads of its own whose errors reach the
+/// service no other way. lsm-tree, under fjall, logs a line per tree at every open, so it is kept to warnings
+/// unless the filter names it.
 fn init_logs(filter: &str, format: LogFormat) {
+    let filter = match filter.trim() {
+        named if named.contains("lsm_tree") => named.to_owned(),
+        "" => "lsm_tree=warn".to_owned(),
+        given => format!("{given},lsm_tree=warn"),
+    };
     let filter =
         tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);

@@ -190,6 +190,8 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
         lines.iter().find(|l| l["message"] == "request" && l["path"] == "/v1/soldes").expect("a request line");
     assert!(request["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{request}");
     assert!(!logs.contains(key), "no key in the logs");
+    // What the embedded engine logs through the `log` crate reaches the same log, under its own target.
+    assert!(lines.iter().any(|l| l["target"].as_str().is_some_and(|t| t.starts_with("fjall"))), "{logs}");
 
     // At rest: the key is nowhere in the data directory's bytes, which only the service's user can read.
     secrets_sealed_and_private(&work.path().join("data"), key);
