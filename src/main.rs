@@ -191,16 +191,10 @@ fn keygen() -> String {
 ///
 /// Libraries that log through the `log` crate are logged too (`init` installs the bridge): fjall says there
 /// when it slows or halts commits and when a compaction fails, on threads of its own whose errors reach the
-/// service no other way. lsm-tree, under fjall, logs a line per tree at every open, so it is kept to warnings
-/// unless the filter names it.
+/// service no other way.
 fn init_logs(filter: &str, format: LogFormat) {
-    let filter = match filter.trim() {
-        named if named.contains("lsm_tree") => named.to_owned(),
-        "" => "lsm_tree=warn".to_owned(),
-        given => format!("{given},lsm_tree=warn"),
-    };
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(filter))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => {
@@ -209,6 +203,23 @@ fn init_logs(filter: &str, format: LogFormat) {
         }
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init(),
     }
+}
+
+/// Libraries held to a level unless the filter names them: lsm-tree, under fjall, logs a line per tree at every
+/// open; tokio-postgres logs every statement's parameters at `debug`, which hold what the store keeps
+/// (notification bodies, sealed keys) and so must not follow a plain `debug`.
+const LIBRARY_LEVELS: [(&str, &str); 2] = [("lsm_tree", "warn"), ("tokio_postgres", "info")];
+
+/// The filter given (`log`, `CAISSE_LOG`), with [`LIBRARY_LEVELS`] added for the libraries it does not name.
+fn log_filter(given: &str) -> String {
+    let mut directives: Vec<String> =
+        given.split(',').map(str::trim).filter(|d| !d.is_empty()).map(String::from).collect();
+    for (target, level) in LIBRARY_LEVELS {
+        if !given.contains(target) {
+            directives.push(format!("{target}={level}"));
+        }
+    }
+    directives.join(",")
 }
 
 fn serve(settings: Settings) -> Result<(), String> {
@@ -296,5 +307,24 @@ fn print_created(created: &Created, json: bool) {
         if let Some(url) = &m.webhook_url {
             println!("webhook URL:  {url}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn libraries_are_held_to_their_level_unless_the_filter_names_them() {
+        assert_eq!(log_filter("info"), "info,lsm_tree=warn,tokio_postgres=info");
+        assert_eq!(log_filter("debug"), "debug,lsm_tree=warn,tokio_postgres=info");
+        assert_eq!(log_filter(""), "lsm_tree=warn,tokio_postgres=info");
+        assert_eq!(
+            log_filter(" caisse=debug, tokio_postgres=debug "),
+            "caisse=debug,tokio_postgres=debug,lsm_tree=warn"
+        );
+        assert_eq!(log_filter("lsm_tree=info"), "lsm_tree=info,tokio_postgres=info");
+        // What it makes is a filter tracing accepts.
+        assert!(tracing_subscriber::EnvFilter::try_new(log_filter("caisse=debug,actix_web=warn")).is_ok());
     }
 }
