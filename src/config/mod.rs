@@ -305,6 +305,25 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// `public_url` is an origin, `scheme://host[:port]`: every path Caisse gives out (callbacks, return pages,
+/// payment links and the pages' own links) starts at the root of that host, so a path in it would be dropped
+/// by some and kept by others.
+fn check_public_url(url: &str) -> Result<(), ConfigError> {
+    if url.is_empty() {
+        return Ok(());
+    }
+    let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
+        return Err(bad("public_url", format!("`{url}` is not an http(s) URL")));
+    };
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || rest.chars().any(|c| c.is_whitespace()) {
+        return Err(bad(
+            "public_url",
+            format!("`{url}` is not an origin: give scheme://host[:port] only, Caisse is served at its host's root"),
+        ));
+    }
+    Ok(())
+}
+
 fn bad(setting: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { setting: setting.into(), reason: reason.into() }
 }
@@ -566,9 +585,7 @@ impl Settings {
             return Err(bad("providers", format!("`{}` is listed twice", dup.code)));
         }
         let public_url = layer.public_url.unwrap_or_default().trim_end_matches('/').to_owned();
-        if !(public_url.is_empty() || public_url.starts_with("https://") || public_url.starts_with("http://")) {
-            return Err(bad("public_url", format!("`{public_url}` is not an http(s) URL")));
-        }
+        check_public_url(&public_url)?;
         let adapters = adapters::resolve(layer.adapters, environment)?;
         let log_format = match layer.log_format.as_deref().unwrap_or("text") {
             "text" => LogFormat::Text,
@@ -832,11 +849,23 @@ mod tests {
             ("CAISSE_AUDIT_FULL_EVERY", "-1h", "audit_full_every"),
             ("CAISSE_AUDIT_CHECKPOINT_EVERY", "10ms", "audit_checkpoint_every"),
             ("CAISSE_NOTIFICATION_RETENTION", "5m", "notification_retention"),
+            ("CAISSE_PUBLIC_URL", "pay.example.com", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://example.com/caisse", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://example.com?x=1", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://user@example.com", "public_url"),
         ];
         for (var, value, setting) in cases {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
             assert_eq!(err.setting, setting, "{var}={value}: {err}");
         }
+    }
+
+    #[test]
+    fn public_url_is_an_origin_and_a_trailing_slash_is_dropped() {
+        let s = Settings::load(None, env(&[("CAISSE_PUBLIC_URL", "https://pay.example.com:8443/")]), Layer::default());
+        assert_eq!(s.unwrap().public_url, "https://pay.example.com:8443");
+        let err = Settings::load(None, env(&[("CAISSE_PUBLIC_URL", "https://example.com/caisse")]), Layer::default());
+        assert!(err.unwrap_err().reason.contains("scheme://host[:port]"));
     }
 
     #[test]

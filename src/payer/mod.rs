@@ -339,7 +339,11 @@ pub async fn submit(
             Some(url) if matches!(payment.status, PaymentStatus::Initiated | PaymentStatus::Processing) => {
                 see_other(url)
             }
-            _ => see_other(&format!("/payer/{}/{}", found.link.id, payment.reference)),
+            // The waiting page under `public_url`, as the provider's return page is (`checked_payment`).
+            _ => {
+                let base = state.links_base.as_deref().unwrap_or("/payer/");
+                see_other(&format!("{base}{}/{}", found.link.id, payment.reference))
+            }
         },
         Err(Started::Closed) => closed(&found, Timestamp::now()),
         Err(Started::Reused) => trouble(

@@ -258,17 +258,45 @@ async fn production_serves_links_only_under_an_https_public_url() {
     let resp = app.send(app.post("/v1/liens").json(&link_body(1_000))).await;
     assert_error(&resp, 503, "unavailable", None);
     assert!(text(&resp.json["error"]["message"]).contains("public_url"));
+    // Under an https public_url, links are made there, and their url_retour must be https too. (The test
+    // server keeps the simulator on in production, so its fournisseurs are active.)
     let app = crate::support::spawn_app_with(|s| {
         s.environment = caisse::config::Environment::Production;
         s.public_url = "https://pay.example.com".into();
     })
     .await;
-    let resp = app
-        .send(
-            app.post("/v1/liens")
-                .json(&json!({"montant": 1_000, "devise": "XOF", "description": "x", "fournisseurs": ["mtn_momo"]})),
-        )
-        .await;
-    // Production has no active fournisseur without credentials: the link is refused for that reason, not the URL.
-    assert_ne!(resp.status, 503, "{:?}", resp.json);
+    let body = json!({"montant": 1_000, "devise": "XOF", "description": "x", "fournisseurs": ["mtn_momo"]});
+    let link = create_link(&app, &body).await;
+    assert_eq!(link["url"], format!("https://pay.example.com/payer/{}", text(&link["id"])));
+    let plain =
+        json!({"montant": 1_000, "devise": "XOF", "description": "x", "url_retour": "http://shop.example.com/"});
+    assert_error(&app.send(app.post("/v1/liens").json(&plain)).await, 400, "invalid_request", Some("url_retour"));
+    // An http public_url is not enough in production.
+    let app = crate::support::spawn_app_with(|s| {
+        s.environment = caisse::config::Environment::Production;
+        s.public_url = "http://pay.example.com".into();
+    })
+    .await;
+    assert_error(&app.send(app.post("/v1/liens").json(&link_body(1_000))).await, 503, "unavailable", None);
+}
+
+#[actix_web::test]
+async fn a_link_request_replayed_with_its_idempotency_key_makes_one_link() {
+    let app = spawn_app().await;
+    let first = app.send(app.post("/v1/liens").idem("lien-1").json(&link_body(1_000))).await;
+    first.expect(201);
+    let again = app.send(app.post("/v1/liens").idem("lien-1").json(&link_body(1_000))).await;
+    again.expect(201);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json["id"], first.json["id"]);
+    let other = app.send(app.post("/v1/liens").idem("lien-1").json(&link_body(2_000))).await;
+    assert_error(&other, 409, "idempotency_key_reused", None);
+    assert_eq!(app.get_ok("/v1/liens").await["data"].as_array().map(Vec::len), Some(1));
+    // Deactivation takes a key too, and its replay is the first answer.
+    let path = format!("/v1/liens/{}/desactiver", text(&first.json["id"]));
+    let off = app.send(app.post(&path).idem("off-1")).await;
+    off.expect(200);
+    let replay = app.send(app.post(&path).idem("off-1")).await;
+    replay.expect(200);
+    assert_eq!(replay.json, off.json);
 }

@@ -82,24 +82,76 @@ impl Customer {
     }
 }
 
-fn location(resp: &Resp) -> String {
+/// The payment page's stylesheet, checked to load nothing from another host; answers its weight.
+async fn stylesheet(app: &TestApp) -> usize {
+    let css = app.fetch(app.get("/assets/payer.css").no_auth()).await;
+    css.expect(200);
+    for target in targets(&body(&css)) {
+        assert!(target.starts_with('/') && !target.starts_with("//"), "the stylesheet loads {target}");
+    }
+    css.body.len()
+}
+
+/// The 303's target as a path of this server: it must be under the server's public address,
+/// `{public_url}/payer/...` (the sandbox's own address when no `public_url` is set).
+#[track_caller]
+fn location(app: &TestApp, resp: &Resp) -> String {
     resp.expect(303);
-    resp.header("location").expect("a Location").to_owned()
+    let to = resp.header("location").expect("a Location");
+    match to.strip_prefix(&app.address) {
+        Some(path) if path.starts_with("/payer/") => path.to_owned(),
+        _ => panic!("the 303 leaves the public address {}: {to}", app.address),
+    }
+}
+
+/// What a page of the flow points at: every `src`, `href` and `action` attribute, the refresh's target, and the
+/// `url(...)` and `@import` of a stylesheet.
+fn targets(page: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for attr in ["src=\"", "href=\"", "action=\"", "url(", "@import", "url="] {
+        for (at, _) in page.match_indices(attr) {
+            let rest = &page[at + attr.len()..];
+            let end = rest.find(['"', ')', ';', ' ']).unwrap_or(rest.len());
+            found.push(rest[..end].trim_matches(['\'', '"']).to_owned());
+        }
+    }
+    found
+}
+
+/// A page of the flow loads nothing from another host and links elsewhere only to `allowed` (the merchant's
+/// `url_retour`, a provider's page), and weighs, with its stylesheet, at most 30 KB.
+#[track_caller]
+fn self_contained(page: &Resp, css: usize, allowed: &[&str]) {
+    let html = body(page);
+    let weight = page.body.len() + css;
+    assert!(weight <= 30 * 1024, "a page weighs {weight} bytes with its stylesheet: {html}");
+    for target in targets(&html) {
+        let local = (target.starts_with('/') && !target.starts_with("//")) || target.starts_with('#');
+        assert!(local || allowed.contains(&target.as_str()), "a page points to another host: {target}");
+    }
+    assert!(!html.contains("<script"), "no script: {html}");
+    assert!(html.contains("lang=\"fr\""), "French: {html}");
+    let csp = page.header("content-security-policy").unwrap_or("");
+    assert!(csp.contains("default-src 'none'") && csp.contains("style-src 'self'"), "{csp}");
+}
+
+/// The waiting page until it shows a final screen.
+async fn final_resp(app: &TestApp, path: &str) -> Resp {
+    eventually("the payment page to show a final status", Duration::from_secs(15), || async {
+        let page = app.fetch(app.get(path).no_auth()).await;
+        page.expect(200);
+        if body(&page).contains("http-equiv=\"refresh\"") {
+            Err("still waiting".to_owned())
+        } else {
+            Ok(page)
+        }
+    })
+    .await
 }
 
 /// The waiting page until it shows a final screen; answers its HTML.
 async fn final_page(app: &TestApp, path: &str) -> String {
-    eventually("the payment page to show a final status", Duration::from_secs(15), || async {
-        let page = app.fetch(app.get(path).no_auth()).await;
-        page.expect(200);
-        let html = body(&page);
-        if html.contains("http-equiv=\"refresh\"") {
-            Err("still waiting".to_owned())
-        } else {
-            Ok(html)
-        }
-    })
-    .await
+    body(&final_resp(app, path).await)
 }
 
 fn reference_in(location: &str) -> String {
@@ -127,8 +179,9 @@ async fn a_customer_pays_a_link_and_ends_on_a_receipt() {
 
     let token = hidden(&html, "jeton").unwrap();
     let fields = [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97 00 00 55")];
-    let to = location(&customer.post(&app, id, &fields).await);
+    let to = location(&app, &customer.post(&app, id, &fields).await);
     assert!(to.starts_with(&format!("/payer/{id}/pay_")), "{to}");
+    assert!(format!("{}{to}", app.address).starts_with(&format!("{}/pay_", text(&link["url"]))));
     let waiting = app.fetch(app.get(&to).no_auth()).await;
     assert!(body(&waiting).contains("Validez le paiement"), "the waiting screen first");
     let receipt = final_page(&app, &to).await;
@@ -159,11 +212,11 @@ async fn a_declined_number_shows_the_failure_and_a_retry_succeeds() {
     let link = create_link(&app, &link_body(3_000)).await;
     let id = text(&link["id"]);
     let mut customer = Customer::new();
-    let to = location(&customer.pay(&app, id, "01").await);
+    let to = location(&app, &customer.pay(&app, id, "01").await);
     let failed = final_page(&app, &to).await;
     assert!(failed.contains("Paiement refusé") && failed.contains(&format!("href=\"/payer/{id}\"")), "{failed}");
     assert_eq!(int(&app.get_ok(&format!("/v1/liens/{id}")).await["nombre_paiements"]), 0);
-    let to = location(&customer.pay(&app, id, "55").await);
+    let to = location(&app, &customer.pay(&app, id, "55").await);
     assert!(final_page(&app, &to).await.contains("Paiement réussi"));
     let link = app.get_ok(&format!("/v1/liens/{id}")).await;
     assert_eq!((int(&link["nombre_paiements"]), link["statut"].as_str()), (1, Some("paye")));
@@ -179,9 +232,9 @@ async fn a_double_submit_makes_one_payment() {
     let fields = [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97000055")];
     let (first, second) =
         futures_util::future::join(customer.post(&app, id, &fields), customer.post(&app, id, &fields)).await;
-    assert_eq!(location(&first), location(&second), "both taps land on the same payment");
+    assert_eq!(location(&app, &first), location(&app, &second), "both taps land on the same payment");
     let third = customer.post(&app, id, &fields).await;
-    assert_eq!(location(&third), location(&first));
+    assert_eq!(location(&app, &third), location(&app, &first));
     let listed = app.list_all("/v1/transactions?type=paiement", 100).await;
     assert_eq!(listed.len(), 1, "one payment: {listed:?}");
     // The same form with another number is not a second payment either.
@@ -261,7 +314,7 @@ async fn what_customers_and_merchants_type_is_escaped() {
         ("telephone", "97000055"),
         ("nom", script),
     ];
-    let to = location(&customer.post(&app, id, &fields).await);
+    let to = location(&app, &customer.post(&app, id, &fields).await);
     let receipt = final_page(&app, &to).await;
     assert!(!receipt.contains("<script>") && !receipt.contains("<img src=x"));
     assert_eq!(app.get_payment(&reference_in(&to)).await["client_nom"], script, "kept as typed, as text");
@@ -286,7 +339,7 @@ async fn a_multiple_link_counts_every_success_exactly_under_concurrent_payments(
         async move {
             let fields =
                 [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", phone.as_str())];
-            location(&customer.post(app, &id, &fields).await)
+            location(app, &customer.post(app, &id, &fields).await)
         }
     });
     let places = futures_util::future::join_all(posts).await;
@@ -305,25 +358,12 @@ async fn the_page_is_small_self_contained_and_limits_posts() {
     let id = text(&link["id"]);
     let mut customer = Customer::new();
     let page = customer.get(&app, &format!("/payer/{id}")).await;
+    let css = stylesheet(&app).await;
+    self_contained(&page, css, &[]);
     let html = body(&page);
-    let css = app.fetch(app.get("/assets/payer.css").no_auth()).await;
-    css.expect(200);
-    let weight = page.body.len() + css.body.len();
-    assert!(weight <= 30 * 1024, "the page weighs {weight} bytes with its stylesheet");
-    for attr in ["src=\"", "href=\""] {
-        for (at, _) in html.match_indices(attr) {
-            let target = &html[at + attr.len()..];
-            assert!(
-                target.starts_with('/') || target.starts_with('#'),
-                "only this host: {}",
-                &target[..40.min(target.len())]
-            );
-        }
+    for field in ["fournisseur", "pays", "telephone", "nom", "email"] {
+        assert!(html.contains(&format!("<label for=\"{field}\"")), "{field} has its label: {html}");
     }
-    assert!(!html.contains("<script"), "no script");
-    assert!(html.contains("lang=\"fr\"") && html.contains("<label for=\"telephone\""), "French, labelled");
-    let csp = page.header("content-security-policy").unwrap_or("");
-    assert!(csp.contains("default-src 'none'"), "{csp}");
 
     // Ten posts a minute from one address, then 429.
     let token = customer.form(&app, id).await;
@@ -334,6 +374,10 @@ async fn the_page_is_small_self_contained_and_limits_posts() {
     }
     assert_eq!(&statuses[..10], &[400; 10]);
     assert_eq!(statuses[10], 429);
+    let refused = customer.post(&app, id, &bad).await;
+    assert_eq!(refused.status, 429);
+    assert!(refused.header("retry-after").is_some());
+    self_contained(&refused, css, &[]);
 
     // Unknown links, and payments not made through this link, are not found.
     assert_eq!(app.fetch(app.get("/payer/lnk_01JD0000000000000000000000").no_auth()).await.status, 404);
@@ -341,6 +385,75 @@ async fn the_page_is_small_self_contained_and_limits_posts() {
     let other = app.pay(1_000, "55").await;
     let path = format!("/payer/{id}/{}", text(&other["reference"]));
     assert_eq!(app.fetch(app.get(&path).no_auth()).await.status, 404, "another payment of the merchant");
+}
+
+#[actix_web::test]
+async fn every_page_of_the_flow_is_small_french_and_self_contained() {
+    let app = spawn_app().await;
+    let css = stylesheet(&app).await;
+    let back = "https://ecole.example.com/merci";
+    let body_of_link = json!({"montant": 1_000, "devise": "XOF", "description": "Cahiers", "url_retour": back});
+    let link = create_link(&app, &body_of_link).await;
+    let id = text(&link["id"]);
+    let mut customer = Customer::new();
+
+    // The form sent back with what to fix.
+    let token = customer.form(&app, id).await;
+    let bad = [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "x")];
+    let refused = customer.post(&app, id, &bad).await;
+    assert_eq!(refused.status, 400);
+    self_contained(&refused, css, &[]);
+
+    // The waiting screen (a number ending in 02 is never approved), then the expired payment.
+    let to = location(&app, &customer.pay(&app, id, "02").await);
+    let waiting = app.fetch(app.get(&to).no_auth()).await;
+    assert!(body(&waiting).contains("Validez le paiement"), "{}", body(&waiting));
+    self_contained(&waiting, css, &[]);
+    let expired = final_resp(&app, &to).await;
+    assert!(body(&expired).contains("Paiement expiré") && body(&expired).contains(&format!("href=\"/payer/{id}\"")));
+    self_contained(&expired, css, &[]);
+
+    // The failure, then the receipt with its way back to the merchant.
+    let to = location(&app, &customer.pay(&app, id, "01").await);
+    let failed = final_resp(&app, &to).await;
+    assert!(body(&failed).contains("Paiement refusé"));
+    self_contained(&failed, css, &[]);
+    let to = location(&app, &customer.pay(&app, id, "55").await);
+    let receipt = final_resp(&app, &to).await;
+    assert!(body(&receipt).contains("Paiement réussi") && body(&receipt).contains(back));
+    self_contained(&receipt, css, &[back]);
+
+    // The paid link, an unknown link, an unknown payment.
+    let gone = app.fetch(app.get(&format!("/payer/{id}")).no_auth()).await;
+    assert_eq!(gone.status, 410);
+    self_contained(&gone, css, &[]);
+    let unknown = app.fetch(app.get("/payer/lnk_01JD0000000000000000000000").no_auth()).await;
+    assert_eq!(unknown.status, 404);
+    self_contained(&unknown, css, &[]);
+    let missing = app.fetch(app.get(&format!("/payer/{id}/pay_inconnu")).no_auth()).await;
+    assert_eq!(missing.status, 404);
+    self_contained(&missing, css, &[]);
+
+    // A paid link is final: it cannot be deactivated.
+    let off = app.send(app.post(&format!("/v1/liens/{id}/desactiver"))).await;
+    crate::support::assert_error(&off, 409, "invalid_state", None);
+}
+
+/// With a `public_url` set, the link's address and every redirect of the page are under it, whatever address the
+/// request came in on (the operator's proxy forwards to the listen address).
+#[actix_web::test]
+async fn the_page_answers_under_the_public_url() {
+    let app = crate::support::spawn_app_with(|s| s.public_url = "https://pay.example.com".into()).await;
+    let link = create_link(&app, &link_body(1_000)).await;
+    let id = text(&link["id"]);
+    assert_eq!(link["url"], format!("https://pay.example.com/payer/{id}"));
+    let mut customer = Customer::new();
+    let answer = customer.pay(&app, id, "55").await;
+    answer.expect(303);
+    let to = answer.header("location").expect("a Location");
+    assert!(to.starts_with(&format!("https://pay.example.com/payer/{id}/pay_")), "{to}");
+    let path = to.strip_prefix("https://pay.example.com").unwrap_or_default();
+    assert!(final_page(&app, path).await.contains("Paiement réussi"));
 }
 
 #[actix_web::test]
@@ -359,4 +472,26 @@ async fn deactivated_and_expired_links_answer_410() {
     assert_eq!(customer.post(&app, id, &fields).await.status, 410);
     assert!(app.list_all("/v1/transactions", 100).await.is_empty());
     let _: Value = app.get_ok(&format!("/v1/liens/{id}")).await;
+
+    // A link past its expire_at: its page says so, and a form loaded before it expired makes nothing.
+    let soon = caisse_engine::domain::time::Timestamp::now().plus_ms(1_500).to_rfc3339();
+    let link =
+        create_link(&app, &json!({"montant": 1_000, "devise": "XOF", "description": "x", "expire_at": soon})).await;
+    let id = text(&link["id"]);
+    let mut customer = Customer::new();
+    let token = customer.form(&app, id).await;
+    let gone = eventually("the link's page to say it expired", Duration::from_secs(10), || async {
+        let page = app.fetch(app.get(&format!("/payer/{id}")).no_auth()).await;
+        match page.status {
+            410 => Ok(page),
+            other => Err(format!("still {other}")),
+        }
+    })
+    .await;
+    assert!(body(&gone).contains("a expiré") && !body(&gone).contains("<form"), "{}", body(&gone));
+    let fields = [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97000055")];
+    let late = customer.post(&app, id, &fields).await;
+    assert_eq!(late.status, 410);
+    assert!(body(&late).contains("a expiré"));
+    assert!(app.list_all("/v1/transactions", 100).await.is_empty(), "nothing was created");
 }

@@ -21,6 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use caisse_engine::domain::records::DeliveryState;
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
@@ -30,6 +31,8 @@ const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const CHROMIUM: &str = "/usr/bin/chromium";
 const LAPTOP: (u32, u32) = (1280, 900);
 const PHONE: (u32, u32) = (390, 844);
+/// The narrowest phones still sold in the region.
+const SMALL_PHONE: (u32, u32) = (320, 640);
 
 /// The running chromedriver; killed when dropped, whatever happened to the test.
 struct Driver {
@@ -187,6 +190,83 @@ impl Browser {
     async fn shot(&self, name: &str) {
         let png = self.client.screenshot().await.expect("screenshot");
         std::fs::write(self.shots.join(format!("{name}.png")), png).expect("screenshot saved");
+    }
+
+    /// What on this page a customer on a small screen or with assistive technology would trip on: text whose
+    /// contrast with its background is under WCAG's AA ratio (4.5:1, 3:1 for large text), a field without a label,
+    /// or a page wider than the window (so it scrolls sideways). Empty when the page is fine.
+    async fn accessibility_faults(&self) -> Vec<String> {
+        const CHECK: &str = r#"
+            const rgba = (text) => {
+                const n = (text.match(/[\d.]+/g) || ['0', '0', '0', '0']).map(Number);
+                return { r: n[0], g: n[1], b: n[2], a: n.length > 3 ? n[3] : 1 };
+            };
+            const over = (top, under) => ({
+                r: top.r * top.a + under.r * (1 - top.a),
+                g: top.g * top.a + under.g * (1 - top.a),
+                b: top.b * top.a + under.b * (1 - top.a),
+                a: 1,
+            });
+            const background = (element) => {
+                const layers = [];
+                for (let e = element; e; e = e.parentElement) layers.push(rgba(getComputedStyle(e).backgroundColor));
+                return layers.reverse().reduce((under, top) => over(top, under), { r: 255, g: 255, b: 255, a: 1 });
+            };
+            const luminance = (c) => {
+                const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+                return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b);
+            };
+            const faults = [];
+            for (const e of document.querySelectorAll('body *')) {
+                const own = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+                const style = getComputedStyle(e);
+                if (!own || style.display === 'none' || style.visibility === 'hidden') continue;
+                const back = background(e);
+                const fore = over(rgba(style.color), back);
+                const [hi, lo] = [luminance(fore), luminance(back)].sort((x, y) => y - x);
+                const ratio = (hi + 0.05) / (lo + 0.05);
+                const size = parseFloat(style.fontSize);
+                const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+                if (ratio < (large ? 3 : 4.5)) faults.push(`contrast ${ratio.toFixed(2)}: ${e.tagName} "${e.textContent.trim().slice(0, 40)}"`);
+            }
+            for (const f of document.querySelectorAll('input:not([type=hidden]), select, textarea')) {
+                if (!f.labels || f.labels.length === 0) faults.push(`no label: ${f.id || f.name}`);
+            }
+            const wide = document.documentElement.scrollWidth;
+            if (wide > window.innerWidth) faults.push(`${wide} px wide in a window of ${window.innerWidth} px`);
+            return faults;
+        "#;
+        let faults = self.client.execute(CHECK, vec![]).await.expect("the accessibility check runs");
+        serde_json::from_value(faults).expect("a list of faults")
+    }
+
+    async fn assert_accessible(&self, screen: &str) {
+        let faults = self.accessibility_faults().await;
+        assert!(faults.is_empty(), "{screen}: {faults:?}");
+    }
+
+    /// Where the keyboard's focus goes, Tab after Tab from the top of a freshly loaded page: each focused
+    /// element's id, or its tag and text.
+    async fn tab_order(&self, steps: usize) -> Vec<String> {
+        let tab: char = fantoccini::key::Key::Tab.into();
+        let mut order = Vec::with_capacity(steps);
+        for _ in 0..steps {
+            let press = KeyActions::new("clavier".into())
+                .then(KeyAction::Down { value: tab })
+                .then(KeyAction::Up { value: tab });
+            self.client.perform_actions(press).await.expect("Tab");
+            let focused = self
+                .client
+                .execute(
+                    "const e = document.activeElement; \
+                     return e.id || (e.tagName.toLowerCase() + ':' + e.textContent.trim());",
+                    vec![],
+                )
+                .await
+                .expect("the focused element");
+            order.push(focused.as_str().unwrap_or_default().to_owned());
+        }
+        order
     }
 
     /// Reloads `path` until its source contains `text`.
@@ -371,29 +451,78 @@ async fn a_customer_pays_a_payment_link_on_a_phone_in_chromium() {
     browser.shows("#links", "Frais de scolarité").await;
     browser.shot("33-links").await;
 
+    // The form on the narrowest phone: one column, nothing wider than the screen, readable.
+    browser.client.set_window_size(SMALL_PHONE.0, SMALL_PHONE.1).await.expect("small phone size");
+    browser.client.goto(&url).await.expect("the link opens");
+    browser.shows("p.amount", "5 000 FCFA").await;
+    browser.assert_accessible("the form at 320 px").await;
+    browser.shot("40-payer-form-320").await;
+
     // The customer, on a phone: the form, a declined number, the failure, a retry that succeeds.
     browser.client.set_window_size(PHONE.0, PHONE.1).await.expect("phone size");
     browser.client.goto(&url).await.expect("the link opens");
     browser.shows("p.amount", "5 000 FCFA").await;
+    browser.assert_accessible("the form").await;
+    let order = browser.tab_order(6).await;
+    assert_eq!(
+        order,
+        ["fournisseur", "pays", "telephone", "nom", "email", "button:Payer 5 000 FCFA"],
+        "the keyboard goes through the form in reading order"
+    );
     browser.shot("41-payer-form").await;
     browser.click("#fournisseur option[value='mtn_momo']").await;
     browser.click("#pays option[value='BJ']").await;
     browser.fill("#telephone", "97 00 00 01").await;
     browser.click("button[type=submit]").await;
     browser.shows("h1", "Validez le paiement").await;
+    browser.assert_accessible("the waiting screen").await;
     browser.shot("42-payer-waiting").await;
     browser.shows("h1", "Paiement refusé").await; // the page refreshes itself, no script
+    browser.assert_accessible("the failure").await;
     browser.shot("43-payer-declined").await;
     browser.click("a.button").await;
+    browser.click("#fournisseur option[value='mtn_momo']").await;
+    browser.click("#pays option[value='BJ']").await;
     browser.fill("#telephone", "+229 97 00 00 55").await;
-    // A double tap: both clicks reach the server before the page changes; one payment comes of it.
+    // The same form sent twice at once with this browser's cookie, as two taps whose posts both reach the
+    // server, then tapped twice more in the browser: one payment comes of all four.
+    let form = browser.source().await;
+    let token = form
+        .split("name=\"jeton\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the form's token")
+        .to_owned();
+    let cookie = browser.client.get_named_cookie("caisse_payer").await.expect("the page's cookie");
+    let cookie = format!("caisse_payer={}", cookie.value());
+    let phone = "+229 97 00 00 55";
+    let fields = [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", phone)];
+    let post = || {
+        let form = serde_urlencoded::to_string(fields).expect("a form");
+        let req = app.post(&format!("/payer/{id}")).no_auth().header("cookie", &cookie);
+        let client = support::Api { client: awc::Client::builder().disable_redirects().finish(), ..app.api.clone() };
+        async move { client.fetch(req.raw(Some("application/x-www-form-urlencoded"), form)).await }
+    };
+    let (first, second) = futures_util::future::join(post(), post()).await;
+    assert_eq!((first.status, second.status), (303, 303));
+    assert_eq!(first.header("location"), second.header("location"), "both posts land on one payment");
     browser
         .client
         .execute("const b = document.querySelector('button[type=submit]'); b.click(); b.click();", vec![])
         .await
         .expect("double tap");
     browser.shows("h1", "Paiement réussi").await;
+    assert_eq!(
+        format!("{}{}", app.address, browser.path().await),
+        first.header("location").unwrap_or_default(),
+        "the browser's taps land on the payment the two posts made"
+    );
+    browser.assert_accessible("the receipt").await;
     browser.shot("44-payer-receipt").await;
+    browser.client.set_window_size(SMALL_PHONE.0, SMALL_PHONE.1).await.expect("small phone size");
+    browser.assert_accessible("the receipt at 320 px").await;
+    browser.shot("48-payer-receipt-320").await;
+    browser.client.set_window_size(PHONE.0, PHONE.1).await.expect("phone size");
     let payments = app.list_all("/v1/transactions?type=paiement", 100).await;
     let paid: Vec<_> = payments.iter().filter(|p| p["statut"] == "succes").collect();
     assert_eq!((payments.len(), paid.len()), (2, 1), "one declined, one paid: {payments:?}");
@@ -403,6 +532,7 @@ async fn a_customer_pays_a_payment_link_on_a_phone_in_chromium() {
     browser.client.goto(&url).await.expect("the link opens");
     browser.shows("h1", "Paiement impossible").await;
     browser.shows("main", "déjà été payé").await;
+    browser.assert_accessible("the paid link").await;
     browser.shot("45-payer-paid-link").await;
 
     // The merchant sees the payment, with the link's id in its metadata, and the link paid.
@@ -461,6 +591,16 @@ async fn a_customer_pays_through_waves_page_and_comes_back_in_chromium() {
     browser.shows("h1", "Payer 2500 XOF").await;
     assert!(browser.client.current_url().await.expect("url").as_str().starts_with(&fake.base));
     browser.shot("52-wave-page").await;
+    // The link's own page for this payment, if the customer comes back to it before paying, says to finish at
+    // Wave and leads there again.
+    let started = app.list_all("/v1/transactions?type=paiement", 10).await;
+    let reference = text(&started[0]["reference"]).to_owned();
+    browser.goto(&format!("/payer/{}/{reference}", text(&link.json["id"]))).await;
+    browser.shows("h1", "Terminez le paiement").await;
+    browser.shows("a.button", "Continuer vers Wave").await;
+    browser.assert_accessible("the page leading to Wave's").await;
+    browser.click("a.button").await;
+    browser.shows("h1", "Payer 2500 XOF").await;
     browser.click("#pay").await;
     // Back through /retour to the link's page, which ends on the receipt.
     browser.shows("h1", "Paiement réussi").await;

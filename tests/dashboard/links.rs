@@ -77,3 +77,45 @@ async fn a_link_is_created_listed_shown_with_its_qr_code_and_deactivated() {
     assert_eq!(stranger.get(&format!("{to}/qr.svg")).await.status, 404);
     assert_eq!(agent.post(&format!("{to}/deactivate"), &[]).await.status, 403);
 }
+
+/// Customers pay a `multiple` link on its page, one of them typing markup as a name: the list and the link's
+/// page show the payments and the amount collected, and the merchant's pages show the name as text.
+#[actix_web::test]
+async fn a_links_payments_and_what_customers_typed_reach_the_dashboard_as_text() {
+    use caisse_engine::domain::money::{format_major, Currency};
+
+    let app = spawn_app().await;
+    let body = serde_json::json!({"montant": 1_500, "devise": "XOF", "description": "Don", "usage": "multiple"});
+    let created = app.send(app.post("/v1/liens").json(&body)).await;
+    created.expect(201);
+    let id = created.json["id"].as_str().expect("an id").to_owned();
+    let script = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+    let mut references = Vec::new();
+    for name in [script, "Awa"] {
+        let mut customer = app.agent();
+        let form = customer.get(&format!("/payer/{id}")).await;
+        let token = hidden(&form.expect(200).body, "jeton").expect("the form's token");
+        let fields =
+            [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97000055")];
+        let sent = customer.post(&format!("/payer/{id}"), &[&fields[..], &[("nom", name)]].concat()).await;
+        let to = sent.header("location").expect("the waiting page").to_owned();
+        references.push(to.rsplit('/').next().unwrap_or_default().to_owned());
+    }
+    for reference in &references {
+        app.wait_payment(reference, "succes").await;
+    }
+
+    let mut agent = app.logged_in().await;
+    let collected = format_major(3_000, Currency::XOF);
+    agent.get("/links").await.expect(200).contains(&collected);
+    let detail = agent.get(&format!("/links/{id}")).await;
+    detail.expect(200).contains(&collected);
+    for reference in &references {
+        detail.contains(reference);
+    }
+    let page = agent.get(&format!("/transactions/{}", references[0])).await;
+    page.expect(200)
+        .contains("&lt;script&gt;alert(1)&lt;/script&gt;")
+        .contains(&format!("&quot;lien_id&quot;:&quot;{id}&quot;"));
+    assert!(!page.body.contains("<script>") && !page.body.contains("<img src=x"), "{}", page.body);
+}
