@@ -495,3 +495,38 @@ async fn deactivated_and_expired_links_answer_410() {
     assert!(body(&late).contains("a expiré"));
     assert!(app.list_all("/v1/transactions", 100).await.is_empty(), "nothing was created");
 }
+
+/// Customers who all started paying a `unique` link before it was paid all complete and are counted: the link
+/// closes at its first success, and what was already under way is credited, not lost.
+#[actix_web::test]
+async fn a_unique_link_paid_by_concurrent_customers_counts_every_success_and_then_closes() {
+    // The sandbox approves after 800 ms, so every post is in before the first success.
+    let app = crate::support::spawn_app_with(|s| s.sandbox_delay_ms = 800).await;
+    let id = text(&create_link(&app, &link_body(2_000)).await["id"]).to_owned();
+    let mut customers = Vec::new();
+    for _ in 0..3 {
+        let mut customer = Customer::new();
+        let token = customer.form(&app, &id).await;
+        customers.push((customer, token));
+    }
+    let posts = customers.iter().map(|(customer, token)| {
+        let (app, id) = (&app, id.as_str());
+        async move {
+            let fields =
+                [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97000055")];
+            location(app, &customer.post(app, id, &fields).await)
+        }
+    });
+    let places = futures_util::future::join_all(posts).await;
+    for place in &places {
+        assert!(final_page(&app, place).await.contains("Paiement réussi"));
+    }
+    let link = app.get_ok(&format!("/v1/liens/{id}")).await;
+    assert_eq!(
+        (link["statut"].as_str(), int(&link["nombre_paiements"]), int(&link["montant_encaisse"])),
+        (Some("paye"), 3, 6_000)
+    );
+    assert_eq!(app.fetch(app.get(&format!("/payer/{id}")).no_auth()).await.status, 410);
+    let mut late = Customer::new();
+    assert_eq!(late.get(&app, &format!("/payer/{id}")).await.status, 410, "no form once paid");
+}
