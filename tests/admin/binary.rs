@@ -203,6 +203,67 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
     assert_eq!(listed[0]["statut"], "actif");
 }
 
+/// A payment link's page offers the link's fournisseurs that are active now. After a restart in which one has
+/// lost its adapter (its route goes to an adapter without credentials), the page leaves it out, and a link with
+/// no fournisseur left says payment is impossible for now, with no form.
+#[actix_web::test]
+async fn a_links_page_offers_only_the_fournisseurs_active_now() {
+    let work = tempfile::tempdir().expect("work dir");
+    let (port, admin_port) = (free_port(), free_port());
+    let defaults = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/caisse.default.toml"))
+        .expect("the default configuration");
+    std::fs::write(work.path().join("caisse.toml"), &defaults).expect("caisse.toml");
+    let serve = || {
+        let mut command = caisse(work.path(), port, admin_port, None);
+        command
+            .arg("serve")
+            .env("CAISSE_SANDBOX_SIMULATOR", "true")
+            .env("CAISSE_PUBLIC_URL", "https://pay.example.com")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Server(command.spawn().expect("caisse serve starts"))
+    };
+    let created = json_lines(&run(caisse(work.path(), port, admin_port, None).args([
+        "merchant",
+        "create",
+        "--name",
+        "Boutique",
+        "--email",
+        "b@example.com",
+        "--json",
+    ])));
+    let api = Api::new(&format!("http://127.0.0.1:{port}"), created[0]["secret_key"].as_str().expect("a key"));
+    let mut server = serve();
+    listening(&mut server, port).await;
+    let mut links = Vec::new();
+    for providers in [serde_json::json!(["mtn_momo", "moov_money"]), serde_json::json!(["moov_money"])] {
+        let body =
+            serde_json::json!({"montant": 1_000, "devise": "XOF", "description": "x", "fournisseurs": providers});
+        let link = api.send(api.post("/v1/liens").json(&body)).await;
+        link.expect(201);
+        links.push(link.json["id"].as_str().expect("an id").to_owned());
+    }
+    let page = api.fetch(api.get(&format!("/payer/{}", links[0])).no_auth()).await;
+    let html = String::from_utf8_lossy(&page.body).into_owned();
+    assert!(html.contains("value=\"mtn_momo\"") && html.contains("value=\"moov_money\""), "{html}");
+    drop(server);
+
+    let moov_without_adapter =
+        defaults.replace("code = \"moov_money\"\n", "code = \"moov_money\"\nadapter = \"wave\"\n");
+    assert_ne!(moov_without_adapter, defaults, "the configuration names moov_money");
+    std::fs::write(work.path().join("caisse.toml"), moov_without_adapter).expect("caisse.toml");
+    let mut server = serve();
+    listening(&mut server, port).await;
+    let page = api.fetch(api.get(&format!("/payer/{}", links[0])).no_auth()).await;
+    page.expect(200);
+    let html = String::from_utf8_lossy(&page.body).into_owned();
+    assert!(html.contains("value=\"mtn_momo\"") && !html.contains("value=\"moov_money\""), "{html}");
+    let none_left = api.fetch(api.get(&format!("/payer/{}", links[1])).no_auth()).await;
+    assert_eq!(none_left.status, 503);
+    let html = String::from_utf8_lossy(&none_left.body).into_owned();
+    assert!(html.contains("Aucun moyen de paiement") && !html.contains("<form"), "{html}");
+}
+
 /// The secret key of the merchant in `tests/fixtures/sled-store.tar.gz`.
 const FIXTURE_KEY: &str = "sk_test_luqpTDTtcBFckMR5RLQ3ARHqaOVtBWHk";
 
