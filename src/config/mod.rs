@@ -313,13 +313,31 @@ fn check_public_url(url: &str) -> Result<(), ConfigError> {
         return Ok(());
     }
     let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
-        return Err(bad("public_url", format!("`{url}` is not an http(s) URL")));
+        return Err(bad("public_url", format!("`{url}` is not an http(s) URL (a lowercase http:// or https://)")));
     };
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) || rest.chars().any(|c| c.is_whitespace()) {
-        return Err(bad(
+    let not_origin = || {
+        bad(
             "public_url",
             format!("`{url}` is not an origin: give scheme://host[:port] only, Caisse is served at its host's root"),
-        ));
+        )
+    };
+    // Printable ASCII only, as every URL built on it must be (a provider's return URL, a link's address).
+    if !url.bytes().all(|b| b.is_ascii_graphic()) || rest.contains(['/', '\\', '?', '#', '@']) {
+        return Err(not_origin());
+    }
+    // `host`, `host:port` or `[v6]:port`, with a non-empty host and a port that is a port.
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && (!host.starts_with('[') || host.ends_with(']')) => {
+            (host, Some(port))
+        }
+        _ => (rest, None),
+    };
+    let port_ok = match port {
+        None => true,
+        Some(p) => p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok(),
+    };
+    if host.is_empty() || !port_ok {
+        return Err(not_origin());
     }
     Ok(())
 }
@@ -853,6 +871,12 @@ mod tests {
             ("CAISSE_PUBLIC_URL", "https://example.com/caisse", "public_url"),
             ("CAISSE_PUBLIC_URL", "https://example.com?x=1", "public_url"),
             ("CAISSE_PUBLIC_URL", "https://user@example.com", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://café.example", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://:8443", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://pay.example.com:99999", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://pay.example.com:abc", "public_url"),
+            ("CAISSE_PUBLIC_URL", "https://pay.example.com\\x", "public_url"),
+            ("CAISSE_PUBLIC_URL", "HTTPS://pay.example.com", "public_url"),
         ];
         for (var, value, setting) in cases {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
@@ -864,6 +888,10 @@ mod tests {
     fn public_url_is_an_origin_and_a_trailing_slash_is_dropped() {
         let s = Settings::load(None, env(&[("CAISSE_PUBLIC_URL", "https://pay.example.com:8443/")]), Layer::default());
         assert_eq!(s.unwrap().public_url, "https://pay.example.com:8443");
+        for origin in ["http://[::1]:8080", "http://127.0.0.1:8080", "https://pay.example.com"] {
+            let s = Settings::load(None, env(&[("CAISSE_PUBLIC_URL", origin)]), Layer::default());
+            assert_eq!(s.map(|s| s.public_url).ok().as_deref(), Some(origin));
+        }
         let err = Settings::load(None, env(&[("CAISSE_PUBLIC_URL", "https://example.com/caisse")]), Layer::default());
         assert!(err.unwrap_err().reason.contains("scheme://host[:port]"));
     }

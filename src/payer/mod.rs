@@ -339,9 +339,15 @@ pub async fn submit(
             Some(url) if matches!(payment.status, PaymentStatus::Initiated | PaymentStatus::Processing) => {
                 see_other(url)
             }
-            // The waiting page under `public_url`, as the provider's return page is (`checked_payment`).
+            // The waiting page under `public_url` when one is set, as the provider's return page is
+            // (`checked_payment`). Without one (the sandbox) the path alone keeps the customer on whatever
+            // address they opened the link at: a phone on the LAN, a remapped container port.
             _ => {
-                let base = state.links_base.as_deref().unwrap_or("/payer/");
+                let base = if state.settings.public_url.is_empty() {
+                    "/payer/"
+                } else {
+                    state.links_base.as_deref().unwrap_or("/payer/")
+                };
                 see_other(&format!("{base}{}/{}", found.link.id, payment.reference))
             }
         },

@@ -298,5 +298,6 @@ async fn a_link_request_replayed_with_its_idempotency_key_makes_one_link() {
     off.expect(200);
     let replay = app.send(app.post(&path).idem("off-1")).await;
     replay.expect(200);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
     assert_eq!(replay.json, off.json);
 }
