@@ -59,6 +59,11 @@ fn run(command: &mut Command) -> Output {
     command.output().expect("caisse runs")
 }
 
+/// `caisse merchant create` of the merchant "Boutique", through `command` (the server's admin API or the store).
+fn create_boutique(mut command: Command) -> Vec<Value> {
+    json_lines(&run(command.args(["merchant", "create", "--name", "Boutique", "--email", "b@example.com", "--json"])))
+}
+
 fn json_lines(output: &Output) -> Vec<Value> {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).expect("one JSON object")).collect()
@@ -131,15 +136,7 @@ async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
     let listed = admin.fetch(admin.get("/admin/merchants")).await;
     assert_eq!(listed.json["data"], serde_json::json!([]), "production starts without a demo merchant");
 
-    let created = json_lines(&run(caisse(work.path(), port, admin_port, Some(TOKEN)).args([
-        "merchant",
-        "create",
-        "--name",
-        "Boutique",
-        "--email",
-        "b@example.com",
-        "--json",
-    ])));
+    let created = create_boutique(caisse(work.path(), port, admin_port, Some(TOKEN)));
     let key = created[0]["secret_key"].as_str().expect("a key");
     assert!(key.starts_with("sk_live_"));
     let id = created[0]["id"].as_str().expect("an id").to_owned();
@@ -223,15 +220,7 @@ async fn a_links_page_offers_only_the_fournisseurs_active_now() {
             .stderr(Stdio::null());
         Server(command.spawn().expect("caisse serve starts"))
     };
-    let created = json_lines(&run(caisse(work.path(), port, admin_port, None).args([
-        "merchant",
-        "create",
-        "--name",
-        "Boutique",
-        "--email",
-        "b@example.com",
-        "--json",
-    ])));
+    let created = create_boutique(caisse(work.path(), port, admin_port, None));
     let api = Api::new(&format!("http://127.0.0.1:{port}"), created[0]["secret_key"].as_str().expect("a key"));
     let mut server = serve();
     listening(&mut server, port).await;
