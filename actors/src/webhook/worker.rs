@@ -172,13 +172,7 @@ impl Worker {
     /// not, on waking, write an older attempt's outcome over what the new holder saved. The notification then
     /// stays as the holder left it, due if it was, so the cost is at most a repeated delivery, never a lost
     /// one.
-    fn record_attempt(
-        &mut self,
-        n: Notification,
-        fence: Option<Fence>,
-        outcome: AttemptOutcome,
-        ctx: &mut Context<Self>,
-    ) {
+    fn record_attempt(&mut self, n: Notification, fence: Option<Fence>, outcome: AttemptOutcome) {
         let after = after_attempt(&n, &outcome, &self.config.schedule, jitter_unit());
         METRICS.delivery(match after.state {
             DeliveryState::Delivered => DeliveryResult::Delivered,
@@ -195,35 +189,39 @@ impl Worker {
         let dispatcher = self.dispatcher.clone();
         let saved = self.outbox.save_notification(&n, &after, fence);
         let retry_at = after.next_attempt_at.map(Timestamp::unix_ms);
-        ctx.spawn(
-            async move {
-                let failure = match saved {
-                    Ok(ticket) => match ticket.await {
-                        Ok(Ok(())) => None,
-                        Ok(Err(e)) => Some(e),
-                        Err(_) => Some(StoreError::Closed),
-                    },
-                    Err(e) => Some(e),
-                };
-                let waits = match (&failure, retry_at) {
-                    (Some(_), _) => Waits::AsBefore,
-                    (None, Some(at)) => Waits::At(at),
-                    (None, None) => Waits::No,
-                };
-                if let Some(error) = failure {
-                    let hold_ms = hold.as_millis() as u64;
-                    match error {
-                        // Refused by the fence: another node holds the merchant now (or the store was opened
-                        // again); the notification stays as stored there, and its holder delivers it.
-                        StoreError::NotOwner(_) | StoreError::Aborted => tracing::info!(notification = %id, %error, hold_ms, "attempt's outcome not saved: the merchant's deliveries moved on"),
-                        _ => tracing::error!(notification = %id, %error, hold_ms, "attempt not persisted; it will be retried"),
+        // A task of its own, like the attempt (see `start`): it needs nothing of the actor, and a restart of the
+        // actor's context, which drops what was spawned on it, must not drop the `Settled` the dispatcher waits
+        // for (without it the notification would stay in flight there, never offered again).
+        actix_rt::spawn(async move {
+            let failure = match saved {
+                Ok(ticket) => match ticket.await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(_) => Some(StoreError::Closed),
+                },
+                Err(e) => Some(e),
+            };
+            let waits = match (&failure, retry_at) {
+                (Some(_), _) => Waits::AsBefore,
+                (None, Some(at)) => Waits::At(at),
+                (None, None) => Waits::No,
+            };
+            if let Some(error) = failure {
+                let hold_ms = hold.as_millis() as u64;
+                match error {
+                    // Refused by the fence: another node holds the merchant now (or the store was opened
+                    // again); the notification stays as stored there, and its holder delivers it.
+                    StoreError::NotOwner(_) | StoreError::Aborted => {
+                        tracing::info!(notification = %id, %error, hold_ms, "attempt's outcome not saved: the merchant's deliveries moved on")
                     }
-                    actix_rt::time::sleep(hold).await;
+                    _ => {
+                        tracing::error!(notification = %id, %error, hold_ms, "attempt not persisted; it will be retried")
+                    }
                 }
-                dispatcher.do_send(Settled { id, waits });
+                actix_rt::time::sleep(hold).await;
             }
-            .into_actor(self),
-        );
+            dispatcher.do_send(Settled { id, waits });
+        });
     }
 
     /// Starts waiting deliveries of `host` while it has room.
@@ -249,7 +247,7 @@ impl Worker {
             }
             match self.target(&next) {
                 Ok(target) => self.start(next, fence, target, ctx),
-                Err(error) => self.fail_now(next, fence, error, ctx),
+                Err(error) => self.fail_now(next, fence, error),
             }
         }
     }
@@ -267,7 +265,7 @@ impl Worker {
     }
 
     /// An attempt that could not even start (no URL, unknown merchant) counts as a failed attempt.
-    fn fail_now(&mut self, n: Notification, fence: Option<Fence>, error: String, ctx: &mut Context<Self>) {
+    fn fail_now(&mut self, n: Notification, fence: Option<Fence>, error: String) {
         let outcome = AttemptOutcome {
             at: Timestamp::now(),
             signed_at_s: None,
@@ -275,7 +273,7 @@ impl Worker {
             error: Some(error),
             latency_ms: 0,
         };
-        self.record_attempt(n, fence, outcome, ctx);
+        self.record_attempt(n, fence, outcome);
     }
 }
 
@@ -334,7 +332,7 @@ impl Handler<Attempted> for Worker {
             h.in_flight = h.in_flight.saturating_sub(1);
             h.slow = slow;
         }
-        self.record_attempt(n, fence, outcome, ctx);
+        self.record_attempt(n, fence, outcome);
         self.pump(&host, ctx);
     }
 }
@@ -381,7 +379,7 @@ impl Handler<Deliver> for Worker {
         };
         let target = match self.target(&n) {
             Ok(target) => target,
-            Err(error) => return self.fail_now(n, fence, error, ctx),
+            Err(error) => return self.fail_now(n, fence, error),
         };
         let host = self.hosts.entry(target.host.clone()).or_default();
         let limit = if host.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
