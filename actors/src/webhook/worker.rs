@@ -211,12 +211,18 @@ impl Worker {
                 match error {
                     // Refused by the fence: another node holds the merchant now (or the store was opened
                     // again); the notification stays as stored there, and its holder delivers it.
-                    StoreError::NotOwner(_) | StoreError::Aborted => {
-                        tracing::info!(notification = %id, %error, hold_ms, "attempt's outcome not saved: the merchant's deliveries moved on")
-                    }
-                    _ => {
-                        tracing::error!(notification = %id, %error, hold_ms, "attempt not persisted; it will be retried")
-                    }
+                    StoreError::NotOwner(_) | StoreError::Aborted => tracing::info!(
+                        notification = %id,
+                        %error,
+                        hold_ms,
+                        "attempt's outcome not saved: the merchant's deliveries moved on"
+                    ),
+                    _ => tracing::error!(
+                        notification = %id,
+                        %error,
+                        hold_ms,
+                        "attempt not persisted; it will be retried"
+                    ),
                 }
                 actix_rt::time::sleep(hold).await;
             }
