@@ -95,7 +95,7 @@ async fn stylesheet(app: &TestApp) -> usize {
 /// The 303's target as a path of this server. The test servers set no `public_url`, so it is a path, which
 /// keeps the customer on the address the link was opened at (`the_page_answers_under_the_public_url` has one).
 #[track_caller]
-fn location(_app: &TestApp, resp: &Resp) -> String {
+fn location(resp: &Resp) -> String {
     resp.expect(303);
     let to = resp.header("location").expect("a Location");
     assert!(to.starts_with("/payer/"), "the 303 leaves this server: {to}");
@@ -179,7 +179,7 @@ async fn a_customer_pays_a_link_and_ends_on_a_receipt() {
 
     let token = hidden(&html, "jeton").unwrap();
     let fields = [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97 00 00 55")];
-    let to = location(&app, &customer.post(&app, id, &fields).await);
+    let to = location(&customer.post(&app, id, &fields).await);
     assert!(to.starts_with(&format!("/payer/{id}/pay_")), "{to}");
     assert!(format!("{}{to}", app.address).starts_with(&format!("{}/pay_", text(&link["url"]))), "{to}");
     let waiting = app.fetch(app.get(&to).no_auth()).await;
@@ -212,11 +212,11 @@ async fn a_declined_number_shows_the_failure_and_a_retry_succeeds() {
     let link = create_link(&app, &link_body(3_000)).await;
     let id = text(&link["id"]);
     let mut customer = Customer::new();
-    let to = location(&app, &customer.pay(&app, id, "01").await);
+    let to = location(&customer.pay(&app, id, "01").await);
     let failed = final_page(&app, &to).await;
     assert!(failed.contains("Paiement refusé") && failed.contains(&format!("href=\"/payer/{id}\"")), "{failed}");
     assert_eq!(int(&app.get_ok(&format!("/v1/liens/{id}")).await["nombre_paiements"]), 0);
-    let to = location(&app, &customer.pay(&app, id, "55").await);
+    let to = location(&customer.pay(&app, id, "55").await);
     assert!(final_page(&app, &to).await.contains("Paiement réussi"));
     let link = app.get_ok(&format!("/v1/liens/{id}")).await;
     assert_eq!((int(&link["nombre_paiements"]), link["statut"].as_str()), (1, Some("paye")));
@@ -232,9 +232,9 @@ async fn a_double_submit_makes_one_payment() {
     let fields = [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97000055")];
     let (first, second) =
         futures_util::future::join(customer.post(&app, id, &fields), customer.post(&app, id, &fields)).await;
-    assert_eq!(location(&app, &first), location(&app, &second), "both taps land on the same payment");
+    assert_eq!(location(&first), location(&second), "both taps land on the same payment");
     let third = customer.post(&app, id, &fields).await;
-    assert_eq!(location(&app, &third), location(&app, &first));
+    assert_eq!(location(&third), location(&first));
     let listed = app.list_all("/v1/transactions?type=paiement", 100).await;
     assert_eq!(listed.len(), 1, "one payment: {listed:?}");
     // The same form with another number is not a second payment either.
@@ -314,7 +314,7 @@ async fn what_customers_and_merchants_type_is_escaped() {
         ("telephone", "97000055"),
         ("nom", script),
     ];
-    let to = location(&app, &customer.post(&app, id, &fields).await);
+    let to = location(&customer.post(&app, id, &fields).await);
     let receipt = final_page(&app, &to).await;
     assert!(!receipt.contains("<script>") && !receipt.contains("<img src=x"));
     assert_eq!(app.get_payment(&reference_in(&to)).await["client_nom"], script, "kept as typed, as text");
@@ -339,7 +339,7 @@ async fn a_multiple_link_counts_every_success_exactly_under_concurrent_payments(
         async move {
             let fields =
                 [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", phone.as_str())];
-            location(app, &customer.post(app, &id, &fields).await)
+            location(&customer.post(app, &id, &fields).await)
         }
     });
     let places = futures_util::future::join_all(posts).await;
@@ -405,7 +405,7 @@ async fn every_page_of_the_flow_is_small_french_and_self_contained() {
     self_contained(&refused, css, &[]);
 
     // The waiting screen (a number ending in 02 is never approved), then the expired payment.
-    let to = location(&app, &customer.pay(&app, id, "02").await);
+    let to = location(&customer.pay(&app, id, "02").await);
     let waiting = app.fetch(app.get(&to).no_auth()).await;
     assert!(body(&waiting).contains("Validez le paiement"), "{}", body(&waiting));
     self_contained(&waiting, css, &[]);
@@ -414,11 +414,11 @@ async fn every_page_of_the_flow_is_small_french_and_self_contained() {
     self_contained(&expired, css, &[]);
 
     // The failure, then the receipt with its way back to the merchant.
-    let to = location(&app, &customer.pay(&app, id, "01").await);
+    let to = location(&customer.pay(&app, id, "01").await);
     let failed = final_resp(&app, &to).await;
     assert!(body(&failed).contains("Paiement refusé"));
     self_contained(&failed, css, &[]);
-    let to = location(&app, &customer.pay(&app, id, "55").await);
+    let to = location(&customer.pay(&app, id, "55").await);
     let receipt = final_resp(&app, &to).await;
     assert!(body(&receipt).contains("Paiement réussi") && body(&receipt).contains(back));
     self_contained(&receipt, css, &[back]);
@@ -518,7 +518,7 @@ async fn a_unique_link_paid_by_concurrent_customers_counts_every_success_and_the
         async move {
             let fields =
                 [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97000055")];
-            location(app, &customer.post(app, id, &fields).await)
+            location(&customer.post(app, id, &fields).await)
         }
     });
     let places = futures_util::future::join_all(posts).await;
