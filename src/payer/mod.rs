@@ -6,8 +6,10 @@
 //!   why (410); an unknown one is 404.
 //! - `POST /payer/{id}`: starts an ordinary payment through the merchant's actor, with `metadata.lien_id`, and
 //!   answers 303 to the waiting page, or to the provider's page when it needs the customer's browser.
-//! - `GET /payer/{id}/{reference}`: the payment's status, refreshed by the page itself until it is final,
-//!   then a receipt, or the failure with a way to try again. It shows only a payment made through this link.
+//! - `GET /payer/{id}/{reference}?cle=…`: the payment's status, refreshed by the page itself until it is
+//!   final, then a receipt, or the failure with a way to try again. It shows only a payment made through this
+//!   link, and only with the payment's own page key (`cle`): references are ordered ids, so a customer who
+//!   knows theirs could otherwise guess the next customer's.
 //!
 //! - `GET /retour/{transaction id}`: where a provider that took the customer to its own page (Wave) sends the
 //!   browser back. It forwards to the payment's `url_retour` with `reference` added, so merchants need no
@@ -27,7 +29,7 @@ use std::time::Instant;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use caisse_engine::domain::ids::{new_id, validate_id, IdKind, MerchantId};
+use caisse_engine::domain::ids::{new_id, random_base62, validate_id, IdKind, MerchantId};
 use caisse_engine::domain::links::Link;
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::provider::{ProviderRoute, ReturnUrl};
@@ -37,6 +39,7 @@ use caisse_engine::domain::text::{Email, Name, Reference};
 use caisse_engine::domain::time::Timestamp;
 use caisse_engine::{EngineError, Executed, Idempotency, NewPayment, Record, Rejection};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::config::{Environment, Operation};
 use crate::dashboard::Form;
@@ -51,6 +54,10 @@ pub const POSTS_PER_MINUTE: u32 = 10;
 pub const MAX_FORM_BYTES: usize = 4 * 1024;
 /// How long a double tap waits for the first tap's payment before it is shown.
 const DOUBLE_TAP_WAIT_MS: u64 = 5_000;
+/// Length of a payment page's key (base62, about 131 bits).
+const PAGE_KEY_LEN: usize = 22;
+/// The query parameter that carries a payment page's key.
+const PAGE_KEY: &str = "cle";
 
 /// What the payment page keeps between requests, shared by every worker.
 pub struct PayerState {
@@ -339,17 +346,7 @@ pub async fn submit(
             Some(url) if matches!(payment.status, PaymentStatus::Initiated | PaymentStatus::Processing) => {
                 see_other(url)
             }
-            // The waiting page under `public_url` when one is set, as the provider's return page is
-            // (`checked_payment`). Without one (the sandbox) the path alone keeps the customer on whatever
-            // address they opened the link at: a phone on the LAN, a remapped container port.
-            _ => {
-                let base = if state.settings.public_url.is_empty() {
-                    "/payer/"
-                } else {
-                    state.links_base.as_deref().unwrap_or("/payer/")
-                };
-                see_other(&format!("{base}{}/{}", found.link.id, payment.reference))
-            }
+            _ => to_waiting_page(&state, &payment),
         },
         Err(Started::Closed) => closed(&found, Timestamp::now()),
         Err(Started::Reused) => trouble(
@@ -362,6 +359,39 @@ pub async fn submit(
         }
         Err(Started::Failed(answer)) => answer,
     }
+}
+
+/// Where the form sends the customer once the payment is made: its page, as kept in the payment's route (the
+/// provider's return page is the same address), so a double tap that replays the first tap's payment lands on
+/// the first tap's page, key included. Under `public_url` when one is set; without one (the sandbox) the path
+/// alone keeps the customer on whatever address they opened the link at (a phone on the LAN, a remapped port).
+fn to_waiting_page(state: &AppState, payment: &Payment) -> HttpResponse {
+    let route = match state.engine.route_of(&payment.transaction_id) {
+        Ok(route) => route,
+        Err(e) => return engine_trouble("payment route", e),
+    };
+    let Some(page) = route.and_then(|r| r.return_url) else {
+        return internal("payment route", format!("{} has no page", payment.reference));
+    };
+    let page = page.as_str();
+    if !state.settings.public_url.is_empty() {
+        return see_other(page);
+    }
+    match page.find("/payer/") {
+        Some(at) => see_other(&page[at..]),
+        None => internal("payment route", format!("{} has a page outside /payer/", payment.reference)),
+    }
+}
+
+/// The key in a payment page's address (`…?cle=…`), if any.
+fn page_key(url: &str) -> Option<&str> {
+    key_in_query(url.split_once('?')?.1)
+}
+
+/// The page key among a query's parameters (`a=1&cle=…`), if any.
+fn key_in_query(query: &str) -> Option<&str> {
+    let query = query.split('#').next().unwrap_or_default();
+    query.split('&').find_map(|pair| pair.strip_prefix(PAGE_KEY)?.strip_prefix('='))
 }
 
 /// The payment the form asks for, checked by the same rules as the API's, with the route it takes.
@@ -386,8 +416,10 @@ fn checked_payment(
     let reference = Reference::parse(&new_id(IdKind::Payment)).map_err(|e| ApiError::internal("payment id", e))?;
     let base = state.links_base.as_deref().unwrap_or_default();
     let production = state.settings.environment == Environment::Production;
-    // The provider's page sends the customer back to this link's waiting page, which ends on the receipt.
-    let return_url = ReturnUrl::parse(&format!("{base}{}/{reference}", link.id), production)
+    // The provider's page sends the customer back to this link's waiting page, which ends on the receipt. Its
+    // key, drawn here and kept with the payment's route, is what opens that page.
+    let key = random_base62(PAGE_KEY_LEN);
+    let return_url = ReturnUrl::parse(&format!("{base}{}/{reference}?{PAGE_KEY}={key}", link.id), production)
         .map_err(|e| ApiError::internal("return url", e))?;
     let route = check_route(provider, &phone, "client_telephone", &ask).map_err(|e| match e.code {
         "unsupported_provider" => ApiError::invalid(
@@ -477,8 +509,8 @@ async fn start(
     }
 }
 
-/// `GET /payer/{id}/{reference}`.
-pub async fn status(state: web::Data<AppState>, path: web::Path<(String, String)>) -> HttpResponse {
+/// `GET /payer/{id}/{reference}?cle=…`.
+pub async fn status(state: web::Data<AppState>, req: HttpRequest, path: web::Path<(String, String)>) -> HttpResponse {
     let (id, reference) = path.into_inner();
     let found = match find(&state, &id).await {
         Ok(found) => found,
@@ -498,6 +530,19 @@ pub async fn status(state: web::Data<AppState>, path: web::Path<(String, String)
     else {
         return missing();
     };
+    // Only with the page's key. A payment whose route names no key was made before pages had keys: its
+    // address, already given to its customer and its provider, still opens it.
+    let route = match state.engine.route_of(&payment.transaction_id) {
+        Ok(route) => route,
+        Err(e) => return engine_trouble("payment route", e),
+    };
+    let expected = route.as_ref().and_then(|r| r.return_url.as_ref()).and_then(|url| page_key(url.as_str()));
+    if let Some(expected) = expected {
+        let given = key_in_query(req.query_string()).unwrap_or("");
+        if !bool::from(expected.as_bytes().ct_eq(given.as_bytes())) {
+            return missing();
+        }
+    }
     let provider_name = state
         .providers
         .get(payment.provider.as_str())
@@ -562,6 +607,15 @@ fn with_reference(url: &str, reference: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_key_is_read_from_its_own_parameter_only() {
+        assert_eq!(page_key("https://a.example/payer/lnk_1/pay_1?cle=abc"), Some("abc"));
+        assert_eq!(page_key("/payer/lnk_1/pay_1?reference=r&cle=abc#x"), Some("abc"));
+        assert_eq!(page_key("/payer/lnk_1/pay_1?clef=abc"), None);
+        assert_eq!(page_key("/payer/lnk_1/pay_1"), None);
+        assert_eq!(key_in_query("cle="), Some(""));
+    }
 
     #[test]
     fn the_reference_goes_in_the_query_before_any_fragment() {

@@ -154,8 +154,10 @@ async fn final_page(app: &TestApp, path: &str) -> String {
     body(&final_resp(app, path).await)
 }
 
+/// The payment's reference in its page's address (`/payer/{link}/{reference}?cle=…`).
 fn reference_in(location: &str) -> String {
-    location.rsplit('/').next().unwrap_or_default().to_owned()
+    let path = location.split('?').next().unwrap_or_default();
+    path.rsplit('/').next().unwrap_or_default().to_owned()
 }
 
 #[actix_web::test]
@@ -385,6 +387,30 @@ async fn the_page_is_small_self_contained_and_limits_posts() {
     let other = app.pay(1_000, "55").await;
     let path = format!("/payer/{id}/{}", text(&other["reference"]));
     assert_eq!(app.fetch(app.get(&path).no_auth()).await.status, 404, "another payment of the merchant");
+}
+
+/// A payment's page opens only with its own key: references are ordered ids, so a customer who knows theirs
+/// could otherwise read the next customer's receipt on a `multiple` link.
+#[actix_web::test]
+async fn a_payments_page_needs_its_own_key() {
+    let app = spawn_app().await;
+    let link =
+        create_link(&app, &json!({"montant": 1_500, "devise": "XOF", "description": "Don", "usage": "multiple"})).await;
+    let id = text(&link["id"]);
+    let mut first = Customer::new();
+    let mine = location(&first.pay(&app, id, "55").await);
+    let mut second = Customer::new();
+    let theirs = location(&second.pay(&app, id, "55").await);
+    assert!(mine.contains("?cle=") && theirs.contains("?cle="), "{mine} {theirs}");
+    assert!(final_page(&app, &mine).await.contains("Paiement réussi"));
+    let bare = theirs.split('?').next().unwrap_or_default().to_owned();
+    let my_key = &mine[mine.find("?cle=").unwrap_or_default()..];
+    for other in [bare.clone(), format!("{bare}?cle="), format!("{bare}{my_key}"), format!("{bare}?cle=x&cle=y")] {
+        let page = app.fetch(app.get(&other).no_auth()).await;
+        assert_eq!(page.status, 404, "{other}: {}", body(&page));
+        assert!(!body(&page).contains(&reference_in(&theirs)), "nothing of the other payment");
+    }
+    assert!(final_page(&app, &theirs).await.contains("Paiement réussi"));
 }
 
 #[actix_web::test]

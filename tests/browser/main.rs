@@ -605,8 +605,10 @@ async fn a_customer_pays_through_waves_page_and_comes_back_in_chromium() {
     // The link's own page for this payment, if the customer comes back to it before paying, says to finish at
     // Wave and leads there again.
     let started = app.list_all("/v1/transactions?type=paiement", 10).await;
-    let reference = text(&started[0]["reference"]).to_owned();
-    browser.goto(&format!("/payer/{}/{reference}", text(&link.json["id"]))).await;
+    let route = app.state.engine.route_of(text(&started[0]["transaction_id"])).expect("the route").expect("kept");
+    let page = route.return_url.expect("the payment's page").as_str().to_owned();
+    assert!(page.starts_with(&format!("{}/payer/{}/", app.address, text(&link.json["id"]))), "{page}");
+    browser.client.goto(&page).await.expect("the payment's page opens");
     browser.shows("h1", "Terminez le paiement").await;
     browser.shows("a.button", "Continuer vers Wave").await;
     browser.assert_accessible("the page leading to Wave's").await;

@@ -99,7 +99,8 @@ async fn a_links_payments_and_what_customers_typed_reach_the_dashboard_as_text()
             [("jeton", token.as_str()), ("fournisseur", "mtn_momo"), ("pays", "BJ"), ("telephone", "97000055")];
         let sent = customer.post(&format!("/payer/{id}"), &[&fields[..], &[("nom", name)]].concat()).await;
         let to = sent.header("location").expect("the waiting page").to_owned();
-        references.push(to.rsplit('/').next().unwrap_or_default().to_owned());
+        let page = to.split('?').next().unwrap_or_default();
+        references.push(page.rsplit('/').next().unwrap_or_default().to_owned());
     }
     for reference in &references {
         app.wait_payment(reference, "succes").await;
