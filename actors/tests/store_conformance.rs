@@ -172,6 +172,18 @@ impl Shop {
         record
     }
 
+    /// Decides and queues without waiting, as the actor does while earlier writes are in flight: the next
+    /// command is decided on what this one will make.
+    fn queue(&mut self, store: &dyn Store, command: Command) -> Ticket {
+        let (change, balances) = self.change(&command, None);
+        let record = change.record.clone();
+        let ticket = store.commit(change, &self.latch).expect("queued");
+        self.seq += 1;
+        self.balances = balances;
+        self.records.insert(record.key().to_owned(), record);
+        ticket
+    }
+
     fn pay(&mut self, store: &dyn Store, amount: i64, reference: &str) -> Record {
         self.run(store, Command::InitiatePayment(new_payment(amount, Some(reference))), None)
     }
@@ -505,6 +517,37 @@ fn everything_survives_a_reopen_and_the_audit_agrees(backend: &dyn Backend) {
     assert_eq!((report.merchants, report.events), (2, a.seq + b.seq));
 }
 
+/// A merchant's changes queued back to back, as a busy actor queues them, are committed together: each event
+/// reads back in order, alone and from the middle of what was committed at once, after a reopen too.
+fn changes_queued_together_read_back_event_by_event(backend: &dyn Backend) {
+    let place = backend.place();
+    let mut shop = Shop::new();
+    // More than one stored run of events holds (256), so a batch that took them all is split.
+    let count: u64 = 600;
+    {
+        let store = place.open();
+        let tickets: Vec<Ticket> = (0..count)
+            .map(|n| {
+                let payment = new_payment(1_000 + n as i64, Some(&format!("q-{n}")));
+                shop.queue(&*store, Command::InitiatePayment(payment))
+            })
+            .collect();
+        tickets.into_iter().for_each(wait);
+        let reference = Reference::parse("q-7").unwrap();
+        shop.run(&*store, Command::PaymentNotice { reference, notice: PaymentNotice::Confirmed }, None);
+    }
+    let store = place.open();
+    let seqs = |from: u64, limit: usize| -> Vec<u64> {
+        store.journal(&shop.id, from, limit).unwrap().iter().map(|event| event.seq).collect()
+    };
+    assert_eq!(seqs(1, 1_000), (1..=count + 1).collect::<Vec<_>>());
+    assert_eq!(seqs(250, 10), (250..260).collect::<Vec<_>>());
+    assert_eq!(seqs(count + 1, 5), vec![count + 1]);
+    let recovered = store.recover_merchant(&shop.id).unwrap();
+    assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
+    assert_eq!(store.audit().unwrap().events, shop.seq);
+}
+
 /// The audit at start replays each merchant's journal from its last audit checkpoint: what a passed audit
 /// replayed is not replayed again after a reopen, while the full audit still replays everything.
 fn the_audit_since_checkpoints_replays_only_what_is_new(backend: &dyn Backend) {
@@ -669,6 +712,11 @@ macro_rules! conformance {
             #[test]
             fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes() {
                 super::retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(&$backend);
+            }
+
+            #[test]
+            fn changes_queued_together_read_back_event_by_event() {
+                super::changes_queued_together_read_back_event_by_event(&$backend);
             }
 
             #[test]

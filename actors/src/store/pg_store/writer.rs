@@ -2,7 +2,8 @@
 //! transaction, acknowledged only after `COMMIT` returns.
 //!
 //! A task takes the first waiting job, then whatever else is already queued up to [`MAX_BATCH_JOBS`], folds
-//! their operations into the last value of each key (a key written twice in a batch is written once), and
+//! their operations into the last value of each key (a key written twice in a batch is written once), joins
+//! each merchant's consecutive journal events into runs (one row each, as the embedded store keeps them), and
 //! sends one multi-row upsert and one multi-row delete per table touched, pipelined on the connection inside
 //! one transaction. There are [`WRITERS`] such tasks, each with its own connection, and a merchant's changes
 //! always go to the same one (by shard): jobs commit in queue order, so a merchant's changes (queued by its
@@ -28,8 +29,10 @@ use tokio_postgres::types::ToSql;
 use super::conn::{db_error, Conn, QUERY_TIMEOUT};
 use super::schema::TreeSql;
 use crate::domain::records::Notification;
-use crate::store::layout::{CLAIMED, MERCHANTS, MERCHANT_KEYS, MERCHANT_SUSPENSIONS, RETIRED_KEYS};
-use crate::store::op::Op;
+use crate::store::layout::{
+    journal_runs, CLAIMED, JOURNAL, MERCHANTS, MERCHANT_KEYS, MERCHANT_SUSPENSIONS, RETIRED_KEYS,
+};
+use crate::store::op::{Op, TreeMap};
 use crate::store::{FailureLatch, Fence, StoreError};
 
 /// Jobs one transaction takes at most.
@@ -295,14 +298,24 @@ impl WriterTask {
     async fn write(&mut self, jobs: &[Job]) -> Result<(), Failed> {
         let mut trees: BTreeMap<usize, BTreeMap<&[u8], Option<&[u8]>>> = BTreeMap::new();
         let mut fences: BTreeSet<Fence> = BTreeSet::new();
+        // The journal's events, apart: a merchant's consecutive events in the batch become one row per run
+        // (`layout::journal_runs`), as the embedded store keeps them, so a busy merchant's events cost the
+        // database one row, one index entry and their log records per run rather than per event.
+        let mut events = TreeMap::new();
         for job in jobs {
             fences.extend(job.fence);
             for op in &job.ops {
                 match op {
-                    Op::Insert(tree, key, value) => trees.entry(*tree).or_default().insert(key, Some(value)),
-                    Op::Remove(tree, key) => trees.entry(*tree).or_default().insert(key, None),
-                };
+                    Op::Insert(JOURNAL, key, value) => drop(events.insert(key.clone(), Some(value.clone()))),
+                    Op::Remove(JOURNAL, key) => drop(events.insert(key.clone(), None)),
+                    Op::Insert(tree, key, value) => drop(trees.entry(*tree).or_default().insert(key, Some(value))),
+                    Op::Remove(tree, key) => drop(trees.entry(*tree).or_default().insert(key, None)),
+                }
             }
+        }
+        let runs = journal_runs(&events).map_err(Failed::Store)?;
+        for (key, entry) in &runs {
+            trees.entry(JOURNAL).or_default().insert(key, entry.as_deref());
         }
         if trees.is_empty() {
             return Ok(());
