@@ -29,7 +29,7 @@ use self::schema::TreeSql;
 use self::writer::{Job, WriterTask, QUEUE_CAPACITY, WRITERS};
 use super::kv::{Kv, Scan};
 use super::kv_store::KvStore;
-use super::layout::{merchant_of, MERCHANTS, TREE_NAMES};
+use super::layout::{merchant_of, JOURNAL, MERCHANTS, TREE_NAMES};
 use super::op::Op;
 use super::wait_polling;
 use super::{AccountLock, BackupReport, FailureLatch, Fence, Placement, StoreError, Ticket};
@@ -57,8 +57,14 @@ fn account_lock_key(merchant: &MerchantId) -> i64 {
     i64::from_be_bytes(first)
 }
 
-/// Rows one page of a range scan reads.
+/// Rows one page of a range scan reads at most.
 const SCAN_PAGE: i64 = 256;
+
+/// Rows the first page of a scan of the journal reads: each next page reads twice as many, up to
+/// [`SCAN_PAGE`]. A journal row may hold a run of up to 256 events, and many reads want one event (the
+/// dashboard's history looks events up one at a time), so such a scan starts small; one that reads on (a
+/// recovery, an audit) soon reads full pages. Other trees hold one record per row and start at full pages.
+const FIRST_JOURNAL_PAGE: i64 = 4;
 
 pub struct PgKv {
     inner: Arc<Inner>,
@@ -282,7 +288,16 @@ impl Kv for PgKv {
             Bound::Excluded(key) => Some(key.to_vec()),
             Bound::Unbounded => None,
         };
-        Ok(Box::new(PgScan { inner: self.inner.clone(), tree, low, high, reverse, page: Vec::new(), done: false }))
+        Ok(Box::new(PgScan {
+            inner: self.inner.clone(),
+            tree,
+            low,
+            high,
+            reverse,
+            page: Vec::new(),
+            rows: if tree == JOURNAL { FIRST_JOURNAL_PAGE } else { SCAN_PAGE },
+            done: false,
+        }))
     }
 
     fn submit(
@@ -447,6 +462,8 @@ struct PgScan {
     reverse: bool,
     /// The page being handed out, reversed so that `pop` gives the next item.
     page: Vec<(sled::IVec, sled::IVec)>,
+    /// Rows the next page reads.
+    rows: i64,
     done: bool,
 }
 
@@ -456,7 +473,7 @@ impl PgScan {
         if let Some(high) = &self.high {
             params.push(Param::Bytes(high.clone()));
         }
-        params.push(Param::Int(SCAN_PAGE));
+        params.push(Param::Int(self.rows));
         let query: fn(&TreeSql) -> &String = match (self.reverse, self.high.is_some()) {
             (false, false) => |s| &s.forward,
             (false, true) => |s| &s.forward_to,
@@ -464,7 +481,8 @@ impl PgScan {
             (true, true) => |s| &s.reverse_to,
         };
         let rows = self.inner.rows(self.tree, query, params)?;
-        self.done = (rows.len() as i64) < SCAN_PAGE;
+        self.done = (rows.len() as i64) < self.rows;
+        self.rows = (self.rows * 2).min(SCAN_PAGE);
         let mut page = Vec::with_capacity(rows.len());
         for row in &rows {
             page.push((sled::IVec::from(column(row, 0, self.tree)?), sled::IVec::from(column(row, 1, self.tree)?)));

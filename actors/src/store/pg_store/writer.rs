@@ -300,7 +300,8 @@ impl WriterTask {
         let mut fences: BTreeSet<Fence> = BTreeSet::new();
         // The journal's events, apart: a merchant's consecutive events in the batch become one row per run
         // (`layout::journal_runs`), as the embedded store keeps them, so a busy merchant's events cost the
-        // database one row, one index entry and their log records per run rather than per event.
+        // database a row per run rather than per event (a long run is kept compressed, out of line, in a few
+        // chunks of PostgreSQL's own).
         let mut events = TreeMap::new();
         for job in jobs {
             fences.extend(job.fence);
