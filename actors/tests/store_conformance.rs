@@ -554,6 +554,32 @@ fn queue_and_read_back(place: &dyn Place) -> u64 {
     shop.seq
 }
 
+/// Many merchants' changes queued at once, as a busy node queues them, land each merchant's in its order,
+/// however the store groups them into transactions.
+fn many_merchants_changes_queued_at_once_land_in_each_merchants_order(backend: &dyn Backend) {
+    let place = backend.place();
+    let mut shops: Vec<Shop> = (0..40).map(|_| Shop::new()).collect();
+    {
+        let store = place.open();
+        let mut tickets = Vec::new();
+        for n in 0..50 {
+            for shop in &mut shops {
+                let payment = new_payment(100 + n, Some(&format!("m-{n}")));
+                tickets.push(shop.queue(&*store, Command::InitiatePayment(payment)));
+            }
+        }
+        tickets.into_iter().for_each(wait);
+    }
+    let store = place.open();
+    for shop in &shops {
+        let seqs: Vec<u64> = store.journal(&shop.id, 1, 100).unwrap().iter().map(|event| event.seq).collect();
+        assert_eq!(seqs, (1..=50).collect::<Vec<_>>());
+        let recovered = store.recover_merchant(&shop.id).unwrap();
+        assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
+    }
+    assert_eq!(store.audit().unwrap().events, 40 * 50);
+}
+
 /// The audit at start replays each merchant's journal from its last audit checkpoint: what a passed audit
 /// replayed is not replayed again after a reopen, while the full audit still replays everything.
 fn the_audit_since_checkpoints_replays_only_what_is_new(backend: &dyn Backend) {
@@ -718,6 +744,11 @@ macro_rules! conformance {
             #[test]
             fn retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes() {
                 super::retention_finds_by_time_and_forgets_and_a_close_refuses_later_writes(&$backend);
+            }
+
+            #[test]
+            fn many_merchants_changes_queued_at_once_land_in_each_merchants_order() {
+                super::many_merchants_changes_queued_at_once_land_in_each_merchants_order(&$backend);
             }
 
             #[test]

@@ -5,9 +5,16 @@
 //! their operations into the last value of each key (a key written twice in a batch is written once), joins
 //! each merchant's consecutive journal events into runs (one row each, as the embedded store keeps them), and
 //! sends one multi-row upsert and one multi-row delete per table touched, pipelined on the connection inside
-//! one transaction. There are [`WRITERS`] such tasks, each with its own connection, and a merchant's changes
-//! always go to the same one (by shard): jobs commit in queue order, so a merchant's changes (queued by its
-//! actor in decision order) land in order; changes of different merchants need no order between them.
+//! one transaction. There are [`WRITERS`] such tasks, and a merchant's changes always go to the same one (by
+//! shard). A merchant's changes (queued by its actor in decision order) land in order; changes of different
+//! merchants need no order between them.
+//!
+//! A task commits on up to [`LANES`] connections. With nothing in flight, the next batch takes the jobs in
+//! queue order. While a batch commits and jobs pile up, a second is written beside it on another connection,
+//! with the changes of merchants the first does not hold: the time one transaction spends in its commit and
+//! its round trips, the other spends writing. A merchant with a change in flight has its later changes wait
+//! until it lands, so they commit in order and never in two transactions at once; a job of no merchant (a
+//! webhook's outcome, an account, a sweep) waits until nothing is in flight, and what follows it waits for it.
 //!
 //! When a batch fails every job in it fails and their guards are set ([`FailureLatch`]), exactly as with
 //! the embedded store. A commit whose answer is lost (the connection dropped while `COMMIT` was in flight) may
@@ -16,18 +23,20 @@
 //! while a writer is unhealthy and idle it checks the database once a second, so health returns with it (the
 //! store is healthy while every writer is).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
-use futures_util::TryStreamExt;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
 use super::conn::{db_error, Conn, QUERY_TIMEOUT};
 use super::schema::TreeSql;
+use crate::domain::ids::MERCHANT_ID_LEN;
 use crate::domain::records::Notification;
 use crate::store::layout::{
     journal_runs, CLAIMED, JOURNAL, MERCHANTS, MERCHANT_KEYS, MERCHANT_SUSPENSIONS, RETIRED_KEYS,
@@ -48,10 +57,24 @@ pub(super) const QUEUE_CAPACITY: usize = 16 * 1024;
 /// 750 lives/s with one writer, 561 and 590 with two, 507 to 546 with four. Under real traffic a batch holds a
 /// few changes, so more writers make more, smaller transactions, and each costs the database and the node
 /// their round trips and wake-ups. The engine bench, which keeps 4,096 changes waiting, is the opposite case:
-/// over 10,000 merchants four writers took it from 24.4 k events/s to 31.2 k (docs/perf/history.md). Sharing
-/// the load only once one writer's queue backs up would serve both; it needs the dispatch to keep a shard with
-/// the writer that has its changes in flight.
+/// over 10,000 merchants four writers took it from 24.4 k events/s to 31.2 k (docs/perf/history.md). A
+/// writer's second lane ([`LANES`]) serves both: it is used only once changes pile up.
 pub(super) const WRITERS: usize = 1;
+
+/// Connections a writer commits on at once. While one batch commits, a second may be written beside it once
+/// changes pile up ([`SPILL_AT`]), taking only merchants the first does not write for.
+const LANES: usize = 2;
+
+/// Jobs waiting, with a batch in flight, before a second batch is written beside it. Under a light load the
+/// jobs that arrive during one commit join the next: a batch per commit, as few transactions as one lane
+/// makes. Only a writer that is behind (the engine bench keeps thousands of changes waiting) uses the second.
+const SPILL_AT: usize = 256;
+
+/// How often a writer with a batch in flight and a lane free looks whether enough jobs wait for a second.
+const SPILL_CHECK: Duration = Duration::from_millis(1);
+
+/// Jobs a writer takes off its queue to sort into batches; more stay in the queue ([`QUEUE_CAPACITY`]).
+const MAX_HELD: usize = 2 * MAX_BATCH_JOBS;
 
 /// Transactions one batch may take when shards move under it.
 const MAX_ATTEMPTS: u32 = 3;
@@ -115,41 +138,183 @@ pub(super) struct WriterTask {
 }
 
 impl WriterTask {
-    pub(super) async fn run(mut self) {
+    pub(super) async fn run(self) {
+        let WriterTask { config, conn, sql, mut jobs, generations, healthy, closed, feed, node, kept } = self;
+        let lane = |conn| Lane {
+            config: config.clone(),
+            conn,
+            sql: sql.clone(),
+            generations: generations.clone(),
+            healthy: healthy.clone(),
+            feed: feed.clone(),
+            node: node.clone(),
+            kept: kept.clone(),
+        };
+        // The spare lanes connect when first used; `pop` takes the first lane, connected at open, first.
+        let mut idle: Vec<Lane> = (1..LANES).map(|_| lane(None)).collect();
+        idle.push(lane(conn));
+        let mut held: VecDeque<Job> = VecDeque::new();
+        let mut flights = FuturesUnordered::new();
+        // Each batch in flight, with the merchants it writes for: their later changes wait until it lands.
+        let mut flying: Vec<(u64, BTreeSet<Vec<u8>>)> = Vec::new();
+        let mut next_flight = 0u64;
+        // A batch beside the one in flight found nothing to take (every job held was of its merchants): the
+        // writer then waits for a batch to land, so that a queue of one merchant's changes is not searched
+        // again and again.
+        let mut tried_beside = false;
+        // The last batch started held at least [`SPILL_AT`] jobs: the writer is behind, and while it commits
+        // it looks whether a second batch can be written beside it. Under a light load it never does, and
+        // nothing wakes it during a commit.
+        let mut behind = false;
+        let mut closing = false;
+        let mut senders_gone = false;
         loop {
-            let first = if self.healthy.load(Ordering::Acquire) {
-                self.jobs.recv().await
-            } else {
-                match tokio::time::timeout(PROBE_EVERY, self.jobs.recv()).await {
-                    Ok(job) => job,
-                    Err(_) => {
-                        self.probe().await;
-                        continue;
+            while !closing {
+                if !senders_gone {
+                    take_queued(&mut jobs, &mut held);
+                }
+                let beside = !flights.is_empty();
+                if held.is_empty() || (beside && (held.len() < SPILL_AT || tried_beside)) {
+                    break;
+                }
+                let Some(mut lane) = idle.pop() else { break };
+                let batch = if beside {
+                    let busy: BTreeSet<&[u8]> = flying.iter().flat_map(|(_, m)| m.iter().map(Vec::as_slice)).collect();
+                    take_beside(&mut held, &busy)
+                } else {
+                    take_in_order(&mut held)
+                };
+                if batch.is_empty() {
+                    tried_beside = true;
+                    idle.push(lane);
+                    break;
+                }
+                closing = batch.last().is_some_and(|j| j.close);
+                behind = batch.len() >= SPILL_AT;
+                let id = next_flight;
+                next_flight += 1;
+                flying.push((id, batch.iter().filter_map(merchant_of_job).map(<[u8]>::to_vec).collect()));
+                flights.push(async move {
+                    lane.commit_batch(batch).await;
+                    (id, lane)
+                });
+            }
+            if (closing || senders_gone) && flights.is_empty() && (closing || held.is_empty()) {
+                break;
+            }
+            tokio::select! {
+                Some((id, lane)) = flights.next(), if !flights.is_empty() => {
+                    flying.retain(|(flight, _)| *flight != id);
+                    idle.push(lane);
+                    tried_beside = false;
+                }
+                // With nothing in flight, each job is written as soon as it comes.
+                job = jobs.recv(), if !closing && !senders_gone && flights.is_empty() && held.len() < MAX_HELD => {
+                    match job {
+                        Some(job) => held.push_back(job),
+                        None => senders_gone = true,
                     }
                 }
-            };
-            let Some(first) = first else { return };
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH_JOBS && !batch.last().is_some_and(|j| j.close) {
-                match self.jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
+                // With a batch in flight, a lane free and the writer behind, the queue is looked at now and then
+                // (above) rather than on every job.
+                () = tokio::time::sleep(SPILL_CHECK), if behind && !tried_beside && !closing && !senders_gone
+                    && !flights.is_empty() && !idle.is_empty() => {}
+                () = tokio::time::sleep(PROBE_EVERY),
+                    if !healthy.load(Ordering::Acquire) && flights.is_empty() && held.is_empty() =>
+                {
+                    if let Some(lane) = idle.last_mut() {
+                        lane.probe().await;
+                    }
                 }
-            }
-            let close = batch.last().is_some_and(|j| j.close);
-            self.commit_batch(batch).await;
-            if close {
-                self.closed.store(true, Ordering::Release);
-                self.jobs.close();
-                // Jobs queued after the close are refused.
-                while let Ok(job) = self.jobs.try_recv() {
-                    let _ = job.done.send(Err(StoreError::Closed));
-                }
-                return;
+                else => break,
             }
         }
+        if closing {
+            closed.store(true, Ordering::Release);
+        }
+        jobs.close();
+        // Jobs queued after the close are refused.
+        for job in held.drain(..) {
+            let _ = job.done.send(Err(StoreError::Closed));
+        }
+        while let Ok(job) = jobs.try_recv() {
+            let _ = job.done.send(Err(StoreError::Closed));
+        }
     }
+}
 
+/// Moves what waits in the queue to `held`, up to [`MAX_HELD`].
+fn take_queued(jobs: &mut mpsc::Receiver<Job>, held: &mut VecDeque<Job>) {
+    while held.len() < MAX_HELD {
+        match jobs.try_recv() {
+            Ok(job) => held.push_back(job),
+            Err(_) => break,
+        }
+    }
+}
+
+/// The merchant a job is a change of: the owner of its journal event. Other jobs (a webhook's outcome, an
+/// account, a sweep's deletions) and the close have none, and are committed in order with every other job.
+fn merchant_of_job(job: &Job) -> Option<&[u8]> {
+    if job.close {
+        return None;
+    }
+    job.ops.iter().find_map(|op| match op {
+        Op::Insert(JOURNAL, key, _) => key.get(..MERCHANT_ID_LEN),
+        _ => None,
+    })
+}
+
+/// The next batch when nothing is in flight: the jobs in queue order, up to [`MAX_BATCH_JOBS`] and the close.
+fn take_in_order(held: &mut VecDeque<Job>) -> Vec<Job> {
+    let mut batch = Vec::new();
+    while batch.len() < MAX_BATCH_JOBS {
+        let Some(job) = held.pop_front() else { break };
+        let close = job.close;
+        batch.push(job);
+        if close {
+            break;
+        }
+    }
+    batch
+}
+
+/// A batch to commit beside those in flight: the changes of merchants none of them writes for, in queue order,
+/// up to the first job that belongs to no merchant (it waits for everything before it, and everything after it
+/// waits for it). A merchant with a change in flight keeps its next ones waiting, so its changes still commit
+/// in the order its actor queued them, and never in two transactions at once.
+fn take_beside(held: &mut VecDeque<Job>, busy: &BTreeSet<&[u8]>) -> Vec<Job> {
+    let mut batch = Vec::new();
+    let mut waiting = VecDeque::with_capacity(held.len());
+    while let Some(job) = held.pop_front() {
+        match merchant_of_job(&job) {
+            None => {
+                waiting.push_back(job);
+                break;
+            }
+            Some(merchant) if busy.contains(merchant) || batch.len() == MAX_BATCH_JOBS => waiting.push_back(job),
+            Some(_) => batch.push(job),
+        }
+    }
+    waiting.append(held);
+    *held = waiting;
+    batch
+}
+
+/// One writing connection and what a commit on it updates. A writer has [`LANES`] of them: a batch commits on
+/// one while the next may be written on another.
+struct Lane {
+    config: super::tls::Endpoint,
+    conn: Option<Conn>,
+    sql: Arc<Vec<TreeSql>>,
+    generations: Arc<Vec<AtomicU64>>,
+    healthy: Arc<AtomicBool>,
+    feed: mpsc::Sender<Notification>,
+    node: Option<String>,
+    kept: Arc<super::kept::Kept>,
+}
+
+impl Lane {
     async fn probe(&mut self) {
         let probe = async {
             match self.connection().await {
@@ -420,5 +585,89 @@ impl WriterTask {
             return Err(Failed::Claimed(taken));
         }
         tx.commit().await.map_err(|e| Failed::Store(db_error("commit a group commit", e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::MerchantId;
+    use crate::store::layout::{journal_key, PAYMENTS};
+
+    /// A change of `merchant` (its journal event `seq`), or with `None` a job of no merchant.
+    fn job(merchant: Option<&MerchantId>, seq: u64) -> Job {
+        let ops = match merchant {
+            Some(m) => vec![
+                Op::Insert(PAYMENTS, m.as_bytes().to_vec(), vec![1]),
+                Op::Insert(JOURNAL, journal_key(m, seq), vec![2]),
+            ],
+            None => vec![Op::Insert(PAYMENTS, b"a webhook's outcome".to_vec(), vec![3])],
+        };
+        Job { ops, guard: None, notify: Vec::new(), done: oneshot::channel().0, close: false, fence: None }
+    }
+
+    /// What each job is, as (merchant or none, sequence number).
+    fn names(jobs: &[Job]) -> Vec<(Option<Vec<u8>>, u64)> {
+        jobs.iter()
+            .map(|j| {
+                let seq = j.ops.iter().find_map(|op| match op {
+                    Op::Insert(JOURNAL, key, _) => key.get(MERCHANT_ID_LEN..).and_then(|s| s.try_into().ok()),
+                    _ => None,
+                });
+                (merchant_of_job(j).map(<[u8]>::to_vec), seq.map_or(0, u64::from_be_bytes))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_job_belongs_to_the_merchant_of_its_journal_event() {
+        let m = MerchantId::new();
+        assert_eq!(merchant_of_job(&job(Some(&m), 1)), Some(m.as_bytes()));
+        assert_eq!(merchant_of_job(&job(None, 0)), None);
+        let close = Job { close: true, ..job(Some(&m), 2) };
+        assert_eq!(merchant_of_job(&close), None, "the close waits for everything");
+    }
+
+    #[test]
+    fn a_batch_beside_skips_the_merchants_in_flight_keeps_their_order_and_stops_at_a_job_of_no_merchant() {
+        let (a, b, c) = (MerchantId::new(), MerchantId::new(), MerchantId::new());
+        let mut held: VecDeque<Job> = VecDeque::from(vec![
+            job(Some(&a), 1),
+            job(Some(&b), 1),
+            job(Some(&a), 2),
+            job(Some(&c), 1),
+            job(Some(&b), 2),
+            job(None, 0),
+            job(Some(&c), 2),
+        ]);
+        let busy: BTreeSet<&[u8]> = [a.as_bytes()].into_iter().collect();
+        let batch = take_beside(&mut held, &busy);
+        let (a, b, c) = (a.as_bytes().to_vec(), b.as_bytes().to_vec(), c.as_bytes().to_vec());
+        assert_eq!(names(&batch), vec![(Some(b.clone()), 1), (Some(c.clone()), 1), (Some(b), 2)]);
+        // What waits keeps its order: the busy merchant's changes, the job of no merchant, and what follows it.
+        let waiting: Vec<Job> = held.into_iter().collect();
+        assert_eq!(names(&waiting), vec![(Some(a.clone()), 1), (Some(a), 2), (None, 0), (Some(c), 2)]);
+    }
+
+    #[test]
+    fn a_batch_beside_takes_at_most_a_batch_and_the_rest_wait_in_order() {
+        let merchants: Vec<MerchantId> = (0..MAX_BATCH_JOBS + 3).map(|_| MerchantId::new()).collect();
+        let mut held: VecDeque<Job> = merchants.iter().map(|m| job(Some(m), 1)).collect();
+        let batch = take_beside(&mut held, &BTreeSet::new());
+        assert_eq!(batch.len(), MAX_BATCH_JOBS);
+        let rest: Vec<Option<&[u8]>> = held.iter().map(merchant_of_job).collect();
+        let expected: Vec<Option<&[u8]>> = merchants[MAX_BATCH_JOBS..].iter().map(|m| Some(m.as_bytes())).collect();
+        assert_eq!(rest, expected);
+    }
+
+    #[test]
+    fn a_batch_in_order_takes_every_job_up_to_the_close() {
+        let m = MerchantId::new();
+        let close = Job { close: true, ops: Vec::new(), ..job(None, 0) };
+        let mut held: VecDeque<Job> = VecDeque::from(vec![job(Some(&m), 1), job(None, 0), close, job(Some(&m), 2)]);
+        let batch = take_in_order(&mut held);
+        assert_eq!(batch.len(), 3);
+        assert!(batch.last().is_some_and(|j| j.close));
+        assert_eq!(names(&held.into_iter().collect::<Vec<_>>()), vec![(Some(m.as_bytes().to_vec()), 2)]);
     }
 }
