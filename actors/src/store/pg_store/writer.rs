@@ -13,8 +13,10 @@
 //! queue order. While a batch commits and jobs pile up, a second is written beside it on another connection,
 //! with the changes of merchants the first does not hold: the time one transaction spends in its commit and
 //! its round trips, the other spends writing. A merchant with a change in flight has its later changes wait
-//! until it lands, so they commit in order and never in two transactions at once; a job of no merchant (a
-//! webhook's outcome, an account, a sweep) waits until nothing is in flight, and what follows it waits for it.
+//! until it lands, so they commit in order and never in two transactions at once. A job of no merchant (a
+//! webhook's outcome, an account, a sweep, an actor's forgetting of old idempotency keys) is written only when
+//! nothing is in flight, nothing is written beside its batch, and what follows it waits for it. A spare lane
+//! connects when first needed, and a batch is written beside another only on a lane already connected.
 //!
 //! When a batch fails every job in it fails and their guards are set ([`FailureLatch`]), exactly as with
 //! the embedded store. A commit whose answer is lost (the connection dropped while `COMMIT` was in flight) may
@@ -26,7 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::try_join_all;
 use futures_util::stream::FuturesUnordered;
@@ -46,12 +48,13 @@ use crate::store::{FailureLatch, Fence, StoreError};
 
 /// Jobs one transaction takes at most.
 pub(super) const MAX_BATCH_JOBS: usize = 2048;
-/// Jobs that may wait for one writer; beyond this, writes to its shards are refused (the API answers 503). A
-/// node's writers together hold at most [`WRITERS`] times this.
+/// Jobs that may wait in one writer's queue; beyond this, writes to its shards are refused (the API answers
+/// 503). A writer also holds up to [`MAX_HELD`] taken off its queue to sort into batches, so a node's writers
+/// together hold at most [`WRITERS`] times the sum.
 pub(super) const QUEUE_CAPACITY: usize = 16 * 1024;
 
-/// Writers, each with its own connection and its own share of the shards (a merchant's changes all go to one,
-/// so they commit in the order its actor queued them).
+/// Writers, each with its own connections ([`LANES`]) and its own share of the shards (a merchant's changes all
+/// go to one, so they commit in the order its actor queued them).
 ///
 /// One, measured end to end: two nodes and their database on two cores, 800 lives/s offered, completed 713 to
 /// 750 lives/s with one writer, 561 and 590 with two, 507 to 546 with four. Under real traffic a batch holds a
@@ -156,11 +159,15 @@ impl WriterTask {
         let mut held: VecDeque<Job> = VecDeque::new();
         let mut flights = FuturesUnordered::new();
         // Each batch in flight, with the merchants it writes for: their later changes wait until it lands.
-        let mut flying: Vec<(u64, BTreeSet<Vec<u8>>)> = Vec::new();
+        // `None` for a batch with a job of no merchant, which nothing is written beside.
+        let mut flying: Vec<(u64, Option<BTreeSet<Vec<u8>>>)> = Vec::new();
+        // When a spare lane last tried to connect, so that a database refusing connections is asked again
+        // only every [`PROBE_EVERY`].
+        let mut connect_tried: Option<Instant> = None;
         let mut next_flight = 0u64;
-        // A batch beside the one in flight found nothing to take (every job held was of its merchants): the
-        // writer then waits for a batch to land, so that a queue of one merchant's changes is not searched
-        // again and again.
+        // A batch beside the one in flight found nothing to take (the jobs held were of its merchants, or the
+        // first was of no merchant): the writer then waits for a batch to land, so that a queue of one
+        // merchant's changes is not searched again and again.
         let mut tried_beside = false;
         // The last batch started held at least [`SPILL_AT`] jobs: the writer is behind, and while it commits
         // it looks whether a second batch can be written beside it. Under a light load it never does, and
@@ -174,12 +181,35 @@ impl WriterTask {
                     take_queued(&mut jobs, &mut held);
                 }
                 let beside = !flights.is_empty();
-                if held.is_empty() || (beside && (held.len() < SPILL_AT || tried_beside)) {
+                let blocked = beside_of(&flying).is_none();
+                if held.is_empty() || (beside && (held.len() < SPILL_AT || tried_beside || blocked)) {
                     break;
                 }
-                let Some(mut lane) = idle.pop() else { break };
+                // A batch goes to a connected lane when there is one; one beside only to a connected lane, so
+                // that a connection the database refuses fails no batch the first lane could have written.
+                let connected = idle.iter().rposition(Lane::connected);
+                let at = match (connected, beside) {
+                    (Some(at), _) => at,
+                    (None, false) => idle.len().saturating_sub(1),
+                    (None, true) => {
+                        if connect_tried.is_none_or(|at| at.elapsed() >= PROBE_EVERY) {
+                            if let Some(lane) = idle.pop() {
+                                connect_tried = Some(Instant::now());
+                                let id = next_flight;
+                                next_flight += 1;
+                                flying.push((id, Some(BTreeSet::new())));
+                                flights.push(fly(lane, Work::Connect, id));
+                            }
+                        }
+                        break;
+                    }
+                };
+                if at >= idle.len() {
+                    break;
+                }
+                let lane = idle.swap_remove(at);
                 let batch = if beside {
-                    let busy: BTreeSet<&[u8]> = flying.iter().flat_map(|(_, m)| m.iter().map(Vec::as_slice)).collect();
+                    let busy = beside_of(&flying).unwrap_or_default();
                     take_beside(&mut held, &busy)
                 } else {
                     take_in_order(&mut held)
@@ -193,11 +223,8 @@ impl WriterTask {
                 behind = batch.len() >= SPILL_AT;
                 let id = next_flight;
                 next_flight += 1;
-                flying.push((id, batch.iter().filter_map(merchant_of_job).map(<[u8]>::to_vec).collect()));
-                flights.push(async move {
-                    lane.commit_batch(batch).await;
-                    (id, lane)
-                });
+                flying.push((id, merchants_of(&batch)));
+                flights.push(fly(lane, Work::Batch(batch), id));
             }
             if (closing || senders_gone) && flights.is_empty() && (closing || held.is_empty()) {
                 break;
@@ -243,6 +270,28 @@ impl WriterTask {
     }
 }
 
+/// What a lane does in flight.
+enum Work {
+    Batch(Vec<Job>),
+    /// Connects a spare lane before a batch is written beside another on it.
+    Connect,
+}
+
+/// Runs `work` on `lane` and hands the lane back with the flight's number.
+async fn fly(mut lane: Lane, work: Work, id: u64) -> (u64, Lane) {
+    match work {
+        Work::Batch(batch) => lane.commit_batch(batch).await,
+        Work::Connect => {
+            // A failed connection is tried again later; the batches wait for the connected lane meanwhile.
+            let connect = lane.connection();
+            if let Ok(Err(e)) = tokio::time::timeout(QUERY_TIMEOUT, connect).await {
+                tracing::warn!(error = %e, "could not open a second writing connection to PostgreSQL");
+            }
+        }
+    }
+    (id, lane)
+}
+
 /// Moves what waits in the queue to `held`, up to [`MAX_HELD`].
 fn take_queued(jobs: &mut mpsc::Receiver<Job>, held: &mut VecDeque<Job>) {
     while held.len() < MAX_HELD {
@@ -263,6 +312,21 @@ fn merchant_of_job(job: &Job) -> Option<&[u8]> {
         Op::Insert(JOURNAL, key, _) => key.get(..MERCHANT_ID_LEN),
         _ => None,
     })
+}
+
+/// The merchants a batch writes for; `None` when it holds a job of no merchant.
+fn merchants_of(batch: &[Job]) -> Option<BTreeSet<Vec<u8>>> {
+    batch.iter().map(|job| merchant_of_job(job).map(<[u8]>::to_vec)).collect()
+}
+
+/// The merchants whose changes may not be written beside the batches in flight; `None` when nothing may be
+/// (one of them holds a job of no merchant).
+fn beside_of(flying: &[(u64, Option<BTreeSet<Vec<u8>>>)]) -> Option<BTreeSet<&[u8]>> {
+    let mut busy = BTreeSet::new();
+    for (_, merchants) in flying {
+        busy.extend(merchants.as_ref()?.iter().map(Vec::as_slice));
+    }
+    Some(busy)
 }
 
 /// The next batch when nothing is in flight: the jobs in queue order, up to [`MAX_BATCH_JOBS`] and the close.
@@ -315,6 +379,10 @@ struct Lane {
 }
 
 impl Lane {
+    fn connected(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| !c.is_closed())
+    }
+
     async fn probe(&mut self) {
         let probe = async {
             match self.connection().await {
@@ -647,6 +715,22 @@ mod tests {
         // What waits keeps its order: the busy merchant's changes, the job of no merchant, and what follows it.
         let waiting: Vec<Job> = held.into_iter().collect();
         assert_eq!(names(&waiting), vec![(Some(a.clone()), 1), (Some(a), 2), (None, 0), (Some(c), 2)]);
+    }
+
+    #[test]
+    fn nothing_is_written_beside_a_batch_with_a_job_of_no_merchant() {
+        let (a, b) = (MerchantId::new(), MerchantId::new());
+        let of_merchants = merchants_of(&[job(Some(&a), 1), job(Some(&b), 1)]);
+        assert_eq!(of_merchants.as_ref().map(BTreeSet::len), Some(2));
+        // An actor forgetting its old idempotency keys, or a webhook's outcome, may touch what a later change
+        // writes: nothing may overtake it.
+        let with_one_of_none = merchants_of(&[job(Some(&a), 2), job(None, 0)]);
+        assert_eq!(with_one_of_none, None);
+        let flying = [(1, of_merchants.clone())];
+        let busy = beside_of(&flying).expect("merchants only");
+        assert!(busy.contains(a.as_bytes()) && busy.contains(b.as_bytes()));
+        assert_eq!(beside_of(&[(1, of_merchants), (2, with_one_of_none)]), None);
+        assert_eq!(beside_of(&[]), Some(BTreeSet::new()));
     }
 
     #[test]
