@@ -164,6 +164,8 @@ impl WriterTask {
         // When a spare lane last tried to connect, so that a database refusing connections is asked again
         // only every [`PROBE_EVERY`].
         let mut connect_tried: Option<Instant> = None;
+        // The flight of a spare lane connecting, which is no batch: the writer works on without it.
+        let mut connecting: Option<u64> = None;
         let mut next_flight = 0u64;
         // A batch beside the one in flight found nothing to take (the jobs held were of its merchants, or the
         // first was of no merchant): the writer then waits for a batch to land, so that a queue of one
@@ -180,7 +182,7 @@ impl WriterTask {
                 if !senders_gone {
                     take_queued(&mut jobs, &mut held);
                 }
-                let beside = !flights.is_empty();
+                let beside = flights.len() > usize::from(connecting.is_some());
                 let blocked = beside_of(&flying).is_none();
                 if held.is_empty() || (beside && (held.len() < SPILL_AT || tried_beside || blocked)) {
                     break;
@@ -197,7 +199,7 @@ impl WriterTask {
                                 connect_tried = Some(Instant::now());
                                 let id = next_flight;
                                 next_flight += 1;
-                                flying.push((id, Some(BTreeSet::new())));
+                                connecting = Some(id);
                                 flights.push(fly(lane, Work::Connect, id));
                             }
                         }
@@ -232,11 +234,15 @@ impl WriterTask {
             tokio::select! {
                 Some((id, lane)) = flights.next(), if !flights.is_empty() => {
                     flying.retain(|(flight, _)| *flight != id);
+                    if connecting == Some(id) {
+                        connecting = None;
+                    }
                     idle.push(lane);
                     tried_beside = false;
                 }
-                // With nothing in flight, each job is written as soon as it comes.
-                job = jobs.recv(), if !closing && !senders_gone && flights.is_empty() && held.len() < MAX_HELD => {
+                // With no batch in flight, each job is written as soon as it comes.
+                job = jobs.recv(), if !closing && !senders_gone && held.len() < MAX_HELD
+                    && flights.len() == usize::from(connecting.is_some()) => {
                     match job {
                         Some(job) => held.push_back(job),
                         None => senders_gone = true,
@@ -245,7 +251,7 @@ impl WriterTask {
                 // With a batch in flight, a lane free and the writer behind, the queue is looked at now and then
                 // (above) rather than on every job.
                 () = tokio::time::sleep(SPILL_CHECK), if behind && !tried_beside && !closing && !senders_gone
-                    && !flights.is_empty() && !idle.is_empty() => {}
+                    && flights.len() > usize::from(connecting.is_some()) && !idle.is_empty() => {}
                 () = tokio::time::sleep(PROBE_EVERY),
                     if !healthy.load(Ordering::Acquire) && flights.is_empty() && held.is_empty() =>
                 {
