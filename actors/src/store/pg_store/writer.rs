@@ -159,13 +159,12 @@ impl WriterTask {
         let mut held: VecDeque<Job> = VecDeque::new();
         let mut flights = FuturesUnordered::new();
         // Each batch in flight, with the merchants it writes for: their later changes wait until it lands.
-        // `None` for a batch with a job of no merchant, which nothing is written beside.
+        // `None` for a batch with a job of no merchant, which nothing is written beside. A spare lane
+        // connecting is in flight too, but no batch: the writer works on without it.
         let mut flying: Vec<(u64, Option<BTreeSet<Vec<u8>>>)> = Vec::new();
         // When a spare lane last tried to connect, so that a database refusing connections is asked again
         // only every [`PROBE_EVERY`].
         let mut connect_tried: Option<Instant> = None;
-        // The flight of a spare lane connecting, which is no batch: the writer works on without it.
-        let mut connecting: Option<u64> = None;
         let mut next_flight = 0u64;
         // A batch beside the one in flight found nothing to take (the jobs held were of its merchants, or the
         // first was of no merchant): the writer then waits for a batch to land, so that a queue of one
@@ -182,11 +181,18 @@ impl WriterTask {
                 if !senders_gone {
                     take_queued(&mut jobs, &mut held);
                 }
-                let beside = flights.len() > usize::from(connecting.is_some());
-                let blocked = beside_of(&flying).is_none();
-                if held.is_empty() || (beside && (held.len() < SPILL_AT || tried_beside || blocked)) {
+                let beside = !flying.is_empty();
+                if held.is_empty() || (beside && (held.len() < SPILL_AT || tried_beside)) {
                     break;
                 }
+                let busy = if beside {
+                    match beside_of(&flying) {
+                        Some(busy) => Some(busy),
+                        None => break,
+                    }
+                } else {
+                    None
+                };
                 // A batch goes to a connected lane when there is one; one beside only to a connected lane, so
                 // that a connection the database refuses fails no batch the first lane could have written.
                 let connected = idle.iter().rposition(Lane::connected);
@@ -199,7 +205,6 @@ impl WriterTask {
                                 connect_tried = Some(Instant::now());
                                 let id = next_flight;
                                 next_flight += 1;
-                                connecting = Some(id);
                                 flights.push(fly(lane, Work::Connect, id));
                             }
                         }
@@ -210,11 +215,9 @@ impl WriterTask {
                     break;
                 }
                 let lane = idle.swap_remove(at);
-                let batch = if beside {
-                    let busy = beside_of(&flying).unwrap_or_default();
-                    take_beside(&mut held, &busy)
-                } else {
-                    take_in_order(&mut held)
+                let batch = match &busy {
+                    Some(busy) => take_beside(&mut held, busy),
+                    None => take_in_order(&mut held),
                 };
                 if batch.is_empty() {
                     tried_beside = true;
@@ -234,15 +237,11 @@ impl WriterTask {
             tokio::select! {
                 Some((id, lane)) = flights.next(), if !flights.is_empty() => {
                     flying.retain(|(flight, _)| *flight != id);
-                    if connecting == Some(id) {
-                        connecting = None;
-                    }
                     idle.push(lane);
                     tried_beside = false;
                 }
                 // With no batch in flight, each job is written as soon as it comes.
-                job = jobs.recv(), if !closing && !senders_gone && held.len() < MAX_HELD
-                    && flights.len() == usize::from(connecting.is_some()) => {
+                job = jobs.recv(), if !closing && !senders_gone && held.len() < MAX_HELD && flying.is_empty() => {
                     match job {
                         Some(job) => held.push_back(job),
                         None => senders_gone = true,
@@ -251,7 +250,7 @@ impl WriterTask {
                 // With a batch in flight, a lane free and the writer behind, the queue is looked at now and then
                 // (above) rather than on every job.
                 () = tokio::time::sleep(SPILL_CHECK), if behind && !tried_beside && !closing && !senders_gone
-                    && flights.len() > usize::from(connecting.is_some()) && !idle.is_empty() => {}
+                    && !flying.is_empty() && !idle.is_empty() => {}
                 () = tokio::time::sleep(PROBE_EVERY),
                     if !healthy.load(Ordering::Acquire) && flights.is_empty() && held.is_empty() =>
                 {
