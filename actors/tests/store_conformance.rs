@@ -676,9 +676,11 @@ fn provider_trails_are_kept_with_their_change(backend: &dyn Backend) {
 
         let notice =
             Command::PaymentNotice { reference: Reference::parse("routed").unwrap(), notice: PaymentNotice::Confirmed };
-        let (mut change, _) = shop.change(&notice, None);
+        let (mut change, balances) = shop.change(&notice, None);
         change.provider_reference = Some((payment.transaction_id.clone(), reference.clone()));
         wait(store.commit(change, &shop.latch).unwrap());
+        shop.seq += 1;
+        shop.balances = balances;
 
         let Record::Payment(plain) = shop.pay(&*store, 1_000, "plain") else { unreachable!() };
         assert_eq!(store.provider_trail(&plain.transaction_id).unwrap(), ProviderTrail::default());
@@ -774,6 +776,29 @@ fn postgresql_stores_a_merchants_events_committed_together_in_fewer_rows() {
     let events = queue_and_read_back(&database);
     let rows: u64 = postgres::query_value(&database.url, "SELECT count(*) FROM kv_journal").parse().unwrap();
     assert!(rows < events, "{rows} journal rows for {events} events: none were joined");
+}
+
+/// The keys a change makes are inserted without a search for a row to update; one that a row holds all the
+/// same (as a commit whose answer was lost can leave it) does not fail the change, which is written over it.
+#[test]
+fn postgresql_writes_a_change_over_a_row_holding_a_key_it_makes() {
+    let database = postgres::database();
+    let mut shop = Shop::new();
+    let store = database.open();
+    shop.run(&*store, Command::InitiatePayment(new_payment(1_000, Some("first"))), None);
+    // The key of the merchant's next journal event: its id, then the event's sequence number.
+    let mut key: Vec<u8> = shop.id.as_bytes().to_vec();
+    key.extend_from_slice(&(shop.seq + 1).to_be_bytes());
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    database.execute(&format!("INSERT INTO kv_journal (k, v) VALUES ('\\x{hex}', '\\x00')"));
+    shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("second"))), None);
+    drop(store);
+    let store = database.open();
+    let seqs: Vec<u64> = store.journal(&shop.id, 1, 10).unwrap().iter().map(|event| event.seq).collect();
+    assert_eq!(seqs, vec![1, 2]);
+    let recovered = store.recover_merchant(&shop.id).unwrap();
+    assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
+    assert!(store.payment(&shop.id, "second").unwrap().is_some());
 }
 
 /// What only a store several nodes share does: shards placed on one node at a time, and the fence that refuses

@@ -348,23 +348,31 @@ pub(super) fn pending_key(kind: TransactionType, created_at: Timestamp, merchant
 }
 
 /// Keeps the `pending` tree in step with a record: present exactly while the record waits for a provider.
-pub(super) fn pending_ops(m: &MerchantId, record: &Record, ops: &mut Vec<Op>) {
-    let mut set = |key: Vec<u8>, waiting: bool| {
-        ops.push(if waiting { Op::Insert(PENDING, key, Vec::new()) } else { Op::Remove(PENDING, key) })
+/// `created` is the kind of transaction the change made, whose entry is new (`Op::Create`).
+pub(super) fn pending_ops(m: &MerchantId, record: &Record, created: Option<TransactionType>, ops: &mut Vec<Op>) {
+    let mut set = |kind: TransactionType, key: Vec<u8>, waiting: bool| {
+        ops.push(match waiting {
+            true if created == Some(kind) => Op::Create(PENDING, key, Vec::new()),
+            true => Op::Insert(PENDING, key, Vec::new()),
+            false => Op::Remove(PENDING, key),
+        })
     };
     match record {
         Record::Payment(p) => {
             let owner = p.reference.as_str();
             let waiting = matches!(p.status, PaymentStatus::Initiated | PaymentStatus::Processing);
-            set(pending_key(TransactionType::Payment, p.created_at, m, owner), waiting);
+            let kind = TransactionType::Payment;
+            set(kind, pending_key(kind, p.created_at, m, owner), waiting);
             if let Some(r) = &p.refund {
                 let waiting = r.status == RefundStatus::Processing;
-                set(pending_key(TransactionType::Refund, r.created_at, m, owner), waiting);
+                let kind = TransactionType::Refund;
+                set(kind, pending_key(kind, r.created_at, m, owner), waiting);
             }
         }
         Record::Payout(o) => {
             let waiting = o.status == PayoutStatus::Pending;
-            set(pending_key(TransactionType::Payout, o.created_at, m, &o.id), waiting);
+            let kind = TransactionType::Payout;
+            set(kind, pending_key(kind, o.created_at, m, &o.id), waiting);
         }
         // A link waits for no provider; its payments do, each as a payment.
         Record::Link(_) => {}

@@ -17,6 +17,11 @@ pub(crate) type TreeMap = BTreeMap<Vec<u8>, Entry>;
 pub enum Op {
     /// Sets `key` of tree number `tree` to `value`.
     Insert(usize, Vec<u8>, Vec<u8>),
+    /// Sets `key` of tree number `tree` to `value`, a key the change itself makes (its journal sequence number,
+    /// a new transaction's or notification's id): no value is held there before. It means what `Insert` means;
+    /// an engine may write it more cheaply (PostgreSQL inserts it without first looking for a row to update,
+    /// and writes it as an `Insert` should the key be held all the same).
+    Create(usize, Vec<u8>, Vec<u8>),
     /// Removes `key` from tree number `tree`.
     Remove(usize, Vec<u8>),
 }
@@ -25,8 +30,23 @@ impl Op {
     /// The operation as a batch keeps it: tree, key, and the value or `None` for a removal.
     pub(crate) fn into_entry(self) -> (usize, Vec<u8>, Entry) {
         match self {
-            Op::Insert(tree, key, value) => (tree, key, Some(value)),
+            Op::Insert(tree, key, value) | Op::Create(tree, key, value) => (tree, key, Some(value)),
             Op::Remove(tree, key) => (tree, key, None),
+        }
+    }
+
+    /// The tree the operation writes.
+    pub(crate) fn tree(&self) -> usize {
+        match self {
+            Op::Insert(tree, ..) | Op::Create(tree, ..) | Op::Remove(tree, _) => *tree,
+        }
+    }
+
+    /// The key set and its value; `None` for a removal.
+    pub(crate) fn set(&self) -> Option<(usize, &[u8], &[u8])> {
+        match self {
+            Op::Insert(tree, key, value) | Op::Create(tree, key, value) => Some((*tree, key, value)),
+            Op::Remove(..) => None,
         }
     }
 }

@@ -171,7 +171,7 @@ fn encode<'a>(ops: impl Iterator<Item = &'a Op>, seq: u64, out: &mut Vec<u8>) ->
     out.extend_from_slice(&[0; HEADER]);
     for op in ops {
         let (tag, tree, key, value) = match op {
-            Op::Insert(tree, key, value) => (INSERT, *tree, key, Some(value)),
+            Op::Insert(tree, key, value) | Op::Create(tree, key, value) => (INSERT, *tree, key, Some(value)),
             Op::Remove(tree, key) => (REMOVE, *tree, key, None),
         };
         let tree = u8::try_from(tree).map_err(|_| StoreError::Corrupt(format!("tree index {tree}")))?;
@@ -213,7 +213,7 @@ mod tests {
         let flat = |ops: &[Op]| {
             ops.iter()
                 .map(|op| match op {
-                    Op::Insert(t, k, v) => (1, *t, k.clone(), Some(v.clone())),
+                    Op::Insert(t, k, v) | Op::Create(t, k, v) => (1, *t, k.clone(), Some(v.clone())),
                     Op::Remove(t, k) => (2, *t, k.clone(), None),
                 })
                 .collect::<Vec<_>>()

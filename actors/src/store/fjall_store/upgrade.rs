@@ -166,8 +166,9 @@ mod tests {
         std::fs::write(log.join("0000000000000004.wal"), sled_log::file(4, &logged)).unwrap();
         let removals: Vec<Op> = everything
             .into_iter()
-            .map(|op| match op {
-                Op::Insert(tree, key, _) | Op::Remove(tree, key) => Op::Remove(tree, key),
+            .map(|op| {
+                let (tree, key, _) = op.into_entry();
+                Op::Remove(tree, key)
             })
             .collect();
         std::fs::write(log.join("0000000000000003.retired"), sled_log::file(3, std::slice::from_ref(&removals)))

@@ -29,10 +29,26 @@ impl<K: Kv> KvStore<K> {
         let mut ops = Vec::with_capacity(8 + 3 * change.outbox.len());
         let mut created = Vec::with_capacity(change.outbox.len());
         let event = encode(&change.journal)?;
-        ops.push(Op::Insert(JOURNAL, journal_key(m, change.journal.seq), journal_run([event.as_slice()])?));
+        // The keys a change makes (its event's sequence number, a new transaction's record and ids, a new
+        // notification) are written as `Op::Create`, which an engine may write without looking for a value.
+        ops.push(Op::Create(JOURNAL, journal_key(m, change.journal.seq), journal_run([event.as_slice()])?));
+        let made = change.created.as_ref().map(|c| c.kind);
         match &change.record {
-            Record::Payment(p) => ops.push(Op::Insert(PAYMENTS, mkey(m, p.reference.as_str().as_bytes()), encode(p)?)),
-            Record::Payout(o) => ops.push(Op::Insert(PAYOUTS, mkey(m, o.id.as_bytes()), encode(o)?)),
+            Record::Payment(p) => {
+                let key = mkey(m, p.reference.as_str().as_bytes());
+                let value = encode(p)?;
+                ops.push(match made {
+                    Some(TransactionType::Payment) => Op::Create(PAYMENTS, key, value),
+                    _ => Op::Insert(PAYMENTS, key, value),
+                });
+            }
+            Record::Payout(o) => {
+                let (key, value) = (mkey(m, o.id.as_bytes()), encode(o)?);
+                ops.push(match made {
+                    Some(TransactionType::Payout) => Op::Create(PAYOUTS, key, value),
+                    _ => Op::Insert(PAYOUTS, key, value),
+                });
+            }
             Record::Link(l) => link_ops(m, l, &mut ops)?,
         }
         if let Some(link) = &change.linked {
@@ -42,25 +58,26 @@ impl<K: Kv> KvStore<K> {
         if let (Record::Payment(p), Some(created)) = (&change.record, &change.created) {
             if let Some(link) = link_of(&p.metadata).filter(|_| created.kind == TransactionType::Payment) {
                 let key = link_payment_key(m, link, &created.transaction_id);
-                ops.push(Op::Insert(LINK_PAYMENTS, key, p.reference.as_str().as_bytes().to_vec()));
+                ops.push(Op::Create(LINK_PAYMENTS, key, p.reference.as_str().as_bytes().to_vec()));
             }
         }
         if let Some(created) = &change.created {
             let ulid = created.transaction_id.strip_prefix("tx_").unwrap_or(&created.transaction_id);
             let ptr = pointer(created.kind, &created.owner, &created.reference);
-            ops.push(Op::Insert(TX_INDEX, mkey(m, ulid.as_bytes()), ptr.clone()));
+            ops.push(Op::Create(TX_INDEX, mkey(m, ulid.as_bytes()), ptr.clone()));
             // A payment is found by its record's key (see `locate`), so `refs` only says where refunds and
             // payouts are: one insert fewer on the path every payment takes.
             if created.kind != TransactionType::Payment {
-                ops.push(Op::Insert(REFS, mkey(m, created.reference.as_bytes()), ptr.clone()));
+                ops.push(Op::Create(REFS, mkey(m, created.reference.as_bytes()), ptr.clone()));
             }
-            // The merchant's own reference for a payout finds it too, and keeps the reference taken.
+            // The merchant's own reference for a payout finds it too, and keeps the reference taken (a
+            // payout naming a reference taken is refused, so the key is new).
             if let Some(alias) = &created.alias {
-                ops.push(Op::Insert(REFS, mkey(m, alias.as_bytes()), pointer(created.kind, &created.owner, alias)));
+                ops.push(Op::Create(REFS, mkey(m, alias.as_bytes()), pointer(created.kind, &created.owner, alias)));
             }
             let mut owner = m.as_bytes().to_vec();
             owner.extend_from_slice(&ptr);
-            ops.push(Op::Insert(TX_OWNER, created.transaction_id.as_bytes().to_vec(), owner));
+            ops.push(Op::Create(TX_OWNER, created.transaction_id.as_bytes().to_vec(), owner));
         }
         for item in &change.outbox {
             let notification = Notification {
@@ -77,11 +94,11 @@ impl<K: Kv> KvStore<K> {
                 total_attempts: 0,
             };
             // The body is kept inline, so a notification is one key (see `layout`).
-            ops.push(Op::Insert(NOTIFICATIONS, mkey(m, item.id.as_bytes()), encode(&notification)?));
-            ops.push(Op::Insert(OUTBOX_DUE, due_key(change.journal.at, &item.id), m.as_bytes().to_vec()));
+            ops.push(Op::Create(NOTIFICATIONS, mkey(m, item.id.as_bytes()), encode(&notification)?));
+            ops.push(Op::Create(OUTBOX_DUE, due_key(change.journal.at, &item.id), m.as_bytes().to_vec()));
             created.push(notification);
         }
-        pending_ops(m, &change.record, &mut ops);
+        pending_ops(m, &change.record, made, &mut ops);
         if let Some((key, record)) = &change.idempotency {
             ops.push(Op::Insert(IDEMPOTENCY, mkey(m, key.as_str().as_bytes()), encode(record)?));
             ops.push(Op::Insert(
@@ -91,7 +108,8 @@ impl<K: Kv> KvStore<K> {
             ));
         }
         if let Some((transaction_id, route)) = &change.route {
-            ops.push(Op::Insert(ROUTES, transaction_id.as_bytes().to_vec(), encode(route)?));
+            // Only a created transaction has a route to fix (keyed by its new id).
+            ops.push(Op::Create(ROUTES, transaction_id.as_bytes().to_vec(), encode(route)?));
         }
         if let Some((transaction_id, reference)) = &change.provider_reference {
             ops.push(Op::Insert(PROVIDER_REFERENCES, transaction_id.as_bytes().to_vec(), encode(reference)?));

@@ -161,6 +161,8 @@ pub(super) struct TreeSql {
     /// Keys from `$1` (included) to `$2` (excluded), from the last, at most `$3`.
     pub(super) reverse_to: String,
     pub(super) count: String,
+    /// Keys no row holds (`Op::Create`): a plain insert, which fails on a key held.
+    pub(super) insert: String,
     pub(super) upsert: String,
     /// The upsert of a claimed tree (`layout::CLAIMED`): a key already held with another value is left as it
     /// is and not returned, so the writer learns which claims failed.
@@ -183,6 +185,7 @@ pub(super) fn tree_sql() -> Vec<TreeSql> {
                 reverse: format!("SELECT k, v FROM {t} WHERE k >= $1 ORDER BY k DESC LIMIT $2"),
                 reverse_to: format!("SELECT k, v FROM {t} WHERE k >= $1 AND k < $2 ORDER BY k DESC LIMIT $3"),
                 count: format!("SELECT count(*) FROM {t}"),
+                insert: format!("INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[])"),
                 upsert: format!(
                     "INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
                      ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
