@@ -778,27 +778,45 @@ fn postgresql_stores_a_merchants_events_committed_together_in_fewer_rows() {
     assert!(rows < events, "{rows} journal rows for {events} events: none were joined");
 }
 
-/// The keys a change makes are inserted without a search for a row to update; one that a row holds all the
-/// same (as a commit whose answer was lost can leave it) does not fail the change, which is written over it.
+/// The keys a change makes are inserted without a search for a row to update. A journal position a row holds
+/// all the same means the change was decided on a stale view of its merchant (a sequence number used twice, as
+/// a commit whose answer was lost and that landed late could cause): that change is refused as after a failed
+/// write, nothing is written over the row, and the other merchants' changes committed with it land.
 #[test]
-fn postgresql_writes_a_change_over_a_row_holding_a_key_it_makes() {
+fn postgresql_refuses_a_change_whose_journal_position_a_row_holds() {
     let database = postgres::database();
-    let mut shop = Shop::new();
+    let mut shops: Vec<Shop> = (0..3).map(|_| Shop::new()).collect();
     let store = database.open();
-    shop.run(&*store, Command::InitiatePayment(new_payment(1_000, Some("first"))), None);
-    // The key of the merchant's next journal event: its id, then the event's sequence number.
-    let mut key: Vec<u8> = shop.id.as_bytes().to_vec();
-    key.extend_from_slice(&(shop.seq + 1).to_be_bytes());
+    for shop in &mut shops {
+        shop.pay(&*store, 1_000, "first");
+    }
+    // The key of the middle merchant's next journal event: its id, then the event's sequence number.
+    let mut key: Vec<u8> = shops[1].id.as_bytes().to_vec();
+    key.extend_from_slice(&(shops[1].seq + 1).to_be_bytes());
     let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
     database.execute(&format!("INSERT INTO kv_journal (k, v) VALUES ('\\x{hex}', '\\x00')"));
-    shop.run(&*store, Command::InitiatePayment(new_payment(2_000, Some("second"))), None);
+    let tickets: Vec<Ticket> = shops
+        .iter_mut()
+        .map(|shop| shop.queue(&*store, Command::InitiatePayment(new_payment(2_000, Some("second")))))
+        .collect();
+    let answers: Vec<Result<(), StoreError>> =
+        tickets.into_iter().map(|ticket| ticket.blocking_recv().expect("answered")).collect();
+    assert!(matches!(answers[1], Err(StoreError::Aborted)), "{:?}", answers[1]);
+    assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+    assert!(shops[1].latch.load(std::sync::atomic::Ordering::Acquire), "the refused merchant's later writes wait");
     drop(store);
+    let held =
+        postgres::query_value(&database.url, &format!("SELECT encode(v, 'hex') FROM kv_journal WHERE k = '\\x{hex}'"));
+    assert_eq!(held, "00", "the row in the way is left as it was");
     let store = database.open();
-    let seqs: Vec<u64> = store.journal(&shop.id, 1, 10).unwrap().iter().map(|event| event.seq).collect();
-    assert_eq!(seqs, vec![1, 2]);
-    let recovered = store.recover_merchant(&shop.id).unwrap();
-    assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
-    assert!(store.payment(&shop.id, "second").unwrap().is_some());
+    assert!(store.payment(&shops[1].id, "second").unwrap().is_none(), "nothing of the refused change is written");
+    for shop in [&shops[0], &shops[2]] {
+        let seqs: Vec<u64> = store.journal(&shop.id, 1, 10).unwrap().iter().map(|event| event.seq).collect();
+        assert_eq!(seqs, vec![1, 2]);
+        let recovered = store.recover_merchant(&shop.id).unwrap();
+        assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
+        assert!(store.payment(&shop.id, "second").unwrap().is_some());
+    }
 }
 
 /// What only a store several nodes share does: shards placed on one node at a time, and the fence that refuses

@@ -29,8 +29,9 @@ impl<K: Kv> KvStore<K> {
         let mut ops = Vec::with_capacity(8 + 3 * change.outbox.len());
         let mut created = Vec::with_capacity(change.outbox.len());
         let event = encode(&change.journal)?;
-        // The keys a change makes (its event's sequence number, a new transaction's record and ids, a new
-        // notification) are written as `Op::Create`, which an engine may write without looking for a value.
+        // The keys a change makes are written as `Op::Create`, which an engine may write without looking for a
+        // value there: its event's sequence number; a new transaction's record, index entry, owner, references,
+        // route, pending entry and place in its link's list; a new notification and its due entry.
         ops.push(Op::Create(JOURNAL, journal_key(m, change.journal.seq), journal_run([event.as_slice()])?));
         let made = change.created.as_ref().map(|c| c.kind);
         match &change.record {

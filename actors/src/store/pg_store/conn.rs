@@ -27,7 +27,8 @@ use super::tls::Endpoint;
 
 use crate::store::StoreError;
 
-/// The longest one query (or one group commit) may take before the caller is told it failed.
+/// The longest one query (or one attempt at a group commit: a batch whose shards moved, or that met a key it
+/// makes already held, is written again) may take before the caller is told it failed.
 pub(super) const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a new connection may take to open, start-up exchange included.

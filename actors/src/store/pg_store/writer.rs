@@ -6,9 +6,13 @@
 //! each merchant's consecutive journal events into runs (one row each, as the embedded store keeps them), and
 //! sends per table touched one multi-row insert of the keys the batch makes (`Op::Create`: new sequence
 //! numbers and ids, which need no search for a row to update), one multi-row upsert of the other keys set and
-//! one multi-row delete, pipelined on the connection inside one transaction. There are [`WRITERS`] such tasks, and a merchant's changes always go to the same one (by
-//! shard). A merchant's changes (queued by its actor in decision order) land in order; changes of different
-//! merchants need no order between them.
+//! one multi-row delete, pipelined on the connection inside one transaction. Should a key the batch makes be
+//! held all the same, the batch is written again with upserts, its journal runs claimed: a journal position
+//! held with another event means a change decided on a stale view of its merchant, and is refused.
+//!
+//! There are [`WRITERS`] such tasks, and a merchant's changes always go to the same one (by shard). A
+//! merchant's changes (queued by its actor in decision order) land in order; changes of different merchants
+//! need no order between them.
 //!
 //! A task commits on up to [`LANES`] connections. With nothing in flight, the next batch takes the jobs in
 //! queue order. While a batch commits and jobs pile up, a second is written beside it on another connection,
@@ -91,12 +95,33 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// is an `Op::Create`).
 type Slot<'a> = (Option<&'a [u8]>, bool);
 
+/// The statements one table's part of a transaction uses.
+struct Statements {
+    insert: Option<tokio_postgres::Statement>,
+    claim: Option<tokio_postgres::Statement>,
+    upsert: Option<tokio_postgres::Statement>,
+    delete: Option<tokio_postgres::Statement>,
+}
+
+/// The statement `sql` when the batch has `keys` for it; only those are prepared (once per connection: `Conn`
+/// keeps them).
+async fn prepare(conn: &Conn, keys: &[&[u8]], sql: &str) -> Result<Option<tokio_postgres::Statement>, Failed> {
+    match keys.is_empty() {
+        true => Ok(None),
+        false => conn.statement(sql).await.map(Some).map_err(Failed::Store),
+    }
+}
+
 /// One table's part of a transaction.
 #[derive(Default)]
 struct Columns<'a> {
     /// The keys the batch makes (`Op::Create`), inserted without looking for a row to update, and their values.
     made_keys: Vec<&'a [u8]>,
     made_values: Vec<&'a [u8]>,
+    /// Keys set only where no other value is held (a claimed tree's, and in a batch written again after a key
+    /// it makes was found held, its journal runs), and their values.
+    claimed_keys: Vec<&'a [u8]>,
+    claimed_values: Vec<&'a [u8]>,
     /// The other keys set, upserted, and their values.
     set_keys: Vec<&'a [u8]>,
     set_values: Vec<&'a [u8]>,
@@ -122,8 +147,9 @@ enum Failed {
     Fenced(BTreeSet<Fence>),
     /// These keys of claimed trees belong to other values in the database; nothing was written.
     Claimed(BTreeSet<(usize, Vec<u8>)>),
-    /// A key the batch makes (`Op::Create`) is held already; nothing was written.
-    Held,
+    /// A key the batch makes (`Op::Create`) is held already (the database's words, naming the table and the
+    /// key); nothing was written.
+    Held(String),
 }
 
 /// The keys of claimed trees (`layout::CLAIMED`) a job sets, with the values it gives them.
@@ -464,10 +490,13 @@ impl Lane {
             attempts += 1;
             match tokio::time::timeout(QUERY_TIMEOUT, self.write(&jobs, create)).await {
                 Ok(Ok(())) => break Ok(()),
-                Ok(Err(Failed::Held)) => {
-                    tracing::warn!(
+                Ok(Err(Failed::Held(held))) => {
+                    // The engine makes no such key: one is worth an operator's look. A journal position held with
+                    // another event refuses its merchant's changes in the next round (`Failed::Claimed`).
+                    tracing::error!(
                         jobs = jobs.len(),
-                        "a key a group commit makes was held already: written as an update"
+                        %held,
+                        "a key a group commit makes was held already: the batch is written again with upserts"
                     );
                     create = false;
                     // Not counted: it happens once, as nothing is inserted plainly after it.
@@ -476,7 +505,30 @@ impl Lane {
                 Ok(Err(Failed::Store(e))) => break Err(e),
                 Err(_) => break Err(StoreError::Io("PostgreSQL did not commit in time".into())),
                 Ok(Err(Failed::Claimed(taken))) => {
-                    let (refused, kept): (Vec<Job>, Vec<Job>) = jobs
+                    // A journal run held with another value: its merchant's changes were decided on a stale view
+                    // (a sequence number used twice). They are refused as after a failed write, so that its actor
+                    // reloads what the store holds; nothing is written over it.
+                    let stale: BTreeSet<&[u8]> = taken
+                        .iter()
+                        .filter(|(tree, _)| *tree == JOURNAL)
+                        .filter_map(|(_, key)| key.get(..MERCHANT_ID_LEN))
+                        .collect();
+                    let (refused, kept): (Vec<Job>, Vec<Job>) =
+                        jobs.into_iter().partition(|j| merchant_of_job(j).is_some_and(|m| stale.contains(m)));
+                    if !refused.is_empty() {
+                        tracing::error!(
+                            jobs = refused.len(),
+                            merchants = stale.len(),
+                            "refused changes whose journal positions the store holds with other events"
+                        );
+                    }
+                    for job in refused {
+                        if let Some(guard) = &job.guard {
+                            guard.store(true, Ordering::Release);
+                        }
+                        let _ = job.done.send(Err(StoreError::Aborted));
+                    }
+                    let (refused, kept): (Vec<Job>, Vec<Job>) = kept
                         .into_iter()
                         .partition(|j| claims(j).any(|(tree, key, _)| taken.contains(&(tree, key.to_vec()))));
                     for job in refused {
@@ -488,7 +540,8 @@ impl Lane {
                     }
                     jobs = kept;
                     // Not counted against the moves of shards: every key found taken was claimed by a job of
-                    // this batch, so each such round refuses at least one job, and the rounds end.
+                    // this batch (or is a journal run of its merchant), so each such round refuses at least one
+                    // job, and the rounds end.
                     attempts -= 1;
                 }
                 Ok(Err(Failed::Fenced(moved))) => {
@@ -561,6 +614,8 @@ impl Lane {
         // database a row per run rather than per event (a long run is kept compressed, out of line, in a few
         // chunks of PostgreSQL's own). The runs are made by the batch when each of its events is.
         let mut events = TreeMap::new();
+        // One journal write that is not an `Op::Create` (none of the engine's) has the whole batch's runs
+        // upserted: a run is one row over several events, and this keeps the rule simple.
         let mut events_made = true;
         for job in jobs {
             fences.extend(job.fence);
@@ -589,24 +644,21 @@ impl Lane {
         let node = self.node.clone();
         let sql = self.sql.clone();
         let conn = self.connection().await.map_err(Failed::Store)?;
-        let mut statements = Vec::new();
-        for tree in trees.keys() {
-            let names =
-                sql.get(*tree).ok_or_else(|| Failed::Store(StoreError::Corrupt(format!("no tree number {tree}"))))?;
-            let upsert = if CLAIMED.contains(tree) { &names.claim } else { &names.upsert };
-            let upsert = conn.statement(upsert).await.map_err(Failed::Store)?;
-            let insert = conn.statement(&names.insert).await.map_err(Failed::Store)?;
-            let delete = conn.statement(&names.delete).await.map_err(Failed::Store)?;
-            statements.push((insert, upsert, delete));
-        }
         let mut columns: Vec<Columns> = Vec::with_capacity(trees.len());
         for (tree, keys) in &trees {
             let mut table = Columns::default();
-            // A claimed tree's keys are all claimed: the claim tells which were taken.
-            let inserts = create && !CLAIMED.contains(tree);
+            // A claimed tree's keys are all claimed: the claim tells which were taken. Once a key the batch makes
+            // was found held, its journal runs are claimed too: a run held with another value means a sequence
+            // number used twice, a change decided on a stale view of its merchant, which must not be written
+            // over the event the store holds.
+            let claimed = CLAIMED.contains(tree);
             for (key, (value, made)) in keys {
                 match value {
-                    Some(value) if *made && inserts => {
+                    Some(value) if claimed || (*made && !create && *tree == JOURNAL) => {
+                        table.claimed_keys.push(*key);
+                        table.claimed_values.push(*value);
+                    }
+                    Some(value) if *made && create => {
                         table.made_keys.push(*key);
                         table.made_values.push(*value);
                     }
@@ -618,6 +670,17 @@ impl Lane {
                 }
             }
             columns.push(table);
+        }
+        let mut statements = Vec::new();
+        for (tree, table) in trees.keys().zip(&columns) {
+            let names =
+                sql.get(*tree).ok_or_else(|| Failed::Store(StoreError::Corrupt(format!("no tree number {tree}"))))?;
+            statements.push(Statements {
+                insert: prepare(conn, &table.made_keys, &names.insert).await?,
+                claim: prepare(conn, &table.claimed_keys, &names.claim).await?,
+                upsert: prepare(conn, &table.set_keys, &names.upsert).await?,
+                delete: prepare(conn, &table.removed, &names.delete).await?,
+            });
         }
         let tx = conn.client.transaction().await.map_err(|e| Failed::Store(db_error("begin a group commit", e)))?;
         // The fences are read first and their rows held shared until the commit: a node taking one of these
@@ -635,21 +698,21 @@ impl Lane {
             .await
         };
         let (mut inserts, mut writes, mut claims) = (Vec::new(), Vec::new(), Vec::new());
-        for ((table, (insert, upsert, delete)), tree) in columns.iter().zip(&statements).zip(trees.keys()) {
-            if !table.made_keys.is_empty() {
+        for ((table, statements), tree) in columns.iter().zip(&statements).zip(trees.keys()) {
+            if let Some(insert) = &statements.insert {
                 let params: Vec<&(dyn ToSql + Sync)> = vec![&table.made_keys, &table.made_values];
                 inserts.push(tx.execute_raw(insert, params));
             }
-            let set_keys = &table.set_keys;
-            if !set_keys.is_empty() && CLAIMED.contains(tree) {
-                let params: Vec<&(dyn ToSql + Sync)> = vec![set_keys, &table.set_values];
+            if let Some(claim) = &statements.claim {
+                let claimed_keys = &table.claimed_keys;
+                let params: Vec<&(dyn ToSql + Sync)> = vec![claimed_keys, &table.claimed_values];
                 // The keys taken are those the upsert did not return.
                 let tx = &tx;
                 let claim = async move {
-                    let rows: Vec<tokio_postgres::Row> = tx.query_raw(upsert, params).await?.try_collect().await?;
+                    let rows: Vec<tokio_postgres::Row> = tx.query_raw(claim, params).await?.try_collect().await?;
                     let given: BTreeSet<&[u8]> = rows.iter().map(|row| row.get::<_, &[u8]>(0)).collect();
                     Ok::<_, tokio_postgres::Error>(
-                        set_keys
+                        claimed_keys
                             .iter()
                             .filter(|k| !given.contains(**k))
                             .map(|k| (*tree, k.to_vec()))
@@ -657,11 +720,12 @@ impl Lane {
                     )
                 };
                 claims.push(claim);
-            } else if !set_keys.is_empty() {
-                let params: Vec<&(dyn ToSql + Sync)> = vec![set_keys, &table.set_values];
+            }
+            if let Some(upsert) = &statements.upsert {
+                let params: Vec<&(dyn ToSql + Sync)> = vec![&table.set_keys, &table.set_values];
                 writes.push(tx.execute_raw(upsert, params));
             }
-            if !table.removed.is_empty() {
+            if let Some(delete) = &statements.delete {
                 let params: Vec<&(dyn ToSql + Sync)> = vec![&table.removed];
                 writes.push(tx.execute_raw(delete, params));
             }
@@ -679,11 +743,15 @@ impl Lane {
             futures_util::future::join5(check, join_all(inserts), try_join_all(writes), try_join_all(claims), accounts)
                 .await;
         // A key the batch makes that a row holds all the same fails its insert, and the statements after it
-        // fail with the transaction: the batch is written again with upserts, which is what it means. Nothing
-        // in the engine makes such a key, but a store must not depend on that for its writes to succeed.
+        // fail with the transaction: the batch is written again with upserts, and its journal runs claimed
+        // (see the columns above). The engine makes no such key, but a store must not depend on that for its
+        // writes to succeed.
         let failed: Vec<tokio_postgres::Error> = inserted.into_iter().filter_map(Result::err).collect();
-        if failed.iter().any(|e| e.code() == Some(&SqlState::UNIQUE_VIOLATION)) {
-            return Err(Failed::Held);
+        if let Some(held) =
+            failed.iter().find_map(|e| e.as_db_error().filter(|e| *e.code() == SqlState::UNIQUE_VIOLATION))
+        {
+            let what = format!("{}: {}", held.table().unwrap_or("?"), held.detail().unwrap_or(held.message()));
+            return Err(Failed::Held(what));
         }
         if let Some(e) = failed.into_iter().next() {
             return Err(Failed::Store(db_error("write a group commit's new keys", e)));
