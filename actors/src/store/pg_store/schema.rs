@@ -164,8 +164,9 @@ pub(super) struct TreeSql {
     /// Keys no row holds (`Op::Create`): a plain insert, which fails on a key held.
     pub(super) insert: String,
     pub(super) upsert: String,
-    /// The upsert of a claimed tree (`layout::CLAIMED`): a key already held with another value is left as it
-    /// is and not returned, so the writer learns which claims failed.
+    /// The upsert of a claimed tree (`layout::CLAIMED`), and of a batch's journal runs once a key it makes was
+    /// found held: a key already held with another value is left as it is and not returned, so the writer
+    /// learns which claims failed.
     pub(super) claim: String,
     pub(super) delete: String,
     /// Every merchant with a key, in id order: a loose index scan, one seek per merchant.

@@ -7,8 +7,10 @@
 //! sends per table touched one multi-row insert of the keys the batch makes (`Op::Create`: new sequence
 //! numbers and ids, which need no search for a row to update), one multi-row upsert of the other keys set and
 //! one multi-row delete, pipelined on the connection inside one transaction. Should a key the batch makes be
-//! held all the same, the batch is written again with upserts, its journal runs claimed: a journal position
-//! held with another event means a change decided on a stale view of its merchant, and is refused.
+//! held all the same, the batch is written again with upserts, its journal runs claimed: a run whose key is
+//! held with another event means a change decided on a stale view of its merchant, and is refused. (Only the
+//! run's own key is checked: a stale change whose run ends elsewhere than the row in its way is not caught
+//! here, as it was not before runs were inserted plainly.)
 //!
 //! There are [`WRITERS`] such tasks, and a merchant's changes always go to the same one (by shard). A
 //! merchant's changes (queued by its actor in decision order) land in order; changes of different merchants
@@ -648,9 +650,9 @@ impl Lane {
         for (tree, keys) in &trees {
             let mut table = Columns::default();
             // A claimed tree's keys are all claimed: the claim tells which were taken. Once a key the batch makes
-            // was found held, its journal runs are claimed too: a run held with another value means a sequence
-            // number used twice, a change decided on a stale view of its merchant, which must not be written
-            // over the event the store holds.
+            // was found held, its journal runs are claimed too: a run's key held with another value means a
+            // sequence number used twice, a change decided on a stale view of its merchant, which must not be
+            // written over the event the store holds (see the module's note on what this does not catch).
             let claimed = CLAIMED.contains(tree);
             for (key, (value, made)) in keys {
                 match value {
