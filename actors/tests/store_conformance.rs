@@ -781,7 +781,7 @@ fn postgresql_stores_a_merchants_events_committed_together_in_fewer_rows() {
 /// The keys a change makes are inserted without a search for a row to update. A journal position a row holds
 /// all the same means the change was decided on a stale view of its merchant (a sequence number used twice, as
 /// a commit whose answer was lost and that landed late could cause): that change is refused as after a failed
-/// write, nothing is written over the row, and the other merchants' changes committed with it land.
+/// write, nothing is written over the row, and the other merchants' changes, queued at the same time, land.
 #[test]
 fn postgresql_refuses_a_change_whose_journal_position_a_row_holds() {
     let database = postgres::database();

@@ -10,7 +10,7 @@
 //! held all the same, the batch is written again with upserts, its journal runs claimed: a run whose key is
 //! held with another event means a change decided on a stale view of its merchant, and is refused. (Only the
 //! run's own key is checked: a stale change whose run ends elsewhere than the row in its way is not caught
-//! here, as it was not before runs were inserted plainly.)
+//! here, nor was it when every run was upserted.)
 //!
 //! There are [`WRITERS`] such tasks, and a merchant's changes always go to the same one (by shard). A
 //! merchant's changes (queued by its actor in decision order) land in order; changes of different merchants
