@@ -19,8 +19,9 @@ pub enum Op {
     Insert(usize, Vec<u8>, Vec<u8>),
     /// Sets `key` of tree number `tree` to `value`, a key the change itself makes (its journal sequence number,
     /// a new transaction's or notification's id): no value is held there before. It means what `Insert` means;
-    /// an engine may write it more cheaply (PostgreSQL inserts it without first looking for a row to update,
-    /// and writes it as an `Insert` should the key be held all the same).
+    /// an engine may write it more cheaply (PostgreSQL inserts it without first looking for a row to update;
+    /// should the key be held all the same, it writes the batch again as `Insert`s, except that a journal
+    /// position held with another event refuses its merchant's change).
     Create(usize, Vec<u8>, Vec<u8>),
     /// Removes `key` from tree number `tree`.
     Remove(usize, Vec<u8>),
