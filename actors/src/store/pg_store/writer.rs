@@ -159,12 +159,18 @@ fn claims(job: &Job) -> impl Iterator<Item = (usize, &[u8], &[u8])> {
     job.ops.iter().filter_map(Op::set).filter(|(tree, ..)| CLAIMED.contains(tree))
 }
 
-/// Refuses a job that claimed a key another value holds: nothing of it is written.
-fn refuse_claim(job: Job, key: &[u8]) {
+/// Answers a job that was not written with `error`, first setting its guard: its actor's later changes may
+/// build on this one, so they are refused too until the actor reloads.
+fn fail(job: Job, error: StoreError) {
     if let Some(guard) = &job.guard {
         guard.store(true, Ordering::Release);
     }
-    let _ = job.done.send(Err(StoreError::EmailTaken(String::from_utf8_lossy(key).into_owned())));
+    let _ = job.done.send(Err(error));
+}
+
+/// Refuses a job that claimed a key another value holds: nothing of it is written.
+fn refuse_claim(job: Job, key: &[u8]) {
+    fail(job, StoreError::EmailTaken(String::from_utf8_lossy(key).into_owned()));
 }
 
 pub(super) struct WriterTask {
@@ -525,10 +531,7 @@ impl Lane {
                         );
                     }
                     for job in refused {
-                        if let Some(guard) = &job.guard {
-                            guard.store(true, Ordering::Release);
-                        }
-                        let _ = job.done.send(Err(StoreError::Aborted));
+                        fail(job, StoreError::Aborted);
                     }
                     let (refused, kept): (Vec<Job>, Vec<Job>) = kept
                         .into_iter()
@@ -555,11 +558,7 @@ impl Lane {
                         "refused the writes of shards this node no longer holds"
                     );
                     for job in fenced {
-                        if let Some(guard) = &job.guard {
-                            guard.store(true, Ordering::Release);
-                        }
-                        let moved = StoreError::NotOwner("another node took the merchant's shard".into());
-                        let _ = job.done.send(Err(moved));
+                        fail(job, StoreError::NotOwner("another node took the merchant's shard".into()));
                     }
                     jobs = kept;
                     if attempts == MAX_ATTEMPTS {
@@ -594,10 +593,7 @@ impl Lane {
                 // The connection's state is unknown (a transaction may be open): the next batch opens another.
                 self.conn = None;
                 for job in jobs {
-                    if let Some(guard) = &job.guard {
-                        guard.store(true, Ordering::Release);
-                    }
-                    let _ = job.done.send(Err(e.clone()));
+                    fail(job, e.clone());
                 }
             }
         }
