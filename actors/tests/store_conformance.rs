@@ -33,6 +33,10 @@ mod support;
 #[path = "support/postgres.rs"]
 mod postgres;
 
+#[allow(dead_code)]
+#[path = "../../tests/support/proxy.rs"]
+mod proxy;
+
 use caisse_engine::domain::links::link_of;
 use support::{new_link, new_payment, new_payout};
 
@@ -817,6 +821,64 @@ fn postgresql_refuses_a_change_whose_journal_position_a_row_holds() {
         assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
         assert!(store.payment(&shop.id, "second").unwrap().is_some());
     }
+}
+
+/// Whether a session other than the asker's is in a transaction on the test's database.
+fn a_session_is_in_a_transaction(database: &postgres::TestDatabase) -> bool {
+    let open = postgres::query_value(
+        &database.url,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND backend_type = 'client backend' AND xact_start IS NOT NULL AND pid <> pg_backend_pid()",
+    );
+    open != "0"
+}
+
+/// A commit whose answer is lost (the connection closed once its `COMMIT` was sent) is acknowledged when the
+/// database says it committed: the change is there, its merchant's later changes are not refused.
+#[test]
+fn postgresql_acknowledges_a_commit_whose_answer_was_lost_once_it_learns_it_landed() {
+    let database = postgres::database();
+    let proxy = proxy::Proxy::start(&database.server_address());
+    let store: Arc<dyn Store> = Arc::new(PgStore::open(&database.url_via(proxy.port)).expect("open the store"));
+    let mut shop = Shop::new();
+    shop.pay(&*store, 1_000, "first");
+    proxy.lose_next_commit_answer();
+    shop.pay(&*store, 2_000, "second");
+    assert_eq!(proxy.commits_caught(), 1, "the answer to the second payment's commit was lost");
+    assert!(!shop.latch.load(std::sync::atomic::Ordering::Acquire), "nothing was refused");
+    shop.pay(&*store, 3_000, "third");
+    let seqs: Vec<u64> = store.journal(&shop.id, 1, 10).unwrap().iter().map(|event| event.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    let recovered = store.recover_merchant(&shop.id).unwrap();
+    assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
+}
+
+/// A commit whose `COMMIT` is held up in the network (the connection silent, as in a partition) fails only
+/// once it can no longer land: delivered late, after the failure was answered, it commits nothing, so the
+/// merchant's actor reloads a view that stays true.
+#[test]
+fn postgresql_fails_a_commit_held_up_in_the_network_only_once_it_cannot_land() {
+    let database = postgres::database();
+    let proxy = proxy::Proxy::start(&database.server_address());
+    let store: Arc<dyn Store> = Arc::new(PgStore::open(&database.url_via(proxy.port)).expect("open the store"));
+    let mut shop = Shop::new();
+    shop.pay(&*store, 1_000, "first");
+    proxy.hold_next_commit();
+    let (change, _) = shop.change(&Command::InitiatePayment(new_payment(2_000, Some("second"))), None);
+    let answer = store.commit(change, &shop.latch).expect("queued").blocking_recv().expect("answered");
+    assert!(answer.is_err(), "{answer:?}");
+    assert!(proxy.holds_commit(), "the COMMIT was held up");
+    assert!(shop.latch.load(std::sync::atomic::Ordering::Acquire), "the merchant's later writes wait for a reload");
+    proxy.release();
+    // The late COMMIT has landed, or found no transaction, once no session is in one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while a_session_is_in_a_transaction(&database) {
+        assert!(std::time::Instant::now() < deadline, "sessions still in a transaction after 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(store.payment(&shop.id, "second").unwrap().is_none(), "the late COMMIT committed nothing");
+    let seqs: Vec<u64> = store.journal(&shop.id, 1, 10).unwrap().iter().map(|event| event.seq).collect();
+    assert_eq!(seqs, vec![1]);
 }
 
 /// What only a store several nodes share does: shards placed on one node at a time, and the fence that refuses

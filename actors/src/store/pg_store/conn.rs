@@ -31,6 +31,11 @@ use crate::store::StoreError;
 /// makes already held, is written again) may take before the caller is told it failed.
 pub(super) const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the server keeps a transaction open with no statement from its client (the `COMMIT` included)
+/// before it ends it, rolled back, with its session: a client that stopped waiting leaves no transaction
+/// behind holding its locks, or able to commit much later.
+pub(super) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(QUERY_TIMEOUT.as_secs() + 10);
+
 /// How long a new connection may take to open, start-up exchange included.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -143,7 +148,7 @@ impl Conn {
         let options = format!(
             "-c statement_timeout={} -c lock_timeout=5000 -c idle_in_transaction_session_timeout={}",
             (QUERY_TIMEOUT + Duration::from_secs(5)).as_millis(),
-            (QUERY_TIMEOUT + Duration::from_secs(10)).as_millis()
+            IDLE_IN_TRANSACTION.as_millis()
         );
         let options = match config.get_options() {
             Some(theirs) => format!("{theirs} {options}"),
@@ -172,6 +177,20 @@ impl Conn {
             }
         };
         Ok(Conn { client, statements: Mutex::new(HashMap::new()), broken: AtomicBool::new(false), task })
+    }
+
+    /// The connection in `slot`, opened first when there is none or the one there is closed.
+    pub(super) async fn ensure<'a>(
+        slot: &'a mut Option<Conn>,
+        endpoint: &Endpoint,
+    ) -> Result<&'a mut Conn, StoreError> {
+        if slot.as_ref().is_some_and(|c| c.is_closed()) {
+            *slot = None;
+        }
+        if slot.is_none() {
+            *slot = Some(Conn::open(endpoint).await?);
+        }
+        slot.as_mut().ok_or(StoreError::Closed)
     }
 
     /// `sql` prepared on this connection, once.

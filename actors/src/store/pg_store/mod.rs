@@ -4,11 +4,13 @@
 //! the primary: docs/cluster.md).
 //!
 //! `schema` creates and migrates the tables, `conn` holds the connections and the runtime they run on, and
-//! `writer` makes each batch of queued changes one transaction. Reads go to the database each time: nothing
-//! is cached here, so what one node commits every node reads.
+//! `writer` makes each batch of queued changes one transaction (`doubt` learns the outcome of one whose
+//! answer was lost). Reads go to the database each time: nothing is cached here, so what one node commits
+//! every node reads.
 
 mod cluster;
 mod conn;
+mod doubt;
 mod kept;
 mod schema;
 mod sessions;

@@ -26,11 +26,11 @@
 //! connects when first needed, and a batch is written beside another only on a lane already connected.
 //!
 //! When a batch fails every job in it fails and their guards are set ([`FailureLatch`]), exactly as with
-//! the embedded store. A commit whose answer is lost (the connection dropped while `COMMIT` was in flight) may
-//! have committed: its jobs are still reported failed, their actors reload from the database, and a client's
-//! retry with the same idempotency key finds the first answer if it was kept. The connection is then replaced;
-//! while a writer is unhealthy and idle it checks the database once a second, so health returns with it (the
-//! store is healthy while every writer is).
+//! the embedded store. A commit whose answer is lost (the connection dropped, or went silent, while `COMMIT`
+//! was in flight) is not answered until the database has said what became of it (`doubt`): its jobs are
+//! acknowledged if it committed, and fail once it can no longer commit, so that their actors reload a final
+//! view. The connection is then replaced; while a writer is unhealthy and idle it checks the database once a
+//! second, so health returns with it (the store is healthy while every writer is).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +45,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::conn::{db_error, Conn, QUERY_TIMEOUT};
+use super::doubt::{resolve, InDoubt};
 use super::schema::TreeSql;
 use crate::domain::ids::MERCHANT_ID_LEN;
 use crate::domain::records::Notification;
@@ -141,6 +142,10 @@ pub(super) struct Job {
     pub(super) fence: Option<Fence>,
 }
 
+/// What a group commit reads in its transaction, so that its outcome can be learnt should the answer to its
+/// `COMMIT` be lost ([`doubt`](super::doubt)): the transaction's id and its server process.
+const IDENTIFY: &str = "SELECT txid_current(), pg_backend_pid()";
+
 /// Why a transaction was not committed.
 enum Failed {
     /// The database or the connection failed.
@@ -200,6 +205,7 @@ impl WriterTask {
             feed: feed.clone(),
             node: node.clone(),
             kept: kept.clone(),
+            in_doubt: None,
         };
         // The spare lanes connect when first used; `pop` takes the first lane, connected at open, first.
         let mut idle: Vec<Lane> = (1..LANES).map(|_| lane(None)).collect();
@@ -336,7 +342,7 @@ async fn fly(mut lane: Lane, work: Work, id: u64) -> (u64, Lane) {
         Work::Batch(batch) => lane.commit_batch(batch).await,
         Work::Connect => {
             // A failed connection is tried again later; the batches wait for the connected lane meanwhile.
-            let connect = lane.connection();
+            let connect = Conn::ensure(&mut lane.conn, &lane.config);
             if let Ok(Err(e)) = tokio::time::timeout(QUERY_TIMEOUT, connect).await {
                 tracing::warn!(error = %e, "could not open a second writing connection to PostgreSQL");
             }
@@ -429,6 +435,10 @@ struct Lane {
     feed: mpsc::Sender<Notification>,
     node: Option<String>,
     kept: Arc<super::kept::Kept>,
+    /// The transaction whose `COMMIT` was last sent on this lane's connection and has not been answered: set
+    /// just before the `COMMIT` goes and cleared once it is answered, so it outlives a commit cut short by the
+    /// writer's time-out.
+    in_doubt: Option<InDoubt>,
 }
 
 impl Lane {
@@ -438,7 +448,7 @@ impl Lane {
 
     async fn probe(&mut self) {
         let probe = async {
-            match self.connection().await {
+            match Conn::ensure(&mut self.conn, &self.config).await {
                 Ok(conn) => conn.client.simple_query("SELECT 1").await.is_ok(),
                 Err(_) => false,
             }
@@ -450,16 +460,6 @@ impl Lane {
         } else {
             self.conn = None;
         }
-    }
-
-    async fn connection(&mut self) -> Result<&mut Conn, StoreError> {
-        if self.conn.as_ref().is_some_and(|c| c.is_closed()) {
-            self.conn = None;
-        }
-        if self.conn.is_none() {
-            self.conn = Some(Conn::open(&self.config).await?);
-        }
-        self.conn.as_mut().ok_or(StoreError::Closed)
     }
 
     async fn commit_batch(&mut self, batch: Vec<Job>) {
@@ -491,6 +491,7 @@ impl Lane {
         }
         // A batch with jobs of a shard that moved is written again without them, a bounded number of times.
         let mut attempts = 0;
+        self.in_doubt = None;
         // Keys the batch makes are inserted without a search for a row to update (a third of PostgreSQL's work
         // in the engine bench) until one is found held; the batch is then written with upserts alone.
         let mut create = true;
@@ -567,6 +568,19 @@ impl Lane {
                 }
             }
         };
+        let result = match (result, self.in_doubt.take()) {
+            (Err(e), Some(doubt)) => {
+                // The connection cannot be trusted, and closing it may let the server notice sooner.
+                self.conn = None;
+                tracing::warn!(error = %e, txid = doubt.txid, jobs = jobs.len(), "the answer to a group commit was lost: asking PostgreSQL what became of it");
+                let outcome = resolve(&self.config, doubt).await;
+                if outcome.is_ok() {
+                    tracing::info!(txid = doubt.txid, "a group commit whose answer was lost had committed");
+                }
+                outcome
+            }
+            (result, _) => result,
+        };
         match result {
             Ok(()) => {
                 self.healthy.store(true, Ordering::Release);
@@ -641,7 +655,7 @@ impl Lane {
         }
         let node = self.node.clone();
         let sql = self.sql.clone();
-        let conn = self.connection().await.map_err(Failed::Store)?;
+        let conn = Conn::ensure(&mut self.conn, &self.config).await.map_err(Failed::Store)?;
         let mut columns: Vec<Columns> = Vec::with_capacity(trees.len());
         for (tree, keys) in &trees {
             let mut table = Columns::default();
@@ -680,6 +694,7 @@ impl Lane {
                 delete: prepare(conn, &table.removed, &names.delete).await?,
             });
         }
+        let identify = conn.statement(IDENTIFY).await.map_err(Failed::Store)?;
         let tx = conn.client.transaction().await.map_err(|e| Failed::Store(db_error("begin a group commit", e)))?;
         // The fences are read first and their rows held shared until the commit: a node taking one of these
         // shards waits for this transaction, and one that took it before makes the check fail.
@@ -737,9 +752,12 @@ impl Lane {
                 Ok(())
             }
         };
-        let (held, inserted, written, claimed, accounts) =
-            futures_util::future::join5(check, join_all(inserts), try_join_all(writes), try_join_all(claims), accounts)
-                .await;
+        let identity = tx.query_one(&identify, &[]);
+        let (identity, (held, inserted, written, claimed, accounts)) = futures_util::future::join(
+            identity,
+            futures_util::future::join5(check, join_all(inserts), try_join_all(writes), try_join_all(claims), accounts),
+        )
+        .await;
         // A key the batch makes that a row holds all the same fails its insert, and the statements after it
         // fail with the transaction: the batch is written again with upserts, and its journal runs claimed
         // (see the columns above). The engine makes no such key, but a store must not depend on that for its
@@ -771,7 +789,17 @@ impl Lane {
         if !taken.is_empty() {
             return Err(Failed::Claimed(taken));
         }
-        tx.commit().await.map_err(|e| Failed::Store(db_error("commit a group commit", e)))
+        let identity = identity.map_err(|e| Failed::Store(db_error("identify a group commit", e)))?;
+        let (txid, pid) = identity
+            .try_get::<_, i64>(0)
+            .and_then(|txid| Ok((txid, identity.try_get::<_, i32>(1)?)))
+            .map_err(|e| Failed::Store(db_error("read a group commit's identity", e)))?;
+        // Any failure of the `COMMIT` leaves its outcome to be learnt: even an error the server sends may come
+        // after the commit (a session ended while it waits for a synchronous standby).
+        self.in_doubt = Some(InDoubt { txid, pid });
+        tx.commit().await.map_err(|e| Failed::Store(db_error("commit a group commit", e)))?;
+        self.in_doubt = None;
+        Ok(())
     }
 }
 
