@@ -23,6 +23,8 @@
 
 use std::time::{Duration, Instant};
 
+use tokio_postgres::error::SqlState;
+
 use super::conn::{db_error, Conn, IDLE_IN_TRANSACTION};
 use super::tls::Endpoint;
 use crate::store::StoreError;
@@ -55,8 +57,9 @@ enum Seen {
     },
     Committed,
     Aborted,
-    /// Too old for the database to tell (`txid_status` answers NULL), which seconds after it ran means a
-    /// database other than the one the transaction ran on.
+    /// Unknown to the database: too old for it to tell (`txid_status` answers NULL), or newer than any it has
+    /// seen, which seconds after the transaction ran means that the database answering is not the one that
+    /// ran it.
     Forgotten,
 }
 
@@ -83,7 +86,7 @@ fn next(seen: Seen, signalled: bool) -> Step {
         ),
         Seen::Committed => Step::Acknowledge,
         Seen::Aborted => Step::Fail("PostgreSQL rolled back a group commit whose answer was lost"),
-        Seen::Forgotten => Step::Fail("PostgreSQL no longer knows the group commit whose answer was lost"),
+        Seen::Forgotten => Step::Fail("the database does not know the group commit whose answer was lost"),
         // A second signal is harmless, and covers a first that arrived while the process was busy.
         Seen::Running { idle: true } => Step::Terminate,
         Seen::Running { idle: false } => Step::Wait,
@@ -135,11 +138,13 @@ const SESSION: &str = "FROM pg_stat_activity WHERE pid = $2 AND backend_xid = ($
 async fn look(conn: &mut Option<Conn>, endpoint: &Endpoint, doubt: InDoubt) -> Result<Seen, StoreError> {
     let conn = Conn::ensure(conn, endpoint).await?;
     let sql = format!("SELECT txid_status($1::bigint), (SELECT state {SESSION})");
-    let row = conn
-        .client
-        .query_one(&sql, &[&doubt.txid, &doubt.pid])
-        .await
-        .map_err(|e| db_error("ask what became of a group commit", e))?;
+    let row = match conn.client.query_one(&sql, &[&doubt.txid, &doubt.pid]).await {
+        Ok(row) => row,
+        // A transaction id past the database's own: the database answering is not the one that ran the
+        // transaction (a standby promoted before the transaction reached it), which never committed it.
+        Err(e) if e.code() == Some(&SqlState::INVALID_PARAMETER_VALUE) => return Ok(Seen::Forgotten),
+        Err(e) => return Err(db_error("ask what became of a group commit", e)),
+    };
     let status: Option<&str> = row.get(0);
     let state: Option<&str> = row.get(1);
     match status {
