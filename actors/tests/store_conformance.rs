@@ -833,15 +833,22 @@ fn a_session_is_in_a_transaction(database: &postgres::TestDatabase) -> bool {
     open != "0"
 }
 
-/// A commit whose answer is lost (the connection closed once its `COMMIT` was sent) is acknowledged when the
-/// database says it committed: the change is there, its merchant's later changes are not refused.
-#[test]
-fn postgresql_acknowledges_a_commit_whose_answer_was_lost_once_it_learns_it_landed() {
+/// A fresh database, a proxy to it, a store that reaches it through the proxy, and a merchant with a first
+/// payment committed there.
+fn behind_a_proxy() -> (postgres::TestDatabase, proxy::Proxy, Arc<dyn Store>, Shop) {
     let database = postgres::database();
     let proxy = proxy::Proxy::start(&database.server_address());
     let store: Arc<dyn Store> = Arc::new(PgStore::open(&database.url_via(proxy.port)).expect("open the store"));
     let mut shop = Shop::new();
     shop.pay(&*store, 1_000, "first");
+    (database, proxy, store, shop)
+}
+
+/// A commit whose answer is lost (the connection closed once its `COMMIT` was sent) is acknowledged when the
+/// database says it committed: the change is there, its merchant's later changes are not refused.
+#[test]
+fn postgresql_acknowledges_a_commit_whose_answer_was_lost_once_it_learns_it_landed() {
+    let (_database, proxy, store, mut shop) = behind_a_proxy();
     proxy.lose_next_commit_answer();
     shop.pay(&*store, 2_000, "second");
     assert_eq!(proxy.commits_caught(), 1, "the answer to the second payment's commit was lost");
@@ -858,11 +865,7 @@ fn postgresql_acknowledges_a_commit_whose_answer_was_lost_once_it_learns_it_land
 /// merchant's actor reloads a view that stays true.
 #[test]
 fn postgresql_fails_a_commit_held_up_in_the_network_only_once_it_cannot_land() {
-    let database = postgres::database();
-    let proxy = proxy::Proxy::start(&database.server_address());
-    let store: Arc<dyn Store> = Arc::new(PgStore::open(&database.url_via(proxy.port)).expect("open the store"));
-    let mut shop = Shop::new();
-    shop.pay(&*store, 1_000, "first");
+    let (database, proxy, store, shop) = behind_a_proxy();
     proxy.hold_next_commit();
     let (change, _) = shop.change(&Command::InitiatePayment(new_payment(2_000, Some("second"))), None);
     let answer = store.commit(change, &shop.latch).expect("queued").blocking_recv().expect("answered");
