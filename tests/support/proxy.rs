@@ -90,7 +90,8 @@ impl Proxy {
         self.flags.commit.store(HOLD, Ordering::Release);
     }
 
-    /// Delivers the next `COMMIT` any client sends, swallows the answer and closes the client's side.
+    /// Delivers the next `COMMIT` any client sends, then swallows the server's answer and closes the client's
+    /// side as that answer arrives (so the client hears nothing, and only once the server has committed).
     pub fn lose_next_commit_answer(&self) {
         self.flags.commit.store(LOSE_ANSWER, Ordering::Release);
     }
@@ -131,14 +132,15 @@ fn connect(client: TcpStream, upstream: std::net::SocketAddr, flags: &Arc<Flags>
     let Some(server) = server else {
         // Accepted and left unanswered: the connecting side waits for the start-up exchange until it gives up.
         let flags = flags.clone();
-        let link = Link { upward: true, muted: Arc::new(AtomicBool::new(false)) };
+        let link = Link { upward: true, muted: Arc::default(), answering: Arc::default() };
         std::thread::spawn(move || pump(client, None, u64::MAX, &flags, &link));
         return;
     };
     let (Ok(client_back), Ok(server_back)) = (client.try_clone(), server.try_clone()) else { return };
     let (up, down) = (flags.clone(), flags.clone());
-    let muted = Arc::new(AtomicBool::new(false));
-    let (up_link, down_link) = (Link { upward: true, muted: muted.clone() }, Link { upward: false, muted });
+    let (muted, answering): (Arc<AtomicBool>, Arc<AtomicBool>) = (Arc::default(), Arc::default());
+    let up_link = Link { upward: true, muted: muted.clone(), answering: answering.clone() };
+    let down_link = Link { upward: false, muted, answering };
     std::thread::spawn(move || pump(client, Some(server), born, &up, &up_link));
     std::thread::spawn(move || pump(server_back, Some(client_back), born, &down, &down_link));
 }
@@ -149,6 +151,8 @@ struct Link {
     upward: bool,
     /// Set once the connection lost a `COMMIT` or its answer: silent both ways from then on.
     muted: Arc<AtomicBool>,
+    /// Set once a `COMMIT` went up whose answer is to be lost: the client's side closes when it comes.
+    answering: Arc<AtomicBool>,
 }
 
 /// Copies `from` to `to` while the connection's epoch is the proxy's and it is not cut; swallows otherwise;
@@ -171,6 +175,13 @@ fn pump(mut from: TcpStream, mut to: Option<TcpStream>, born: u64, flags: &Flags
         match from.read(&mut buffer) {
             Ok(0) => break,
             Ok(n) => {
+                if !link.upward && link.answering.load(Ordering::Acquire) {
+                    // The answer to the lost `COMMIT`: swallowed, and the client's side closed.
+                    if let Some(client) = &to {
+                        let _ = client.shutdown(Shutdown::Both);
+                    }
+                    break;
+                }
                 if silent {
                     continue;
                 }
@@ -189,12 +200,13 @@ fn pump(mut from: TcpStream, mut to: Option<TcpStream>, born: u64, flags: &Flags
                         continue;
                     }
                     LOSE_ANSWER => {
-                        // Muted first, so the answer the server is about to send is swallowed.
+                        // Marked first, so the answer the server is about to send is swallowed.
                         link.muted.store(true, Ordering::Release);
+                        link.answering.store(true, Ordering::Release);
                         if let Some(to) = to.as_mut() {
                             let _ = to.write_all(&buffer[..n]);
                         }
-                        break;
+                        continue;
                     }
                     _ => {}
                 }

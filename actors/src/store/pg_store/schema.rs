@@ -151,6 +151,8 @@ pub(super) async fn migrate(conn: &mut Conn) -> Result<(), StoreError> {
 
 /// The statements of one tree's table.
 pub(super) struct TreeSql {
+    /// The table's name.
+    pub(super) table: String,
     pub(super) get: String,
     /// Keys from `$1` (included) on, in order, at most `$2`.
     pub(super) forward: String,
@@ -210,6 +212,7 @@ pub(super) fn tree_sql() -> Vec<TreeSql> {
                      ) SELECT id FROM m WHERE id IS NOT NULL",
                     p = n - 1
                 ),
+                table: t,
             }
         })
         .collect()

@@ -29,7 +29,8 @@
 //! the embedded store. A commit whose answer is lost (the connection dropped, or went silent, while `COMMIT`
 //! was in flight) is not answered until the database has said what became of it (`doubt`): its jobs are
 //! acknowledged if it committed, and fail once it can no longer commit, so that their actors reload a final
-//! view. The connection is then replaced; while a writer is unhealthy and idle it checks the database once a
+//! view (or, with the database out of reach, after the time the server keeps such a transaction waiting for
+//! its `COMMIT`). The connection is then replaced; while a writer is unhealthy and idle it checks the database once a
 //! second, so health returns with it (the store is healthy while every writer is).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -570,10 +571,12 @@ impl Lane {
         };
         let result = match (result, self.in_doubt.take()) {
             (Err(e), Some(doubt)) => {
-                // The connection cannot be trusted, and closing it may let the server notice sooner.
+                // The connection cannot be trusted, and closing it may let the server notice sooner. The writer
+                // is unhealthy until the outcome is known: this lane waits for it, up to `RESOLVE_FOR`.
                 self.conn = None;
+                self.healthy.store(false, Ordering::Release);
                 tracing::warn!(error = %e, txid = doubt.txid, jobs = jobs.len(), "the answer to a group commit was lost: asking PostgreSQL what became of it");
-                let outcome = resolve(&self.config, doubt).await;
+                let outcome = resolve(&self.config, &doubt).await;
                 if outcome.is_ok() {
                     tracing::info!(txid = doubt.txid, "a group commit whose answer was lost had committed");
                 }
@@ -655,6 +658,13 @@ impl Lane {
         }
         let node = self.node.clone();
         let sql = self.sql.clone();
+        // The row that tells whether this transaction committed, should the answer to its `COMMIT` be lost: a
+        // journal run if the batch writes one (no other transaction writes its merchant's journal meanwhile),
+        // else any key it sets.
+        let witness = trees.get_key_value(&JOURNAL).into_iter().chain(&trees).find_map(|(tree, keys)| {
+            let key = keys.iter().find_map(|(key, (value, _))| value.map(|_| key.to_vec()))?;
+            Some((sql.get(*tree)?.table.clone(), key))
+        });
         let conn = Conn::ensure(&mut self.conn, &self.config).await.map_err(Failed::Store)?;
         let mut columns: Vec<Columns> = Vec::with_capacity(trees.len());
         for (tree, keys) in &trees {
@@ -796,7 +806,7 @@ impl Lane {
             .map_err(|e| Failed::Store(db_error("read a group commit's identity", e)))?;
         // Any failure of the `COMMIT` leaves its outcome to be learnt: even an error the server sends may come
         // after the commit (a session ended while it waits for a synchronous standby).
-        self.in_doubt = Some(InDoubt { txid, pid });
+        self.in_doubt = Some(InDoubt { txid, pid, witness });
         tx.commit().await.map_err(|e| Failed::Store(db_error("commit a group commit", e)))?;
         self.in_doubt = None;
         Ok(())
