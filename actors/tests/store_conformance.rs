@@ -860,6 +860,24 @@ fn postgresql_acknowledges_a_commit_whose_answer_was_lost_once_it_learns_it_land
     assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
 }
 
+/// A commit still running when the writer stops waiting for its answer (here a deferred check that takes 12 s;
+/// in production, a wait for a synchronous standby) is waited for, not cut short, and acknowledged once it
+/// has landed.
+#[test]
+fn postgresql_waits_for_a_commit_still_running_when_its_answer_is_late_and_acknowledges_it() {
+    let (database, _proxy, store, mut shop) = behind_a_proxy();
+    database.execute(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(12); RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT OR UPDATE ON kv_journal \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()",
+    );
+    shop.pay(&*store, 2_000, "second");
+    assert!(!shop.latch.load(std::sync::atomic::Ordering::Acquire), "nothing was refused");
+    let seqs: Vec<u64> = store.journal(&shop.id, 1, 10).unwrap().iter().map(|event| event.seq).collect();
+    assert_eq!(seqs, vec![1, 2]);
+}
+
 /// A commit whose `COMMIT` is held up in the network (the connection silent, as in a partition) fails only
 /// once it can no longer land: delivered late, after the failure was answered, it commits nothing, so the
 /// merchant's actor reloads a view that stays true.

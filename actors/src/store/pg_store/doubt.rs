@@ -11,21 +11,27 @@
 //! - While the transaction's process still holds it (`pg_stat_activity.backend_xid`, which PostgreSQL clears
 //!   only once the transaction has ended for every other session, a wait for a synchronous standby included),
 //!   it is not over. A process idle in it is still waiting for its `COMMIT`: it is terminated, so that the
-//!   `COMMIT` can no longer land. A busy one (committing, or waiting for a standby) is waited for, never
-//!   terminated, since ending it there would keep the commit on the primary alone.
-//! - Once it is over, it committed exactly when the witness's row is visible with the transaction's id as its
-//!   `xmin`. Reading the row, rather than `txid_status`, keeps a transaction id the database hands out again
-//!   after a crash (ids are not logged until used) from passing for this one. A batch that wrote no key (only
-//!   deletions) has no witness and is answered as failed.
+//!   `COMMIT` can no longer land. A busy one (committing, or waiting for a standby) is waited for: ending it
+//!   there would keep the commit on the primary alone.
+//! - Once it is over, the witness's row is read in a later statement: it committed only if that row is there
+//!   with the transaction's id as its `xmin`. Reading the row rather than `txid_status`, which answers
+//!   "committed" while the commit still waits for a standby, also keeps an id PostgreSQL hands out again after
+//!   a crash (ids are not logged until used) from passing for this one, unless the transaction given it
+//!   writes the same key. A batch that wrote no key (only deletions) has no witness and is answered as failed.
+//! - A standby that answers (a URL naming several hosts) cannot tell: the writer asks again on another
+//!   connection.
 //!
-//! [`next`] decides each step from what was seen. A transaction the writer signalled and that committed all
-//! the same (its `COMMIT` arrived between the look and the signal) is answered as failed, since the signal
-//! may have cut its wait for a standby; a retry with the same idempotency key finds it.
+//! [`next`] decides each step from what was seen. A transaction the writer's signal ended after it committed
+//! (its `COMMIT` arrived between the look and the signal) is answered as failed, since the signal may have cut
+//! its wait for a standby; a retry with the same idempotency key finds it.
 //!
-//! When the database cannot be reached for all of [`RESOLVE_FOR`], the jobs fail with the outcome unknown. By
-//! then the server has ended any transaction still waiting for its `COMMIT` (the connections' idle time-out,
-//! [`IDLE_IN_TRANSACTION`]), so what the actors reload is final, unless that `COMMIT` had arrived and was still
-//! waiting for a standby.
+//! A transaction still busy after [`RESOLVE_FOR`] (its `COMMIT` waiting for a standby that is away) has its
+//! session ended all the same, and is answered as failed: a commit that the signal cuts short stays on the
+//! primary alone, so it must not be acknowledged, and it is visible before the merchant's actor reloads rather
+//! than after. When the database cannot be asked for all of [`RESOLVE_FOR`] and [`GRACE`], the jobs fail with
+//! the outcome unknown. By then the server has ended any transaction still waiting for its `COMMIT` (the
+//! connections' idle time-out, [`IDLE_IN_TRANSACTION`]), so what the actors reload is final, unless that
+//! `COMMIT` had arrived and was still waiting for a standby.
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +42,9 @@ use crate::store::StoreError;
 /// How long a writer tries to learn what became of a commit whose answer was lost: as long as the server may
 /// keep the transaction open waiting for its `COMMIT`.
 pub(super) const RESOLVE_FOR: Duration = IDLE_IN_TRANSACTION;
+
+/// How long, after [`RESOLVE_FOR`], the writer waits for a transaction whose session it ended all the same.
+const GRACE: Duration = Duration::from_secs(5);
 
 /// How often the writer looks again at a transaction whose outcome is not yet known.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
@@ -72,13 +81,16 @@ enum Step {
     Fail(&'static str),
     /// It waits for a `COMMIT` that has not arrived: its process is terminated, and the writer looks again.
     Terminate,
+    /// It is still busy after [`RESOLVE_FOR`]: its process is terminated whatever it does, and the writer looks
+    /// again.
+    End,
     /// It is ending: the writer looks again.
     Wait,
 }
 
 /// The step after seeing `seen`, once the writer has (`signalled`) or has not yet terminated the transaction's
-/// process.
-fn next(seen: Seen, signalled: bool) -> Step {
+/// process, before or after (`overdue`) [`RESOLVE_FOR`].
+fn next(seen: Seen, signalled: bool, overdue: bool) -> Step {
     match seen {
         Seen::Ended { witnessed: Some(true) } if signalled => Step::Fail(
             "PostgreSQL committed a group commit whose answer was lost, after this node signalled its session to \
@@ -97,6 +109,7 @@ fn next(seen: Seen, signalled: bool) -> Step {
         ),
         // A second signal is harmless, and covers a first that arrived while the process was busy.
         Seen::Running { idle: true } => Step::Terminate,
+        Seen::Running { idle: false } if overdue => Step::End,
         Seen::Running { idle: false } => Step::Wait,
     }
 }
@@ -104,26 +117,27 @@ fn next(seen: Seen, signalled: bool) -> Step {
 /// Learns, on connections of its own, whether the transaction `doubt` committed, ending it first if it still
 /// waits for its `COMMIT`: `Ok` when it committed (and may be acknowledged), an error saying why otherwise.
 pub(super) async fn resolve(endpoint: &Endpoint, doubt: &InDoubt) -> Result<(), StoreError> {
-    let deadline = Instant::now() + RESOLVE_FOR;
+    let overdue_at = Instant::now() + RESOLVE_FOR;
+    let deadline = overdue_at + GRACE;
     let mut conn: Option<Conn> = None;
     let mut signalled = false;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let left = deadline.saturating_duration_since(now);
         // One look, and the signal it calls for, within what is left: a database that goes silent holds a
         // query as long as TCP retransmits (minutes).
         let round = async {
             let seen = look(&mut conn, endpoint, doubt).await?;
-            let step = next(seen, signalled);
-            if step == Step::Terminate {
-                signalled = true;
-                terminate(&mut conn, endpoint, doubt).await?;
+            let step = next(seen, signalled, now >= overdue_at);
+            if let Step::Terminate | Step::End = step {
+                signalled |= terminate(&mut conn, endpoint, doubt, step == Step::Terminate).await?;
             }
             Ok::<_, StoreError>(step)
         };
         match tokio::time::timeout(left, round).await {
             Ok(Ok(Step::Acknowledge)) => return Ok(()),
             Ok(Ok(Step::Fail(why))) => return Err(StoreError::Io(why.into())),
-            Ok(Ok(Step::Terminate | Step::Wait)) => tokio::time::sleep(LOOK_EVERY.min(left)).await,
+            Ok(Ok(Step::Terminate | Step::End | Step::Wait)) => tokio::time::sleep(LOOK_EVERY.min(left)).await,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, txid = doubt.txid, "could not ask PostgreSQL about a group commit");
                 conn = None;
@@ -131,8 +145,9 @@ pub(super) async fn resolve(endpoint: &Endpoint, doubt: &InDoubt) -> Result<(), 
             }
             Err(_) => {
                 return Err(StoreError::Io(format!(
-                    "the answer to a group commit was lost and PostgreSQL could not say within {RESOLVE_FOR:?} \
-                     whether it committed"
+                    "the answer to a group commit was lost and PostgreSQL did not say within {:?} whether it \
+                     committed",
+                    RESOLVE_FOR + GRACE
                 )))
             }
         }
@@ -144,39 +159,55 @@ const SESSION: &str = "FROM pg_stat_activity WHERE pid = $2 AND backend_xid = ($
 
 async fn look(conn: &mut Option<Conn>, endpoint: &Endpoint, doubt: &InDoubt) -> Result<Seen, StoreError> {
     let conn = Conn::ensure(conn, endpoint).await?;
-    let asked = match &doubt.witness {
-        Some((table, key)) => {
-            let sql = format!(
-                "SELECT (SELECT state {SESSION}), \
-                 EXISTS (SELECT 1 FROM {table} WHERE k = $3 AND xmin = ($1::bigint % 4294967296)::text::xid)"
-            );
-            conn.client.query_one(&sql, &[&doubt.txid, &doubt.pid, key]).await
-        }
-        None => {
-            let sql = format!("SELECT (SELECT state {SESSION}), NULL::boolean");
-            conn.client.query_one(&sql, &[&doubt.txid, &doubt.pid]).await
-        }
-    };
-    let row = asked.map_err(|e| db_error("ask what became of a group commit", e))?;
-    let state: Option<&str> = row.try_get(0).map_err(|e| db_error("read a session's state", e))?;
-    let witnessed: Option<bool> = row.try_get(1).map_err(|e| db_error("read a group commit's witness", e))?;
-    Ok(match state {
-        None => Seen::Ended { witnessed },
+    // A state hidden from this role (NULL) is read as busy: the row alone says the session holds the
+    // transaction.
+    let sql = format!("SELECT pg_is_in_recovery(), (SELECT coalesce(state, '') {SESSION})");
+    let row = conn
+        .client
+        .query_one(&sql, &[&doubt.txid, &doubt.pid])
+        .await
+        .map_err(|e| db_error("ask what became of a group commit", e))?;
+    let standby: bool = row.try_get(0).map_err(|e| db_error("read whether a server is a standby", e))?;
+    if standby {
+        return Err(StoreError::Io("a standby answered, which cannot say what became of a group commit".into()));
+    }
+    let state: Option<String> = row.try_get(1).map_err(|e| db_error("read a session's state", e))?;
+    if let Some(state) = state {
         // `idle in transaction (aborted)` too: a failed transaction waits for its end just the same.
-        Some(state) => Seen::Running { idle: state.starts_with("idle in transaction") },
-    })
+        return Ok(Seen::Running { idle: state.starts_with("idle in transaction") });
+    }
+    // Over: its witness is read in a statement of its own, whose snapshot is taken after the end was seen (in
+    // the statement above, the snapshot could predate an end its later read of the session saw).
+    let Some((table, key)) = &doubt.witness else { return Ok(Seen::Ended { witnessed: None }) };
+    let sql =
+        format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE k = $2 AND xmin = ($1::bigint % 4294967296)::text::xid)");
+    let row = conn
+        .client
+        .query_one(&sql, &[&doubt.txid, key])
+        .await
+        .map_err(|e| db_error("read a group commit's witness", e))?;
+    let witnessed: bool = row.try_get(0).map_err(|e| db_error("read a group commit's witness", e))?;
+    Ok(Seen::Ended { witnessed: Some(witnessed) })
 }
 
-/// Terminates the transaction's process if it is still idle in it (checked again in the same statement, so
-/// that a `COMMIT` that arrived since the look is left to finish).
-async fn terminate(conn: &mut Option<Conn>, endpoint: &Endpoint, doubt: &InDoubt) -> Result<(), StoreError> {
+/// Terminates the transaction's process (only if it is still idle in it, with `idle_only`: checked again in
+/// the same statement, so that a `COMMIT` that arrived since the look is left to finish). Whether a process
+/// was signalled.
+async fn terminate(
+    conn: &mut Option<Conn>,
+    endpoint: &Endpoint,
+    doubt: &InDoubt,
+    idle_only: bool,
+) -> Result<bool, StoreError> {
     let conn = Conn::ensure(conn, endpoint).await?;
-    let sql = format!("SELECT pg_terminate_backend(pid) {SESSION} AND state LIKE 'idle in transaction%'");
-    conn.client
+    let only = if idle_only { "AND state LIKE 'idle in transaction%'" } else { "" };
+    let sql = format!("SELECT pg_terminate_backend(pid) {SESSION} {only}");
+    let rows = conn
+        .client
         .query(&sql, &[&doubt.txid, &doubt.pid])
         .await
-        .map_err(|e| db_error("end a session waiting for its COMMIT", e))?;
-    Ok(())
+        .map_err(|e| db_error("end a session holding a group commit", e))?;
+    Ok(rows.iter().any(|row| row.try_get::<_, bool>(0).unwrap_or(false)))
 }
 
 #[cfg(test)]
@@ -185,23 +216,28 @@ mod tests {
 
     #[test]
     fn a_commit_is_acknowledged_only_when_its_row_is_there_and_this_node_did_not_signal_its_session() {
-        assert_eq!(next(Seen::Ended { witnessed: Some(true) }, false), Step::Acknowledge);
-        assert!(matches!(next(Seen::Ended { witnessed: Some(true) }, true), Step::Fail(_)));
-    }
-
-    #[test]
-    fn an_ended_transaction_without_its_row_or_without_a_witness_fails_whatever_was_done() {
-        for signalled in [false, true] {
-            assert!(matches!(next(Seen::Ended { witnessed: Some(false) }, signalled), Step::Fail(_)));
-            assert!(matches!(next(Seen::Ended { witnessed: None }, signalled), Step::Fail(_)));
+        for overdue in [false, true] {
+            assert_eq!(next(Seen::Ended { witnessed: Some(true) }, false, overdue), Step::Acknowledge);
+            assert!(matches!(next(Seen::Ended { witnessed: Some(true) }, true, overdue), Step::Fail(_)));
         }
     }
 
     #[test]
-    fn only_a_session_idle_in_its_transaction_is_ended_and_a_busy_one_is_waited_for() {
+    fn an_ended_transaction_without_its_row_or_without_a_witness_fails_whatever_was_done() {
+        for (signalled, overdue) in [(false, false), (false, true), (true, false), (true, true)] {
+            assert!(matches!(next(Seen::Ended { witnessed: Some(false) }, signalled, overdue), Step::Fail(_)));
+            assert!(matches!(next(Seen::Ended { witnessed: None }, signalled, overdue), Step::Fail(_)));
+        }
+    }
+
+    #[test]
+    fn a_session_idle_in_its_transaction_is_ended_and_a_busy_one_is_waited_for_until_overdue() {
         for signalled in [false, true] {
-            assert_eq!(next(Seen::Running { idle: true }, signalled), Step::Terminate);
-            assert_eq!(next(Seen::Running { idle: false }, signalled), Step::Wait);
+            for overdue in [false, true] {
+                assert_eq!(next(Seen::Running { idle: true }, signalled, overdue), Step::Terminate);
+            }
+            assert_eq!(next(Seen::Running { idle: false }, signalled, false), Step::Wait);
+            assert_eq!(next(Seen::Running { idle: false }, signalled, true), Step::End);
         }
     }
 }
