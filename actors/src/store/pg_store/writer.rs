@@ -30,8 +30,8 @@
 //! was in flight) is not answered until the database has said what became of it (`doubt`): its jobs are
 //! acknowledged if it committed, and fail once it can no longer commit, so that their actors reload a final
 //! view (or, with the database out of reach, after the time the server keeps such a transaction waiting for
-//! its `COMMIT`). The connection is then replaced; while a writer is unhealthy and idle it checks the database once a
-//! second, so health returns with it (the store is healthy while every writer is).
+//! its `COMMIT`). The connection is then replaced; while a writer is unhealthy and idle it checks the database
+//! once a second, so health returns with it (the store is healthy while every writer is).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -575,7 +575,12 @@ impl Lane {
                 // is unhealthy until the outcome is known: this lane waits for it, up to `RESOLVE_FOR`.
                 self.conn = None;
                 self.healthy.store(false, Ordering::Release);
-                tracing::warn!(error = %e, txid = doubt.txid, jobs = jobs.len(), "the answer to a group commit was lost: asking PostgreSQL what became of it");
+                tracing::warn!(
+                    error = %e,
+                    txid = doubt.txid,
+                    jobs = jobs.len(),
+                    "the answer to a group commit was lost: asking PostgreSQL what became of it"
+                );
                 let outcome = resolve(&self.config, &doubt).await;
                 if outcome.is_ok() {
                     tracing::info!(txid = doubt.txid, "a group commit whose answer was lost had committed");
