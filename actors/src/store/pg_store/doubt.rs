@@ -84,7 +84,7 @@ enum Step {
     /// It is still busy after [`RESOLVE_FOR`]: its process is terminated whatever it does, and the writer looks
     /// again.
     End,
-    /// It is ending: the writer looks again.
+    /// It is committing, waiting for a standby, or ending after a signal: the writer looks again.
     Wait,
 }
 
@@ -98,8 +98,8 @@ fn next(seen: Seen, signalled: bool, overdue: bool) -> Step {
         ),
         Seen::Ended { witnessed: Some(true) } => Step::Acknowledge,
         Seen::Ended { witnessed: Some(false) } if signalled => Step::Fail(
-            "a group commit's COMMIT was held up on its way to PostgreSQL: this node ended the transaction, which \
-             wrote nothing",
+            "the answer to a group commit was lost and this node ended the transaction before it committed (its \
+             COMMIT held up on the way, or the commit still busy when the node stopped waiting): it wrote nothing",
         ),
         Seen::Ended { witnessed: Some(false) } => {
             Step::Fail("PostgreSQL rolled back a group commit whose answer was lost: it wrote nothing")
