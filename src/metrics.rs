@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use caisse_engine::metrics::{AuditResult, DeliveryResult, Histogram, HistogramSnapshot, METRICS as ENGINE};
+use caisse_engine::metrics::{
+    AuditResult, DeliveryResult, Histogram, HistogramSnapshot, LostCommit, METRICS as ENGINE,
+};
 use caisse_engine::store::AuditScope;
 use dashmap::DashMap;
 
@@ -119,6 +121,21 @@ pub fn text(actors: usize) -> String {
         "caisse_webhook_notifications_forgotten_total {}",
         ENGINE.notifications_forgotten.load(Ordering::Relaxed)
     );
+
+    header(
+        &mut out,
+        "caisse_store_lost_commit_answers_total",
+        "counter",
+        "PostgreSQL commits whose answer was lost, by what the node answered once it asked the database.",
+    );
+    for outcome in LostCommit::ALL {
+        let _ = writeln!(
+            out,
+            "caisse_store_lost_commit_answers_total{{outcome=\"{}\"}} {}",
+            outcome.as_str(),
+            ENGINE.lost_commits(outcome)
+        );
+    }
 
     header(&mut out, "caisse_merchant_actors", "gauge", "Merchant actors in memory.");
     let _ = writeln!(out, "caisse_merchant_actors {actors}");

@@ -84,6 +84,30 @@ impl DeliveryResult {
     }
 }
 
+/// What became of a group commit whose answer was lost (the PostgreSQL store asks the database before it
+/// answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostCommit {
+    /// It had committed: its changes were acknowledged.
+    Acknowledged,
+    /// It had not committed (or the node ended it and answers as failed all the same): its changes failed.
+    Failed,
+    /// The database could not say in time: its changes failed, and may have been committed.
+    Unknown,
+}
+
+impl LostCommit {
+    pub const ALL: [LostCommit; 3] = [LostCommit::Acknowledged, LostCommit::Failed, LostCommit::Unknown];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LostCommit::Acknowledged => "acknowledged",
+            LostCommit::Failed => "failed",
+            LostCommit::Unknown => "unknown",
+        }
+    }
+}
+
 /// How an audit ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuditResult {
@@ -169,6 +193,7 @@ pub struct EngineMetrics {
     pub audits: AuditMetrics,
     /// Delivered notifications deleted past their retention.
     pub notifications_forgotten: AtomicU64,
+    lost_commits: [AtomicU64; 3],
 }
 
 impl EngineMetrics {
@@ -187,6 +212,14 @@ impl EngineMetrics {
 
     pub fn deliveries(&self, result: DeliveryResult) -> u64 {
         self.deliveries[result as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn lost_commit(&self, outcome: LostCommit) {
+        self.lost_commits[outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn lost_commits(&self, outcome: LostCommit) -> u64 {
+        self.lost_commits[outcome as usize].load(Ordering::Relaxed)
     }
 }
 

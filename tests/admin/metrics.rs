@@ -28,6 +28,7 @@ async fn metrics_are_present_and_move_with_the_traffic() {
         "caisse_webhook_queue_depth",
         "caisse_provider_requests_total",
         "caisse_store_commit_duration_seconds",
+        "caisse_store_lost_commit_answers_total",
         "caisse_merchant_actors",
         "caisse_ledger_audits_total",
         "caisse_ledger_audit_failing",

@@ -27,24 +27,35 @@
 //!
 //! A transaction still busy after [`RESOLVE_FOR`] (its `COMMIT` waiting for a standby that is away) has its
 //! session ended all the same, and is answered as failed: a commit that the signal cuts short stays on the
-//! primary alone, so it must not be acknowledged, and it is visible before the merchant's actor reloads rather
-//! than after. When the database cannot be asked for all of [`RESOLVE_FOR`] and [`GRACE`], the jobs fail with
-//! the outcome unknown. By then the server has ended any transaction still waiting for its `COMMIT` (the
-//! connections' idle time-out, [`IDLE_IN_TRANSACTION`]), so what the actors reload is final, unless that
-//! `COMMIT` had arrived and was still waiting for a standby.
+//! primary alone, so it must not be acknowledged. The writer then waits for the session to end, for up to
+//! [`AFTER_SIGNAL`] while the database answers, so that the commit is visible before the merchant's actor
+//! reloads rather than after. When the database cannot be asked for all of [`RESOLVE_FOR`] and [`MARGIN`],
+//! or a session it signalled outlives [`AFTER_SIGNAL`], the jobs fail with the outcome unknown. By then the
+//! server has ended any transaction still idle, waiting for its `COMMIT` (the connections' idle time-out,
+//! [`IDLE_IN_TRANSACTION`]), so what the actors reload is final, unless that `COMMIT` had arrived and was
+//! still waiting for a standby, or a signalled session never ended.
+//!
+//! Each outcome is counted for the operator (`caisse_store_lost_commit_answers_total`).
 
 use std::time::{Duration, Instant};
 
+use tokio_postgres::config::TargetSessionAttrs;
+
 use super::conn::{db_error, Conn, IDLE_IN_TRANSACTION};
 use super::tls::Endpoint;
+use crate::metrics::{LostCommit, METRICS};
 use crate::store::StoreError;
 
 /// How long a writer tries to learn what became of a commit whose answer was lost: as long as the server may
 /// keep the transaction open waiting for its `COMMIT`.
 pub(super) const RESOLVE_FOR: Duration = IDLE_IN_TRANSACTION;
 
-/// How long, after [`RESOLVE_FOR`], the writer waits for a transaction whose session it ended all the same.
-const GRACE: Duration = Duration::from_secs(5);
+/// How long, after [`RESOLVE_FOR`], the writer keeps trying to end a transaction still busy.
+const MARGIN: Duration = Duration::from_secs(5);
+
+/// How long the writer waits, once it signalled a session, for the session to end while the database answers:
+/// a session ends within milliseconds of its signal unless it is writing its commit with interrupts held.
+const AFTER_SIGNAL: Duration = Duration::from_secs(60);
 
 /// How often the writer looks again at a transaction whose outcome is not yet known.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
@@ -117,41 +128,59 @@ fn next(seen: Seen, signalled: bool, overdue: bool) -> Step {
 /// Learns, on connections of its own, whether the transaction `doubt` committed, ending it first if it still
 /// waits for its `COMMIT`: `Ok` when it committed (and may be acknowledged), an error saying why otherwise.
 pub(super) async fn resolve(endpoint: &Endpoint, doubt: &InDoubt) -> Result<(), StoreError> {
-    let overdue_at = Instant::now() + RESOLVE_FOR;
-    let deadline = overdue_at + GRACE;
+    let started = Instant::now();
+    let overdue_at = started + RESOLVE_FOR;
+    let mut deadline = overdue_at + MARGIN;
+    // Only a primary can say (the URL may name standbys too).
+    let mut endpoint = endpoint.clone();
+    endpoint.config.target_session_attrs(TargetSessionAttrs::ReadWrite);
     let mut conn: Option<Conn> = None;
     let mut signalled = false;
-    loop {
-        let now = Instant::now();
-        let left = deadline.saturating_duration_since(now);
+    // Whether the deadline was moved to wait for a signalled session.
+    let mut waited_for = false;
+    let (outcome, counted) = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
         // One look, and the signal it calls for, within what is left: a database that goes silent holds a
         // query as long as TCP retransmits (minutes).
         let round = async {
-            let seen = look(&mut conn, endpoint, doubt).await?;
-            let step = next(seen, signalled, now >= overdue_at);
+            let seen = look(&mut conn, &endpoint, doubt).await?;
+            let step = next(seen, signalled, Instant::now() >= overdue_at);
             if let Step::Terminate | Step::End = step {
-                signalled |= terminate(&mut conn, endpoint, doubt, step == Step::Terminate).await?;
+                // Counted as signalled unless the database answers that no session was: a signal whose answer
+                // is lost may have cut a wait for a standby.
+                let before = signalled;
+                signalled = true;
+                signalled = terminate(&mut conn, &endpoint, doubt, step == Step::Terminate).await? || before;
             }
             Ok::<_, StoreError>(step)
         };
         match tokio::time::timeout(left, round).await {
-            Ok(Ok(Step::Acknowledge)) => return Ok(()),
-            Ok(Ok(Step::Fail(why))) => return Err(StoreError::Io(why.into())),
-            Ok(Ok(Step::Terminate | Step::End | Step::Wait)) => tokio::time::sleep(LOOK_EVERY.min(left)).await,
+            Ok(Ok(Step::Acknowledge)) => break (Ok(()), LostCommit::Acknowledged),
+            Ok(Ok(Step::Fail(why))) => break (Err(StoreError::Io(why.into())), LostCommit::Failed),
+            Ok(Ok(_)) => {
+                if signalled && !waited_for {
+                    // Once signalled, the session is waited for, once, while the database answers.
+                    deadline = deadline.max(Instant::now() + AFTER_SIGNAL);
+                    waited_for = true;
+                }
+                tokio::time::sleep(LOOK_EVERY.min(left)).await;
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, txid = doubt.txid, "could not ask PostgreSQL about a group commit");
                 conn = None;
                 tokio::time::sleep(ASK_AGAIN.min(left)).await;
             }
             Err(_) => {
-                return Err(StoreError::Io(format!(
-                    "the answer to a group commit was lost and PostgreSQL did not say within {:?} whether it \
-                     committed",
-                    RESOLVE_FOR + GRACE
-                )))
+                let unknown = format!(
+                    "the answer to a group commit was lost and, after {:?}, whether it committed is unknown",
+                    started.elapsed()
+                );
+                break (Err(StoreError::Io(unknown)), LostCommit::Unknown);
             }
         }
-    }
+    };
+    METRICS.lost_commit(counted);
+    outcome
 }
 
 /// The transaction's process, matched by its id too: a process id is reused once its session ends.
