@@ -18,8 +18,8 @@
 //!   "committed" while the commit still waits for a standby, also keeps an id PostgreSQL hands out again after
 //!   a crash (ids are not logged until used) from passing for this one, unless the transaction given it
 //!   writes the same key. A batch that wrote no key (only deletions) has no witness and is answered as failed.
-//! - A standby that answers (a URL naming several hosts) cannot tell: the writer asks again on another
-//!   connection.
+//! - Only a primary can tell: the writer's connections ask for a read-write server (`target_session_attrs`,
+//!   for a URL naming several hosts), and should a standby answer all the same, the writer asks again.
 //!
 //! [`next`] decides each step from what was seen. A transaction the writer's signal ended after it committed
 //! (its `COMMIT` arrived between the look and the signal) is answered as failed, since the signal may have cut
