@@ -882,6 +882,37 @@ fn postgresql_waits_for_a_commit_still_running_when_its_answer_is_late_and_ackno
     assert_eq!(seqs, vec![1, 2]);
 }
 
+/// With the database out of reach, a commit whose answer is lost is answered as failed, its outcome unknown,
+/// within the writer's bound; by then the server has ended the transaction itself, so its `COMMIT`, delivered
+/// late, lands nothing.
+#[test]
+fn postgresql_answers_a_lost_commit_as_unknown_with_the_database_out_of_reach_and_it_never_lands() {
+    let (database, proxy, store, shop) = behind_a_proxy();
+    let unknown = || METRICS.lost_commits(LostCommit::Unknown);
+    let before = unknown();
+    proxy.hold_next_commit();
+    let (change, _) = shop.change(&Command::InitiatePayment(new_payment(2_000, Some("second"))), None);
+    let ticket = store.commit(change, &shop.latch).expect("queued");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !proxy.holds_commit() {
+        assert!(std::time::Instant::now() < deadline, "the COMMIT reached the proxy within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    proxy.cut();
+    let failure = ticket.blocking_recv().expect("answered").expect_err("answered as failed").to_string();
+    assert!(failure.contains("unknown"), "{failure}");
+    assert!(unknown() > before, "counted as unknown");
+    proxy.heal();
+    proxy.release();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while a_session_is_in_a_transaction(&database) {
+        assert!(std::time::Instant::now() < deadline, "sessions still in a transaction after 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let events = postgres::query_value(&database.url, "SELECT count(*) FROM kv_journal");
+    assert_eq!(events, "1", "only the first payment's event is there");
+}
+
 /// A commit whose `COMMIT` is held up in the network (the connection silent, as in a partition) fails only
 /// once it can no longer land: delivered late, after the failure was answered, it commits nothing, so the
 /// merchant's actor reloads a view that stays true.
