@@ -783,6 +783,27 @@ fn postgresql_stores_a_merchants_events_committed_together_in_fewer_rows() {
     assert!(rows < events, "{rows} journal rows for {events} events: none were joined");
 }
 
+/// A URL naming several servers (a primary and its standbys, in any order) is served by the one that takes
+/// writes, for writes and reads alike: a standby named first, which would refuse the schema's migration and
+/// could answer reads from behind the primary, is passed over.
+#[test]
+fn postgresql_connects_only_to_the_server_that_takes_writes_of_those_a_url_names() {
+    let database = postgres::database();
+    let Some(standby) = postgres::read_only_twin(&database) else {
+        eprintln!("skipped: CAISSE_TEST_DATABASE_URL names the server, and no second one is started beside it");
+        return;
+    };
+    let store: Arc<dyn Store> =
+        Arc::new(PgStore::open(&database.url_with_first_host(&standby)).expect("open the store on the primary"));
+    let mut shop = Shop::new();
+    shop.pay(&*store, 1_000, "first");
+    shop.pay(&*store, 2_000, "second");
+    let recovered = store.recover_merchant(&shop.id).unwrap();
+    assert_eq!((recovered.seq, &recovered.balances), (shop.seq, &shop.balances));
+    let payments = postgres::query_value(&database.url, "SELECT count(*) FROM kv_payments");
+    assert_eq!(payments, "2", "both payments are on the primary");
+}
+
 /// The keys a change makes are inserted without a search for a row to update. A journal position a row holds
 /// all the same means the change was decided on a stale view of its merchant (a sequence number used twice, as
 /// a commit whose answer was lost and that landed late could cause): that change is refused as after a failed

@@ -214,6 +214,38 @@ pub fn tls_only_database(cert_pem: &str, key_pem: &str) -> Option<TestDatabase> 
     Some(database_on(&server))
 }
 
+/// The address (`127.0.0.1:port`) of a server of its own that refuses writes, as a standby does, holding an
+/// empty database named as `database` is (every session there is read-only). With `CAISSE_TEST_DATABASE_URL`
+/// set, `None`: that server's programs may not be installed here.
+pub fn read_only_twin(database: &TestDatabase) -> Option<String> {
+    if std::env::var("CAISSE_TEST_DATABASE_URL").is_ok_and(|url| !url.is_empty()) {
+        return None;
+    }
+    let server = start_private_cluster(false).unwrap_or_else(|e| panic!("start a second private PostgreSQL: {e}"));
+    for sql in [
+        format!("CREATE DATABASE {}", database.name),
+        format!("ALTER DATABASE {} SET default_transaction_read_only = on", database.name),
+    ] {
+        psql(&server.admin_url, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let (start, end) = authority(&server.admin_url);
+    let host = &server.admin_url[start..end];
+    Some(host.rsplit_once('@').map_or(host, |(_, host)| host).to_owned())
+}
+
+impl TestDatabase {
+    /// This database's URL naming `address` first, then its own server (as a URL lists a standby and its
+    /// primary).
+    pub fn url_with_first_host(&self, address: &str) -> String {
+        let (start, end) = authority(&self.url);
+        let (user, host) = match self.url[start..end].rsplit_once('@') {
+            Some((user, host)) => (format!("{user}@"), host),
+            None => (String::new(), &self.url[start..end]),
+        };
+        format!("{}{user}{address},{host}{}", &self.url[..start], &self.url[end..])
+    }
+}
+
 /// A cluster of its own in a temporary directory; `durable`: fsync on, as PostgreSQL ships.
 fn start_private_cluster(durable: bool) -> Result<Server, String> {
     start_cluster(durable, None)

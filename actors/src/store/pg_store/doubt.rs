@@ -18,8 +18,9 @@
 //!   "committed" while the commit still waits for a standby, also keeps an id PostgreSQL hands out again after
 //!   a crash (ids are not logged until used) from passing for this one, unless the transaction given it
 //!   writes the same key. A batch that wrote no key (only deletions) has no witness and is answered as failed.
-//! - Only a primary can tell: the writer's connections ask for a read-write server (`target_session_attrs`,
-//!   for a URL naming several hosts), and should a standby answer all the same, the writer asks again.
+//! - Only a primary can tell: every connection of the store asks for a read-write server
+//!   (`target_session_attrs`, for a URL naming several hosts), and should a standby answer all the same, the
+//!   writer asks again.
 //!
 //! [`next`] decides each step from what was seen. A transaction the writer's signal ended after it committed
 //! (its `COMMIT` arrived between the look and the signal) is answered as failed, since the signal may have cut
@@ -38,8 +39,6 @@
 //! Each outcome is counted for the operator (`caisse_store_lost_commit_answers_total`).
 
 use std::time::{Duration, Instant};
-
-use tokio_postgres::config::TargetSessionAttrs;
 
 use super::conn::{db_error, Conn, IDLE_IN_TRANSACTION};
 use super::tls::Endpoint;
@@ -131,9 +130,6 @@ pub(super) async fn resolve(endpoint: &Endpoint, doubt: &InDoubt) -> Result<(), 
     let started = Instant::now();
     let overdue_at = started + RESOLVE_FOR;
     let mut deadline = overdue_at + MARGIN;
-    // Only a primary can say (the URL may name standbys too).
-    let mut endpoint = endpoint.clone();
-    endpoint.config.target_session_attrs(TargetSessionAttrs::ReadWrite);
     let mut conn: Option<Conn> = None;
     let mut signalled = false;
     // Whether the deadline was moved to wait for a signalled session.
@@ -143,14 +139,14 @@ pub(super) async fn resolve(endpoint: &Endpoint, doubt: &InDoubt) -> Result<(), 
         // One look, and the signal it calls for, within what is left: a database that goes silent holds a
         // query as long as TCP retransmits (minutes).
         let round = async {
-            let seen = look(&mut conn, &endpoint, doubt).await?;
+            let seen = look(&mut conn, endpoint, doubt).await?;
             let step = next(seen, signalled, Instant::now() >= overdue_at);
             if let Step::Terminate | Step::End = step {
                 // Counted as signalled unless the database answers that no session was: a signal whose answer
                 // is lost may have cut a wait for a standby.
                 let before = signalled;
                 signalled = true;
-                signalled = terminate(&mut conn, &endpoint, doubt, step == Step::Terminate).await? || before;
+                signalled = terminate(&mut conn, endpoint, doubt, step == Step::Terminate).await? || before;
             }
             Ok::<_, StoreError>(step)
         };

@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_postgres::config::SslMode;
+use tokio_postgres::config::{SslMode, TargetSessionAttrs};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 
 use crate::store::StoreError;
@@ -44,7 +44,11 @@ impl Endpoint {
             Some(mode) => with_parameter(&rest, "sslmode", mode),
             None => rest,
         };
-        let config: tokio_postgres::Config = rest.parse().map_err(|e| invalid(format!("{e}")))?;
+        let mut config: tokio_postgres::Config = rest.parse().map_err(|e| invalid(format!("{e}")))?;
+        // Of the hosts a URL names (a primary and its standbys), only the one that takes writes: a standby may
+        // answer from behind the primary, and a node that loaded a merchant from there would decide on a stale
+        // balance. Every connection of the store writes, or reads what its writes build on.
+        config.target_session_attrs(TargetSessionAttrs::ReadWrite);
         let wants_tls = verify || config.get_ssl_mode() == SslMode::Require;
         if !wants_tls {
             if root_cert.is_some() {
