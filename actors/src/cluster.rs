@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use awc::error::SendRequestError;
 use serde::{Deserialize, Serialize};
 
 use crate::core::Command;
@@ -106,6 +107,13 @@ impl Forwarding {
     /// Sends `forwarded` to the node at `url` and returns its answer.
     pub(crate) async fn send(&self, url: &str, forwarded: &Forwarded) -> Result<Answer, EngineError> {
         let unavailable = |what: String| EngineError::Unavailable(format!("the merchant's node at {url}: {what}"));
+        // A change that may have reached the holder may be made there whatever becomes of its answer: the
+        // caller must not hear that nothing changed. A read is only unanswered.
+        let changes = matches!(forwarded.ask, Ask::Execute { .. });
+        let unanswered = |what: String| match changes {
+            true => EngineError::OutcomeUnknown(format!("the merchant's node at {url}: {what}")),
+            false => unavailable(what),
+        };
         let body = postcard::to_allocvec(forwarded).map_err(|e| EngineError::Internal(format!("encode: {e}")))?;
         let client = CLIENT.with(Clone::clone);
         let mut response = client
@@ -115,15 +123,20 @@ impl Forwarding {
             .insert_header((VERSION_HEADER, PROTOCOL))
             .send_body(body)
             .await
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(|e| match e {
+                // Nothing was sent.
+                SendRequestError::Url(_) | SendRequestError::Connect(_) => unavailable(e.to_string()),
+                e => unanswered(e.to_string()),
+            })?;
+        // The holder answers every message it runs with 200, its errors inside: any other status refused it.
         if !response.status().is_success() {
             return Err(unavailable(format!("answered {}", response.status())));
         }
         // awc's time-out stops at the headers: the body gets its own.
         let bytes = tokio::time::timeout(TIMEOUT, response.body().limit(MAX_BODY))
             .await
-            .map_err(|_| unavailable("its answer did not arrive in time".into()))?
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(|_| unanswered("its answer did not arrive in time".into()))?
+            .map_err(|e| unanswered(e.to_string()))?;
         let answer: Result<Answer, EngineError> =
             postcard::from_bytes(&bytes).map_err(|e| EngineError::Internal(format!("a node's answer: {e}")))?;
         answer

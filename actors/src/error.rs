@@ -29,6 +29,12 @@ pub enum EngineError {
     /// Another merchant has this e-mail.
     #[error("a merchant with e-mail {0} already exists")]
     EmailTaken(String),
+    /// A change forwarded to the node holding its merchant got no answer in time: it reached that node, which
+    /// may still make it, so the caller cannot be told that nothing changed. Made by the forwarding node only,
+    /// never sent between nodes.
+    #[serde(skip)]
+    #[error("no answer in time: {0}")]
+    OutcomeUnknown(String),
 }
 
 impl From<StoreError> for EngineError {

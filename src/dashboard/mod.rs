@@ -175,7 +175,9 @@ impl From<EngineError> for DashError {
     fn from(err: EngineError) -> DashError {
         match err {
             EngineError::Rejected(Rejection::NotFound) => DashError::NotFound("Introuvable."),
-            EngineError::Unavailable(_) | EngineError::Retired => DashError::Unavailable,
+            EngineError::Unavailable(_) | EngineError::Retired | EngineError::OutcomeUnknown(_) => {
+                DashError::Unavailable
+            }
             other => DashError::internal("engine", other),
         }
     }

@@ -14,9 +14,15 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub field: Option<String>,
-    /// Seconds, for 429.
+    /// Seconds, for 429 and 503.
     pub retry_after_s: Option<u64>,
 }
+
+/// `Retry-After` of a 503 `unavailable`: a merchant moving between the nodes of a cluster is served again
+/// within a second or two, a dead node's within 15 s, a database restarting within seconds; a client that
+/// waits this long and retries (with the same `Idempotency-Key`) neither hammers the service nor waits for
+/// nothing.
+pub const UNAVAILABLE_RETRY_AFTER_S: u64 = 2;
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
@@ -45,11 +51,15 @@ impl ApiError {
     }
 
     pub fn unavailable() -> ApiError {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the service cannot store changes right now; retry later",
-        )
+        ApiError::unavailable_saying("the service cannot store changes right now; retry later")
+    }
+
+    /// 503 `unavailable` with `Retry-After`, saying `message`.
+    pub fn unavailable_saying(message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after_s: Some(UNAVAILABLE_RETRY_AFTER_S),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        }
     }
 
     /// An unexpected failure: logged with its context, answered without details.
@@ -129,6 +139,13 @@ impl From<EngineError> for ApiError {
                 ApiError::unavailable()
             }
             EngineError::Retired => ApiError::unavailable(),
+            EngineError::OutcomeUnknown(detail) => {
+                tracing::warn!(error = %detail, "a forwarded change was not answered in time");
+                ApiError::unavailable_saying(
+                    "the change was not confirmed in time and may have been made: retry with the same \
+                     Idempotency-Key to learn its outcome",
+                )
+            }
             EngineError::EmailTaken(_) => {
                 ApiError::new(StatusCode::CONFLICT, "duplicate_email", "a merchant with this e-mail already exists")
                     .with_field("email")
@@ -174,5 +191,28 @@ mod tests {
         let missing = ApiError::from(EngineError::Rejected(Rejection::NotFound));
         assert!(!Rejection::NotFound.is_bug());
         assert_eq!(missing.status.as_u16(), 404);
+    }
+
+    /// Every 503 `unavailable` tells the client when to retry; a change forwarded to its merchant's node and not
+    /// answered in time says that it may have been made, so that the retry carries the same key.
+    #[test]
+    fn unavailable_answers_carry_retry_after_and_an_unanswered_change_says_it_may_have_been_made() {
+        let answers = [
+            ApiError::from(StoreError::Io("disk full".into())),
+            ApiError::from(EngineError::Retired),
+            ApiError::from(EngineError::Unavailable("the merchant is moving between nodes".into())),
+            ApiError::from(EngineError::OutcomeUnknown("no answer in 15 s".into())),
+        ];
+        for answer in &answers {
+            assert_eq!((answer.status.as_u16(), answer.code), (503, "unavailable"));
+            let response = answer.error_response();
+            assert_eq!(
+                response.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+                Some(UNAVAILABLE_RETRY_AFTER_S.to_string().as_str())
+            );
+        }
+        assert!(!answers[2].message.contains("Idempotency-Key"), "{}", answers[2].message);
+        assert!(answers[3].message.contains("may have been made"), "{}", answers[3].message);
+        assert!(answers[3].message.contains("Idempotency-Key"), "{}", answers[3].message);
     }
 }

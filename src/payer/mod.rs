@@ -135,7 +135,7 @@ fn internal(context: &str, detail: impl std::fmt::Display) -> HttpResponse {
 
 fn engine_trouble(context: &str, err: EngineError) -> HttpResponse {
     match err {
-        EngineError::Unavailable(_) | EngineError::Retired => unavailable(),
+        EngineError::Unavailable(_) | EngineError::Retired | EngineError::OutcomeUnknown(_) => unavailable(),
         other => internal(context, other),
     }
 }

@@ -1,6 +1,6 @@
 //! The API on a node of a cluster: the nodes forward a merchant's messages to its holder with the forwarding
 //! protocol named, and a node refuses a message of another protocol (a build that lays messages out
-//! otherwise) with `503 unavailable`, the answer a client retries, rather than reading it.
+//! otherwise) with `503 unavailable` and `Retry-After`, the answer a client retries, rather than reading it.
 
 use caisse_engine::cluster::{CONTENT_TYPE, FORWARD_PATH, PROTOCOL, VERSION_HEADER};
 
@@ -28,6 +28,7 @@ async fn a_node_reads_forwarded_messages_of_its_own_protocol_only() {
         let refused = node.api.fetch(forward(other)).await;
         assert_eq!(refused.status, 503, "protocol {other:?}: {:?}", refused.body);
         assert_eq!(refused.json["error"]["code"], "unavailable");
+        assert_eq!(refused.header("retry-after"), Some("2"), "a 503 says when to retry");
     }
 
     // Without the cluster's secret the endpoint does not exist, whatever the protocol.
