@@ -1,10 +1,11 @@
 //! The crash test on a cluster: two `caisse serve` nodes share one PostgreSQL database and take the same load,
 //! each request going to the nodes in turn (so a merchant's requests reach both the node that holds it and one
-//! that forwards to it). Cycles go in fours. In the first, one node is killed with SIGKILL while the load goes on against the
-//! other, which takes the dead node's merchants over once their leases end; requests that lost their answer
-//! (or got a `503` from a node whose forwarded request died with the other) are sent again with the same
-//! `Idempotency-Key`, and the killed node is started again under the same id. In the second, one node is
-//! frozen with SIGSTOP past its leases, the other takes its merchants over and writes for them, and the
+//! that forwards to it). Cycles go in fours, each done to a node that holds one of the merchants. In the first,
+//! that node is killed with SIGKILL while the load goes on against the other, which takes every shard over once
+//! the dead node's leases end (the test waits for it); requests that lost their answer (or got a `503` from a
+//! node whose forwarded request died with the other) are sent again with the same `Idempotency-Key`, and the
+//! killed node is started again under the same id. In the second, one node is frozen with SIGSTOP until the
+//! other holds every shard, past the frozen node's leases, and writes for its merchants; then the
 //! frozen node is let go with SIGCONT still holding in memory the merchants it no longer owns, with requests
 //! queued on its sockets: its writes must fail the fence, so that it acknowledges nothing that is not stored.
 //! In the third, the database itself is restarted at once, as a crash of its server, while both nodes take the
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::DeliveryState;
+use caisse_engine::store::pg_store::shard_of;
 use caisse_engine::store::{Outbox, PgStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -75,6 +77,26 @@ async fn shards_held(url: &str, node: &str) -> usize {
     }
     let count = query.join().expect("the query's thread");
     count.parse().unwrap_or_else(|e| panic!("a count of shards, not {count:?}: {e}"))
+}
+
+/// A node of the cycles that holds the shard of one of the run's merchants (one of them at random), read from the
+/// database, so that what is done to it hits a merchant's holder and not only a node that forwards.
+async fn a_merchants_holder(url: &str, run: &Run, rng: &mut StdRng) -> usize {
+    let shards: Vec<String> =
+        run.merchants.iter().map(|m| shard_of(&MerchantId::parse(&m.id).expect("a merchant id")).to_string()).collect();
+    let sql = format!(
+        "SELECT string_agg(DISTINCT owner, ',') FROM caisse_shards WHERE shard IN ({}) AND expires_at > now()",
+        shards.join(",")
+    );
+    let url = url.to_owned();
+    let query = std::thread::spawn(move || postgres::query_value(&url, &sql));
+    while !query.is_finished() {
+        sleep_ms(10).await;
+    }
+    let owners = query.join().expect("the query's thread");
+    let holders: Vec<usize> = (0..NODES).filter(|i| owners.split(',').any(|o| o == format!("node-{i}"))).collect();
+    assert!(!holders.is_empty(), "no node of the cycles holds a merchant's shard: owners {owners:?}");
+    holders[rng.gen_range(0..holders.len())]
 }
 
 /// Waits until `node` holds at least `least` shards, at most [`SHARE_DEADLINE`].
@@ -154,22 +176,24 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
         run.cycle.set(cycle);
         run.target.open();
         sleep_ms(rng.gen_range(300..1_200)).await;
-        let victim = rng.gen_range(0..NODES);
+        let victim = a_merchants_holder(&db.url, &run, &mut rng).await;
+        let (dead, other) = (format!("node-{victim}"), format!("node-{}", 1 - victim));
         let what = if cycle % 4 == 1 {
             let server = servers[victim].take().expect("the node runs");
             run.target.set_alive(victim, false);
             server.kill().unwrap_or_else(|e| panic!("seed {seed}, cycle {cycle}: {e}"));
             // The load goes on against the other node, through the failover: the dead node's merchants answer
-            // 503 until their leases end and the survivor takes them over.
-            sleep_ms(rng.gen_range(1_000..4_000)).await;
+            // 503 until their leases end and the survivor takes them over, then sends again what the dead node
+            // had asked providers and delivers its notifications.
+            until_held(&db.url, &other, SHARDS, seed, &format!("cycle {cycle}, {dead} killed")).await;
+            sleep_ms(rng.gen_range(1_000..3_000)).await;
             run.target.close();
             run.target.quiesce().await;
             servers[victim] = Some(nodes[victim].start(dir.path()).await);
             run.target.set_alive(victim, true);
             format!("killing node {victim}")
         } else if cycle % 4 == 0 {
-            let proxy = &proxies[victim];
-            let (cut, other) = (format!("node-{victim}"), format!("node-{}", 1 - victim));
+            let (proxy, cut) = (&proxies[victim], &dead);
             proxy.cut();
             // The load goes on against both nodes. The cut node's own merchants answer 503 (its writes time out,
             // then it lets their leases go) until the other takes them over; what it forwards goes on.
@@ -180,7 +204,7 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
             assert_eq!(proxy.carried(), before, "seed {seed}: the cut proxy carried bytes");
             proxy.heal();
             // Back, it reconnects on its own and takes its share of the shards again.
-            until_held(&db.url, &cut, 1, seed, &format!("cycle {cycle}, {cut} healed")).await;
+            until_held(&db.url, cut, 1, seed, &format!("cycle {cycle}, {cut} healed")).await;
             sleep_ms(rng.gen_range(1_000..3_000)).await;
             run.target.close();
             run.target.quiesce().await;
@@ -222,7 +246,8 @@ async fn a_cluster_keeps_every_acknowledged_change_when_a_node_is_killed() {
             server.pause(true);
             // Past the frozen node's leases (10 s) and the other's next round: the other holds every merchant
             // and writes for them. Requests sent to the frozen node wait on its sockets.
-            sleep_ms(rng.gen_range(13_000..15_000)).await;
+            until_held(&db.url, &other, SHARDS, seed, &format!("cycle {cycle}, {dead} frozen")).await;
+            sleep_ms(rng.gen_range(1_000..3_000)).await;
             server.pause(false);
             // Woken, it answers what waited (its actors still think they hold their merchants) while the load
             // goes on against both nodes.

@@ -224,6 +224,8 @@ async fn submit(
             // landed, so it too is sent again.
             Ok(answer) if (answer.status == 503 || answer.status == 408) && run.target.is_cluster() => {
                 lost = true;
+                // The wait for a key in use counts from the last time the key was found in use.
+                in_use_since = None;
                 if idempotency_key.is_none() && !again_without_key {
                     return (None, lost);
                 }
@@ -245,6 +247,7 @@ async fn submit(
             }
             Err(_) => {
                 lost = true;
+                in_use_since = None;
                 if idempotency_key.is_none() && !again_without_key {
                     return (None, lost);
                 }
