@@ -29,6 +29,9 @@ const PROVIDERS: [&str; 4] = ["mtn_momo", "orange_money", "moov_money", "wave"];
 /// How long a retried request may keep getting `idempotency_key_in_use`: after a restart nothing is in
 /// progress any more, so a key still "in use" this long is a failure.
 const IN_USE_LIMIT: Duration = Duration::from_secs(20);
+/// How long one request may go unanswered, or answered only "retry", while the target is open: a service that
+/// serves nobody for this long fails the test rather than hanging it.
+const SERVED_LIMIT: Duration = Duration::from_secs(180);
 
 /// What became of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,8 +217,16 @@ async fn submit(
 ) -> (Option<Answer>, bool) {
     let mut lost = false;
     let mut in_use_since: Option<Instant> = None;
+    // Time spent on this request while the target was open (not behind the gate, during checks and restarts).
+    let mut open_for = Duration::ZERO;
     loop {
         run.target.wait_open().await;
+        assert!(
+            open_for < SERVED_LIMIT,
+            "POST {path} for {} was not served in {SERVED_LIMIT:?} of open time",
+            merchant.name
+        );
+        let attempt = Instant::now();
         match run.target.send(&merchant.key, "POST", path, Some(body), idempotency_key).await {
             Ok(answer) if answer.status == 429 => sleep_ms(50).await,
             // In a cluster a 503 may come from a node whose forwarded request died with the node that held the
@@ -255,6 +266,7 @@ async fn submit(
                 sleep_ms(20).await;
             }
         }
+        open_for += attempt.elapsed();
     }
 }
 

@@ -241,12 +241,16 @@ async fn every_implied_notification_is_acknowledged(run: &Run, settled: &[Snapsh
 
 /// Waits until no verified delivery arrives for 1.5 s; returns how many arrived in all.
 async fn deliveries_once_quiet(run: &Run) -> usize {
+    // Deliveries still coming after this long are a redelivery loop, not a tail.
+    const QUIET_WITHIN: Duration = Duration::from_secs(120);
+    let started = Instant::now();
     let mut deliveries = 0;
     loop {
         let now: usize = run.merchants.iter().map(|m| m.receiver.delivery_count()).sum();
         if now == deliveries {
             return deliveries;
         }
+        assert!(started.elapsed() < QUIET_WITHIN, "deliveries still arriving after {QUIET_WITHIN:?}: {now}");
         deliveries = now;
         sleep_ms(1_500).await;
     }
