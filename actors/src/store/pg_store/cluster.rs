@@ -17,7 +17,8 @@
 //!
 //! A node also stops counting a shard as its own once its lease may have ended by its own clock (renewal
 //! time plus the lease, less a margin), so that it does not serve a merchant's balances from memory after a
-//! pause long enough for another node to have taken over.
+//! pause long enough for another node to have taken over. That clock ([`LeaseClock`]) counts the time the
+//! machine spent suspended, which `Instant` does not.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -62,7 +63,40 @@ pub struct NodeIdentity {
 struct Held {
     token: i64,
     /// Past this, on this node's clock, the lease may have ended.
-    until: Instant,
+    until: LeaseClock,
+}
+
+/// A reading of the clock this node judges its leases by: `CLOCK_BOOTTIME` on Linux, which goes on while the
+/// machine is suspended, where `Instant` (`CLOCK_MONOTONIC`) stops. A node whose machine slept past its leases
+/// must find them ended when it wakes, before it answers a balance from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct LeaseClock(Duration);
+
+#[cfg(target_os = "linux")]
+const LEASE_CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
+#[cfg(not(target_os = "linux"))]
+const LEASE_CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
+
+impl LeaseClock {
+    pub(super) fn now() -> LeaseClock {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime only writes the timespec it is given, which lives for the call.
+        if unsafe { libc::clock_gettime(LEASE_CLOCK, &mut ts) } != 0 {
+            // Never seen: a clock that cannot be read ends every lease, which only forwards or refuses work.
+            return LeaseClock(Duration::MAX);
+        }
+        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+        let nanos = u32::try_from(ts.tv_nsec).unwrap_or(0).min(999_999_999);
+        LeaseClock(Duration::new(secs, nanos))
+    }
+
+    fn plus(self, span: Duration) -> LeaseClock {
+        LeaseClock(self.0.saturating_add(span))
+    }
+
+    fn since(self, earlier: LeaseClock) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
 }
 
 /// What this node holds and where every other shard is, as of the last renewal.
@@ -86,7 +120,7 @@ pub struct Membership {
     rounds: AtomicU64,
     /// When the last round completed, in milliseconds since `born` (0: never).
     last_round_ms: AtomicU64,
-    born: Instant,
+    born: LeaseClock,
     /// Rounds that took shards (`Commits::takeovers`).
     takeovers: AtomicU64,
     /// The store's generation numbers, and the version of the merchant accounts last read: a change another
@@ -109,7 +143,7 @@ impl Membership {
             incarnation: crate::domain::ids::random_base62(22),
             rounds: AtomicU64::new(0),
             last_round_ms: AtomicU64::new(0),
-            born: Instant::now(),
+            born: LeaseClock::now(),
             takeovers: AtomicU64::new(0),
             generations,
             accounts_version: AtomicI64::new(i64::MIN),
@@ -121,7 +155,7 @@ impl Membership {
     /// them must not be trusted until a round succeeds again.
     pub(super) fn accounts_fresh(&self) -> bool {
         let last = self.last_round_ms.load(Ordering::Acquire);
-        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = u64::try_from(LeaseClock::now().since(self.born).as_millis()).unwrap_or(u64::MAX);
         last > 0 && now.saturating_sub(last) < u64::try_from((RENEW_EVERY * 2).as_millis()).unwrap_or(u64::MAX)
     }
 
@@ -129,7 +163,7 @@ impl Membership {
     pub(super) fn fence(&self, shard: u32) -> Option<Fence> {
         let held = self.held.read().ok()?;
         let h = held.get(shard as usize).copied().flatten()?;
-        (Instant::now() < h.until).then_some(Fence { shard, token: h.token })
+        (LeaseClock::now() < h.until).then_some(Fence { shard, token: h.token })
     }
 
     pub(super) fn placement(&self, merchant: &MerchantId) -> Placement {
@@ -145,7 +179,8 @@ impl Membership {
 
     /// How many shards this node holds now.
     pub fn held_count(&self) -> usize {
-        self.held.read().map_or(0, |h| h.iter().filter(|s| s.is_some_and(|h| Instant::now() < h.until)).count())
+        let now = LeaseClock::now();
+        self.held.read().map_or(0, |h| h.iter().filter(|s| s.is_some_and(|h| now < h.until)).count())
     }
 
     /// Waits (blocking) until the first round is done, at most `limit`: a lone node then holds every shard.
@@ -190,19 +225,20 @@ impl Membership {
         let mut conn: Option<Conn> = None;
         while !self.stopped.load(Ordering::Acquire) {
             let started = Instant::now();
+            let leased_at = LeaseClock::now();
             let round = async {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
                     conn = Some(Conn::open(&config).await?);
                 }
                 match conn.as_ref() {
-                    Some(c) => self.round(c, started).await,
+                    Some(c) => self.round(c, leased_at).await,
                     None => Err(StoreError::Closed),
                 }
             };
             match tokio::time::timeout(RENEW_EVERY * 2, round).await {
                 Ok(Ok(())) => {
                     self.rounds.fetch_add(1, Ordering::AcqRel);
-                    let at = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+                    let at = u64::try_from(LeaseClock::now().since(self.born).as_millis()).unwrap_or(u64::MAX).max(1);
                     self.last_round_ms.store(at, Ordering::Release);
                 }
                 Ok(Err(e)) => {
@@ -267,9 +303,9 @@ impl Membership {
     }
 
     /// One renewal: alive, renew, take or give back, read where the rest is.
-    async fn round(&self, conn: &Conn, started: Instant) -> Result<(), StoreError> {
+    async fn round(&self, conn: &Conn, started: LeaseClock) -> Result<(), StoreError> {
         let lease_s = LEASE.as_secs_f64();
-        let until = started + LEASE - MARGIN;
+        let until = started.plus(LEASE - MARGIN);
         conn.client
             .execute(
                 "INSERT INTO caisse_nodes (node_id, advertise_url, seen_at, incarnation) VALUES ($1, $2, now(), $3) \
@@ -284,7 +320,7 @@ impl Membership {
         // passed over: renewed, they are taken back like new ones.
         let (shards, tokens, lapsed) = {
             let held = self.held.read().map_err(|_| poisoned())?;
-            let now = Instant::now();
+            let now = LeaseClock::now();
             let held: Vec<(i32, Held)> =
                 held.iter().enumerate().filter_map(|(shard, h)| h.map(|h| (shard as i32, h))).collect();
             let lapsed: Vec<i32> = held.iter().filter(|(_, h)| h.until <= now).map(|(shard, _)| *shard).collect();
@@ -410,4 +446,33 @@ impl Membership {
 
 fn poisoned() -> StoreError {
     StoreError::Io("the shard table was poisoned".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_clock_goes_forward_and_a_lease_ends_past_its_span() {
+        let first = LeaseClock::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let second = LeaseClock::now();
+        assert!(second.since(first) >= Duration::from_millis(20), "{first:?} then {second:?}");
+        let until = first.plus(Duration::from_millis(10));
+        assert!(second >= until, "a lease of 10 ms has ended 20 ms later");
+        assert!(first < first.plus(LEASE - MARGIN));
+        assert_eq!(LeaseClock(Duration::MAX).plus(LEASE), LeaseClock(Duration::MAX), "saturates");
+    }
+
+    /// On Linux the clock counts from boot, suspensions included, as `/proc/uptime` does.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_lease_clock_is_the_boot_clock() {
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .ok()
+            .and_then(|text| text.split_whitespace().next()?.parse().ok())
+            .expect("/proc/uptime");
+        let clock = LeaseClock::now().0.as_secs_f64();
+        assert!((clock - uptime).abs() < 1.0, "lease clock {clock} s, uptime {uptime} s");
+    }
 }
