@@ -1,10 +1,13 @@
 //! The API on a node of a cluster: the nodes forward a merchant's messages to its holder with the forwarding
 //! protocol named, and a node refuses a message of another protocol (a build that lays messages out
 //! otherwise) with `503 unavailable` and `Retry-After`, the answer a client retries, rather than reading it.
+//! Merchants managed with `caisse merchant` beside the running nodes are seen by all of them.
 
 use caisse_engine::cluster::{CONTENT_TYPE, FORWARD_PATH, PROTOCOL, VERSION_HEADER};
 
-use crate::support::{postgres, spawn_cluster_node};
+use std::time::Duration;
+
+use crate::support::{eventually, postgres, spawn_cluster_node, text};
 
 #[actix_web::test]
 async fn a_node_reads_forwarded_messages_of_its_own_protocol_only() {
@@ -34,4 +37,58 @@ async fn a_node_reads_forwarded_messages_of_its_own_protocol_only() {
     // Without the cluster's secret the endpoint does not exist, whatever the protocol.
     let stranger = node.api.fetch(forward(PROTOCOL).auth("not-the-secret")).await;
     assert_eq!(stranger.status, 404);
+}
+
+/// `caisse merchant` run beside the nodes, on the shared database (no admin token: it writes there
+/// directly). A merchant it makes is served by every node at once; a suspension it makes is enforced by
+/// every node within a few seconds, though both had the merchant's key cached from requests they served, and
+/// a resume likewise.
+#[actix_web::test]
+async fn merchants_made_and_suspended_beside_the_running_nodes_are_seen_by_every_node() {
+    let db = postgres::database();
+    let a = spawn_cluster_node(&db, "node-a").await;
+    let b = spawn_cluster_node(&db, "node-b").await;
+    let work = tempfile::tempdir().expect("work dir");
+    let caisse = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_caisse"))
+            .current_dir(work.path())
+            .env("CAISSE_STORE", &db.url)
+            .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
+            .env("CAISSE_DATA_DIR", work.path().join("data"))
+            .env("CAISSE_LOG", "warn")
+            .env_remove("CAISSE_ADMIN_TOKEN")
+            .args(args)
+            .output()
+            .expect("caisse runs");
+        assert!(output.status.success(), "caisse {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let printed = caisse(&["merchant", "create", "--name", "Kiosque", "--email", "kiosque@example.com", "--json"]);
+    let created: serde_json::Value = serde_json::from_str(printed.trim()).expect("one JSON object");
+    let (id, key) = (text(&created["id"]).to_owned(), text(&created["secret_key"]).to_owned());
+    let nodes = [a.api.with_key(&key), b.api.with_key(&key)];
+    for (node, api) in nodes.iter().enumerate() {
+        let balances = api.send(api.get("/v1/soldes")).await;
+        assert_eq!(balances.status, 200, "node {node} serves the new merchant at once: {:?}", balances.json);
+    }
+
+    caisse(&["merchant", "suspend", &id]);
+    for (node, api) in nodes.iter().enumerate() {
+        eventually(&format!("node {node} refuses the suspended merchant"), Duration::from_secs(15), || async {
+            let answer = api.send(api.get("/v1/soldes")).await;
+            match (answer.status, answer.json["error"]["code"].as_str()) {
+                (403, Some("merchant_suspended")) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+    caisse(&["merchant", "resume", &id]);
+    for (node, api) in nodes.iter().enumerate() {
+        eventually(&format!("node {node} serves the resumed merchant"), Duration::from_secs(15), || async {
+            let answer = api.send(api.get("/v1/soldes")).await;
+            (answer.status == 200).then_some(()).ok_or(format!("{} {:?}", answer.status, answer.json))
+        })
+        .await;
+    }
 }
