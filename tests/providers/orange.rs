@@ -42,6 +42,14 @@ fn text(v: &Value) -> &str {
     v.as_str().unwrap_or_default()
 }
 
+/// The Orange page a payment's creation answered: its absence says what the answer held, not that a later
+/// `POST` went nowhere.
+fn page(created: &Value) -> String {
+    let url = text(&created["url_paiement"]);
+    assert!(!url.is_empty(), "the payment's answer carries Orange's page: {created}");
+    url.to_owned()
+}
+
 async fn on_oranges_page(app: &TestApp, url: &str, outcome: &str) -> Resp {
     let page =
         Api { address: String::new(), client: awc::Client::builder().disable_redirects().finish(), ..app.api.clone() };
@@ -54,7 +62,7 @@ async fn a_payment_is_paid_on_oranges_page_and_confirmed_by_transactionstatus() 
     let (fake, app) = start().await;
     let created = app.initiate(&payment(1_000)).await;
     let (reference, tx) = (text(&created["reference"]).to_owned(), text(&created["transaction_id"]).to_owned());
-    let url = text(&created["url_paiement"]).to_owned();
+    let url = page(&created);
     assert!(url.starts_with(&format!("{}/payment/pay_token/", fake.base)), "{created}");
 
     let tokens = fake.received("POST", "/oauth/v3/token").await;
@@ -102,11 +110,11 @@ async fn notifications_need_their_url_token_lost_ones_are_polled_and_unpaid_ones
     assert_eq!(app.send(app.post(&path).no_auth().json(&claim)).await.status, 200);
     assert_eq!(app.get_payment(text(&created["reference"])).await["statut"], "en_cours");
     // Paid with its notification lost: the sweep's transactionstatus settles it.
-    on_oranges_page(&app, text(&created["url_paiement"]), "pay").await;
+    on_oranges_page(&app, &page(&created), "pay").await;
     app.wait_payment(text(&created["reference"]), "succes").await;
     // Declined on the page.
     let declined = app.initiate(&payment(1_000)).await;
-    on_oranges_page(&app, text(&declined["url_paiement"]), "decline").await;
+    on_oranges_page(&app, &page(&declined), "decline").await;
     assert_eq!(app.wait_payment(text(&declined["reference"]), "echec").await["failure_code"], "payment_failed");
     // Left alone past Orange's time: EXPIRED at Orange, expire at Caisse.
     fake.knobs(json!({"session_ttl_s": 1})).await;
@@ -120,7 +128,7 @@ async fn collection_only_and_tokens_are_renewed() {
     let (fake, app) = start().await;
     fake.knobs(json!({"token_ttl_s": 600})).await;
     let created = app.initiate(&payment(2_000)).await;
-    on_oranges_page(&app, text(&created["url_paiement"]), "pay").await;
+    on_oranges_page(&app, &page(&created), "pay").await;
     app.wait_payment(text(&created["reference"]), "succes").await;
     // Orange Web Payment has no refund and no payout: both refused before anything is reserved.
     assert_error(
@@ -180,7 +188,7 @@ async fn a_refund_goes_back_through_another_adapters_payout() {
     .await;
     let created = app.initiate(&payment(3_000)).await;
     let reference = text(&created["reference"]).to_owned();
-    on_oranges_page(&app, text(&created["url_paiement"]), "pay").await;
+    on_oranges_page(&app, &page(&created), "pay").await;
     app.wait_payment(&reference, "succes").await;
     app.initiate(&payment(3_000)).await; // a second payment's page left alone; its funds are not needed
     app.post_refund(&reference, &json!({"montant": 1_000})).await.expect(200);
