@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use awc::error::SendRequestError;
+use awc::error::{ConnectError, SendRequestError};
 use serde::{Deserialize, Serialize};
 
 use crate::core::Command;
@@ -124,7 +124,10 @@ impl Forwarding {
             .send_body(body)
             .await
             .map_err(|e| match e {
-                // Nothing was sent.
+                // awc's name for a connection that closed after the whole request went out, before the answer
+                // (a holder that died while it ran the change): the change may have been made.
+                SendRequestError::Connect(ConnectError::Disconnected) => unanswered(e.to_string()),
+                // No connection, so nothing was sent.
                 SendRequestError::Url(_) | SendRequestError::Connect(_) => unavailable(e.to_string()),
                 e => unanswered(e.to_string()),
             })?;

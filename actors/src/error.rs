@@ -31,7 +31,8 @@ pub enum EngineError {
     EmailTaken(String),
     /// A change forwarded to the node holding its merchant got no answer in time: it reached that node, which
     /// may still make it, so the caller cannot be told that nothing changed. Made by the forwarding node only,
-    /// never sent between nodes.
+    /// never sent between nodes. It must stay the last variant: the encoding between nodes numbers variants
+    /// by place, and a skipped variant before others would shift how they are read.
     #[serde(skip)]
     #[error("no answer in time: {0}")]
     OutcomeUnknown(String),
