@@ -78,16 +78,27 @@ const LEASE_CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
 const LEASE_CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
 
 impl LeaseClock {
+    /// The clock, read to judge a lease: if it cannot be read (never seen), as late as can be, so that every
+    /// lease has ended, which only forwards or refuses work.
     pub(super) fn now() -> LeaseClock {
+        LeaseClock::read().unwrap_or(LeaseClock(Duration::MAX))
+    }
+
+    /// The clock, read as a lease starts: if it cannot be read, as early as can be, so that a lease counted
+    /// from it has ended already.
+    fn start() -> LeaseClock {
+        LeaseClock::read().unwrap_or(LeaseClock(Duration::ZERO))
+    }
+
+    fn read() -> Option<LeaseClock> {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: clock_gettime only writes the timespec it is given, which lives for the call.
         if unsafe { libc::clock_gettime(LEASE_CLOCK, &mut ts) } != 0 {
-            // Never seen: a clock that cannot be read ends every lease, which only forwards or refuses work.
-            return LeaseClock(Duration::MAX);
+            return None;
         }
-        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-        let nanos = u32::try_from(ts.tv_nsec).unwrap_or(0).min(999_999_999);
-        LeaseClock(Duration::new(secs, nanos))
+        let secs = u64::try_from(ts.tv_sec).ok()?;
+        let nanos = u32::try_from(ts.tv_nsec).ok()?.min(999_999_999);
+        Some(LeaseClock(Duration::new(secs, nanos)))
     }
 
     fn plus(self, span: Duration) -> LeaseClock {
@@ -143,7 +154,7 @@ impl Membership {
             incarnation: crate::domain::ids::random_base62(22),
             rounds: AtomicU64::new(0),
             last_round_ms: AtomicU64::new(0),
-            born: LeaseClock::now(),
+            born: LeaseClock::start(),
             takeovers: AtomicU64::new(0),
             generations,
             accounts_version: AtomicI64::new(i64::MIN),
@@ -225,7 +236,7 @@ impl Membership {
         let mut conn: Option<Conn> = None;
         while !self.stopped.load(Ordering::Acquire) {
             let started = Instant::now();
-            let leased_at = LeaseClock::now();
+            let leased_at = LeaseClock::start();
             let round = async {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
                     conn = Some(Conn::open(&config).await?);
@@ -238,7 +249,8 @@ impl Membership {
             match tokio::time::timeout(RENEW_EVERY * 2, round).await {
                 Ok(Ok(())) => {
                     self.rounds.fetch_add(1, Ordering::AcqRel);
-                    let at = u64::try_from(LeaseClock::now().since(self.born).as_millis()).unwrap_or(u64::MAX).max(1);
+                    // Read as a start: a clock that cannot be read leaves the accounts' caches looking stale.
+                    let at = u64::try_from(LeaseClock::start().since(self.born).as_millis()).unwrap_or(u64::MAX).max(1);
                     self.last_round_ms.store(at, Ordering::Release);
                 }
                 Ok(Err(e)) => {
