@@ -133,9 +133,21 @@ fn internal(context: &str, detail: impl std::fmt::Display) -> HttpResponse {
     trouble(StatusCode::INTERNAL_SERVER_ERROR, "Erreur", "Une erreur est survenue. Réessayez dans un moment.")
 }
 
+/// The payment was asked for but not confirmed in time (in a cluster, the merchant's node did not answer): it
+/// may have been made. Sending the same form again is safe (it carries its idempotency key) and shows which.
+fn unconfirmed() -> HttpResponse {
+    trouble(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Paiement non confirmé",
+        "Le paiement n'a pas été confirmé à temps et a peut-être été enregistré. Renvoyez le même formulaire dans \
+         un moment pour connaître son état, sans en remplir un nouveau.",
+    )
+}
+
 fn engine_trouble(context: &str, err: EngineError) -> HttpResponse {
     match err {
-        EngineError::Unavailable(_) | EngineError::Retired | EngineError::OutcomeUnknown(_) => unavailable(),
+        EngineError::OutcomeUnknown(_) => unconfirmed(),
+        EngineError::Unavailable(_) | EngineError::Retired => unavailable(),
         other => internal(context, other),
     }
 }
