@@ -220,7 +220,10 @@ async fn submit(
     // Time spent on this request while the target was open (not behind the gate, during checks and restarts).
     let mut open_for = Duration::ZERO;
     loop {
-        run.target.wait_open().await;
+        if run.target.wait_open().await {
+            // The wait for a key in use counts only while the target is open.
+            in_use_since = None;
+        }
         assert!(
             open_for < SERVED_LIMIT,
             "POST {path} for {} was not served in {SERVED_LIMIT:?} of open time",

@@ -306,10 +306,13 @@ impl Target {
         self.stop.get()
     }
 
-    pub async fn wait_open(&self) {
+    /// Waits until the target is open; true if it was closed.
+    pub async fn wait_open(&self) -> bool {
+        let closed = !self.open.get();
         while !self.open.get() {
             sleep_ms(10).await;
         }
+        closed
     }
 
     /// One request; `Err` when no complete answer came back (refused connection, reset, time-out).
