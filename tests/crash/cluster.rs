@@ -70,16 +70,21 @@ fn pending_notifications(store: &PgStore, run: &Run) -> usize {
     pending
 }
 
-/// How many shards node `node` holds with a lease that has not ended, read from the database on a thread of its
-/// own (the load runs on this test's one thread and keeps going meanwhile).
-async fn shards_held(url: &str, node: &str) -> usize {
-    let sql = format!("SELECT count(*) FROM caisse_shards WHERE owner = '{node}' AND expires_at > now()");
+/// [`postgres::query_value`] on a thread of its own: the load runs on this test's one thread and keeps going
+/// meanwhile.
+async fn query_aside(url: &str, sql: String) -> String {
     let url = url.to_owned();
     let query = std::thread::spawn(move || postgres::query_value(&url, &sql));
     while !query.is_finished() {
         sleep_ms(10).await;
     }
-    let count = query.join().expect("the query's thread");
+    query.join().expect("the query's thread")
+}
+
+/// How many shards node `node` holds with a lease that has not ended, read from the database.
+async fn shards_held(url: &str, node: &str) -> usize {
+    let sql = format!("SELECT count(*) FROM caisse_shards WHERE owner = '{node}' AND expires_at > now()");
+    let count = query_aside(url, sql).await;
     count.parse().unwrap_or_else(|e| panic!("a count of shards, not {count:?}: {e}"))
 }
 
@@ -95,12 +100,7 @@ async fn a_merchants_holder(url: &str, run: &Run, rng: &mut StdRng) -> usize {
     // Just after a cycle (a database restart, say) the leases may be between two rounds: ask again a while.
     let started = Instant::now();
     loop {
-        let (url, sql) = (url.to_owned(), sql.clone());
-        let query = std::thread::spawn(move || postgres::query_value(&url, &sql));
-        while !query.is_finished() {
-            sleep_ms(10).await;
-        }
-        let owners = query.join().expect("the query's thread");
+        let owners = query_aside(url, sql.clone()).await;
         let holders: Vec<usize> = (0..NODES).filter(|i| owners.split(',').any(|o| o == format!("node-{i}"))).collect();
         if !holders.is_empty() {
             return holders[rng.gen_range(0..holders.len())];

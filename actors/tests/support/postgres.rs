@@ -44,9 +44,7 @@ pub fn restart_immediately() -> bool {
 impl TestDatabase {
     /// The server's address as the URL names it (`host:port`, the port 5432 when it names none).
     pub fn server_address(&self) -> String {
-        let (start, end) = authority(&self.url);
-        let host = &self.url[start..end];
-        let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
+        let (_, host) = user_and_host(&self.url);
         if host.contains(':') {
             host.to_owned()
         } else {
@@ -57,7 +55,7 @@ impl TestDatabase {
     /// This database's URL through another address (a proxy on loopback, listening on `port`).
     pub fn url_via(&self, port: u16) -> String {
         let (start, end) = authority(&self.url);
-        let user = self.url[start..end].rsplit_once('@').map(|(user, _)| format!("{user}@")).unwrap_or_default();
+        let (user, _) = user_and_host(&self.url);
         format!("{}{user}127.0.0.1:{port}{}", &self.url[..start], &self.url[end..])
     }
 
@@ -121,6 +119,15 @@ fn rand_u64() -> u64 {
     hasher
         .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
     hasher.finish()
+}
+
+/// A URL's user as it precedes the host (`user@`, or nothing), and its host (`host:port`, as written).
+fn user_and_host(url: &str) -> (String, &str) {
+    let (start, end) = authority(url);
+    match url[start..end].rsplit_once('@') {
+        Some((user, host)) => (format!("{user}@"), host),
+        None => (String::new(), &url[start..end]),
+    }
 }
 
 /// Where a URL's authority (`user@host:port`) starts and ends.
@@ -228,9 +235,7 @@ pub fn read_only_twin(database: &TestDatabase) -> Option<String> {
     ] {
         psql(&server.admin_url, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
-    let (start, end) = authority(&server.admin_url);
-    let host = &server.admin_url[start..end];
-    Some(host.rsplit_once('@').map_or(host, |(_, host)| host).to_owned())
+    Some(user_and_host(&server.admin_url).1.to_owned())
 }
 
 impl TestDatabase {
@@ -238,10 +243,7 @@ impl TestDatabase {
     /// primary).
     pub fn url_with_first_host(&self, address: &str) -> String {
         let (start, end) = authority(&self.url);
-        let (user, host) = match self.url[start..end].rsplit_once('@') {
-            Some((user, host)) => (format!("{user}@"), host),
-            None => (String::new(), &self.url[start..end]),
-        };
+        let (user, host) = user_and_host(&self.url);
         format!("{}{user}{address},{host}{}", &self.url[..start], &self.url[end..])
     }
 }
