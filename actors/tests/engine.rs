@@ -184,6 +184,7 @@ async fn idempotency_replays_and_refuses_reuse() {
             fingerprint: fingerprint.into(),
             earlier_fingerprint: None,
             success_status: 201,
+            follows: false,
         })
     };
     let first = done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), idem("a")).await);
@@ -204,6 +205,41 @@ async fn idempotency_replays_and_refuses_reuse() {
     }
     let replay = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), upgraded).await;
     assert!(matches!(replay, Ok(Executed::Replayed { status: 201, .. })), "{replay:?}");
+}
+
+/// A change the request makes after its first (the provider refused at once) rewrites the stored answer: the
+/// replay is the payment declined, as the request answered, and keeps the first answer's status and age.
+#[actix::test]
+async fn a_change_that_follows_the_first_is_what_the_key_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+    let idem = Idempotency {
+        key: IdempotencyKey::parse("key-1").unwrap(),
+        fingerprint: "a".into(),
+        earlier_fingerprint: None,
+        success_status: 201,
+        follows: false,
+    };
+    let first = done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), Some(idem.clone())).await);
+    let reference = payment_of(first).reference;
+    let declined = Command::PaymentNotice {
+        reference: reference.clone(),
+        notice: PaymentNotice::Declined { failure_code: "invalid_currency".into() },
+    };
+    let after = payment_of(done(engine.execute(&m, declined, Some(idem.following())).await));
+    let replay = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), Some(idem.clone())).await;
+    match replay.unwrap() {
+        Executed::Replayed { status, body } => {
+            assert_eq!(status, 201);
+            assert_eq!(body, serde_json::to_string(&after).unwrap());
+        }
+        other => panic!("{other:?}"),
+    }
+    // Another request under the key is still refused: the following change kept the first one's fingerprint.
+    let other = Idempotency { fingerprint: "b".into(), ..idem };
+    let reused = engine.execute(&m, Command::InitiatePayment(new_payment(2_000, None)), Some(other)).await;
+    assert_eq!(reused, Err(EngineError::IdempotencyKeyReused));
 }
 
 #[test]
@@ -550,6 +586,7 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
                     fingerprint: format!("f{i}"),
                     earlier_fingerprint: None,
                     success_status: 201,
+                    follows: false,
                 };
                 let command = Command::InitiatePayment(new_payment(1_000, None));
                 engine.execute(&m, command, Some(idempotency)).await.unwrap();

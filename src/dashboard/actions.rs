@@ -302,7 +302,13 @@ pub(super) fn one_time_key(form: &Form, parts: &[&str]) -> Result<Idempotency, D
         hash.update(part.as_bytes());
         hash.update(b"\n");
     }
-    Ok(Idempotency { key, fingerprint: hex::encode(hash.finalize()), earlier_fingerprint: None, success_status: 200 })
+    Ok(Idempotency {
+        key,
+        fingerprint: hex::encode(hash.finalize()),
+        earlier_fingerprint: None,
+        success_status: 200,
+        follows: false,
+    })
 }
 
 /// A suspended merchant starts no new movement, from the dashboard as from the API.

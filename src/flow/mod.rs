@@ -30,7 +30,7 @@ use caisse_engine::{
     Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout, PaymentNotice, ProviderNote,
 };
 
-use self::notice::apply_provider_status;
+use self::notice::apply_provider_status_answering;
 use crate::providers::{Adapter, ProviderError, ProviderStatus, Providers, Routed, Subject};
 
 /// How long a merchant's request waits for the provider's answer to the request Caisse sends it. Beyond it the
@@ -127,6 +127,7 @@ impl Flow {
         record: &Record,
         kind: TransactionType,
         code: String,
+        answer: Option<Idempotency>,
     ) -> Option<Executed> {
         let key = match record {
             Record::Payment(p) if kind == TransactionType::Refund => p.refund.as_ref().map(|r| r.reference.clone()),
@@ -134,7 +135,7 @@ impl Flow {
         }?;
         let located = Located { kind, reference: key, record: record.clone() };
         let refused = ProviderStatus::Failed { code }.into();
-        match apply_provider_status(&self.engine, merchant, &located, &refused, false).await {
+        match apply_provider_status_answering(&self.engine, merchant, &located, &refused, false, answer).await {
             Ok(executed) => executed,
             Err(e) => {
                 tracing::warn!(error = %e, "could not apply the provider's refusal; the sweeps ask again");
@@ -153,20 +154,22 @@ impl Flow {
     }
 
     /// What a request to the provider came to: a refusal fails the transaction at once (and the answer shows
-    /// it); anything else leaves it waiting, the sweeps asking again.
+    /// it, a replay too: `answer` is the request's idempotency, [`Idempotency::following`]); anything else
+    /// leaves it waiting, the sweeps asking again.
     async fn after_request(
         &self,
         merchant: &MerchantId,
         executed: Executed,
         kind: TransactionType,
         sent: Result<(), ProviderError>,
+        answer: Option<Idempotency>,
     ) -> Executed {
         let Executed::Done(record) = &executed else { return executed };
         match sent {
             Ok(()) => executed,
             Err(ProviderError::Rejected { code }) => {
                 tracing::info!(key = %record.key(), %code, "the provider refused the request");
-                self.refused(merchant, record, kind, code).await.unwrap_or(executed)
+                self.refused(merchant, record, kind, code, answer).await.unwrap_or(executed)
             }
             Err(e) => {
                 tracing::warn!(key = %record.key(), error = %e, "request to the provider failed; the sweeps ask again");
@@ -184,6 +187,7 @@ impl Flow {
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
         let note = ProviderNote { route, reference: None };
+        let answer = idempotency.as_ref().map(Idempotency::following);
         let executed = self.engine.execute_noted(merchant, Command::InitiatePayment(new), idempotency, note).await?;
         // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
         let sent = match &executed {
@@ -197,20 +201,26 @@ impl Flow {
             // The provider's page is kept on the payment before the merchant hears of it, so the answer
             // carries `url_paiement`.
             (Executed::Done(Record::Payment(p)), Ok(Some(page))) => {
-                self.opened(merchant, p, page.clone()).await.unwrap_or(executed)
+                self.opened(merchant, p, page.clone(), answer.clone()).await.unwrap_or(executed)
             }
             _ => executed,
         };
-        Ok(self.after_request(merchant, executed, TransactionType::Payment, sent.map(drop)).await)
+        Ok(self.after_request(merchant, executed, TransactionType::Payment, sent.map(drop), answer).await)
     }
 
     /// Keeps the page where the customer approves a payment (the payment moves to `en_cours`); answers the
-    /// payment after it. A failure to write it is logged: the next status query that reports the page (Wave's
-    /// does) keeps it then.
-    pub async fn opened(&self, merchant: &MerchantId, payment: &Payment, page: ReturnUrl) -> Option<Executed> {
+    /// payment after it (`answer`: within the request that made it, [`Idempotency::following`]). A failure to
+    /// write it is logged: the next status query that reports the page (Wave's does) keeps it then.
+    pub async fn opened(
+        &self,
+        merchant: &MerchantId,
+        payment: &Payment,
+        page: ReturnUrl,
+        answer: Option<Idempotency>,
+    ) -> Option<Executed> {
         let notice = PaymentNotice::Opened { payment_url: page };
         let command = Command::PaymentNotice { reference: payment.reference.clone(), notice };
-        match self.engine.execute(merchant, command, None).await {
+        match self.engine.execute(merchant, command, answer).await {
             Ok(executed) => Some(executed),
             Err(e) => {
                 tracing::warn!(reference = %payment.reference, error = %e, "could not keep the provider's payment page");
@@ -276,6 +286,7 @@ impl Flow {
             _ => None,
         };
         let note = ProviderNote { route, reference: None };
+        let answer = idempotency.as_ref().map(Idempotency::following);
         let executed = self.engine.execute_noted(merchant, command, idempotency, note).await?;
         // Reserved and durable; the reconciliation asks the provider again if this call is lost.
         let sent = match &executed {
@@ -288,8 +299,11 @@ impl Flow {
             _ => Ok(()),
         };
         let settled = matches!(sent, Ok(()));
-        let executed = self.after_request(merchant, executed, TransactionType::Refund, sent).await;
-        Ok(if settled { self.settle_now(merchant, executed, TransactionType::Refund).await } else { executed })
+        let executed = self.after_request(merchant, executed, TransactionType::Refund, sent, answer.clone()).await;
+        Ok(match settled {
+            true => self.settle_now(merchant, executed, TransactionType::Refund, answer).await,
+            false => executed,
+        })
     }
 
     /// Records the payout (the amount reserved) with its route, durably, then asks the provider to send it.
@@ -301,6 +315,7 @@ impl Flow {
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
         let note = ProviderNote { route, reference: None };
+        let answer = idempotency.as_ref().map(Idempotency::following);
         let executed = self.engine.execute_noted(merchant, Command::CreatePayout(new), idempotency, note).await?;
         let sent = match &executed {
             Executed::Done(record @ Record::Payout(o)) => match self.carrier(record, TransactionType::Payout) {
@@ -310,13 +325,22 @@ impl Flow {
             _ => Ok(()),
         };
         let settled = matches!(sent, Ok(()));
-        let executed = self.after_request(merchant, executed, TransactionType::Payout, sent).await;
-        Ok(if settled { self.settle_now(merchant, executed, TransactionType::Payout).await } else { executed })
+        let executed = self.after_request(merchant, executed, TransactionType::Payout, sent, answer.clone()).await;
+        Ok(match settled {
+            true => self.settle_now(merchant, executed, TransactionType::Payout, answer).await,
+            false => executed,
+        })
     }
 
     /// For a provider whose answer to a request is final at once ([`Adapter::settles_at_once`]), asks its status
     /// right away and applies it; anything else (or a failed query) leaves it to the reconciliation.
-    async fn settle_now(&self, merchant: &MerchantId, executed: Executed, kind: TransactionType) -> Executed {
+    async fn settle_now(
+        &self,
+        merchant: &MerchantId,
+        executed: Executed,
+        kind: TransactionType,
+        answer: Option<Idempotency>,
+    ) -> Executed {
         let Executed::Done(record) = &executed else { return executed };
         let Some(carrier) = self.carrier(record, kind) else { return executed };
         if !carrier.adapter.settles_at_once(carrier.subject) {
@@ -336,7 +360,7 @@ impl Flow {
         };
         let Some(reference) = reference else { return executed };
         let located = Located { kind, reference, record: record.clone() };
-        match apply_provider_status(&self.engine, merchant, &located, &report, false).await {
+        match apply_provider_status_answering(&self.engine, merchant, &located, &report, false, answer).await {
             Ok(Some(after)) => after,
             Ok(None) => executed,
             Err(e) => {

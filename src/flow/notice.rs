@@ -6,7 +6,7 @@ use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::store::Located;
 use caisse_engine::{
-    Command, Engine, EngineError, Executed, PaymentNotice, PayoutOutcome, ProviderNote, RefundOutcome,
+    Command, Engine, EngineError, Executed, Idempotency, PaymentNotice, PayoutOutcome, ProviderNote, RefundOutcome,
 };
 
 use super::Flow;
@@ -128,6 +128,19 @@ pub async fn apply_provider_status(
     report: &Report,
     expire: bool,
 ) -> Result<Option<Executed>, EngineError> {
+    apply_provider_status_answering(engine, merchant, located, report, expire, None).await
+}
+
+/// [`apply_provider_status`] within the request that made the transaction, before it is answered: `answer` is
+/// that request's idempotency ([`Idempotency::following`]), so that a replay answers what this change made.
+pub async fn apply_provider_status_answering(
+    engine: &Engine,
+    merchant: &MerchantId,
+    located: &Located,
+    report: &Report,
+    expire: bool,
+    answer: Option<Idempotency>,
+) -> Result<Option<Executed>, EngineError> {
     let status = &report.status;
     let command = match (&located.record, located.kind) {
         (Record::Payment(p), TransactionType::Payment) => {
@@ -180,7 +193,7 @@ pub async fn apply_provider_status(
     };
     let note = ProviderNote { route: None, reference: report.reference.clone() };
     match command {
-        Some(command) => engine.execute_noted(merchant, command, None, note).await.map(Some),
+        Some(command) => engine.execute_noted(merchant, command, answer, note).await.map(Some),
         None => Ok(None),
     }
 }

@@ -235,7 +235,7 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
                     (Some(r), TransactionType::Refund) => crate::flow::send_refund(&carrier, p, r).await,
                     _ => match adapter.request_to_pay(p).await {
                         Ok(Some(page)) => {
-                            flow.opened(&item.merchant, p, page).await;
+                            flow.opened(&item.merchant, p, page, None).await;
                             Ok(())
                         }
                         other => other.map(drop),

@@ -249,7 +249,13 @@ pub fn idempotency(
         Some(canonical) => (format!("json:{}", fingerprint(&canonical)), Some(fingerprint(body))),
         None => (fingerprint(body), None),
     };
-    Ok(Some(Idempotency { key, fingerprint, earlier_fingerprint, success_status: success_status.as_u16() }))
+    Ok(Some(Idempotency {
+        key,
+        fingerprint,
+        earlier_fingerprint,
+        success_status: success_status.as_u16(),
+        follows: false,
+    }))
 }
 
 /// The answer to a change: the record with `status`, or the first answer again for a replayed key.

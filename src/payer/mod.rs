@@ -350,6 +350,7 @@ pub async fn submit(
         fingerprint: entered.fingerprint(&found.link.id),
         earlier_fingerprint: None,
         success_status: 201,
+        follows: false,
     };
     let started = start(&state, &found.merchant, new, route, idempotency).await;
     match started {

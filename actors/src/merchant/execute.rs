@@ -68,7 +68,7 @@ impl MerchantActor {
     pub(super) fn execute(&mut self, msg: Execute) -> Result<Reply, EngineError> {
         self.check_open()?;
         let now = Timestamp::now();
-        if let Some(idem) = &msg.idempotency {
+        if let Some(idem) = msg.idempotency.as_ref().filter(|i| !i.follows) {
             if self.keys_in_flight.contains_key(&idem.key) {
                 return Err(EngineError::IdempotencyKeyInUse);
             }
@@ -96,18 +96,27 @@ impl MerchantActor {
             Decided::Unchanged(record) => return Ok(Reply::Now(Executed::Done(record))),
             Decided::Changed(decision) => *decision,
         };
+        let answer = || {
+            match &decision.record {
+                Record::Payment(p) => serde_json::to_string(p),
+                Record::Payout(o) => serde_json::to_string(o),
+                Record::Link(l) => serde_json::to_string(l),
+            }
+            .map_err(|e| EngineError::Internal(format!("idempotent answer: {e}")))
+        };
         let idempotency = match &msg.idempotency {
-            Some(idem) => {
-                let body = match &decision.record {
-                    Record::Payment(p) => serde_json::to_string(p),
-                    Record::Payout(o) => serde_json::to_string(o),
-                    Record::Link(l) => serde_json::to_string(l),
+            // The stored answer, kept as long as it was to be, now says what this change made of the record.
+            Some(idem) if idem.follows => match self.store.idempotency(&self.id, &idem.key)? {
+                Some(first) if first.is_live(now) && first.fingerprint == idem.fingerprint => {
+                    Some((idem.key.clone(), IdempotencyRecord { body: answer()?, ..first }))
                 }
-                .map_err(|e| EngineError::Internal(format!("idempotent answer: {e}")))?;
+                _ => None,
+            },
+            Some(idem) => {
                 let record = IdempotencyRecord {
                     fingerprint: idem.fingerprint.clone(),
                     status: idem.success_status,
-                    body,
+                    body: answer()?,
                     created_at: now,
                 };
                 Some((idem.key.clone(), record))
@@ -158,7 +167,7 @@ impl MerchantActor {
         for (key, record) in held {
             self.dirty.insert(key, (record, seq));
         }
-        let key = msg.idempotency.map(|i| i.key);
+        let key = msg.idempotency.filter(|i| !i.follows).map(|i| i.key);
         if let Some(k) = &key {
             self.keys_in_flight.insert(k.clone(), seq);
         }

@@ -24,6 +24,17 @@ pub struct Idempotency {
     /// it stored still hold for their 24 hours: a retry across an upgrade is a replay, not a conflict.
     pub earlier_fingerprint: Option<String>,
     pub success_status: u16,
+    /// Set on a change the request makes after its first (a provider's refusal or answer applied before the
+    /// request is answered): its record replaces the stored answer, so that a replay is the answer the request
+    /// gave. Such a change is never itself a replay, and writes no answer once the first one's is gone.
+    pub follows: bool,
+}
+
+impl Idempotency {
+    /// The same request's part in a change that follows its first ([`Idempotency::follows`]).
+    pub fn following(&self) -> Idempotency {
+        Idempotency { follows: true, ..self.clone() }
+    }
 }
 
 /// The answer to a change.
