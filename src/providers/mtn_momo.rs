@@ -296,7 +296,8 @@ impl Adapter for MtnMomo {
 
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
         let party = json!({"partyIdType": "MSISDN", "partyId": payout.beneficiary_phone.digits()});
-        let body = body(payout.amount, payout.currency, &payout.transaction_id, ("payee", party));
+        // The beneficiary receives the amount net of Caisse's fee, which stays on the merchant's balance.
+        let body = body(payout.net_amount, payout.currency, &payout.transaction_id, ("payee", party));
         self.create(Product::Disbursement, "/disbursement/v1_0/transfer", &payout.transaction_id, body)
     }
 

@@ -409,7 +409,8 @@ impl Adapter for Pawapay {
         };
         let body = json!({
             "payoutId": id,
-            "amount": amount_text(payout.amount, payout.currency),
+            // The beneficiary receives the amount net of Caisse's fee, which stays on the merchant's balance.
+            "amount": amount_text(payout.net_amount, payout.currency),
             "currency": payout.currency.code(),
             "recipient": {"type": "MMO", "accountDetails": {"phoneNumber": payout.beneficiary_phone.digits(), "provider": code}},
             "clientReferenceId": payout.transaction_id,

@@ -121,6 +121,10 @@ async fn payouts_and_refunds_go_through_disbursement_with_tokens_renewed() {
     let payout = |phone: &str| json!({"montant": 1_000, "devise": "XOF", "fournisseur": "mtn_momo", "beneficiaire_telephone": phone});
     let sent = app.payout(&payout("+22997000002")).await;
     app.wait_payout(sent["id"].as_str().expect("an id"), "traite").await;
+    let transfers = fake.received("POST", "/disbursement/v1_0/transfer").await;
+    let transfer: Value = serde_json::from_str(transfers[0]["body"].as_str().expect("a body")).expect("JSON");
+    assert_eq!(transfer["amount"], "985", "the beneficiary receives montant_net");
+    assert_eq!(sent["montant_net"], 985);
     let refused = app.payout(&payout("+22997000057")).await;
     let refused = app.wait_payout(refused["id"].as_str().expect("an id"), "rejete").await;
     assert_eq!(refused["motif_rejet"], "payee_not_found");

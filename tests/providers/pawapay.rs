@@ -302,12 +302,14 @@ async fn without_callbacks_a_payment_completes_by_polling() {
 
 #[actix_web::test]
 async fn payouts_are_sent_and_refusals_come_back_with_their_reason() {
-    let (_fake, app) = start().await;
+    let (fake, app) = start().await;
     pay(&app, 10_000, COMPLETES, "succes").await;
     let payout = |phone: &str| json!({"montant": 1_000, "devise": "XOF", "fournisseur": "mtn_momo", "beneficiaire_telephone": phone});
     let sent = app.payout(&payout(COMPLETES)).await;
     let sent = app.wait_payout(sent["id"].as_str().expect("an id"), "traite").await;
     assert_eq!(sent["statut"], "traite");
+    let payouts = fake.received("POST", "/v2/payouts").await;
+    assert_eq!(body_of(&payouts[0])["amount"], "985", "the beneficiary receives montant_net");
     let refused = app.payout(&payout(RECIPIENT_NOT_FOUND)).await;
     let refused = app.wait_payout(refused["id"].as_str().expect("an id"), "rejete").await;
     assert_eq!(refused["motif_rejet"], "recipient_not_found");
