@@ -249,7 +249,10 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
             .await
             .map(drop)
             .map_err(|e| crate::providers::ProviderError::Unreachable(format!("applying the provider's answer: {e}"))),
-        Err(e) => Err(e),
+        // A query that failed decides nothing, whatever the error: the adapter may lack the settings to ask (a
+        // product taken out of its configuration after the money left), or the provider refused the query
+        // itself. Only a final status, or a refusal of the transaction sent again, fails it.
+        Err(e) => Err(crate::providers::ProviderError::Unreachable(format!("status query: {e}"))),
     };
     match result {
         Err(crate::providers::ProviderError::Rejected { code }) => {
@@ -294,6 +297,8 @@ mod tests {
         calls: AtomicUsize,
         /// While set, status queries fail as a provider that is down does.
         down: std::sync::atomic::AtomicBool,
+        /// While set, status queries are refused, as by an adapter that lacks the settings to ask.
+        refuses_queries: std::sync::atomic::AtomicBool,
     }
 
     impl SlowProvider {
@@ -320,6 +325,9 @@ mod tests {
         fn status(&self, _: Subject, _: &str, _: Option<&Payment>) -> LocalFuture<Result<Report, ProviderError>> {
             if self.0.down.load(Ordering::SeqCst) {
                 return self.0.call(Err(ProviderError::Unreachable("down".into())));
+            }
+            if self.0.refuses_queries.load(Ordering::SeqCst) {
+                return self.0.call(Err(ProviderError::Rejected { code: "disbursement_not_configured".into() }));
             }
             self.0.call(Ok(ProviderStatus::Pending.into()))
         }
@@ -415,5 +423,22 @@ mod tests {
         assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} resubmissions at once");
         // Each is asked about first; the provider knows none of them, so each is sent again, under its id.
         assert_eq!(slow.calls.load(Ordering::SeqCst), 2 * PAYMENTS);
+    }
+
+    /// A status query refused (an adapter that cannot ask) is no answer: the money may have left, so nothing
+    /// fails and nothing is sent again.
+    #[actix_web::test]
+    async fn a_refused_status_query_fails_nothing_on_resubmission() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
+        slow.refuses_queries.store(true, Ordering::SeqCst);
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let waiting = flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1_000).unwrap();
+        resubmit_pending(&flow, Timestamp::from_unix_ms(Timestamp::now().unix_ms() + 1)).await;
+        assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS, "asked once each, sent again never");
+        for item in &waiting {
+            let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+            assert_eq!(payment.status, PaymentStatus::Initiated, "{}", item.owner);
+        }
     }
 }

@@ -367,6 +367,11 @@ impl Adapter for Cinetpay {
                 let outbound = self.outbound.clone();
                 Box::pin(async move { Ok(check_status(&outbound.send(call).await?.json()?)) })
             }
+            // A payout may have left before the Transfer API was taken out of the configuration: nothing is
+            // decided until it is back.
+            Subject::Payout | Subject::Refund if self.settings.transfer.is_none() => Box::pin(std::future::ready(Err(
+                ProviderError::Unreachable("adapters.cinetpay has no transfer login: the transaction waits".into()),
+            ))),
             Subject::Payout => {
                 let asked = self.transfer(
                     Method::GET,
@@ -377,11 +382,6 @@ impl Adapter for Cinetpay {
                 Box::pin(async move { Ok(transfer_status(&asked.await?)) })
             }
             // A refund went to the payer as a transfer, under the refund's own transaction id.
-            // The transfer may have left before the Transfer API was taken out of the configuration: nothing is
-            // decided until it is back.
-            Subject::Refund if self.settings.transfer.is_none() => Box::pin(std::future::ready(Err(
-                ProviderError::Unreachable("adapters.cinetpay has no transfer login: the refund waits".into()),
-            ))),
             Subject::Refund => self.status(Subject::Payout, transaction_id, None),
         }
     }

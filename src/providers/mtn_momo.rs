@@ -276,6 +276,13 @@ impl Adapter for MtnMomo {
         let Some(id) = uuid_of(transaction_id) else {
             return Box::pin(std::future::ready(Err(ProviderError::Malformed(format!("`{transaction_id}`")))));
         };
+        // A payout or refund may have left before disbursement was taken out of the configuration: without it
+        // nothing can be asked, and nothing is decided until it is back.
+        if subject != Subject::Payment && self.settings.disbursement.is_none() {
+            return Box::pin(std::future::ready(Err(ProviderError::Unreachable(
+                "adapters.mtn_momo has no disbursement settings: the transaction waits".into(),
+            ))));
+        }
         let (product, path) = match subject {
             Subject::Payment => (Product::Collection, format!("/collection/v1_0/requesttopay/{id}")),
             Subject::Payout => (Product::Disbursement, format!("/disbursement/v1_0/transfer/{id}")),
