@@ -151,6 +151,10 @@ fn read_creation(answer: &Answer) -> Result<(), ProviderError> {
             tracing::error!(status = %answer.status, "pawaPay refused our credentials: check adapters.pawapay.api_token");
             Err(ProviderError::Unreachable(format!("pawaPay answered {}", answer.status)))
         }
+        // Too many requests, or ours too slow to arrive: nothing says the transaction was refused.
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::REQUEST_TIMEOUT => {
+            Err(ProviderError::Unreachable(format!("pawaPay answered {}", answer.status)))
+        }
         status if status.is_client_error() => {
             let body = answer.json().unwrap_or(Value::Null);
             let code = body["failureReason"]["failureCode"].as_str().or_else(|| body["errorCode"].as_str());
@@ -429,12 +433,13 @@ impl Adapter for Pawapay {
         body: &[u8],
     ) -> Result<Notice, ProviderError> {
         let object: Value = serde_json::from_slice(body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
-        let (subject, their_id, ours) = if let Some(id) = object["depositId"].as_str() {
-            (Subject::Payment, id, object["clientReferenceId"].as_str())
+        // A refund's object also names the deposit it refunds (`depositId`): its own id is read first.
+        let (subject, their_id, ours) = if let Some(id) = object["refundId"].as_str() {
+            (Subject::Refund, id, refund_reference(&object))
         } else if let Some(id) = object["payoutId"].as_str() {
             (Subject::Payout, id, object["clientReferenceId"].as_str())
-        } else if let Some(id) = object["refundId"].as_str() {
-            (Subject::Refund, id, refund_reference(&object))
+        } else if let Some(id) = object["depositId"].as_str() {
+            (Subject::Payment, id, object["clientReferenceId"].as_str())
         } else {
             return Err(ProviderError::Malformed("no depositId, payoutId or refundId".into()));
         };
@@ -500,6 +505,8 @@ mod tests {
             matches!(read_creation(&rejected), Err(ProviderError::Rejected { code }) if code == "invalid_phone_number")
         );
         assert!(matches!(read_creation(&answer(500, json!({}))), Err(ProviderError::Unreachable(_))));
+        let busy = answer(429, json!({"errorCode": "TOO_MANY_REQUESTS"}));
+        assert!(matches!(read_creation(&busy), Err(ProviderError::Unreachable(_))), "a 429 refuses nothing");
     }
 
     #[test]
@@ -517,6 +524,13 @@ mod tests {
         assert_eq!((notice.subject, notice.transaction_id.as_str()), (Subject::Payment, tx.as_str()));
         let refund = json!({"refundId": uuid, "metadata": [{REFUND_METADATA_KEY: tx}], "status": "FAILED"}).to_string();
         assert_eq!(adapter.parse_notice(&headers, None, refund.as_bytes()).unwrap().subject, Subject::Refund);
+        // A refund's object names the deposit it refunds too; it is still about the refund.
+        let deposit = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
+        let refund = json!({"refundId": uuid, "depositId": uuid_of(&deposit), "metadata": [{REFUND_METADATA_KEY: tx}],
+            "status": "COMPLETED"})
+        .to_string();
+        let notice = adapter.parse_notice(&headers, None, refund.as_bytes()).unwrap();
+        assert_eq!((notice.subject, notice.transaction_id.as_str()), (Subject::Refund, tx.as_str()));
         let other = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
         let forged = json!({"depositId": uuid, "clientReferenceId": other, "status": "COMPLETED"}).to_string();
         assert!(matches!(
