@@ -140,11 +140,15 @@ impl MtnMomo {
     /// Creates a transaction (`requesttopay`, `transfer`, `refund`) under its id.
     fn create(
         &self,
-        product: Product,
+        subject: Subject,
         path: &str,
         transaction_id: &str,
         body: Value,
     ) -> LocalFuture<Result<(), ProviderError>> {
+        let product = match subject {
+            Subject::Payment => Product::Collection,
+            Subject::Payout | Subject::Refund => Product::Disbursement,
+        };
         let id = match uuid_of(transaction_id) {
             Some(id) => id,
             None => return Box::pin(std::future::ready(Err(ProviderError::Malformed(format!("`{transaction_id}`"))))),
@@ -154,7 +158,19 @@ impl MtnMomo {
             extra.push(("X-Callback-Url", format!("{}/{}", self.callback_base, self.callback_token(transaction_id))));
         }
         let sent = self.send(product, Method::POST, path.to_owned(), extra, Some(body));
-        Box::pin(async move { read_creation(&sent.await?) })
+        // Only polled when MTN answers a refusal with a 500 (below).
+        let asked = self.status(subject, transaction_id, None);
+        Box::pin(async move {
+            let answer = sent.await?;
+            let Some(code) = refusal(&answer) else { return read_creation(&answer) };
+            // MTN answers some refusals of a request with a 500 and a code, the same status as its own failures.
+            // The request was refused only if the transaction does not exist: a status query that finds none
+            // makes it a refusal; one that finds it means it was created all the same.
+            match asked.await? {
+                Report { status: ProviderStatus::Pending, .. } => Err(ProviderError::Rejected { code }),
+                _ => Ok(()),
+            }
+        })
     }
 }
 
@@ -206,6 +222,31 @@ fn body(amount: Amount, currency: Currency, external_id: &str, (key, value): (&s
     });
     body[key] = value;
     body
+}
+
+/// The codes MTN answers a refused creation with, under a 500: a configuration it refuses (the target
+/// environment, the currency, the callback host) or a party it refuses. Its own failures
+/// (`INTERNAL_PROCESSING_ERROR`, `SERVICE_UNAVAILABLE`, `COULD_NOT_PERFORM_TRANSACTION`) are not among them.
+const REFUSALS: &[&str] = &[
+    "NOT_ALLOWED",
+    "NOT_ALLOWED_TARGET_ENVIRONMENT",
+    "INVALID_CALLBACK_URL_HOST",
+    "INVALID_CURRENCY",
+    "PAYER_NOT_FOUND",
+    "PAYEE_NOT_FOUND",
+    "NOT_ENOUGH_FUNDS",
+    "PAYER_LIMIT_REACHED",
+    "PAYEE_NOT_ALLOWED_TO_RECEIVE",
+];
+
+/// The code of a creation MTN refused under a 500 ([`REFUSALS`]), in lower snake case.
+fn refusal(answer: &Answer) -> Option<String> {
+    if answer.status != StatusCode::INTERNAL_SERVER_ERROR {
+        return None;
+    }
+    let body: Value = serde_json::from_slice(&answer.body).ok()?;
+    let code = body["code"].as_str()?;
+    REFUSALS.contains(&code).then(|| code.to_ascii_lowercase())
 }
 
 fn read_creation(answer: &Answer) -> Result<(), ProviderError> {
@@ -263,7 +304,7 @@ impl Adapter for MtnMomo {
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
         let party = json!({"partyIdType": "MSISDN", "partyId": payment.customer_phone.digits()});
         let body = body(payment.amount, payment.currency, &payment.transaction_id, ("payer", party));
-        let created = self.create(Product::Collection, "/collection/v1_0/requesttopay", &payment.transaction_id, body);
+        let created = self.create(Subject::Payment, "/collection/v1_0/requesttopay", &payment.transaction_id, body);
         Box::pin(async move { created.await.map(|()| None) })
     }
 
@@ -298,14 +339,14 @@ impl Adapter for MtnMomo {
         };
         let transaction_id = refund.transaction_id();
         let body = body(refund.amount, payment.currency, &transaction_id, ("referenceIdToRefund", json!(original)));
-        self.create(Product::Disbursement, "/disbursement/v2_0/refund", &transaction_id, body)
+        self.create(Subject::Refund, "/disbursement/v2_0/refund", &transaction_id, body)
     }
 
     fn payout(&self, payout: &Payout) -> LocalFuture<Result<(), ProviderError>> {
         let party = json!({"partyIdType": "MSISDN", "partyId": payout.beneficiary_phone.digits()});
         // The beneficiary receives the amount net of Caisse's fee, which stays on the merchant's balance.
         let body = body(payout.net_amount, payout.currency, &payout.transaction_id, ("payee", party));
-        self.create(Product::Disbursement, "/disbursement/v1_0/transfer", &payout.transaction_id, body)
+        self.create(Subject::Payout, "/disbursement/v1_0/transfer", &payout.transaction_id, body)
     }
 
     /// A callback: MTN's status object at our per-transaction URL. Refused unless the path's token is the one

@@ -84,6 +84,28 @@ async fn a_payer_without_an_account_ends_echec_and_a_500_after_creating_still_su
     assert_eq!(app.balance("XOF").await.0, 1_970);
 }
 
+/// MTN refuses a currency its target environment does not take with a 500 and a code: once a status query
+/// finds no such transaction, the payment fails with that code at once, in the first answer.
+#[actix_web::test]
+async fn a_refusal_answered_with_a_500_fails_the_payment_once_mtn_knows_no_such_transaction() {
+    let (fake, app) = start().await;
+    let request =
+        json!({"montant": 1_000, "devise": "XAF", "fournisseur": "mtn_momo", "client_telephone": "+237650000001"});
+    let first = app.send(app.post("/v1/paiement/initier").idem("xaf-1").json(&request)).await;
+    let created = &first.expect(201).json;
+    assert_eq!(created["statut"], "echec", "{created}");
+    assert_eq!(created["failure_code"], "invalid_currency");
+    let tx = created["transaction_id"].as_str().expect("a transaction id");
+    let asked = fake.received("GET", &format!("/collection/v1_0/requesttopay/{}", uuid_of(tx).expect("a UUID"))).await;
+    assert_eq!(asked.len(), 1, "MTN was asked whether the payment exists before it failed");
+    assert!(fake.transactions().await.is_empty());
+    // The same request again is the first answer again: the payment as the refusal left it.
+    let again = app.send(app.post("/v1/paiement/initier").idem("xaf-1").json(&request)).await;
+    assert_eq!(again.expect(201).header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(again.json, first.json);
+    assert_eq!(fake.received("POST", "/collection/v1_0/requesttopay").await.len(), 3, "the 500 retried, once");
+}
+
 #[actix_web::test]
 async fn callbacks_need_their_token_and_never_credit_on_their_own() {
     let (fake, app) = start().await;
