@@ -3,6 +3,7 @@
 
 use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
+use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::store::Located;
 use caisse_engine::{
@@ -118,6 +119,24 @@ enum Door<'a> {
     Adapter(&'a str),
 }
 
+/// The amounts Caisse asked the provider to move for the transaction `located` names: a payment's amount, a
+/// refund's, a payout's net amount (and its gross amount, which earlier releases sent through MTN and pawaPay).
+fn asked(located: &Located) -> Vec<(Amount, Currency)> {
+    match (&located.record, located.kind) {
+        (Record::Payment(p), TransactionType::Payment) => vec![(p.amount, p.currency)],
+        (Record::Payment(p), _) => {
+            let refund = match p.refund_named(&located.reference) {
+                Some(named) => Some(named),
+                None if located.reference == p.reference.as_str() => p.refund.as_ref(),
+                None => None,
+            };
+            refund.map(|r| vec![(r.amount, p.currency)]).unwrap_or_default()
+        }
+        (Record::Payout(o), _) => vec![(o.net_amount, o.currency), (o.amount, o.currency)],
+        (Record::Link(_), _) => Vec::new(),
+    }
+}
+
 /// Applies a confirmed provider status to the record it is about, keeping the provider's reference with the
 /// change it causes. `expire` is set by the TTL sweep: a payment with no final answer then expires. Returns
 /// `None` when the status asks for nothing.
@@ -141,7 +160,20 @@ pub async fn apply_provider_status_answering(
     expire: bool,
     answer: Option<Idempotency>,
 ) -> Result<Option<Executed>, EngineError> {
-    let status = &report.status;
+    let status = match (&report.status, &report.stated) {
+        (ProviderStatus::Succeeded, Some(stated)) if !asked(located).iter().any(|(a, c)| stated.is(*a, *c)) => {
+            // A provider's answer is untrusted input: a success of another amount than Caisse asked is not this
+            // transaction's (or not as asked), and moves no money. It is left waiting, for the operator to see.
+            tracing::error!(
+                reference = %located.reference,
+                stated = %stated,
+                asked = ?asked(located),
+                "the provider reports a success of another amount than Caisse asked; not applied"
+            );
+            &ProviderStatus::Processing
+        }
+        (status, _) => status,
+    };
     let command = match (&located.record, located.kind) {
         (Record::Payment(p), TransactionType::Payment) => {
             let notice = match status {

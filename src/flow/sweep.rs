@@ -425,6 +425,31 @@ mod tests {
         assert_eq!(slow.calls.load(Ordering::SeqCst), 2 * PAYMENTS);
     }
 
+    /// A success is applied only for the amount Caisse asked: the provider's answer is untrusted input.
+    #[actix_web::test]
+    async fn a_success_of_another_amount_moves_no_money() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _, merchant) = flow_with_waiting_payments(dir.path()).await;
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let item =
+            flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1).unwrap().remove(0);
+        let located = flow.engine.locate(&merchant, &item.owner).unwrap().unwrap();
+        let Record::Payment(payment) = &located.record else { panic!("a payment") };
+        let asked = crate::providers::pawapay::amount_text(payment.amount, payment.currency);
+        let success = |amount: &str, currency: &str| {
+            Report::from(ProviderStatus::Succeeded).stating(&serde_json::json!(amount), &serde_json::json!(currency))
+        };
+        for (amount, currency) in [("1", "XOF"), (asked.as_str(), "XAF"), ("not an amount", "XOF")] {
+            apply_provider_status(&flow.engine, &merchant, &located, &success(amount, currency), false).await.unwrap();
+            let now = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+            assert_ne!(now.status, PaymentStatus::Succeeded, "{amount} {currency}");
+        }
+        let written = format!("{asked}.00");
+        apply_provider_status(&flow.engine, &merchant, &located, &success(&written, "XOF"), false).await.unwrap();
+        let now = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+        assert_eq!(now.status, PaymentStatus::Succeeded, "the amount asked, written with decimals");
+    }
+
     /// A status query refused (an adapter that cannot ask) is no answer: the money may have left, so nothing
     /// fails and nothing is sent again.
     #[actix_web::test]

@@ -213,7 +213,7 @@ fn check_status(body: &Value) -> Report {
         _ => ProviderStatus::Pending,
     };
     let reference = body["data"]["operator_id"].as_str();
-    Report::with_reference(status, reference)
+    Report::with_reference(status, reference).stating(&body["data"]["amount"], &body["data"]["currency"])
 }
 
 /// A transfer's state, as Caisse reads it.
@@ -228,7 +228,8 @@ fn transfer_status(body: &Value) -> Report {
         (other, _) if !other.is_empty() => ProviderStatus::Processing,
         _ => ProviderStatus::Pending,
     };
-    Report::with_reference(status, item["transaction_id"].as_str())
+    // The amount sent, in the currency of the payout (the Transfer API names none).
+    Report::with_reference(status, item["transaction_id"].as_str()).stating(&item["amount"], &Value::Null)
 }
 
 /// Checks the `x-token` of a checkout notification.

@@ -32,6 +32,7 @@ use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::provider::{ProviderReference, ReturnUrl};
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::config::{Operation, ProviderSettings, Settings};
 
@@ -72,6 +73,63 @@ pub struct Report {
     /// Where the customer approves the payment, when the provider's answer says (Wave's launch URL): kept on a
     /// payment under way that lacks it, so a page lost on the way is found again by the next query.
     pub page: Option<ReturnUrl>,
+    /// The amount and currency the answer says the transaction moved, when it says: a success is applied only
+    /// if they are what Caisse asked ([`Stated::is`]).
+    pub stated: Option<Stated>,
+}
+
+/// An amount as a provider's answer wrote it, in major units (`"1000"`, `"12.50"`, or a JSON integer), and
+/// its currency when the answer gives one. Compared as text, never parsed into money: an answer that does not
+/// read as an amount matches nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stated {
+    amount: Option<String>,
+    currency: Option<String>,
+}
+
+impl Stated {
+    /// What the answer's `amount` and `currency` fields say; `None` when it has no amount.
+    fn read(amount: &Value, currency: &Value) -> Option<Stated> {
+        let amount = match amount {
+            Value::Null => return None,
+            Value::String(text) => decimal(text),
+            Value::Number(n) => n.as_u64().map(|n| n.to_string()),
+            _ => None,
+        };
+        Some(Stated { amount, currency: currency.as_str().map(str::to_owned) })
+    }
+
+    /// Whether this is `amount` of `currency` (a currency the answer does not name is not compared).
+    pub fn is(&self, amount: Amount, currency: Currency) -> bool {
+        let asked = decimal(&pawapay::amount_text(amount, currency));
+        self.amount.is_some() && self.amount == asked && self.currency.as_deref().is_none_or(|c| c == currency.code())
+    }
+}
+
+impl std::fmt::Display for Stated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let amount = self.amount.as_deref().unwrap_or("an unreadable amount");
+        write!(f, "{amount} {}", self.currency.as_deref().unwrap_or("(no currency)"))
+    }
+}
+
+/// A decimal amount in one spelling: digits, a fraction without trailing zeros, no leading zeros. `None` for
+/// anything else (a sign, an exponent, a space), or over 32 characters.
+fn decimal(text: &str) -> Option<String> {
+    let text = text.trim();
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if text.len() > 32 || whole.is_empty() || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole = match whole.trim_start_matches('0') {
+        "" => "0",
+        w => w,
+    };
+    Some(match fraction.trim_end_matches('0') {
+        "" => whole.to_owned(),
+        f => format!("{whole}.{f}"),
+    })
 }
 
 impl Report {
@@ -83,13 +141,18 @@ impl Report {
                 .inspect_err(|e| tracing::warn!(error = %e, "the provider's reference is not kept"))
                 .ok()
         });
-        Report { status, reference, page: None }
+        Report { status, reference, page: None, stated: None }
+    }
+
+    /// This report with the amount and currency the answer states ([`Report::stated`]).
+    pub fn stating(self, amount: &Value, currency: &Value) -> Report {
+        Report { stated: Stated::read(amount, currency), ..self }
     }
 }
 
 impl From<ProviderStatus> for Report {
     fn from(status: ProviderStatus) -> Report {
-        Report { status, reference: None, page: None }
+        Report { status, reference: None, page: None, stated: None }
     }
 }
 
@@ -471,5 +534,31 @@ impl Providers {
 
     pub fn all(&self) -> impl Iterator<Item = &Provider> {
         self.by_code.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_stated_amount_is_compared_in_one_spelling() {
+        let xof = |minor| (Amount::new(minor).unwrap(), Currency::XOF);
+        let eur = |minor| (Amount::new(minor).unwrap(), Currency::EUR);
+        let stated = |amount: Value, currency: Value| Stated::read(&amount, &currency).unwrap();
+        let is = |s: &Stated, (a, c): (Amount, Currency)| s.is(a, c);
+        assert!(is(&stated(json!("1000"), json!("XOF")), xof(1000)));
+        assert!(is(&stated(json!(1000), json!("XOF")), xof(1000)));
+        assert!(is(&stated(json!("01000.00"), json!("XOF")), xof(1000)));
+        assert!(is(&stated(json!("1000"), Value::Null), xof(1000)), "a currency not named is not compared");
+        assert!(is(&stated(json!("12.50"), json!("EUR")), eur(1250)));
+        assert!(!is(&stated(json!("12.5"), json!("EUR")), eur(125)));
+        assert!(!is(&stated(json!("1000"), json!("XAF")), xof(1000)));
+        assert!(!is(&stated(json!("999"), json!("XOF")), xof(1000)));
+        for odd in [json!("-1000"), json!("1e3"), json!(" "), json!(""), json!("."), json!(1000.5), json!(true)] {
+            assert!(!is(&stated(odd.clone(), json!("XOF")), xof(1000)), "{odd}");
+        }
+        assert_eq!(Stated::read(&Value::Null, &json!("XOF")), None, "no amount, nothing to compare");
     }
 }

@@ -283,7 +283,8 @@ fn read_status(answer: &Answer) -> Result<Report, ProviderError> {
     match answer.status {
         StatusCode::OK => {
             let object = answer.json()?;
-            Ok(Report::with_reference(status_of(&object), object["financialTransactionId"].as_str()))
+            let report = Report::with_reference(status_of(&object), object["financialTransactionId"].as_str());
+            Ok(report.stating(&object["amount"], &object["currency"]))
         }
         // Unknown, or not visible yet right after a 202: never a failure.
         StatusCode::NOT_FOUND => Ok(ProviderStatus::Pending.into()),

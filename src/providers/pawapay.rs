@@ -185,7 +185,8 @@ fn read_status(answer: &Answer) -> Result<Report, ProviderError> {
         Some("FOUND") => {
             let data = &body["data"];
             let page = data["authorizationUrl"].as_str().and_then(|url| ReturnUrl::parse(url, false).ok());
-            Ok(Report { page, ..Report::with_reference(status_of(data), data["providerTransactionId"].as_str()) })
+            let report = Report::with_reference(status_of(data), data["providerTransactionId"].as_str());
+            Ok(Report { page, ..report.stating(&data["amount"], &data["currency"]) })
         }
         // Never created: nothing happened at pawaPay, and the same id may be sent again.
         Some("NOT_FOUND") => Ok(ProviderStatus::Pending.into()),

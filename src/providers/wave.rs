@@ -70,7 +70,8 @@ impl Wave {
     fn session_of(&self, tx: &str) -> LocalFuture<Result<Option<Value>, ProviderError>> {
         let outbound = self.outbound.clone();
         let call = self.call(Method::GET, &format!("/v1/checkout/sessions/search?client_reference={tx}"), None, true);
-        Box::pin(async move { read_search(&outbound.send(call).await?).map(best_session) })
+        let tx = tx.to_owned();
+        Box::pin(async move { read_search(&outbound.send(call).await?).map(|found| best_session(found, &tx)) })
     }
 
     fn seen(&self, id: &str) -> bool {
@@ -120,8 +121,10 @@ fn read_search(answer: &Answer) -> Result<Vec<Value>, ProviderError> {
     }
 }
 
-/// Of the sessions (or payouts) found for one reference, the one that says the most: a success first.
-fn best_session(mut found: Vec<Value>) -> Option<Value> {
+/// Of the sessions (or payouts) found for our transaction `tx`, the one that says the most: a success first.
+/// Only those that carry `tx` as their reference count, whatever else the search answered.
+fn best_session(mut found: Vec<Value>, tx: &str) -> Option<Value> {
+    found.retain(|v| v["client_reference"].as_str() == Some(tx));
     let rank = |v: &Value| match (v["payment_status"].as_str(), v["status"].as_str()) {
         (Some("succeeded"), _) | (_, Some("succeeded")) => 0,
         _ => 1,
@@ -151,7 +154,8 @@ fn session_status(session: &Value) -> Report {
         _ => ProviderStatus::Processing,
     };
     let page = session["wave_launch_url"].as_str().and_then(|url| ReturnUrl::parse(url, false).ok());
-    Report { page, ..Report::with_reference(status, session["transaction_id"].as_str()) }
+    let report = Report::with_reference(status, session["transaction_id"].as_str());
+    Report { page, ..report.stating(&session["amount"], &session["currency"]) }
 }
 
 /// A payout as Caisse reads it.
@@ -165,7 +169,7 @@ fn payout_status(payout: &Value) -> Report {
         Some("reversed") => ProviderStatus::Failed { code: "reversed".into() },
         _ => ProviderStatus::Processing,
     };
-    Report::with_reference(status, payout["id"].as_str())
+    Report::with_reference(status, payout["id"].as_str()).stating(&payout["receive_amount"], &payout["currency"])
 }
 
 /// The page Wave answers for a session, checked as any URL from outside is.
@@ -403,8 +407,9 @@ impl Wave {
     fn payout_of(&self, tx: &str) -> LocalFuture<Result<Report, ProviderError>> {
         let outbound = self.outbound.clone();
         let call = self.call(Method::GET, &format!("/v1/payouts/search?client_reference={tx}"), None, true);
+        let tx = tx.to_owned();
         Box::pin(async move {
-            let found = best_session(read_search(&outbound.send(call).await?)?);
+            let found = best_session(read_search(&outbound.send(call).await?)?, &tx);
             Ok(found.map_or_else(|| ProviderStatus::Pending.into(), |p| payout_status(&p)))
         })
     }
@@ -515,7 +520,11 @@ mod tests {
             ProviderStatus::Failed { code: "reversed".into() }
         );
         assert_eq!(code_of(Some("<script>"), "x"), "x", "a provider's code is untrusted");
-        let two = vec![json!({"payment_status": "processing"}), json!({"payment_status": "succeeded"})];
-        assert_eq!(best_session(two).unwrap()["payment_status"], "succeeded");
+        let ours = |status: &str| json!({"payment_status": status, "client_reference": "tx_1"});
+        let two = vec![ours("processing"), ours("succeeded")];
+        assert_eq!(best_session(two, "tx_1").unwrap()["payment_status"], "succeeded");
+        let foreign = json!({"payment_status": "succeeded", "client_reference": "tx_2"});
+        let found = best_session(vec![ours("processing"), foreign], "tx_1").unwrap();
+        assert_eq!(found["payment_status"], "processing", "a session of another reference says nothing of ours");
     }
 }
