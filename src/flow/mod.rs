@@ -21,10 +21,12 @@ pub mod sweep;
 
 use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
+use caisse_engine::domain::money::Amount;
 use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::provider::{AdapterName, ProviderRoute, ReturnUrl};
 use caisse_engine::domain::records::Payment;
 use caisse_engine::domain::records::TransactionType;
+use caisse_engine::domain::status::payment_refund_allowed;
 use caisse_engine::store::Located;
 use caisse_engine::{
     Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout, PaymentNotice, ProviderNote,
@@ -230,18 +232,24 @@ impl Flow {
     }
 
     /// Whether `amount` of a payment (all that is left when `None`) can go back to the payer: see
-    /// [`Flow::refund_route`]. A payment not found, or no longer carried by any adapter, is left to the engine.
+    /// [`Flow::refund_route`]. A payment not found, no longer carried by any adapter, or whose refund the
+    /// engine refuses anyway (not paid, a refund under way, more than is left: a replay too) is left to the
+    /// engine, whose answer says why.
     pub async fn refund_possible(
         &self,
         merchant: &MerchantId,
         reference: &str,
-        amount: Option<caisse_engine::domain::money::Amount>,
+        amount: Option<Amount>,
     ) -> Result<bool, EngineError> {
         let Some(payment) = self.engine.payment(merchant, reference).await? else { return Ok(true) };
         if self.carrier(&Record::Payment(payment.clone()), TransactionType::Payment).is_none() {
             return Ok(true);
         }
+        let latest = payment.refund.as_ref().map(|r| r.status);
         let amount = amount.unwrap_or_else(|| payment.refundable());
+        if !payment_refund_allowed(payment.status, latest) || amount > payment.refundable() || amount == Amount::ZERO {
+            return Ok(true);
+        }
         Ok(self.refund_route(&payment, amount).is_some())
     }
 
@@ -249,7 +257,7 @@ impl Flow {
     /// (a refund API, or its own payout to the payer), else the first other active adapter that pays the
     /// payment's fournisseur at the payer's phone, where it goes as a payout (Orange Web Payment collects only;
     /// pawaPay or MTN pay Orange's and MTN's customers). `None`: no way back.
-    pub fn refund_route(&self, payment: &Payment, amount: caisse_engine::domain::money::Amount) -> Option<AdapterName> {
+    pub fn refund_route(&self, payment: &Payment, amount: Amount) -> Option<AdapterName> {
         let carrier = self.carrier(&Record::Payment(payment.clone()), TransactionType::Payment)?;
         if carrier.adapter.can_refund(payment, amount) {
             return Some(carrier.name);
@@ -395,7 +403,7 @@ pub fn refund_as_payout(
         status: caisse_engine::domain::status::PayoutStatus::Pending,
         amount: refund.amount,
         currency: payment.currency,
-        fee: caisse_engine::domain::money::Amount::ZERO,
+        fee: Amount::ZERO,
         net_amount: refund.amount,
         provider: payment.provider.clone(),
         beneficiary_phone: payment.customer_phone.clone(),

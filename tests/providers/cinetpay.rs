@@ -184,6 +184,11 @@ async fn notifications_are_authenticated_hints_and_lost_ones_are_polled() {
     // A card is not refunded as mobile money to a number nobody checked against the card: refused at once.
     let card_refund = app.post_refund(text(&created["reference"]), &json!({})).await;
     assert_error(&card_refund, 400, "unsupported_provider", None);
+    // A refund the engine refuses anyway says why, whatever the way back: a payment not paid is 409, more than
+    // the payment is 400 on montant.
+    assert_error(&app.post_refund(text(&refused["reference"]), &json!({})).await, 409, "invalid_state", None);
+    let above = app.post_refund(text(&created["reference"]), &json!({"montant": 1_000_000})).await;
+    assert_error(&above, 400, "invalid_request", Some("montant"));
     // CinetPay has no refund API: a mobile-money payment's refund goes to the payer's phone (the number CinetPay
     // was told to take the money from) through the Transfer API.
     let mobile = app.initiate(&orange_money(1_000)).await;
