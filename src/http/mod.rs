@@ -52,10 +52,16 @@ pub struct AppState {
     pub links_base: Option<String>,
 }
 
-/// A path of the API that a merchant's key opens: not the dashboard, not a provider's notices (a provider
-/// whose signatures fail must not have its own callbacks refused for it).
-fn keyed(path: &str) -> bool {
-    path.starts_with("/v1/") && !path.contains("/notifications")
+/// A route of the API that a merchant's key opens (`route` is the matched pattern): not the dashboard, not a
+/// provider's notices (a provider whose signatures fail must not have its own callbacks refused for it), not
+/// the routes that need no key (`/v1/ping`, which health checks behind the same address as a guesser keep
+/// calling, and the OpenAPI document).
+fn keyed(route: &str) -> bool {
+    route.starts_with("/v1/")
+        && !route.starts_with("/v1/notifications/")
+        && !route.ends_with("/notifications")
+        && route != "/v1/ping"
+        && route != "/v1/openapi.json"
 }
 
 /// What the request log does with a request: hand it on, or answer it at once.
@@ -203,7 +209,7 @@ where
     let client = client_ip.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
     // An address that keeps failing authentication is answered 429 before any work.
     let blocked = match (&state, client_ip) {
-        (Some(state), Some(ip)) if keyed(&path) => state.failed_auth.check(ip, started).err(),
+        (Some(state), Some(ip)) if keyed(&route) => state.failed_auth.check(ip, started).err(),
         _ => None,
     };
     let next = match blocked {
@@ -227,7 +233,7 @@ where
             response.headers_mut().insert(HeaderName::from_static("request-id"), value);
         }
         let status = response.status().as_u16();
-        if let (401, true, Some(state), Some(ip)) = (status, keyed(&path), &state, client_ip) {
+        if let (401, true, Some(state), Some(ip)) = (status, keyed(&route), &state, client_ip) {
             state.failed_auth.failed(ip, started);
         }
         let elapsed = started.elapsed();
