@@ -9,12 +9,16 @@ use super::error::ApiError;
 use super::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource(FORWARD_PATH).app_data(web::PayloadConfig::new(MAX_BODY)).route(web::post().to(forwarded)),
-    );
+    cfg.service(web::resource(FORWARD_PATH).route(web::post().to(forwarded)));
 }
 
-async fn forwarded(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+/// The body is read only once the request carries the cluster's secret, within the API's bounds of time and
+/// [`MAX_BODY`] bytes: anyone else is answered at once, without reading what they send.
+async fn forwarded(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let authorization = req.headers().get("authorization").and_then(|v| v.to_str().ok());
     let version = req.headers().get(VERSION_HEADER).and_then(|v| v.to_str().ok());
     match state.engine.forwarding() {
@@ -23,6 +27,7 @@ async fn forwarded(state: web::Data<AppState>, req: HttpRequest, body: web::Byte
             Err(ApiError::unavailable())
         }
         Some(forwarding) if forwarding.admits(authorization) => {
+            let body = super::extract::read_body_within(&req, payload, MAX_BODY).await?;
             let answer = state.engine.answer_forwarded(&body).await;
             Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(answer))
         }

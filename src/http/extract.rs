@@ -83,24 +83,28 @@ pub fn bearer_token(header: &str) -> Option<&str> {
 }
 
 /// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] as soon as it is exceeded.
-pub async fn read_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
-        )
-    };
+pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    read_body_within(req, payload, MAX_BODY_BYTES).await
+}
+
+/// [`read_body`] with another bound than the API's.
+pub async fn read_body_within(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    max: usize,
+) -> Result<web::Bytes, ApiError> {
+    let too_large =
+        || ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("the body exceeds {max} bytes"));
     let declared =
         req.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+    if declared.is_some_and(|len| len > max as u64) {
         return Err(too_large());
     }
     let read = async move {
         let mut body = web::BytesMut::new();
         while let Some(chunk) = payload.next().await {
             let chunk = chunk.map_err(|e| ApiError::invalid_json(format!("the body could not be read: {e}")))?;
-            if body.len() + chunk.len() > MAX_BODY_BYTES {
+            if body.len() + chunk.len() > max {
                 return Err(too_large());
             }
             body.extend_from_slice(&chunk);
