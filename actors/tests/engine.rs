@@ -2,7 +2,7 @@
 
 mod support;
 
-use support::{new_payment, new_payout, xof, RawTrees};
+use support::{new_link, new_payment, new_payout, xof, RawTrees};
 
 use caisse_engine::core::{Command, PaymentNotice, PayoutOutcome, RefundOutcome};
 use caisse_engine::domain::ids::MerchantId;
@@ -268,6 +268,44 @@ fn recovery_after_restart_keeps_every_change_and_passes_the_audit() {
         assert_eq!(journal.len(), 22);
         assert!(journal.windows(2).all(|w| w[1].seq == w[0].seq + 1));
     });
+}
+
+/// A link names a currency but opens no balance in it, before a restart as after: the balances a reloaded
+/// actor shows are the ones it showed.
+#[test]
+fn a_link_opens_no_balance_before_or_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = MerchantId::new();
+    let config = EngineConfig::new(dir.path());
+    let currencies =
+        |b: caisse_engine::domain::ledger::Balances| b.0.keys().map(|c| c.code().to_owned()).collect::<Vec<_>>();
+    let before = actix::System::new().block_on({
+        let (config, m) = (config.clone(), m.clone());
+        async move {
+            let engine = Engine::open(config).unwrap();
+            pay(&engine, &m, 1_000).await;
+            let mut link = new_link(5_000, None);
+            link.currency = caisse_engine::domain::money::Currency::EUR;
+            let Executed::Done(Record::Link(made)) =
+                done_or_panic(engine.execute(&m, Command::CreateLink(link), None).await)
+            else {
+                panic!("a link")
+            };
+            let deactivate = Command::DeactivateLink { id: made.id.clone() };
+            done_or_panic(engine.execute(&m, deactivate, None).await);
+            currencies(engine.balances(&m).await.unwrap())
+        }
+    });
+    assert_eq!(before, ["XOF"]);
+    let after = actix::System::new().block_on(async move {
+        let engine = Engine::open(config).unwrap();
+        currencies(engine.balances(&m).await.unwrap())
+    });
+    assert_eq!(after, before);
+}
+
+fn done_or_panic(executed: Result<Executed, EngineError>) -> Executed {
+    executed.unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[actix::test]

@@ -13,6 +13,7 @@ use super::KvStore;
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::{check_balanced, Balances, Entry};
 use crate::domain::money::Currency;
+use crate::domain::status::Trigger;
 use crate::domain::time::Timestamp;
 use crate::store::kv::Kv;
 use crate::store::op::Op;
@@ -21,8 +22,8 @@ use crate::store::{AuditReport, AuditScope, Recovered, Snapshot, StoreError};
 // The layout's trees, keys and encodings are this file's vocabulary.
 use crate::store::layout::*;
 
-/// What replaying a journal event reads of it: its place, its time and the money it moved. Decoding only this
-/// skips the trigger, reference and status unread. The fields are the first four of
+/// What replaying a journal event reads of it: its place, its time, the money it moved and what made it.
+/// Decoding only this skips the reference and status unread. The fields are the first five of
 /// [`JournalEvent`](crate::core::JournalEvent), in its order, so both read the same bytes ([`decode_prefix`]):
 /// the event's field order is part of the storage format, and `a_ledger_line_reads_what_a_journal_event_wrote`
 /// fails if the two drift. The audit checks what moves money (sequence, balance, signs); the engine's checksums
@@ -34,6 +35,8 @@ pub(super) struct LedgerLine {
     #[serde(rename = "devise")]
     currency: Currency,
     entries: Vec<Entry>,
+    /// What made the event: a link's own events name a currency without moving or opening any balance.
+    trigger: Trigger,
 }
 
 impl<K: Kv> KvStore<K> {
@@ -55,7 +58,11 @@ impl<K: Kv> KvStore<K> {
             check_balanced(&event.entries).map_err(|e| {
                 StoreError::Corrupt(format!("merchant {merchant} {} event {}: {e}", event.currency, event.seq))
             })?;
-            state.balances.touch(event.currency, event.at.unix_ms());
+            // As the actor did: a balance row opens with a transaction in its currency, never with a link.
+            let link = matches!(event.trigger, Trigger::LinkCreated | Trigger::LinkPaid | Trigger::LinkDeactivated);
+            if !link {
+                state.balances.touch(event.currency, event.at.unix_ms());
+            }
             state.balances.apply(&event.entries, event.at.unix_ms()).map_err(|e| {
                 StoreError::Corrupt(format!("merchant {merchant} {} at event {}: {e}", event.currency, event.seq))
             })?;
@@ -492,10 +499,10 @@ mod tests {
         };
         let bytes = encode(&event).unwrap();
         let (line, rest): (LedgerLine, _) = decode_prefix("journal", &bytes).unwrap();
-        assert!(!rest.is_empty(), "the trigger, reference and status follow the ledger");
+        assert!(!rest.is_empty(), "the reference and status follow the trigger");
         assert_eq!(
-            (line.seq, line.at, line.currency, line.entries),
-            (event.seq, event.at, event.currency, event.entries)
+            (line.seq, line.at, line.currency, line.entries, line.trigger),
+            (event.seq, event.at, event.currency, event.entries, event.trigger)
         );
     }
 
