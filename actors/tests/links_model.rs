@@ -344,3 +344,21 @@ fn a_late_success_on_a_closed_link_still_counts() {
     assert_eq!((shop.links[0].payments, shop.links[0].collected.minor()), (2, 2_000), "both successes counted");
     assert_eq!(shop.links[0].status, LinkStatus::Paid);
 }
+
+/// A success on a payment that names a link of another currency (which no payment through the link can be) is
+/// credited, and the link is not counted.
+#[test]
+fn a_payment_of_another_currency_than_its_link_is_credited_and_not_counted() {
+    let mut shop = Shop::new();
+    shop.step(Op::Create { amount: 1_000, multiple: true, expires_in_s: None }).unwrap();
+    shop.step(Op::Pay { link: 0, ghost: false }).unwrap();
+    let link = shop.links[0].clone();
+    let mut payment = shop.payments[0].clone();
+    payment.currency = Currency::EUR;
+    let cmd = Command::PaymentNotice { reference: payment.reference.clone(), notice: PaymentNotice::Confirmed };
+    let decided = shop.decide(Some(Record::Payment(payment)), Some(link), &cmd).unwrap();
+    let Decided::Changed(d) = decided else { panic!("the success is a change") };
+    assert!(matches!(&d.record, Record::Payment(p) if p.status == PaymentStatus::Succeeded));
+    assert!(d.linked.is_none(), "a link of another currency is not counted");
+    assert!(d.balances.get(Currency::EUR).available > 0, "the merchant is credited");
+}

@@ -77,11 +77,11 @@ impl Ctx<'_> {
 
     /// The link after one of its payments reached `succes`: counted whatever the link's status (a payment
     /// started before a `unique` link was paid, deactivated or expired still happened), and a `unique` link
-    /// that still took payments closes.
+    /// that still took payments closes. The counters saturate: a counter never refuses a payment's credit.
     pub(super) fn link_after_success(&self, link: &Link, payment: &Payment) -> Result<Link, Rejection> {
         let mut next = link.clone();
         next.payments = next.payments.saturating_add(1);
-        next.collected = next.collected.checked_add(payment.amount)?;
+        next.collected = next.collected.saturating_add(payment.amount);
         next.updated_at = self.now;
         if link.usage == crate::domain::links::LinkUsage::Once {
             if let Some(rule) = moved(transition(Some(Status::Link(link.status)), Trigger::LinkPaid)?) {

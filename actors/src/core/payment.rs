@@ -120,9 +120,11 @@ impl Ctx<'_> {
         let entries = postings(rule.effect, movement(&next)).map_err(Rejection::Invariant)?;
         let balances = self.balances_after(&entries, next.currency, next.amount)?;
         let outbox = self.outbox(rule.event, WebhookData::of_payment(&next), ids)?;
-        // Only the link the payment names is counted; a link of another id (never passed by the actor) is not.
+        // Only the link the payment names is counted, and only in its own currency: a link of another id or
+        // currency (never passed by the actor: a payment through a link asks its amount) is left as it is, and
+        // the success is credited all the same.
         let linked = match (status, link_of(&next.metadata), link) {
-            (PaymentStatus::Succeeded, Some(id), Some(link)) if link.id == id => {
+            (PaymentStatus::Succeeded, Some(id), Some(link)) if link.id == id && link.currency == next.currency => {
                 Some(self.link_after_success(link, &next)?)
             }
             _ => None,

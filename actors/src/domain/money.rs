@@ -75,6 +75,11 @@ impl Amount {
         self.0.checked_add(other.0).map(Amount).ok_or(MoneyError::Overflow)
     }
 
+    /// Adds two amounts, staying at the largest amount instead of overflowing (a counter, never a balance).
+    pub fn saturating_add(self, other: Amount) -> Amount {
+        Amount(self.0.saturating_add(other.0))
+    }
+
     /// Subtracts `other`, refusing a result below zero so a balance can never go negative.
     pub fn checked_sub(self, other: Amount) -> Result<Amount, MoneyError> {
         let diff = self.0.checked_sub(other.0).ok_or(MoneyError::Overflow)?;
