@@ -74,10 +74,16 @@ pub struct Pawapay {
     /// pawaPay's callback signing keys by id, from `GET /v2/public-key/http`, fetched when a callback names one
     /// not seen yet (a key rotation included).
     keys: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, VerifyingKey>>>,
+    /// When the keys were last fetched: a callback naming an unknown key fetches them again only
+    /// [`KEYS_FETCHED_AT_MOST_EVERY`] after, so forged callbacks cannot turn into calls to pawaPay.
+    keys_fetched: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 /// Keys one answer of `/v2/public-key/http` may hold; more is not an answer of pawaPay's.
 const MAX_KEYS: usize = 16;
+
+/// How often a callback naming an unknown key may fetch pawaPay's keys again (a key rotation is rare).
+const KEYS_FETCHED_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Pawapay {
     pub fn new(settings: PawapaySettings, public_url: &str) -> Pawapay {
@@ -87,7 +93,19 @@ impl Pawapay {
             conf: Default::default(),
             outbound: std::sync::Arc::new(Outbound::new("pawapay")),
             keys: Default::default(),
+            keys_fetched: Default::default(),
         }
+    }
+
+    /// Whether the keys may be fetched now, noting the fetch when they may.
+    fn may_fetch_keys(&self) -> bool {
+        let Ok(mut last) = self.keys_fetched.lock() else { return false };
+        let now = std::time::Instant::now();
+        if last.is_some_and(|at| now.saturating_duration_since(at) < KEYS_FETCHED_AT_MOST_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     fn call(&self, method: Method, path: &str, body: Option<Value>, idempotent: bool) -> Call<'static> {
@@ -248,7 +266,8 @@ impl Adapter for Pawapay {
         };
         let keyid = input.keyid.clone().unwrap_or_default();
         let known = self.keys.read().ok().and_then(|keys| keys.get(&keyid).copied());
-        let fetch = known.is_none().then(|| self.call(Method::GET, "/v2/public-key/http", None, true));
+        let fetch = (known.is_none() && self.may_fetch_keys())
+            .then(|| self.call(Method::GET, "/v2/public-key/http", None, true));
         let (keys, outbound) = (self.keys.clone(), self.outbound.clone());
         Box::pin(async move {
             let key = match (known, fetch) {
@@ -264,7 +283,9 @@ impl Adapter for Pawapay {
                         .map(|(_, key)| key)
                         .ok_or_else(|| ProviderError::Unauthenticated(format!("no pawaPay key {keyid:?}")))?
                 }
-                (None, None) => return Err(ProviderError::Unauthenticated("no key".into())),
+                (None, None) => return Err(ProviderError::Unauthenticated(format!(
+                    "no pawaPay key {keyid:?}, and the keys were fetched less than {KEYS_FETCHED_AT_MOST_EVERY:?} ago"
+                ))),
             };
             let header = |name: &str| callback.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
             let authority = header("host").unwrap_or_default();

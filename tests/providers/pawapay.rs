@@ -358,8 +358,23 @@ async fn signed_callbacks_are_verified_against_pawapays_key() {
         .header("Content-Digest", &digest)
         .header("Signature-Input", input)
         .header("Signature", &format!("sig-pp=:{}:", "A".repeat(86) + "=="))
-        .raw(Some("application/json"), body);
+        .raw(Some("application/json"), body.clone());
     app.send(forged).await.expect(401);
+    // Callbacks naming keys pawaPay never had are refused without asking pawaPay for its keys each time.
+    let fetched = fake.received("GET", "/v2/public-key/http").await.len();
+    for n in 0..3 {
+        let unknown = input.replace("HTTP_EC_P256_KEY:1", &format!("NOT_A_KEY:{n}"));
+        let forged = app
+            .post("/v1/notifications/pawapay")
+            .no_auth()
+            .header("Signature-Date", "2026-11-25T10:00:00Z")
+            .header("Content-Digest", &digest)
+            .header("Signature-Input", &unknown)
+            .header("Signature", &format!("sig-pp=:{}:", "A".repeat(86) + "=="))
+            .raw(Some("application/json"), body.clone());
+        app.send(forged).await.expect(401);
+    }
+    assert!(fake.received("GET", "/v2/public-key/http").await.len() <= fetched + 1, "at most one fetch a minute");
 }
 
 /// pawaPay's Wave providers need the customer's browser: the deposit carries Caisse's return page, and the
