@@ -128,7 +128,25 @@ pub async fn adapter_notification_put(
     responses((status = 200, description = "The URL answers", body = Object),
         (status = 404, description = "Unknown or inactive adapter", body = ErrorBody)))]
 pub async fn adapter_ping(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    match state.providers.adapter(&path) {
+    pinged(&state, &path)
+}
+
+/// The same check of a per-transaction notification URL (CinetPay's Transfer API gives each transfer its own,
+/// and asks that it answer a GET too): 200 for an active adapter, whatever the token; nothing read or changed.
+#[utoipa::path(get, path = "/v1/notifications/{adapter}/{token}", tag = "fournisseurs",
+    params(("adapter" = String, Path, description = "Adapter name: cinetpay, ..."),
+        ("token" = String, Path, description = "The transaction's token")),
+    responses((status = 200, description = "The URL answers", body = Object),
+        (status = 404, description = "Unknown or inactive adapter", body = ErrorBody)))]
+pub async fn adapter_ping_with_token(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    pinged(&state, &path.0)
+}
+
+fn pinged(state: &AppState, adapter: &str) -> Result<HttpResponse, ApiError> {
+    match state.providers.adapter(adapter) {
         Some(_) => Ok(HttpResponse::Ok().json(serde_json::json!({ "received": true }))),
         None => Err(ApiError::not_found("provider")),
     }

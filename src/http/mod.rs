@@ -91,6 +91,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/fournisseurs/{code}/notifications"),
     ("POST", "/v1/notifications/{adapter}"),
     ("GET", "/v1/notifications/{adapter}"),
+    ("GET", "/v1/notifications/{adapter}/{token}"),
     ("POST", "/v1/notifications/{adapter}/{token}"),
     ("PUT", "/v1/notifications/{adapter}/{token}"),
     ("GET", "/v1/openapi.json"),
@@ -170,6 +171,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             )
             .service(
                 web::resource("/notifications/{adapter}/{token}")
+                    .route(web::get().to(fournisseurs::adapter_ping_with_token))
                     .route(web::post().to(fournisseurs::adapter_notification_with_token))
                     .route(web::put().to(fournisseurs::adapter_notification_put))
                     .default_service(unknown_method()),

@@ -37,6 +37,7 @@ use super::{fournisseurs, liens, paiement, retraits, soldes, transactions, utili
         fournisseurs::adapter_notification_with_token,
         fournisseurs::adapter_notification_put,
         fournisseurs::adapter_ping,
+        fournisseurs::adapter_ping_with_token,
         document,
     ),
     modifiers(&BearerAuth, &Suspended)

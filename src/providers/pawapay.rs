@@ -283,9 +283,11 @@ impl Adapter for Pawapay {
                         .map(|(_, key)| key)
                         .ok_or_else(|| ProviderError::Unauthenticated(format!("no pawaPay key {keyid:?}")))?
                 }
-                (None, None) => return Err(ProviderError::Unauthenticated(format!(
+                (None, None) => {
+                    return Err(ProviderError::Unauthenticated(format!(
                     "no pawaPay key {keyid:?}, and the keys were fetched less than {KEYS_FETCHED_AT_MOST_EVERY:?} ago"
-                ))),
+                )))
+                }
             };
             let header = |name: &str| callback.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
             let authority = header("host").unwrap_or_default();

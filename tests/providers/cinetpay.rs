@@ -245,6 +245,10 @@ async fn payouts_add_the_contact_send_once_and_renew_the_token() {
     assert_eq!(data[0]["client_transaction_id"], sent["transaction_id"]);
     assert_eq!((data[0]["prefix"].as_str(), data[0]["phone"].as_str()), (Some("223"), Some("70000055")));
     assert_eq!(data[0]["amount"], 985, "the beneficiary receives montant_net");
+    // CinetPay asks that a transfer's notification URL answer a GET as well.
+    let notify = text(&data[0]["notify_url"]).trim_start_matches(&app.address).to_owned();
+    assert!(notify.starts_with("/v1/notifications/cinetpay/"), "{notify}");
+    app.send(app.get(&notify).no_auth()).await.expect(200);
 
     // The same client_transaction_id again is 805 at CinetPay: already sent.
     let logins = received(&fake, "POST", "/v1/auth/login").await;
