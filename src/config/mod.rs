@@ -605,6 +605,19 @@ impl Settings {
         let public_url = layer.public_url.unwrap_or_default().trim_end_matches('/').to_owned();
         check_public_url(&public_url)?;
         let adapters = adapters::resolve(layer.adapters, environment)?;
+        let orange_limit =
+            crate::providers::orange_money::URL_LIMIT - crate::providers::orange_money::NOTIFY_URL_SUFFIX;
+        if adapters.orange_money.is_some() && public_url.len() > orange_limit {
+            return Err(bad(
+                "public_url",
+                format!(
+                    "`{public_url}` is {} characters; with adapters.orange_money it may have at most {orange_limit}, \
+                     since Orange refuses notification URLs over {} characters",
+                    public_url.len(),
+                    crate::providers::orange_money::URL_LIMIT
+                ),
+            ));
+        }
         let log_format = match layer.log_format.as_deref().unwrap_or("text") {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
@@ -882,6 +895,28 @@ mod tests {
             let err = Settings::load(None, env(&[(var, value)]), Layer::default()).unwrap_err();
             assert_eq!(err.setting, setting, "{var}={value}: {err}");
         }
+    }
+
+    #[test]
+    fn a_public_url_too_long_for_oranges_notification_urls_is_refused_with_orange_only() {
+        let orange = [
+            ("CAISSE_ADAPTERS_ORANGE_MONEY_CLIENT_ID", "id"),
+            ("CAISSE_ADAPTERS_ORANGE_MONEY_CLIENT_SECRET", "secret"),
+            ("CAISSE_ADAPTERS_ORANGE_MONEY_MERCHANT_KEY", "key"),
+        ];
+        let long = format!("https://{}.example.com", "a".repeat(40));
+        let with = |url: &str, orange_too: bool| {
+            let mut vars = vec![("CAISSE_PUBLIC_URL", url)];
+            if orange_too {
+                vars.extend(orange);
+            }
+            Settings::load(None, env(&vars), Layer::default())
+        };
+        let err = with(&long, true).unwrap_err();
+        assert_eq!(err.setting, "public_url", "{err}");
+        assert!(err.reason.contains("120"), "{err}");
+        assert!(with(&long, false).is_ok(), "without Orange any origin will do");
+        assert!(with("https://pay.example.com", true).is_ok());
     }
 
     #[test]

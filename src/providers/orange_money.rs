@@ -34,6 +34,13 @@ const TOKEN_MARGIN: Duration = Duration::from_secs(60);
 /// What the customer reads as the merchant on Orange's page (at most 30 characters).
 const SHOP: &str = "Caisse";
 
+/// The longest URL Orange takes in a web payment (`notif_url`, `return_url`, `cancel_url`).
+pub const URL_LIMIT: usize = 120;
+/// What a notification URL adds to `public_url`: `/v1/notifications/orange_money/tx_…-<16 hex>`. The
+/// configuration refuses a `public_url` too long for it ([`URL_LIMIT`]), which Orange would refuse at every
+/// payment.
+pub const NOTIFY_URL_SUFFIX: usize = "/v1/notifications/orange_money/".len() + 29 + 1 + 16;
+
 pub struct OrangeMoney {
     settings: OrangeSettings,
     notify_base: String,
@@ -273,6 +280,24 @@ impl Adapter for OrangeMoney {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_notification_url_is_public_url_and_its_known_suffix() {
+        let settings = OrangeSettings {
+            base_url: "http://127.0.0.1:1".into(),
+            token_url: "http://127.0.0.1:1/oauth/v3/token".into(),
+            country: "dev".into(),
+            client_id: "id".into(),
+            client_secret: crate::config::Secret::new("secret".into()),
+            merchant_key: crate::config::Secret::new("key".into()),
+        };
+        let public_url = "https://pay.example.com";
+        let adapter = OrangeMoney::new(settings, public_url);
+        let tx = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);
+        let url = format!("{}/{}", adapter.notify_base, adapter.path_token(&tx));
+        assert_eq!(url.len(), public_url.len() + NOTIFY_URL_SUFFIX);
+        assert!(format!("{}{tx}", adapter.return_base).len() < url.len(), "the return URL is shorter");
+    }
 
     #[test]
     fn tokens_lifetimes_and_statuses() {
