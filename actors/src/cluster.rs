@@ -19,6 +19,7 @@ use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
 use crate::domain::links::Link;
 use crate::domain::records::{Payment, Payout};
+use crate::domain::text::IdempotencyKey;
 use crate::error::EngineError;
 use crate::merchant::{Executed, Idempotency, ProviderNote};
 use crate::store::StoreError;
@@ -56,11 +57,17 @@ pub struct Forwarded {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Ask {
-    Execute { command: Command, idempotency: Option<Idempotency>, note: ProviderNote },
+    Execute {
+        command: Command,
+        idempotency: Option<Idempotency>,
+        note: ProviderNote,
+    },
     Payment(String),
     Payout(String),
     Link(String),
     Balances,
+    /// The end of a request that held its idempotency key ([`crate::Idempotency::held`]).
+    Release(IdempotencyKey),
 }
 
 /// The holder's answer to an [`Ask`], by kind.
@@ -72,6 +79,7 @@ pub enum Answer {
     Payout(Option<Payout>),
     Link(Option<Link>),
     Balances(Balances),
+    Released,
 }
 
 /// How this node reaches the others: the secret every node of the cluster shares.
@@ -264,6 +272,18 @@ impl Remote<Balances> for crate::merchant::GetBalances {
     fn take(answer: Answer) -> Option<Balances> {
         match answer {
             Answer::Balances(balances) => Some(balances),
+            _ => None,
+        }
+    }
+}
+
+impl Remote<()> for crate::merchant::ReleaseKey {
+    fn ask(&self) -> Option<Ask> {
+        Some(Ask::Release(self.0.clone()))
+    }
+    fn take(answer: Answer) -> Option<()> {
+        match answer {
+            Answer::Released => Some(()),
             _ => None,
         }
     }

@@ -26,6 +26,7 @@ use crate::domain::ledger::Balances;
 use crate::domain::links::Link;
 use crate::domain::provider::{ProviderRoute, ProviderTrail};
 use crate::domain::records::{Merchant, Notification, Payment, Payout, Transaction, TransactionType};
+use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
 use crate::merchant::{
@@ -418,7 +419,7 @@ impl Engine {
     /// result. Runs it only if this node holds the merchant: a message is forwarded once, never onwards.
     pub async fn answer_forwarded(&self, body: &[u8]) -> Vec<u8> {
         use crate::cluster::{Answer, Ask, Forwarded};
-        use crate::merchant::{Execute, GetBalances, GetLink, GetPayment, GetPayout};
+        use crate::merchant::{Execute, GetBalances, GetLink, GetPayment, GetPayout, ReleaseKey};
         let answer: Result<Answer, EngineError> = match postcard::from_bytes::<Forwarded>(body) {
             Err(e) => Err(EngineError::Internal(format!("a forwarded message that does not parse: {e}"))),
             Ok(Forwarded { merchant, .. }) if self.inner.store.placement(&merchant) != Placement::Here => {
@@ -432,6 +433,7 @@ impl Engine {
                 Ask::Payout(id) => self.ask_here(&merchant, GetPayout(id)).await.map(Answer::Payout),
                 Ask::Link(key) => self.ask_here(&merchant, GetLink(key)).await.map(Answer::Link),
                 Ask::Balances => self.ask_here(&merchant, GetBalances).await.map(Answer::Balances),
+                Ask::Release(key) => self.ask_here(&merchant, ReleaseKey(key)).await.map(|()| Answer::Released),
             },
         };
         postcard::to_allocvec(&answer).unwrap_or_else(|e| {
@@ -500,6 +502,13 @@ impl Engine {
         note: ProviderNote,
     ) -> Result<Executed, EngineError> {
         self.ask(merchant, Execute { command, idempotency, note }).await
+    }
+
+    /// Ends a request that held its idempotency key ([`Idempotency::held`]): a request with the key is a
+    /// replay from now on. Should this fail, the key is released [`crate::merchant::KEY_HELD_AT_MOST`] after it
+    /// was written.
+    pub async fn release_key(&self, merchant: &MerchantId, key: IdempotencyKey) -> Result<(), EngineError> {
+        self.ask(merchant, crate::merchant::ReleaseKey(key)).await
     }
 
     // ----- Reads of durable state that need no actor: lists, lookups and the sweeps' index -----

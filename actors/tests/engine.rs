@@ -185,6 +185,7 @@ async fn idempotency_replays_and_refuses_reuse() {
             earlier_fingerprint: None,
             success_status: 201,
             follows: false,
+            held: false,
         })
     };
     let first = done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), idem("a")).await);
@@ -207,6 +208,39 @@ async fn idempotency_replays_and_refuses_reuse() {
     assert!(matches!(replay, Ok(Executed::Replayed { status: 201, .. })), "{replay:?}");
 }
 
+/// A request that goes on after its first change (it asks its provider) holds its key: another request with it
+/// is 409 in use until the release, then a replay of what the request answered.
+#[actix::test]
+async fn a_held_key_is_in_use_until_its_request_releases_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+    let idem = Idempotency {
+        key: IdempotencyKey::parse("key-1").unwrap(),
+        fingerprint: "a".into(),
+        earlier_fingerprint: None,
+        success_status: 201,
+        follows: false,
+        held: false,
+    };
+    let initiate = || Command::InitiatePayment(new_payment(1_000, None));
+    let first = done(engine.execute(&m, initiate(), Some(idem.clone().holding())).await);
+    let retry = engine.execute(&m, initiate(), Some(idem.clone())).await;
+    assert_eq!(retry, Err(EngineError::IdempotencyKeyInUse), "the request still goes on");
+    let notice = PaymentNotice::Declined { failure_code: "payer_not_found".into() };
+    let declined = Command::PaymentNotice { reference: payment_of(first).reference, notice };
+    let answered = payment_of(done(engine.execute(&m, declined, Some(idem.following())).await));
+    assert_eq!(engine.execute(&m, initiate(), Some(idem.clone())).await, Err(EngineError::IdempotencyKeyInUse));
+    engine.release_key(&m, idem.key.clone()).await.unwrap();
+    match engine.execute(&m, initiate(), Some(idem)).await.unwrap() {
+        Executed::Replayed { status, body } => {
+            assert_eq!(status, 201);
+            assert_eq!(body, serde_json::to_string(&answered).unwrap(), "what the request answered");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A change the request makes after its first (the provider refused at once) rewrites the stored answer: the
 /// replay is the payment declined, as the request answered, and keeps the first answer's status and age.
 #[actix::test]
@@ -220,6 +254,7 @@ async fn a_change_that_follows_the_first_is_what_the_key_replays() {
         earlier_fingerprint: None,
         success_status: 201,
         follows: false,
+        held: false,
     };
     let first = done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), Some(idem.clone())).await);
     let reference = payment_of(first).reference;
@@ -625,6 +660,7 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
                     earlier_fingerprint: None,
                     success_status: 201,
                     follows: false,
+                    held: false,
                 };
                 let command = Command::InitiatePayment(new_payment(1_000, None));
                 engine.execute(&m, command, Some(idempotency)).await.unwrap();

@@ -308,6 +308,7 @@ pub(super) fn one_time_key(form: &Form, parts: &[&str]) -> Result<Idempotency, D
         earlier_fingerprint: None,
         success_status: 200,
         follows: false,
+        held: false,
     })
 }
 

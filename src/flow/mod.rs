@@ -27,6 +27,7 @@ use caisse_engine::domain::provider::{AdapterName, ProviderRoute, ReturnUrl};
 use caisse_engine::domain::records::Payment;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::domain::status::payment_refund_allowed;
+use caisse_engine::domain::text::IdempotencyKey;
 use caisse_engine::store::Located;
 use caisse_engine::{
     Command, Engine, EngineError, Executed, Idempotency, NewPayment, NewPayout, PaymentNotice, ProviderNote,
@@ -189,8 +190,8 @@ impl Flow {
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
         let note = ProviderNote { route, reference: None };
-        let answer = idempotency.as_ref().map(Idempotency::following);
-        let executed = self.engine.execute_noted(merchant, Command::InitiatePayment(new), idempotency, note).await?;
+        let command = Command::InitiatePayment(new);
+        let (executed, answer, held) = self.first_change(merchant, command, idempotency, note).await?;
         // The payment is durable; if the provider cannot be reached now, the TTL sweep settles it.
         let sent = match &executed {
             Executed::Done(record @ Record::Payment(p)) => match self.carrier(record, TransactionType::Payment) {
@@ -207,7 +208,41 @@ impl Flow {
             }
             _ => executed,
         };
-        Ok(self.after_request(merchant, executed, TransactionType::Payment, sent.map(drop), answer).await)
+        let executed = self.after_request(merchant, executed, TransactionType::Payment, sent.map(drop), answer).await;
+        self.release(merchant, held).await;
+        Ok(executed)
+    }
+
+    /// Writes a request's first change, its idempotency key held ([`Idempotency::held`]) while the request goes
+    /// on with its provider. Answers the change, the request's part in the changes that follow it
+    /// ([`Idempotency::following`]), and the key to [`Flow::release`] once the request has its answer: only
+    /// when this request made the change (a replay holds nothing).
+    async fn first_change(
+        &self,
+        merchant: &MerchantId,
+        command: Command,
+        idempotency: Option<Idempotency>,
+        note: ProviderNote,
+    ) -> Result<(Executed, Option<Idempotency>, Option<IdempotencyKey>), EngineError> {
+        let answer = idempotency.as_ref().map(Idempotency::following);
+        let key = idempotency.as_ref().map(|i| i.key.clone());
+        let executed =
+            self.engine.execute_noted(merchant, command, idempotency.map(Idempotency::holding), note).await?;
+        let held = match executed {
+            Executed::Done(_) => key,
+            Executed::Replayed { .. } => None,
+        };
+        Ok((executed, answer, held))
+    }
+
+    /// The end of a request that held its idempotency key: a retry is a replay of its answer from now on.
+    /// Should the release fail, the key frees itself shortly after (the engine bounds every hold).
+    async fn release(&self, merchant: &MerchantId, held: Option<IdempotencyKey>) {
+        if let Some(key) = held {
+            if let Err(e) = self.engine.release_key(merchant, key).await {
+                tracing::warn!(%merchant, error = %e, "an idempotency key was not released; it frees itself shortly");
+            }
+        }
     }
 
     /// Keeps the page where the customer approves a payment (the payment moves to `en_cours`); answers the
@@ -294,8 +329,7 @@ impl Flow {
             _ => None,
         };
         let note = ProviderNote { route, reference: None };
-        let answer = idempotency.as_ref().map(Idempotency::following);
-        let executed = self.engine.execute_noted(merchant, command, idempotency, note).await?;
+        let (executed, answer, held) = self.first_change(merchant, command, idempotency, note).await?;
         // Reserved and durable; the reconciliation asks the provider again if this call is lost.
         let sent = match &executed {
             Executed::Done(record @ Record::Payment(p)) => {
@@ -308,10 +342,12 @@ impl Flow {
         };
         let settled = matches!(sent, Ok(()));
         let executed = self.after_request(merchant, executed, TransactionType::Refund, sent, answer.clone()).await;
-        Ok(match settled {
+        let executed = match settled {
             true => self.settle_now(merchant, executed, TransactionType::Refund, answer).await,
             false => executed,
-        })
+        };
+        self.release(merchant, held).await;
+        Ok(executed)
     }
 
     /// Records the payout (the amount reserved) with its route, durably, then asks the provider to send it.
@@ -323,8 +359,8 @@ impl Flow {
         idempotency: Option<Idempotency>,
     ) -> Result<Executed, EngineError> {
         let note = ProviderNote { route, reference: None };
-        let answer = idempotency.as_ref().map(Idempotency::following);
-        let executed = self.engine.execute_noted(merchant, Command::CreatePayout(new), idempotency, note).await?;
+        let (executed, answer, held) =
+            self.first_change(merchant, Command::CreatePayout(new), idempotency, note).await?;
         let sent = match &executed {
             Executed::Done(record @ Record::Payout(o)) => match self.carrier(record, TransactionType::Payout) {
                 Some(carrier) => Self::within_budget(carrier.adapter.payout(o)).await,
@@ -334,10 +370,12 @@ impl Flow {
         };
         let settled = matches!(sent, Ok(()));
         let executed = self.after_request(merchant, executed, TransactionType::Payout, sent, answer.clone()).await;
-        Ok(match settled {
+        let executed = match settled {
             true => self.settle_now(merchant, executed, TransactionType::Payout, answer).await,
             false => executed,
-        })
+        };
+        self.release(merchant, held).await;
+        Ok(executed)
     }
 
     /// For a provider whose answer to a request is final at once ([`Adapter::settles_at_once`]), asks its status

@@ -259,6 +259,7 @@ pub fn idempotency(
         earlier_fingerprint,
         success_status: success_status.as_u16(),
         follows: false,
+        held: false,
     }))
 }
 

@@ -227,9 +227,10 @@ pub async fn initiate(
     }
 }
 
-/// A replayed initiation. Its stored answer is the payment as it was written, before the provider's page was kept
-/// on it; the first answer carried that page, so a replay of a payment that has one now answers the payment as
-/// it is now (same status code, `Idempotent-Replayed`), and any other replay the stored answer as it is.
+/// A replayed initiation: the stored answer, which is what the request answered. A payment whose page was kept
+/// only after its request answered (the keeping failed, and a later status query kept it), or stored by an
+/// earlier release (which kept the answer as first written), has no page in it; a replay of a payment that has
+/// one now answers the payment as it is now (same status code, `Idempotent-Replayed`).
 async fn replay_with_page(
     state: &AppState,
     merchant: &caisse_engine::domain::ids::MerchantId,

@@ -52,8 +52,9 @@ pub use tokens::FormKey;
 pub const POSTS_PER_MINUTE: u32 = 10;
 /// The largest form accepted: the page's fields are short, so anything bigger is not this form.
 pub const MAX_FORM_BYTES: usize = 4 * 1024;
-/// How long a double tap waits for the first tap's payment before it is shown.
-const DOUBLE_TAP_WAIT_MS: u64 = 5_000;
+/// How long a double tap waits for the first tap's payment before it is shown: the first tap's request holds
+/// its key while it asks the provider for the payment's page (at most 10 s), and a little more.
+const DOUBLE_TAP_WAIT_MS: u64 = 15_000;
 /// Length of a payment page's key (base62, about 131 bits).
 const PAGE_KEY_LEN: usize = 22;
 /// The query parameter that carries a payment page's key.
@@ -351,6 +352,7 @@ pub async fn submit(
         earlier_fingerprint: None,
         success_status: 201,
         follows: false,
+        held: false,
     };
     let started = start(&state, &found.merchant, new, route, idempotency).await;
     match started {
@@ -493,8 +495,7 @@ async fn start(
             state.flow.initiate_payment(merchant, new.clone(), Some(route.clone()), Some(idempotency.clone())).await;
         match result {
             Ok(Executed::Done(Record::Payment(p))) => return Ok(p),
-            // The first tap's payment, as it is now: the replayed answer is as it was when it was made, before
-            // the provider's page (`url_paiement`) was kept on it.
+            // The first tap's payment, as it is now (a replay answers it as the first tap's request did).
             Ok(Executed::Replayed { body, .. }) => {
                 let first = serde_json::from_str::<Payment>(&body)
                     .map_err(|e| Started::Failed(internal("replayed payment", e)))?;

@@ -119,6 +119,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         earlier_fingerprint: Some("cd".repeat(32)),
         success_status: 201,
         follows: false,
+        held: true,
     };
     let merchant = MerchantId::parse("mch_01JD0000000000000000000000").unwrap();
     let message = |ask| postcard::to_allocvec(&Forwarded { merchant: merchant.clone(), ask }).unwrap();
@@ -134,6 +135,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ("read a payout", message(Ask::Payout("po_01JD0000000000000000000001".into()))),
         ("read a link", message(Ask::Link("lnk_01JD0000000000000000000000".into()))),
         ("read the balances", message(Ask::Balances)),
+        ("release a key", message(Ask::Release(IdempotencyKey::parse("key-1").unwrap()))),
     ]);
     let balances =
         Balances([(xof, Balance { available: 4_925, pending: 1_000, updated_at_ms: 1_795_310_624_123 })].into());
@@ -146,6 +148,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ("a payout read", Answer::Payout(Some(payout()))),
         ("a link read", Answer::Link(Some(link))),
         ("the balances read", Answer::Balances(balances)),
+        ("a key released", Answer::Released),
     ];
     let overflow = |account| Rejection::Invariant(LedgerError::Overflow { currency: xof, account });
     let negative =
@@ -231,25 +234,26 @@ fn forwarded_bytes_are_pinned() {
         .map(|(name, bytes)| format!("{name}: {}", hex::encode(&Sha256::digest(bytes)[..8])))
         .collect();
     let pinned: &[&str] = &[
-        "initiate a payment: 332ccbed9208825e",
-        "a payment processing: b70e29736e20b5d9",
-        "a payment confirmed: c6c3dab8d5032bca",
-        "a payment declined: 06af6aa1ece25c3b",
-        "a payment expired: d714d671261eb630",
-        "a payment opened: 9de816e3f625ca8f",
-        "request a refund: e78b013f29b07348",
-        "a refund completed: 9510741776617702",
-        "a refund refused: 7a22ebba2cebe3e2",
-        "create a payout: 816d97cd357343fb",
-        "a payout sent: 8f3f11d343bfd113",
-        "a payout refused: 0127798d8dbacd08",
-        "create a link: ffc234ae4e71066a",
-        "create a reusable link: 4affefe70040d9f2",
-        "deactivate a link: 2b77173433125cff",
+        "initiate a payment: 9bfc7c6950e1247d",
+        "a payment processing: 7d9ca8bc3e47ed76",
+        "a payment confirmed: 21116ab7dbb4ef35",
+        "a payment declined: 913815779e026f9e",
+        "a payment expired: 6aee844bf7b809e0",
+        "a payment opened: ea0f08146e5a840c",
+        "request a refund: 56513c9e8bb5ff17",
+        "a refund completed: b847f8fdfe2be07d",
+        "a refund refused: 7818edf0a72208c7",
+        "create a payout: 3e98630666769e26",
+        "a payout sent: 17fea2fbe4f204a9",
+        "a payout refused: 738e6bd14533462a",
+        "create a link: 9287ad08e461f334",
+        "create a reusable link: 027f8cd276aa8a05",
+        "deactivate a link: 39c115a79a30ccce",
         "read a payment: a7e918a775ed475a",
         "read a payout: aa2394e0960a3d17",
         "read a link: 09881d994881c620",
         "read the balances: 12ce88ec36cc3ad4",
+        "release a key: 39cbdb2206b6019e",
         "a payment done: d09f1f094a966112",
         "a payout done: 5ba76b3ac121dfe4",
         "a link done: cc4e8d7805793bf4",
@@ -258,6 +262,7 @@ fn forwarded_bytes_are_pinned() {
         "a payout read: 2071a8f8a144ab2b",
         "a link read: 93b2624ff2b2e076",
         "the balances read: ee155a20514afbc9",
+        "a key released: 9f1afa4dc124cba7",
         "read: a payment initiated: ee46fd3b8b999dc7",
         "read: a payment processing: 7f41f524bea38036",
         "read: a payment succeeded: 4ed680132e27a9d2",

@@ -69,7 +69,7 @@ impl MerchantActor {
         self.check_open()?;
         let now = Timestamp::now();
         if let Some(idem) = msg.idempotency.as_ref().filter(|i| !i.follows) {
-            if self.keys_in_flight.contains_key(&idem.key) {
+            if self.keys_in_flight.contains_key(&idem.key) || self.key_held(&idem.key) {
                 return Err(EngineError::IdempotencyKeyInUse);
             }
             if let Some(first) = self.store.idempotency(&self.id, &idem.key)?.filter(|r| r.is_live(now)) {
@@ -167,12 +167,26 @@ impl MerchantActor {
         for (key, record) in held {
             self.dirty.insert(key, (record, seq));
         }
+        let held = msg.idempotency.as_ref().is_some_and(|i| i.held && !i.follows);
         let key = msg.idempotency.filter(|i| !i.follows).map(|i| i.key);
         if let Some(k) = &key {
             self.keys_in_flight.insert(k.clone(), seq);
         }
         self.in_flight += 1;
-        Ok(Reply::Wait { ticket, seq, keys, idempotency_key: key, record: decision.record })
+        Ok(Reply::Wait { ticket, seq, keys, idempotency_key: key, held, record: decision.record })
+    }
+
+    /// Whether a request that holds `key` is still going on ([`Idempotency::held`](super::Idempotency)).
+    /// Holds past their time are dropped here.
+    fn key_held(&mut self, key: &IdempotencyKey) -> bool {
+        let now = std::time::Instant::now();
+        self.keys_held.retain(|_, until| *until > now);
+        self.keys_held.contains_key(key)
+    }
+
+    /// A request that held its key is over: a request with the key is a replay from now on.
+    pub(super) fn release_key(&mut self, key: &IdempotencyKey) {
+        self.keys_held.remove(key);
     }
 
     /// Called in order of completion of each ticket, on the actor's own thread.
@@ -181,6 +195,7 @@ impl MerchantActor {
         seq: u64,
         keys: &[String],
         idempotency_key: Option<&IdempotencyKey>,
+        held: bool,
         ok: bool,
         ctx: &mut Context<Self>,
     ) {
@@ -201,6 +216,10 @@ impl MerchantActor {
         }
         if let Some(k) = idempotency_key {
             self.keys_in_flight.remove(k);
+            // Its request goes on with its provider: the key stays in use until it is released.
+            if held && ok {
+                self.keys_held.insert(k.clone(), now + super::KEY_HELD_AT_MOST);
+            }
         }
         if ok {
             self.durable.send_if_modified(|d| {
@@ -252,6 +271,8 @@ pub(super) enum Reply {
         seq: u64,
         keys: Vec<String>,
         idempotency_key: Option<IdempotencyKey>,
+        /// The key stays in use once written ([`Idempotency::held`](super::Idempotency)).
+        held: bool,
         record: Record,
     },
 }

@@ -6,7 +6,9 @@ use std::time::Instant;
 use actix::prelude::*;
 
 use super::execute::Reply;
-use super::{Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, MerchantActor};
+use super::{
+    Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, MerchantActor, ReleaseKey,
+};
 use crate::core::{Command, Record};
 use crate::domain::ledger::Balances;
 use crate::domain::links::Link;
@@ -38,14 +40,14 @@ impl Handler<Execute> for MerchantActor {
                     Ok(answer)
                 }))
             }
-            Ok(Reply::Wait { ticket, seq, keys, idempotency_key, record }) => {
+            Ok(Reply::Wait { ticket, seq, keys, idempotency_key, held, record }) => {
                 Box::pin(ticket.into_actor(self).map(move |result, act, ctx| {
                     let result = match result {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(err)) => Err(err),
                         Err(_) => Err(StoreError::Closed),
                     };
-                    act.finish_commit(seq, &keys, idempotency_key.as_ref(), result.is_ok(), ctx);
+                    act.finish_commit(seq, &keys, idempotency_key.as_ref(), held, result.is_ok(), ctx);
                     match result {
                         Ok(()) => {
                             METRICS.commit_latency.observe(queued.elapsed());
@@ -112,6 +114,15 @@ impl Handler<GetBalances> for MerchantActor {
     }
 }
 
+impl Handler<ReleaseKey> for MerchantActor {
+    type Result = Result<(), EngineError>;
+
+    fn handle(&mut self, msg: ReleaseKey, _ctx: &mut Self::Context) -> Self::Result {
+        self.release_key(&msg.0);
+        Ok(())
+    }
+}
+
 impl Handler<ForgetIdempotency> for MerchantActor {
     type Result = ResponseActFuture<Self, Result<usize, EngineError>>;
 
@@ -126,7 +137,7 @@ impl Handler<ForgetIdempotency> for MerchantActor {
             for (key, made_at) in self.store.idempotency_made_before(&self.id, msg.before, msg.limit)? {
                 // A request with this key is being made durable: its record is not read yet, so nothing of
                 // the key is touched until it is.
-                if self.keys_in_flight.contains_key(&key) {
+                if self.keys_in_flight.contains_key(&key) || self.keys_held.contains_key(&key) {
                     continue;
                 }
                 let record = self.store.idempotency(&self.id, &key)?;

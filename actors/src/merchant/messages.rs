@@ -28,14 +28,34 @@ pub struct Idempotency {
     /// request is answered): its record replaces the stored answer, so that a replay is the answer the request
     /// gave. Such a change is never itself a replay, and writes no answer once the first one's is gone.
     pub follows: bool,
+    /// Set on a request's first change by a caller that goes on before it answers (it asks the provider, then
+    /// may make [`Idempotency::follows`] changes): once the change is written the key stays in use (409
+    /// `idempotency_key_in_use`) until the caller releases it ([`ReleaseKey`]), or [`KEY_HELD_AT_MOST`] has
+    /// passed should it never do so.
+    pub held: bool,
 }
+
+/// How long a held key ([`Idempotency::held`]) stays in use without its release: beyond what a request
+/// spends with its provider (two calls of at most 10 s each), so only a request that died lets go this way.
+pub const KEY_HELD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Idempotency {
     /// The same request's part in a change that follows its first ([`Idempotency::follows`]).
     pub fn following(&self) -> Idempotency {
-        Idempotency { follows: true, ..self.clone() }
+        Idempotency { follows: true, held: false, ..self.clone() }
+    }
+
+    /// The same request's part in its first change when the caller goes on before answering
+    /// ([`Idempotency::held`]).
+    pub fn holding(self) -> Idempotency {
+        Idempotency { held: true, ..self }
     }
 }
+
+/// The end of a request that held its key ([`Idempotency::held`]): a request with that key is now a replay.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<(), EngineError>")]
+pub struct ReleaseKey(pub IdempotencyKey);
 
 /// The answer to a change.
 // Moved once per request, never stored in bulk: the size difference costs nothing worth a box.

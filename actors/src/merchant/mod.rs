@@ -45,6 +45,7 @@ use crate::store::{FailureLatch, Fence, Store};
 
 pub use messages::{
     Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, ProviderNote,
+    ReleaseKey, KEY_HELD_AT_MOST,
 };
 
 /// Tuning of every merchant actor.
@@ -80,6 +81,9 @@ pub struct MerchantActor {
     recent: Recent,
     /// Idempotency keys of requests whose write is in flight.
     keys_in_flight: HashMap<IdempotencyKey, u64>,
+    /// Idempotency keys of requests written and still going on ([`messages::Idempotency::held`]), each until
+    /// its release or the instant given.
+    keys_held: HashMap<IdempotencyKey, Instant>,
     in_flight: usize,
     guard: FailureLatch,
     /// The ownership the actor's state was read under in a cluster; every change carries it, so a write made
@@ -113,6 +117,7 @@ impl MerchantActor {
             dirty: HashMap::new(),
             recent: Recent::default(),
             keys_in_flight: HashMap::new(),
+            keys_held: HashMap::new(),
             in_flight: 0,
             guard: Arc::new(AtomicBool::new(false)),
             fence: recovered.fence,
