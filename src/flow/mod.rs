@@ -425,6 +425,11 @@ pub fn send_refund(
 ) -> crate::providers::LocalFuture<Result<(), ProviderError>> {
     match carrier.subject {
         Subject::Payout => carrier.adapter.payout(&refund_as_payout(payment, refund)),
+        // The payment's own adapter, which cannot send this back (a card's money is never sent to a phone):
+        // the refund was accepted while its payment was not yet paid, before any way back was looked for.
+        _ if !carrier.adapter.can_refund(payment, refund.amount) => {
+            Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "refund_unsupported".into() })))
+        }
         _ => carrier.adapter.refund(payment, refund),
     }
 }

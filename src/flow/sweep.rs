@@ -274,13 +274,14 @@ mod tests {
     use std::time::Duration;
 
     use actix_web::http::header::HeaderMap;
-    use caisse_engine::core::{Command, NewPayment};
+    use caisse_engine::core::{Command, NewPayment, PaymentNotice};
     use caisse_engine::domain::ids::MerchantId;
     use caisse_engine::domain::money::{Amount, Currency, FeeRule};
     use caisse_engine::domain::phone::Phone;
     use caisse_engine::domain::records::{Payment, Payout, ProviderCode, Refund};
     use caisse_engine::domain::status::PaymentStatus;
     use caisse_engine::domain::text::Metadata;
+    use caisse_engine::Executed;
     use caisse_engine::{Engine, EngineConfig};
 
     use super::*;
@@ -299,6 +300,8 @@ mod tests {
         down: std::sync::atomic::AtomicBool,
         /// While set, status queries are refused, as by an adapter that lacks the settings to ask.
         refuses_queries: std::sync::atomic::AtomicBool,
+        /// While set, the adapter cannot send a payment's money back (a card's, at CinetPay).
+        cannot_refund: std::sync::atomic::AtomicBool,
     }
 
     impl SlowProvider {
@@ -333,6 +336,9 @@ mod tests {
         }
         fn refund(&self, _: &Payment, _: &Refund) -> LocalFuture<Result<(), ProviderError>> {
             self.0.call(Ok(()))
+        }
+        fn can_refund(&self, _: &Payment, _: Amount) -> bool {
+            !self.0.cannot_refund.load(Ordering::SeqCst)
         }
         fn payout(&self, _: &Payout) -> LocalFuture<Result<(), ProviderError>> {
             self.0.call(Ok(()))
@@ -448,6 +454,33 @@ mod tests {
         apply_provider_status(&flow.engine, &merchant, &located, &success(&written, "XOF"), false).await.unwrap();
         let now = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
         assert_eq!(now.status, PaymentStatus::Succeeded, "the amount asked, written with decimals");
+    }
+
+    /// A refund accepted while its payment was not yet paid, before any way back was looked for, is never sent
+    /// through an adapter that cannot send that payment's money back: it is refused before any call.
+    #[actix_web::test]
+    async fn a_refund_the_payments_adapter_cannot_make_is_refused_before_any_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let item =
+            flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1).unwrap().remove(0);
+        let reference = caisse_engine::domain::text::Reference::parse(&item.owner).unwrap();
+        let confirmed = Command::PaymentNotice { reference: reference.clone(), notice: PaymentNotice::Confirmed };
+        flow.engine.execute(&merchant, confirmed, None).await.unwrap();
+        let refund = Command::RequestRefund { reference, amount: Some(Amount::positive(500).unwrap()), reason: None };
+        let refunded = flow.engine.execute(&merchant, refund, None).await;
+        let Ok(Executed::Done(record)) = refunded else { panic!("a refund: {refunded:?}") };
+        let carrier = flow.carrier(&record, TransactionType::Refund).unwrap();
+        let Record::Payment(payment) = &record else { panic!("a payment") };
+        let refund = payment.refund.as_ref().unwrap();
+        slow.cannot_refund.store(true, Ordering::SeqCst);
+        let calls = slow.calls.load(Ordering::SeqCst);
+        let sent = crate::flow::send_refund(&carrier, payment, refund).await;
+        assert!(matches!(sent, Err(ProviderError::Rejected { code }) if code == "refund_unsupported"));
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing was asked of the provider");
+        slow.cannot_refund.store(false, Ordering::SeqCst);
+        assert!(crate::flow::send_refund(&carrier, payment, refund).await.is_ok());
     }
 
     /// A status query refused (an adapter that cannot ask) is no answer: the money may have left, so nothing
