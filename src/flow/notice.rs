@@ -160,20 +160,21 @@ pub async fn apply_provider_status_answering(
     expire: bool,
     answer: Option<Idempotency>,
 ) -> Result<Option<Executed>, EngineError> {
-    let status = match (&report.status, &report.stated) {
-        (ProviderStatus::Succeeded, Some(stated)) if !asked(located).iter().any(|(a, c)| stated.is(*a, *c)) => {
+    if let (ProviderStatus::Succeeded, Some(stated)) = (&report.status, &report.stated) {
+        if !asked(located).iter().any(|(a, c)| stated.is(*a, *c)) {
             // A provider's answer is untrusted input: a success of another amount than Caisse asked is not this
-            // transaction's (or not as asked), and moves no money. It is left waiting, for the operator to see.
+            // transaction's (or not as asked), and moves no money. Nothing is applied, not even the TTL's
+            // expiry (the customer may have paid): the transaction waits, for the operator to see.
             tracing::error!(
                 reference = %located.reference,
                 stated = %stated,
                 asked = ?asked(located),
                 "the provider reports a success of another amount than Caisse asked; not applied"
             );
-            &ProviderStatus::Processing
+            return Ok(None);
         }
-        (status, _) => status,
-    };
+    }
+    let status = &report.status;
     let command = match (&located.record, located.kind) {
         (Record::Payment(p), TransactionType::Payment) => {
             let notice = match status {

@@ -89,14 +89,20 @@ pub struct Stated {
 
 impl Stated {
     /// What the answer's `amount` and `currency` fields say; `None` when it has no amount.
-    fn read(amount: &Value, currency: &Value) -> Option<Stated> {
+    pub fn read(amount: &Value, currency: &Value) -> Option<Stated> {
         let amount = match amount {
             Value::Null => return None,
             Value::String(text) => decimal(text),
-            Value::Number(n) => n.as_u64().map(|n| n.to_string()),
+            // An integer, or a float with a fraction (`1000.0`) as some JSON writers give whole amounts.
+            Value::Number(n) => decimal(&n.to_string()),
             _ => None,
         };
         Some(Stated { amount, currency: currency.as_str().map(str::to_owned) })
+    }
+
+    /// `amount` of `currency` as Caisse asked it, to compare with what answers state.
+    pub fn asked(amount: Amount, currency: Currency) -> Stated {
+        Stated { amount: decimal(&pawapay::amount_text(amount, currency)), currency: Some(currency.code().to_owned()) }
     }
 
     /// Whether this is `amount` of `currency` (a currency the answer does not name is not compared).
@@ -552,11 +558,15 @@ mod tests {
         assert!(is(&stated(json!(1000), json!("XOF")), xof(1000)));
         assert!(is(&stated(json!("01000.00"), json!("XOF")), xof(1000)));
         assert!(is(&stated(json!("1000"), Value::Null), xof(1000)), "a currency not named is not compared");
+        assert!(is(&stated(json!(1000.0), json!("XOF")), xof(1000)), "a whole float");
+        assert!(is(&stated(json!(12.5), json!("EUR")), eur(1250)));
         assert!(is(&stated(json!("12.50"), json!("EUR")), eur(1250)));
         assert!(!is(&stated(json!("12.5"), json!("EUR")), eur(125)));
         assert!(!is(&stated(json!("1000"), json!("XAF")), xof(1000)));
         assert!(!is(&stated(json!("999"), json!("XOF")), xof(1000)));
-        for odd in [json!("-1000"), json!("1e3"), json!(" "), json!(""), json!("."), json!(1000.5), json!(true)] {
+        for odd in
+            [json!("-1000"), json!("1e3"), json!(" "), json!(""), json!("."), json!(-1000), json!(1e300), json!(true)]
+        {
             assert!(!is(&stated(odd.clone(), json!("XOF")), xof(1000)), "{odd}");
         }
         assert_eq!(Stated::read(&Value::Null, &json!("XOF")), None, "no amount, nothing to compare");

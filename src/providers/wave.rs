@@ -33,7 +33,7 @@ use sha2::Sha256;
 
 use super::http::{Answer, Call, Outbound};
 use super::pawapay::amount_text;
-use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
+use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Stated, Subject};
 use crate::config::WaveSettings;
 
 /// How old a signed webhook may be.
@@ -66,12 +66,15 @@ impl Wave {
         api_call(&self.settings, method, path, body, idempotent)
     }
 
-    /// The checkout session made for our transaction `tx`, if Wave has one.
-    fn session_of(&self, tx: &str) -> LocalFuture<Result<Option<Value>, ProviderError>> {
+    /// The checkout session made for `payment` (our transaction id is its `client_reference`), if Wave has one.
+    fn session_of(&self, payment: &Payment) -> LocalFuture<Result<Option<Value>, ProviderError>> {
         let outbound = self.outbound.clone();
+        let tx = payment.transaction_id.clone();
         let call = self.call(Method::GET, &format!("/v1/checkout/sessions/search?client_reference={tx}"), None, true);
-        let tx = tx.to_owned();
-        Box::pin(async move { read_search(&outbound.send(call).await?).map(|found| best_session(found, &tx)) })
+        let asked = Stated::asked(payment.amount, payment.currency);
+        Box::pin(
+            async move { read_search(&outbound.send(call).await?).map(|found| best_session(found, &tx, Some(&asked))) },
+        )
     }
 
     fn seen(&self, id: &str) -> bool {
@@ -121,13 +124,20 @@ fn read_search(answer: &Answer) -> Result<Vec<Value>, ProviderError> {
     }
 }
 
-/// Of the sessions (or payouts) found for our transaction `tx`, the one that says the most: a success first.
-/// Only those that carry `tx` as their reference count, whatever else the search answered.
-fn best_session(mut found: Vec<Value>, tx: &str) -> Option<Value> {
+/// Of the sessions (or payouts) found for our transaction `tx`, the one that says the most: one of the amount
+/// Caisse asked first (when `asked` is given: anyone holding the wallet's key could make another session under
+/// our reference), then a success. Only those that carry `tx` as their reference count, whatever else the
+/// search answered.
+fn best_session(mut found: Vec<Value>, tx: &str, asked: Option<&Stated>) -> Option<Value> {
     found.retain(|v| v["client_reference"].as_str() == Some(tx));
-    let rank = |v: &Value| match (v["payment_status"].as_str(), v["status"].as_str()) {
-        (Some("succeeded"), _) | (_, Some("succeeded")) => 0,
-        _ => 1,
+    let rank = |v: &Value| {
+        let other_amount =
+            asked.is_some_and(|asked| Stated::read(&v["amount"], &v["currency"]).as_ref() != Some(asked));
+        let succeeded = matches!(
+            (v["payment_status"].as_str(), v["status"].as_str()),
+            (Some("succeeded"), _) | (_, Some("succeeded"))
+        );
+        (other_amount, !succeeded)
     };
     found.sort_by_key(rank);
     found.into_iter().next()
@@ -237,7 +247,7 @@ impl Adapter for Wave {
         let outbound = self.outbound.clone();
         // Not repeated on its own: a second POST would make a second session. The search decides instead.
         let create = self.call(Method::POST, "/v1/checkout/sessions", Some(body), false);
-        let search = self.session_of(&tx);
+        let search = self.session_of(payment);
         Box::pin(async move {
             match outbound.send(create).await {
                 Ok(answer) if answer.status.is_success() => launch_url(&answer.json()?).map(Some),
@@ -262,7 +272,7 @@ impl Adapter for Wave {
 
     fn close(&self, payment: &Payment) -> LocalFuture<Result<bool, ProviderError>> {
         let outbound = self.outbound.clone();
-        let search = self.session_of(&payment.transaction_id);
+        let search = self.session_of(payment);
         let settings = self.settings.clone();
         Box::pin(async move {
             let Some(session) = search.await? else { return Ok(false) };
@@ -287,7 +297,12 @@ impl Adapter for Wave {
     ) -> LocalFuture<Result<Report, ProviderError>> {
         match subject {
             Subject::Payment => {
-                let search = self.session_of(transaction_id);
+                let Some(payment) = payment.filter(|p| p.transaction_id == transaction_id) else {
+                    return Box::pin(std::future::ready(Err(ProviderError::Malformed(
+                        "a Wave payment is found through its payment".into(),
+                    ))));
+                };
+                let search = self.session_of(payment);
                 Box::pin(async move {
                     Ok(search.await?.map_or_else(|| ProviderStatus::Pending.into(), |s| session_status(&s)))
                 })
@@ -307,7 +322,7 @@ impl Adapter for Wave {
                 }
                 // Wave has no refund to query: its refund of a whole session is idempotent, so asking it again is
                 // the query (200: refunded; `checkout-refund-failed`: refused).
-                let refund = self.refund_session(&payment.transaction_id);
+                let refund = self.refund_session(payment);
                 Box::pin(async move {
                     Ok(match refund.await {
                         Ok(()) => ProviderStatus::Succeeded.into(),
@@ -334,7 +349,7 @@ impl Adapter for Wave {
     /// refund's transaction id.
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
         if refund.amount == payment.amount {
-            return self.refund_session(&payment.transaction_id);
+            return self.refund_session(payment);
         }
         let name = payment.customer_name.as_ref().map(|n| n.as_str().to_owned());
         self.send_payout(&refund.transaction_id(), payment.currency, refund.amount, &payment.customer_phone, name)
@@ -409,7 +424,7 @@ impl Wave {
         let call = self.call(Method::GET, &format!("/v1/payouts/search?client_reference={tx}"), None, true);
         let tx = tx.to_owned();
         Box::pin(async move {
-            let found = best_session(read_search(&outbound.send(call).await?)?, &tx);
+            let found = best_session(read_search(&outbound.send(call).await?)?, &tx, None);
             Ok(found.map_or_else(|| ProviderStatus::Pending.into(), |p| payout_status(&p)))
         })
     }
@@ -452,9 +467,9 @@ impl Wave {
     }
 
     /// Refunds the whole session of the payment `tx` (idempotent at Wave).
-    fn refund_session(&self, tx: &str) -> LocalFuture<Result<(), ProviderError>> {
+    fn refund_session(&self, payment: &Payment) -> LocalFuture<Result<(), ProviderError>> {
         let outbound = self.outbound.clone();
-        let search = self.session_of(tx);
+        let search = self.session_of(payment);
         let settings = self.settings.clone();
         Box::pin(async move {
             let Some(session) = search.await? else {
@@ -481,6 +496,7 @@ impl Wave {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use caisse_engine::domain::money::{Amount, Currency};
 
     fn sign(secret: &str, t: u64, body: &str, separator: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
@@ -522,9 +538,15 @@ mod tests {
         assert_eq!(code_of(Some("<script>"), "x"), "x", "a provider's code is untrusted");
         let ours = |status: &str| json!({"payment_status": status, "client_reference": "tx_1"});
         let two = vec![ours("processing"), ours("succeeded")];
-        assert_eq!(best_session(two, "tx_1").unwrap()["payment_status"], "succeeded");
+        assert_eq!(best_session(two, "tx_1", None).unwrap()["payment_status"], "succeeded");
         let foreign = json!({"payment_status": "succeeded", "client_reference": "tx_2"});
-        let found = best_session(vec![ours("processing"), foreign], "tx_1").unwrap();
+        let found = best_session(vec![ours("processing"), foreign], "tx_1", None).unwrap();
         assert_eq!(found["payment_status"], "processing", "a session of another reference says nothing of ours");
+        // Another session under our reference, of another amount, succeeded: ours is read first all the same.
+        let session = |amount: &str, status: &str| json!({"payment_status": status, "client_reference": "tx_1", "amount": amount, "currency": "XOF"});
+        let asked = Stated::asked(Amount::new(1_000).unwrap(), Currency::XOF);
+        let found = best_session(vec![session("10", "succeeded"), session("1000", "processing")], "tx_1", Some(&asked))
+            .unwrap();
+        assert_eq!(found["amount"], "1000");
     }
 }
