@@ -224,20 +224,13 @@ fn body(amount: Amount, currency: Currency, external_id: &str, (key, value): (&s
     body
 }
 
-/// The codes MTN answers a refused creation with, under a 500: a configuration it refuses (the target
-/// environment, the currency, the callback host) or a party it refuses. Its own failures
-/// (`INTERNAL_PROCESSING_ERROR`, `SERVICE_UNAVAILABLE`, `COULD_NOT_PERFORM_TRANSACTION`) are not among them.
-const REFUSALS: &[&str] = &[
-    "NOT_ALLOWED",
-    "NOT_ALLOWED_TARGET_ENVIRONMENT",
-    "INVALID_CALLBACK_URL_HOST",
-    "INVALID_CURRENCY",
-    "PAYER_NOT_FOUND",
-    "PAYEE_NOT_FOUND",
-    "NOT_ENOUGH_FUNDS",
-    "PAYER_LIMIT_REACHED",
-    "PAYEE_NOT_ALLOWED_TO_RECEIVE",
-];
+/// The codes MTN answers a refused creation with, under a 500, that say the request could not be made at all:
+/// a configuration it refuses (the account's permissions, the target environment, the currency, the callback
+/// host). A refusal about the parties (`NOT_ENOUGH_FUNDS`, `PAYEE_NOT_FOUND`, ...) is not among them: such a
+/// transaction may have been created on an earlier attempt and not be visible yet, so only its status decides.
+/// Nor are MTN's own failures (`INTERNAL_PROCESSING_ERROR`, `SERVICE_UNAVAILABLE`, ...).
+const REFUSALS: &[&str] =
+    &["NOT_ALLOWED", "NOT_ALLOWED_TARGET_ENVIRONMENT", "INVALID_CALLBACK_URL_HOST", "INVALID_CURRENCY"];
 
 /// The code of a creation MTN refused under a 500 ([`REFUSALS`]), in lower snake case.
 fn refusal(answer: &Answer) -> Option<String> {
