@@ -450,6 +450,10 @@ mod tests {
             let now = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
             assert_ne!(now.status, PaymentStatus::Succeeded, "{amount} {currency}");
         }
+        // Nor is it the end of the wait: the TTL's last query expires nothing on such an answer.
+        apply_provider_status(&flow.engine, &merchant, &located, &success("1", "XOF"), true).await.unwrap();
+        let now = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
+        assert_eq!(now.status, PaymentStatus::Initiated, "the customer may have paid");
         let written = format!("{asked}.00");
         apply_provider_status(&flow.engine, &merchant, &located, &success(&written, "XOF"), false).await.unwrap();
         let now = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
