@@ -178,16 +178,7 @@ async fn idempotency_replays_and_refuses_reuse() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let m = MerchantId::new();
-    let idem = |fingerprint: &str| {
-        Some(Idempotency {
-            key: IdempotencyKey::parse("key-1").unwrap(),
-            fingerprint: fingerprint.into(),
-            earlier_fingerprint: None,
-            success_status: 201,
-            follows: false,
-            held: false,
-        })
-    };
+    let idem = |fingerprint: &str| Some(key_1(fingerprint));
     let first = done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), idem("a")).await);
     let replay = engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), idem("a")).await.unwrap();
     match replay {
@@ -208,6 +199,18 @@ async fn idempotency_replays_and_refuses_reuse() {
     assert!(matches!(replay, Ok(Executed::Replayed { status: 201, .. })), "{replay:?}");
 }
 
+/// The API's part of a request made with the key `key-1` and this fingerprint, answered 201.
+fn key_1(fingerprint: &str) -> Idempotency {
+    Idempotency {
+        key: IdempotencyKey::parse("key-1").unwrap(),
+        fingerprint: fingerprint.into(),
+        earlier_fingerprint: None,
+        success_status: 201,
+        follows: false,
+        held: false,
+    }
+}
+
 /// A request that goes on after its first change (it asks its provider) holds its key: another request with it
 /// is 409 in use until the release, then a replay of what the request answered.
 #[actix::test]
@@ -215,14 +218,7 @@ async fn a_held_key_is_in_use_until_its_request_releases_it() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let m = MerchantId::new();
-    let idem = Idempotency {
-        key: IdempotencyKey::parse("key-1").unwrap(),
-        fingerprint: "a".into(),
-        earlier_fingerprint: None,
-        success_status: 201,
-        follows: false,
-        held: false,
-    };
+    let idem = key_1("a");
     let initiate = || Command::InitiatePayment(new_payment(1_000, None));
     let first = done(engine.execute(&m, initiate(), Some(idem.clone().holding())).await);
     let retry = engine.execute(&m, initiate(), Some(idem.clone())).await;
@@ -248,14 +244,7 @@ async fn a_change_that_follows_the_first_is_what_the_key_replays() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let m = MerchantId::new();
-    let idem = Idempotency {
-        key: IdempotencyKey::parse("key-1").unwrap(),
-        fingerprint: "a".into(),
-        earlier_fingerprint: None,
-        success_status: 201,
-        follows: false,
-        held: false,
-    };
+    let idem = key_1("a");
     let first = done(engine.execute(&m, Command::InitiatePayment(new_payment(1_000, None)), Some(idem.clone())).await);
     let reference = payment_of(first).reference;
     let declined = Command::PaymentNotice {
