@@ -33,7 +33,7 @@ pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
 /// change of it raises [`PROTOCOL`]. During an upgrade that raises it, the merchants held by nodes on the
 /// other protocol answer `503` until every node runs the new build.
 pub const VERSION_HEADER: &str = "caisse-forward-version";
-pub const PROTOCOL: &str = "caisse-forward/3";
+pub const PROTOCOL: &str = "caisse-forward/4";
 
 /// The content type of forwarded messages and their answers.
 pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";

@@ -5,7 +5,7 @@ use caisse::config::{Environment, MtnProduct, MtnSettings, Secret};
 use caisse_engine::domain::ids::uuid_of;
 use serde_json::{json, Value};
 
-use crate::support::{free_port, spawn_app_with, Fake, TestApp};
+use crate::support::{assert_error, free_port, spawn_app_with, Fake, TestApp};
 use crate::{pay, payment};
 
 const TARGET: &str = "mtnbenin";
@@ -105,6 +105,27 @@ async fn a_refusal_answered_with_a_500_fails_the_payment_once_mtn_knows_no_such_
     assert_eq!(again.json, first.json);
     let attempts = fake.received("POST", "/collection/v1_0/requesttopay").await.len();
     assert_eq!(attempts, 3, "the request and its two retries, none after the refusal");
+}
+
+/// While the request still waits for MTN, its key is in use: a retry is told so, and once the request has
+/// answered, a retry is its answer again.
+#[actix_web::test]
+async fn a_retry_while_the_request_waits_for_mtn_finds_its_key_in_use() {
+    let (fake, app) = start().await;
+    fake.knobs(json!({"latency_ms": 1_500})).await;
+    let request = payment(1_000, "+22997000001");
+    let send = || app.send(app.post("/v1/paiement/initier").idem("slow-1").json(&request));
+    let retry = async {
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(500)).await;
+        send().await
+    };
+    let (first, retry) = futures_util::future::join(send(), retry).await;
+    assert_error(&retry, 409, "idempotency_key_in_use", None);
+    first.expect(201);
+    let again = send().await;
+    assert_eq!(again.expect(201).header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(again.json, first.json);
+    assert_eq!(fake.received("POST", "/collection/v1_0/requesttopay").await.len(), 1);
 }
 
 #[actix_web::test]

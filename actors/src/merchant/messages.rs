@@ -36,8 +36,10 @@ pub struct Idempotency {
 }
 
 /// How long a held key ([`Idempotency::held`]) stays in use without its release: beyond what a request
-/// spends with its provider (two calls of at most 10 s each), so only a request that died lets go this way.
-pub const KEY_HELD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
+/// spends with its provider in one call (at most 10 s), so that a request whose node died, or whose release was
+/// lost, frees its key soon. A request still going on past it (two slow calls, for a refund or payout settled
+/// at once) lets a retry replay its answer as first written, as a request of a node that moved the merchant.
+pub const KEY_HELD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Idempotency {
     /// The same request's part in a change that follows its first ([`Idempotency::follows`]).
