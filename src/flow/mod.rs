@@ -334,6 +334,14 @@ impl Flow {
         let sent = match &executed {
             Executed::Done(record @ Record::Payment(p)) => {
                 match (self.carrier(record, TransactionType::Refund), &p.refund) {
+                    // The payment's own adapter, which cannot send this back (a card's money is never sent to
+                    // a phone): the refund was accepted while its payment was not yet paid, before any way back
+                    // was looked for. Refused before anything is sent, so its reservation is released.
+                    (Some(carrier), Some(refund))
+                        if carrier.subject == Subject::Refund && !carrier.adapter.can_refund(p, refund.amount) =>
+                    {
+                        Err(ProviderError::Rejected { code: "refund_unsupported".into() })
+                    }
                     (Some(carrier), Some(refund)) => Self::within_budget(send_refund(&carrier, p, refund)).await,
                     _ => Ok(()),
                 }
@@ -425,11 +433,6 @@ pub fn send_refund(
 ) -> crate::providers::LocalFuture<Result<(), ProviderError>> {
     match carrier.subject {
         Subject::Payout => carrier.adapter.payout(&refund_as_payout(payment, refund)),
-        // The payment's own adapter, which cannot send this back (a card's money is never sent to a phone):
-        // the refund was accepted while its payment was not yet paid, before any way back was looked for.
-        _ if !carrier.adapter.can_refund(payment, refund.amount) => {
-            Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "refund_unsupported".into() })))
-        }
         _ => carrier.adapter.refund(payment, refund),
     }
 }

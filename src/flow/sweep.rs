@@ -279,7 +279,7 @@ mod tests {
     use caisse_engine::domain::money::{Amount, Currency, FeeRule};
     use caisse_engine::domain::phone::Phone;
     use caisse_engine::domain::records::{Payment, Payout, ProviderCode, Refund};
-    use caisse_engine::domain::status::PaymentStatus;
+    use caisse_engine::domain::status::{PaymentStatus, RefundStatus};
     use caisse_engine::domain::text::Metadata;
     use caisse_engine::Executed;
     use caisse_engine::{Engine, EngineConfig};
@@ -460,10 +460,11 @@ mod tests {
         assert_eq!(now.status, PaymentStatus::Succeeded, "the amount asked, written with decimals");
     }
 
-    /// A refund accepted while its payment was not yet paid, before any way back was looked for, is never sent
-    /// through an adapter that cannot send that payment's money back: it is refused before any call.
+    /// A refund that reaches the flow with no way back (as one accepted while its payment was not yet paid,
+    /// before any way back was looked for) is never sent through the payment's adapter when it cannot send
+    /// that money back: it fails before any call, and its reservation is released.
     #[actix_web::test]
-    async fn a_refund_the_payments_adapter_cannot_make_is_refused_before_any_call() {
+    async fn a_refund_the_payments_adapter_cannot_make_fails_before_any_call() {
         let dir = tempfile::tempdir().unwrap();
         let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
         actix_web::rt::time::sleep(Duration::from_millis(2)).await;
@@ -472,19 +473,17 @@ mod tests {
         let reference = caisse_engine::domain::text::Reference::parse(&item.owner).unwrap();
         let confirmed = Command::PaymentNotice { reference: reference.clone(), notice: PaymentNotice::Confirmed };
         flow.engine.execute(&merchant, confirmed, None).await.unwrap();
-        let refund = Command::RequestRefund { reference, amount: Some(Amount::positive(500).unwrap()), reason: None };
-        let refunded = flow.engine.execute(&merchant, refund, None).await;
-        let Ok(Executed::Done(record)) = refunded else { panic!("a refund: {refunded:?}") };
-        let carrier = flow.carrier(&record, TransactionType::Refund).unwrap();
-        let Record::Payment(payment) = &record else { panic!("a payment") };
-        let refund = payment.refund.as_ref().unwrap();
+        let before = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
         slow.cannot_refund.store(true, Ordering::SeqCst);
         let calls = slow.calls.load(Ordering::SeqCst);
-        let sent = crate::flow::send_refund(&carrier, payment, refund).await;
-        assert!(matches!(sent, Err(ProviderError::Rejected { code }) if code == "refund_unsupported"));
+        let refund = Command::RequestRefund { reference, amount: Some(Amount::positive(500).unwrap()), reason: None };
+        let refunded = flow.request_refund(&merchant, refund, None).await;
+        let Ok(Executed::Done(Record::Payment(payment))) = refunded else { panic!("a refund: {refunded:?}") };
+        let refund = payment.refund.as_ref().unwrap();
+        assert_eq!(refund.status, RefundStatus::Failed, "{refund:?}");
         assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing was asked of the provider");
-        slow.cannot_refund.store(false, Ordering::SeqCst);
-        assert!(crate::flow::send_refund(&carrier, payment, refund).await.is_ok());
+        let after = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
+        assert_eq!((after.available, after.pending), (before.available, before.pending), "nothing stays reserved");
     }
 
     /// A status query refused (an adapter that cannot ask) is no answer: the money may have left, so nothing
