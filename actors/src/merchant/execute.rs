@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use super::{Execute, Executed, MerchantActor};
+use super::{Execute, Executed, KeyUse, MerchantActor};
 use crate::core::{decide, Command, Decided, Record, Target};
 use crate::domain::ids::new_id;
 use crate::domain::links::{link_of, Link};
@@ -69,7 +69,7 @@ impl MerchantActor {
         self.check_open()?;
         let now = Timestamp::now();
         if let Some(idem) = msg.idempotency.as_ref().filter(|i| !i.follows) {
-            if self.keys_in_flight.contains_key(&idem.key) || self.key_held(&idem.key) {
+            if self.key_in_use(&idem.key) {
                 return Err(EngineError::IdempotencyKeyInUse);
             }
             if let Some(first) = self.store.idempotency(&self.id, &idem.key)?.filter(|r| r.is_live(now)) {
@@ -170,23 +170,26 @@ impl MerchantActor {
         let held = msg.idempotency.as_ref().is_some_and(|i| i.held && !i.follows);
         let key = msg.idempotency.filter(|i| !i.follows).map(|i| i.key);
         if let Some(k) = &key {
-            self.keys_in_flight.insert(k.clone(), seq);
+            self.keys_in_use.insert(k.clone(), KeyUse::Writing);
         }
         self.in_flight += 1;
         Ok(Reply::Wait { ticket, seq, keys, idempotency_key: key, held, record: decision.record })
     }
 
-    /// Whether a request that holds `key` is still going on ([`Idempotency::held`](super::Idempotency)).
-    /// Holds past their time are dropped here.
-    fn key_held(&mut self, key: &IdempotencyKey) -> bool {
+    /// Whether a request with `key` is still running: its write in flight, or written and going on
+    /// ([`Idempotency::held`](super::Idempotency)). Holds past their time are dropped here.
+    pub(super) fn key_in_use(&mut self, key: &IdempotencyKey) -> bool {
         let now = std::time::Instant::now();
-        self.keys_held.retain(|_, until| *until > now);
-        self.keys_held.contains_key(key)
+        self.keys_in_use.retain(|_, used| !matches!(used, KeyUse::Held { until } if *until <= now));
+        self.keys_in_use.contains_key(key)
     }
 
-    /// A request that held its key is over: a request with the key is a replay from now on.
+    /// A request that held its key is over: a request with the key is a replay from now on. A key being
+    /// written is another request's, and stays.
     pub(super) fn release_key(&mut self, key: &IdempotencyKey) {
-        self.keys_held.remove(key);
+        if matches!(self.keys_in_use.get(key), Some(KeyUse::Held { .. })) {
+            self.keys_in_use.remove(key);
+        }
     }
 
     /// Called in order of completion of each ticket, on the actor's own thread.
@@ -215,11 +218,11 @@ impl MerchantActor {
             self.recent.clear();
         }
         if let Some(k) = idempotency_key {
-            self.keys_in_flight.remove(k);
             // Its request goes on with its provider: the key stays in use until it is released.
-            if held && ok {
-                self.keys_held.insert(k.clone(), now + super::KEY_HELD_AT_MOST);
-            }
+            match held && ok {
+                true => self.keys_in_use.insert(k.clone(), KeyUse::Held { until: now + super::KEY_HELD_AT_MOST }),
+                false => self.keys_in_use.remove(k),
+            };
         }
         if ok {
             self.durable.send_if_modified(|d| {

@@ -137,7 +137,7 @@ impl Handler<ForgetIdempotency> for MerchantActor {
             for (key, made_at) in self.store.idempotency_made_before(&self.id, msg.before, msg.limit)? {
                 // A request with this key is being made durable: its record is not read yet, so nothing of
                 // the key is touched until it is.
-                if self.keys_in_flight.contains_key(&key) || self.keys_held.contains_key(&key) {
+                if self.key_in_use(&key) {
                     continue;
                 }
                 let record = self.store.idempotency(&self.id, &key)?;

@@ -48,6 +48,16 @@ pub use messages::{
     ReleaseKey, KEY_HELD_AT_MOST,
 };
 
+/// Why a request's idempotency key is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyUse {
+    /// Its request's change is being made durable.
+    Writing,
+    /// Its request's change is written and the request goes on ([`messages::Idempotency::held`]): until its
+    /// release, or this instant at the latest.
+    Held { until: Instant },
+}
+
 /// Tuning of every merchant actor.
 #[derive(Debug, Clone, Copy)]
 pub struct ActorSettings {
@@ -79,11 +89,8 @@ pub struct MerchantActor {
     dirty: HashMap<String, (Record, u64)>,
     /// Records whose latest write has settled, for a short while.
     recent: Recent,
-    /// Idempotency keys of requests whose write is in flight.
-    keys_in_flight: HashMap<IdempotencyKey, u64>,
-    /// Idempotency keys of requests written and still going on ([`messages::Idempotency::held`]), each until
-    /// its release or the instant given.
-    keys_held: HashMap<IdempotencyKey, Instant>,
+    /// Idempotency keys of requests still running: their write in flight, or written and going on.
+    keys_in_use: HashMap<IdempotencyKey, KeyUse>,
     in_flight: usize,
     guard: FailureLatch,
     /// The ownership the actor's state was read under in a cluster; every change carries it, so a write made
@@ -116,8 +123,7 @@ impl MerchantActor {
             seq: recovered.seq,
             dirty: HashMap::new(),
             recent: Recent::default(),
-            keys_in_flight: HashMap::new(),
-            keys_held: HashMap::new(),
+            keys_in_use: HashMap::new(),
             in_flight: 0,
             guard: Arc::new(AtomicBool::new(false)),
             fence: recovered.fence,
