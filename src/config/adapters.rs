@@ -217,6 +217,33 @@ pub struct PawapayLayer {
     pub(super) base_url: Option<String>,
     pub(super) api_token: Option<String>,
     pub(super) api_token_file: Option<String>,
+    /// `true` in the file, or `true`/`1`/`false`/`0` from the environment; read when resolved.
+    #[serde(default, deserialize_with = "flag_text")]
+    pub(super) require_signatures: Option<String>,
+}
+
+/// A flag as the file writes it (`true`) or as the environment does (`"true"`), kept as text until resolved so
+/// that a bad value is named with its setting.
+fn flag_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Text(String),
+    }
+    Ok(Option::<Flag>::deserialize(d)?.map(|flag| match flag {
+        Flag::Bool(b) => b.to_string(),
+        Flag::Text(text) => text,
+    }))
+}
+
+/// A flag's text: `true`/`1` or `false`/`0` (empty: `false`).
+fn flag(setting: &str, text: Option<String>) -> Result<bool, ConfigError> {
+    match text.as_deref().map(str::trim) {
+        None | Some("") | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") => Ok(true),
+        Some(other) => Err(bad(setting, format!("`{other}` is not true or false"))),
+    }
 }
 
 impl AdaptersLayer {
@@ -226,8 +253,12 @@ impl AdaptersLayer {
             base_url: get("CAISSE_ADAPTERS_PAWAPAY_BASE_URL"),
             api_token: get("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN"),
             api_token_file: get("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN_FILE"),
+            require_signatures: get("CAISSE_ADAPTERS_PAWAPAY_REQUIRE_SIGNATURES"),
         };
-        let any_pawapay = pawapay.base_url.is_some() || pawapay.api_token.is_some() || pawapay.api_token_file.is_some();
+        let any_pawapay = pawapay.base_url.is_some()
+            || pawapay.api_token.is_some()
+            || pawapay.api_token_file.is_some()
+            || pawapay.require_signatures.is_some();
         let mut mtn = MtnLayer::default();
         let mut any_mtn = false;
         for key in MTN_KEYS {
@@ -312,11 +343,12 @@ impl AdaptersLayer {
                 }
             }
         }
-        if let Some(PawapayLayer { base_url, api_token, api_token_file }) = pawapay {
+        if let Some(PawapayLayer { base_url, api_token, api_token_file, require_signatures }) = pawapay {
             let mine = self.pawapay.get_or_insert_with(PawapayLayer::default);
             mine.base_url = base_url.or(mine.base_url.take());
             mine.api_token = api_token.or(mine.api_token.take());
             mine.api_token_file = api_token_file.or(mine.api_token_file.take());
+            mine.require_signatures = require_signatures.or(mine.require_signatures.take());
         }
         self
     }
@@ -327,6 +359,9 @@ impl AdaptersLayer {
 pub struct PawapaySettings {
     pub base_url: String,
     pub api_token: Secret,
+    /// Refuse (401) a callback without a signature: for an account whose callbacks pawaPay signs (signing is
+    /// turned on in pawaPay's dashboard), an unsigned one is not pawaPay's.
+    pub require_signatures: bool,
 }
 
 /// One MTN MoMo product's credentials.
@@ -467,7 +502,8 @@ pub(super) fn resolve(layer: Option<AdaptersLayer>, environment: Environment) ->
             };
             let url = p.base_url.filter(|u| !u.is_empty()).unwrap_or_else(|| default.to_owned());
             let base_url = base_url("adapters.pawapay.base_url", &url)?;
-            token.map(|api_token| PawapaySettings { base_url, api_token })
+            let require_signatures = flag("adapters.pawapay.require_signatures", p.require_signatures)?;
+            token.map(|api_token| PawapaySettings { base_url, api_token, require_signatures })
         }
     };
     let mtn_momo = match layer.mtn_momo {
@@ -632,7 +668,8 @@ mod tests {
     fn a_secret_never_prints() {
         let s = Secret::new("tok_live_123".into());
         assert!(!format!("{s:?}").contains("tok_live"));
-        let settings = PawapaySettings { base_url: "https://api.pawapay.io".into(), api_token: s };
+        let settings =
+            PawapaySettings { base_url: "https://api.pawapay.io".into(), api_token: s, require_signatures: false };
         assert!(!format!("{settings:?}").contains("tok_live"));
     }
 
@@ -643,6 +680,7 @@ mod tests {
                 base_url: url.map(str::to_owned),
                 api_token: token.map(str::to_owned),
                 api_token_file: None,
+                require_signatures: None,
             }),
             mtn_momo: None,
             wave: None,
@@ -656,6 +694,24 @@ mod tests {
         assert_eq!(fake.pawapay.unwrap().base_url, "http://127.0.0.1:9000");
         let refused = resolve(Some(layer(Some("http://pawapay.example"), Some("t"))), Environment::Production);
         assert!(refused.unwrap_err().to_string().contains("adapters.pawapay.base_url"));
+        assert!(!active.require_signatures, "unsigned callbacks are accepted unless required");
+    }
+
+    #[test]
+    fn pawapay_signatures_are_required_from_the_file_or_the_environment() {
+        let from_env = |value: &str| {
+            let vars =
+                [("CAISSE_ADAPTERS_PAWAPAY_API_TOKEN", "t"), ("CAISSE_ADAPTERS_PAWAPAY_REQUIRE_SIGNATURES", value)];
+            let get = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+            resolve(AdaptersLayer::from_env(&get), Environment::Production)
+                .map(|a| a.pawapay.unwrap().require_signatures)
+        };
+        assert!(from_env("true").unwrap() && from_env("1").unwrap());
+        assert!(!from_env("false").unwrap() && !from_env("0").unwrap());
+        assert!(from_env("yes").unwrap_err().to_string().contains("adapters.pawapay.require_signatures"));
+        let file: AdaptersLayer =
+            toml::from_str("[pawapay]\napi_token = \"t\"\nrequire_signatures = true\n").expect("a file layer");
+        assert!(resolve(Some(file), Environment::Production).unwrap().pawapay.unwrap().require_signatures);
     }
 }
 

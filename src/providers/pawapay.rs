@@ -253,12 +253,18 @@ impl Adapter for Pawapay {
         self.outbound.degraded()
     }
 
-    /// Unsigned callbacks are accepted (nothing moves before the status query); a signed one must verify
-    /// against pawaPay's key of that id, fetched when not known yet.
+    /// Unsigned callbacks are accepted (nothing moves before the status query) unless the settings require
+    /// signatures; a signed one must verify against pawaPay's key of that id, fetched when not known yet.
     fn authenticate(&self, callback: Callback) -> LocalFuture<Result<(), ProviderError>> {
         let header = |name: &str| callback.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let Some(input) = header("signature-input") else {
-            return Box::pin(std::future::ready(Ok(())));
+            let unsigned = match self.settings.require_signatures {
+                true => Err(ProviderError::Unauthenticated(
+                    "an unsigned callback, and adapters.pawapay.require_signatures is set".into(),
+                )),
+                false => Ok(()),
+            };
+            return Box::pin(std::future::ready(unsigned));
         };
         let input = match rfc9421::parse_input(&input) {
             Ok(input) => input,
@@ -538,6 +544,7 @@ mod tests {
         let settings = PawapaySettings {
             base_url: "http://127.0.0.1:1".into(),
             api_token: crate::config::Secret::new("t".into()),
+            require_signatures: false,
         };
         let adapter = Pawapay::new(settings, "https://pay.example.com");
         let tx = caisse_engine::domain::ids::new_id(caisse_engine::domain::ids::IdKind::Transaction);

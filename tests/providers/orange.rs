@@ -178,6 +178,7 @@ async fn a_refund_goes_back_through_another_adapters_payout() {
         s.adapters.pawapay = Some(caisse::config::PawapaySettings {
             base_url: pawapay_url,
             api_token: Secret::new("pawapay-test-token".into()),
+            require_signatures: false,
         });
         for p in &mut s.providers {
             if p.code.as_str() == "orange_money" {

@@ -58,7 +58,8 @@ async fn start_settling_after(
         s.environment = Environment::Production;
         s.payment_ttl_ms = crate::support::PAYMENT_TTL_MS;
         s.listen = format!("127.0.0.1:{port}").parse().expect("a loopback address");
-        s.adapters.pawapay = Some(PawapaySettings { base_url, api_token: Secret::new(TOKEN.into()) });
+        s.adapters.pawapay =
+            Some(PawapaySettings { base_url, api_token: Secret::new(TOKEN.into()), require_signatures: false });
         for p in &mut s.providers {
             if ["mtn_momo", "moov_money", "orange_money"].contains(&p.code.as_str()) {
                 p.adapter = Some("pawapay".into());
@@ -290,6 +291,22 @@ async fn a_forged_callback_never_credits_and_unknown_ones_are_ignored() {
     app.send(callback(foreign)).await.expect(200);
     assert_eq!(app.balance("XOF").await, (0, 0, 0));
     assert_eq!(fake.transactions().await.len(), 1);
+}
+
+/// With signatures required, an unsigned callback is refused before anything is read, and signed ones still
+/// complete payments.
+#[actix_web::test]
+async fn with_signatures_required_an_unsigned_callback_is_refused() {
+    let (fake, app) = start_with(|s| {
+        if let Some(pawapay) = s.adapters.pawapay.as_mut() {
+            pawapay.require_signatures = true;
+        }
+    })
+    .await;
+    let unsigned = json!({"depositId": "6f1c2a4e-0000-4000-8000-000000000001", "status": "COMPLETED"});
+    app.send(app.post("/v1/notifications/pawapay").no_auth().json(&unsigned)).await.expect(401);
+    fake.knobs(json!({"signed": true})).await;
+    pay(&app, 1_000, COMPLETES, "succes").await;
 }
 
 #[actix_web::test]
