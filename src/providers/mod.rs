@@ -100,11 +100,6 @@ impl Stated {
         Some(Stated { amount, currency: currency.as_str().map(str::to_owned) })
     }
 
-    /// `amount` of `currency` as Caisse asked it, to compare with what answers state.
-    pub fn asked(amount: Amount, currency: Currency) -> Stated {
-        Stated { amount: decimal(&pawapay::amount_text(amount, currency)), currency: Some(currency.code().to_owned()) }
-    }
-
     /// Whether this is `amount` of `currency` (a currency the answer does not name is not compared).
     pub fn is(&self, amount: Amount, currency: Currency) -> bool {
         let asked = decimal(&pawapay::amount_text(amount, currency));

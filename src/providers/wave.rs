@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use actix_web::http::header::HeaderMap;
 use awc::http::{Method, StatusCode};
+use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::provider::ReturnUrl;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use hmac::{Hmac, Mac};
@@ -71,9 +72,9 @@ impl Wave {
         let outbound = self.outbound.clone();
         let tx = payment.transaction_id.clone();
         let call = self.call(Method::GET, &format!("/v1/checkout/sessions/search?client_reference={tx}"), None, true);
-        let asked = Stated::asked(payment.amount, payment.currency);
+        let asked = (payment.amount, payment.currency);
         Box::pin(
-            async move { read_search(&outbound.send(call).await?).map(|found| best_session(found, &tx, Some(&asked))) },
+            async move { read_search(&outbound.send(call).await?).map(|found| best_session(found, &tx, Some(asked))) },
         )
     }
 
@@ -128,11 +129,11 @@ fn read_search(answer: &Answer) -> Result<Vec<Value>, ProviderError> {
 /// Caisse asked first (when `asked` is given: anyone holding the wallet's key could make another session under
 /// our reference), then a success. Only those that carry `tx` as their reference count, whatever else the
 /// search answered.
-fn best_session(mut found: Vec<Value>, tx: &str, asked: Option<&Stated>) -> Option<Value> {
+fn best_session(mut found: Vec<Value>, tx: &str, asked: Option<(Amount, Currency)>) -> Option<Value> {
     found.retain(|v| v["client_reference"].as_str() == Some(tx));
     let rank = |v: &Value| {
-        let other_amount =
-            asked.is_some_and(|asked| Stated::read(&v["amount"], &v["currency"]).as_ref() != Some(asked));
+        let stated = Stated::read(&v["amount"], &v["currency"]);
+        let other_amount = asked.is_some_and(|(a, c)| !stated.as_ref().is_some_and(|s| s.is(a, c)));
         let succeeded = matches!(
             (v["payment_status"].as_str(), v["status"].as_str()),
             (Some("succeeded"), _) | (_, Some("succeeded"))
@@ -433,8 +434,8 @@ impl Wave {
     fn send_payout(
         &self,
         tx: &str,
-        currency: caisse_engine::domain::money::Currency,
-        amount: caisse_engine::domain::money::Amount,
+        currency: Currency,
+        amount: Amount,
         mobile: &caisse_engine::domain::phone::Phone,
         name: Option<String>,
     ) -> LocalFuture<Result<(), ProviderError>> {
@@ -496,7 +497,6 @@ impl Wave {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use caisse_engine::domain::money::{Amount, Currency};
 
     fn sign(secret: &str, t: u64, body: &str, separator: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
@@ -544,9 +544,9 @@ mod tests {
         assert_eq!(found["payment_status"], "processing", "a session of another reference says nothing of ours");
         // Another session under our reference, of another amount, succeeded: ours is read first all the same.
         let session = |amount: &str, status: &str| json!({"payment_status": status, "client_reference": "tx_1", "amount": amount, "currency": "XOF"});
-        let asked = Stated::asked(Amount::new(1_000).unwrap(), Currency::XOF);
-        let found = best_session(vec![session("10", "succeeded"), session("1000", "processing")], "tx_1", Some(&asked))
-            .unwrap();
+        let asked = (Amount::new(1_000).unwrap(), Currency::XOF);
+        let found =
+            best_session(vec![session("10", "succeeded"), session("1000", "processing")], "tx_1", Some(asked)).unwrap();
         assert_eq!(found["amount"], "1000");
     }
 }
