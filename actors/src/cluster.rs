@@ -66,7 +66,7 @@ pub enum Ask {
     Payout(String),
     Link(String),
     Balances,
-    /// The end of a request that held its idempotency key ([`crate::Idempotency::held`]).
+    /// The end of a request that held its idempotency key ([`crate::Part::FirstHeld`]).
     Release(IdempotencyKey),
 }
 

@@ -504,7 +504,7 @@ impl Engine {
         self.ask(merchant, Execute { command, idempotency, note }).await
     }
 
-    /// Ends a request that held its idempotency key ([`Idempotency::held`]): a request with the key is a
+    /// Ends a request that held its idempotency key ([`crate::Part::FirstHeld`]): a request with the key is a
     /// replay from now on. Should this fail, the key is released [`crate::merchant::KEY_HELD_AT_MOST`] after it
     /// was written.
     pub async fn release_key(&self, merchant: &MerchantId, key: IdempotencyKey) -> Result<(), EngineError> {

@@ -36,4 +36,4 @@ pub use crate::core::{
 };
 pub use crate::engine::{AuditSchedule, Engine, EngineConfig, KeyChange};
 pub use crate::error::EngineError;
-pub use crate::merchant::{ActorSettings, Executed, Idempotency, ProviderNote};
+pub use crate::merchant::{ActorSettings, Executed, Idempotency, Part, ProviderNote};

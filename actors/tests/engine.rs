@@ -11,7 +11,7 @@ use caisse_engine::domain::records::{DeliveryState, TransactionType, WebhookBody
 use caisse_engine::domain::status::{EventKind, PaymentStatus, PayoutStatus, RefundStatus};
 use caisse_engine::domain::text::{IdempotencyKey, Reference};
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Idempotency, Record, Rejection};
+use caisse_engine::{Engine, EngineConfig, EngineError, Executed, Idempotency, Part, Record, Rejection};
 
 fn done(result: Result<Executed, EngineError>) -> Record {
     match result {
@@ -206,8 +206,7 @@ fn key_1(fingerprint: &str) -> Idempotency {
         fingerprint: fingerprint.into(),
         earlier_fingerprint: None,
         success_status: 201,
-        follows: false,
-        held: false,
+        part: Part::Only,
     }
 }
 
@@ -648,8 +647,7 @@ fn idempotency_records_past_their_day_are_deleted_through_the_actor() {
                     fingerprint: format!("f{i}"),
                     earlier_fingerprint: None,
                     success_status: 201,
-                    follows: false,
-                    held: false,
+                    part: Part::Only,
                 };
                 let command = Command::InitiatePayment(new_payment(1_000, None));
                 engine.execute(&m, command, Some(idempotency)).await.unwrap();

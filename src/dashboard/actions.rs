@@ -13,7 +13,7 @@ use caisse_engine::domain::money::{Amount, CURRENCIES};
 use caisse_engine::domain::records::{Payment, Payout};
 use caisse_engine::domain::status::RefundStatus;
 use caisse_engine::domain::text::{IdempotencyKey, Reason};
-use caisse_engine::{Command, EngineError, Executed, Idempotency, Rejection};
+use caisse_engine::{Command, EngineError, Executed, Idempotency, Part, Rejection};
 use maud::{html, Markup};
 use sha2::{Digest, Sha256};
 
@@ -307,8 +307,7 @@ pub(super) fn one_time_key(form: &Form, parts: &[&str]) -> Result<Idempotency, D
         fingerprint: hex::encode(hash.finalize()),
         earlier_fingerprint: None,
         success_status: 200,
-        follows: false,
-        held: false,
+        part: Part::Only,
     })
 }
 

@@ -213,7 +213,7 @@ impl Flow {
         Ok(executed)
     }
 
-    /// Writes a request's first change, its idempotency key held ([`Idempotency::held`]) while the request goes
+    /// Writes a request's first change, its idempotency key held ([`Part::FirstHeld`](caisse_engine::Part)) while the request goes
     /// on with its provider. Answers the change, the request's part in the changes that follow it
     /// ([`Idempotency::following`]), and the key to [`Flow::release`] once the request has its answer: only
     /// when this request made the change (a replay holds nothing).

@@ -9,7 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::text::IdempotencyKey;
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::{Executed, Idempotency, Record};
+use caisse_engine::{Executed, Idempotency, Part, Record};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -258,8 +258,7 @@ pub fn idempotency(
         fingerprint,
         earlier_fingerprint,
         success_status: success_status.as_u16(),
-        follows: false,
-        held: false,
+        part: Part::Only,
     }))
 }
 

@@ -37,7 +37,7 @@ use caisse_engine::domain::records::Payment;
 use caisse_engine::domain::status::PaymentStatus;
 use caisse_engine::domain::text::{Email, Name, Reference};
 use caisse_engine::domain::time::Timestamp;
-use caisse_engine::{EngineError, Executed, Idempotency, NewPayment, Record, Rejection};
+use caisse_engine::{EngineError, Executed, Idempotency, NewPayment, Part, Record, Rejection};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -351,8 +351,7 @@ pub async fn submit(
         fingerprint: entered.fingerprint(&found.link.id),
         earlier_fingerprint: None,
         success_status: 201,
-        follows: false,
-        held: false,
+        part: Part::Only,
     };
     let started = start(&state, &found.merchant, new, route, idempotency).await;
     match started {

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use super::{Execute, Executed, KeyUse, MerchantActor};
+use super::{Execute, Executed, KeyUse, MerchantActor, Part};
 use crate::core::{decide, Command, Decided, Record, Target};
 use crate::domain::ids::new_id;
 use crate::domain::links::{link_of, Link};
@@ -68,7 +68,7 @@ impl MerchantActor {
     pub(super) fn execute(&mut self, msg: Execute) -> Result<Reply, EngineError> {
         self.check_open()?;
         let now = Timestamp::now();
-        if let Some(idem) = msg.idempotency.as_ref().filter(|i| !i.follows) {
+        if let Some(idem) = msg.idempotency.as_ref().filter(|i| i.part != Part::Following) {
             if self.key_in_use(&idem.key) {
                 return Err(EngineError::IdempotencyKeyInUse);
             }
@@ -106,7 +106,7 @@ impl MerchantActor {
         };
         let idempotency = match &msg.idempotency {
             // The stored answer, kept as long as it was to be, now says what this change made of the record.
-            Some(idem) if idem.follows => match self.store.idempotency(&self.id, &idem.key)? {
+            Some(idem) if idem.part == Part::Following => match self.store.idempotency(&self.id, &idem.key)? {
                 Some(first) if first.is_live(now) && first.fingerprint == idem.fingerprint => {
                     Some((idem.key.clone(), IdempotencyRecord { body: answer()?, ..first }))
                 }
@@ -167,8 +167,8 @@ impl MerchantActor {
         for (key, record) in held {
             self.dirty.insert(key, (record, seq));
         }
-        let held = msg.idempotency.as_ref().is_some_and(|i| i.held && !i.follows);
-        let key = msg.idempotency.filter(|i| !i.follows).map(|i| i.key);
+        let held = msg.idempotency.as_ref().is_some_and(|i| i.part == Part::FirstHeld);
+        let key = msg.idempotency.filter(|i| i.part != Part::Following).map(|i| i.key);
         if let Some(k) = &key {
             self.keys_in_use.insert(k.clone(), KeyUse::Writing);
         }
@@ -177,7 +177,7 @@ impl MerchantActor {
     }
 
     /// Whether a request with `key` is still running: its write in flight, or written and going on
-    /// ([`Idempotency::held`](super::Idempotency)). Holds past their time are dropped here.
+    /// ([`Part::FirstHeld`](super::Part)). Holds past their time are dropped here.
     pub(super) fn key_in_use(&mut self, key: &IdempotencyKey) -> bool {
         let now = std::time::Instant::now();
         self.keys_in_use.retain(|_, used| !matches!(used, KeyUse::Held { until } if *until <= now));
@@ -274,7 +274,7 @@ pub(super) enum Reply {
         seq: u64,
         keys: Vec<String>,
         idempotency_key: Option<IdempotencyKey>,
-        /// The key stays in use once written ([`Idempotency::held`](super::Idempotency)).
+        /// The key stays in use once written ([`Part::FirstHeld`](super::Part)).
         held: bool,
         record: Record,
     },

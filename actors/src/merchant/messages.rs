@@ -24,37 +24,46 @@ pub struct Idempotency {
     /// it stored still hold for their 24 hours: a retry across an upgrade is a replay, not a conflict.
     pub earlier_fingerprint: Option<String>,
     pub success_status: u16,
-    /// Set on a change the request makes after its first (a provider's refusal or answer applied before the
-    /// request is answered): its record replaces the stored answer, so that a replay is the answer the request
-    /// gave. Such a change is never itself a replay, and writes no answer once the first one's is gone.
-    pub follows: bool,
-    /// Set on a request's first change by a caller that goes on before it answers (it asks the provider, then
-    /// may make [`Idempotency::follows`] changes): once the change is written the key stays in use (409
-    /// `idempotency_key_in_use`) until the caller releases it ([`ReleaseKey`]), or [`KEY_HELD_AT_MOST`] has
-    /// passed should it never do so.
-    pub held: bool,
+    /// Which of the request's changes this is.
+    pub part: Part,
 }
 
-/// How long a held key ([`Idempotency::held`]) stays in use without its release: beyond what a request
+/// Which of a request's changes an [`Execute`] is, for its idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Part {
+    /// The request's only change: its record is the stored answer, and the key is free once it is written.
+    Only,
+    /// The first change of a request that goes on before it answers (it asks the provider, then may make
+    /// [`Part::Following`] changes): once the change is written the key stays in use (409
+    /// `idempotency_key_in_use`) until the caller releases it ([`ReleaseKey`]), or [`KEY_HELD_AT_MOST`] has
+    /// passed should it never do so.
+    FirstHeld,
+    /// A change the request makes after its first (a provider's refusal or answer applied before the request
+    /// is answered): its record replaces the stored answer, so that a replay is the answer the request gave.
+    /// Such a change is never itself a replay, and writes no answer once the first one's is gone.
+    Following,
+}
+
+/// How long a held key ([`Part::FirstHeld`]) stays in use without its release: beyond what a request
 /// spends with its provider in one call (at most 10 s), so that a request whose node died, or whose release was
 /// lost, frees its key soon. A request still going on past it (two slow calls, for a refund or payout settled
 /// at once) lets a retry replay its answer as first written, as a request of a node that moved the merchant.
 pub const KEY_HELD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Idempotency {
-    /// The same request's part in a change that follows its first ([`Idempotency::follows`]).
+    /// The same request's part in a change that follows its first ([`Part::Following`]).
     pub fn following(&self) -> Idempotency {
-        Idempotency { follows: true, held: false, ..self.clone() }
+        Idempotency { part: Part::Following, ..self.clone() }
     }
 
     /// The same request's part in its first change when the caller goes on before answering
-    /// ([`Idempotency::held`]).
+    /// ([`Part::FirstHeld`]).
     pub fn holding(self) -> Idempotency {
-        Idempotency { held: true, ..self }
+        Idempotency { part: Part::FirstHeld, ..self }
     }
 }
 
-/// The end of a request that held its key ([`Idempotency::held`]): a request with that key is now a replay.
+/// The end of a request that held its key ([`Part::FirstHeld`]): a request with that key is now a replay.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "Result<(), EngineError>")]
 pub struct ReleaseKey(pub IdempotencyKey);

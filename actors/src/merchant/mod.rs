@@ -44,7 +44,7 @@ use crate::registry::Registry;
 use crate::store::{FailureLatch, Fence, Store};
 
 pub use messages::{
-    Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, ProviderNote,
+    Execute, Executed, ForgetIdempotency, GetBalances, GetLink, GetPayment, GetPayout, Idempotency, Part, ProviderNote,
     ReleaseKey, KEY_HELD_AT_MOST,
 };
 
@@ -53,7 +53,7 @@ pub use messages::{
 enum KeyUse {
     /// Its request's change is being made durable.
     Writing,
-    /// Its request's change is written and the request goes on ([`messages::Idempotency::held`]): until its
+    /// Its request's change is written and the request goes on ([`Part::FirstHeld`]): until its
     /// release, or this instant at the latest.
     Held { until: Instant },
 }
