@@ -731,3 +731,101 @@ async fn callers_on_many_threads_start_one_actor_per_merchant() {
     assert_eq!(engine.running_actors(), merchants.len());
     assert_eq!(engine.actors_started(), merchants.len() as u64, "no merchant's actor was started twice");
 }
+
+/// A plain HTTP receiver on loopback for webhook deliveries: it answers 200 to every request, the first one
+/// after `first_delay`, and counts the requests it read.
+fn receiver(first_delay: std::time::Duration) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hooks", listener.local_addr().unwrap());
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        // Bounded: the tests using it make a few deliveries each.
+        for stream in listener.incoming().take(16) {
+            let Ok(stream) = stream else { return };
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                let mut length = 0;
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                    line.clear();
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    std::thread::sleep(first_delay);
+                }
+                let _ =
+                    reader.get_mut().write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            });
+        }
+    });
+    (url, hits)
+}
+
+/// A delivery that waits only for room in its delivery actor (the actor's bound is full with another host's
+/// attempt) starts as soon as that attempt finishes, though nothing of its own host was in flight to start it.
+#[actix::test]
+async fn a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes() {
+    use caisse_engine::domain::records::Merchant;
+    use caisse_engine::webhook::delivery::DeliveryConfig;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (slow_url, slow_hits) = receiver(Duration::from_millis(1_500));
+    let (quick_url, quick_hits) = receiver(Duration::ZERO);
+    // Two delivery actors of one slot each, so the dispatcher's budget is two; the merchants are two it hands
+    // to the same actor (it places a merchant by its id's hash, with the standard library's default hasher),
+    // whose second delivery then waits in that actor for its one slot.
+    let worker_of = |m: &MerchantId| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        m.hash(&mut hasher);
+        hasher.finish() % 2
+    };
+    let slow = MerchantId::new();
+    let quick = std::iter::repeat_with(MerchantId::new).find(|m| worker_of(m) == worker_of(&slow)).unwrap();
+    for (i, (m, url)) in [(&slow, slow_url), (&quick, quick_url)].into_iter().enumerate() {
+        let merchant = Merchant {
+            id: m.clone(),
+            name: format!("Hooks {i}"),
+            email: format!("hooks{i}@example.com"),
+            password_hash: String::new(),
+            secret_key: format!("sk_test_hooks{i}"),
+            webhook_url: Some(url),
+            created_at: Timestamp::now(),
+        };
+        engine.put_merchant(merchant, None).await.unwrap();
+    }
+    let config =
+        DeliveryConfig { workers: 2, max_in_flight_per_worker: 1, max_per_host: 1, ..DeliveryConfig::default() };
+    let _pool = engine.start_webhooks(config).unwrap();
+    done(engine.execute(&slow, Command::InitiatePayment(new_payment(1_000, None)), None).await);
+    let started = std::time::Instant::now();
+    while slow_hits.load(Ordering::SeqCst) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the first delivery never started");
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+    // The worker's one slot is taken by the slow receiver's attempt: this one waits for it.
+    done(engine.execute(&quick, Command::InitiatePayment(new_payment(1_000, None)), None).await);
+    let delivered = |m: &MerchantId| {
+        let page = engine.notifications(m, None, 10, &mut |_| true).unwrap();
+        !page.data.is_empty() && page.data.iter().all(|n| n.state == DeliveryState::Delivered)
+    };
+    let started = std::time::Instant::now();
+    while !(delivered(&slow) && delivered(&quick)) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the waiting delivery never started");
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((slow_hits.load(Ordering::SeqCst), quick_hits.load(Ordering::SeqCst)), (1, 1));
+}

@@ -39,6 +39,8 @@ struct Host {
     slow: bool,
     /// Each with the fence its copy was read under (see [`Worker::record_attempt`]).
     waiting: VecDeque<(Notification, Option<Fence>)>,
+    /// In [`Worker::ready`]: deliveries of this host wait for room in the worker, not for its own attempts.
+    ready: bool,
 }
 
 pub(super) struct Worker {
@@ -51,6 +53,10 @@ pub(super) struct Worker {
     in_flight: usize,
     waiting: usize,
     hosts: HashMap<String, Host>,
+    /// Hosts whose waiting deliveries their own bound would let start, blocked by the worker's bound only:
+    /// nothing of theirs may be in flight to start them when it finishes, so the room any finished attempt
+    /// frees goes to them in turn.
+    ready: VecDeque<String>,
     /// Ids of attempts under way, so a restart can hand them back to the dispatcher.
     flying: HashSet<String>,
     /// Restarts so far. An attempt reports the epoch it started in; one started before a restart finds its
@@ -96,6 +102,7 @@ impl Worker {
             in_flight: 0,
             waiting: 0,
             hosts: HashMap::new(),
+            ready: VecDeque::new(),
             flying: HashSet::new(),
             epoch: 0,
             targets: HashMap::new(),
@@ -230,20 +237,30 @@ impl Worker {
         });
     }
 
-    /// Starts waiting deliveries of `host` while it has room.
+    /// Starts waiting deliveries of `host` while it has room. Stopped by the worker's bound alone, the host
+    /// joins [`Worker::ready`], to go on when any attempt finishes.
     fn pump(&mut self, host: &str, ctx: &mut Context<Self>) {
         loop {
+            let worker_full = self.in_flight >= self.config.max_in_flight_per_worker;
             let Some(h) = self.hosts.get_mut(host) else { return };
             let limit = if h.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
-            if h.in_flight >= limit || self.in_flight >= self.config.max_in_flight_per_worker {
-                return;
-            }
-            let Some((next, fence)) = h.waiting.pop_front() else {
+            if h.waiting.is_empty() {
                 if h.in_flight == 0 {
                     self.hosts.remove(host);
                 }
                 return;
-            };
+            }
+            if h.in_flight >= limit {
+                return;
+            }
+            if worker_full {
+                if !h.ready {
+                    h.ready = true;
+                    self.ready.push_back(host.to_owned());
+                }
+                return;
+            }
+            let Some((next, fence)) = h.waiting.pop_front() else { return };
             self.waiting = self.waiting.saturating_sub(1);
             // It may have waited long: a merchant whose shard left this node since is the new holder's to
             // deliver, and an attempt made here would only be refused at its save after the receiver had it.
@@ -255,6 +272,17 @@ impl Worker {
                 Ok(target) => self.start(next, fence, target, ctx),
                 Err(error) => self.fail_now(next, fence, error),
             }
+        }
+    }
+
+    /// Gives the worker's free room to the hosts waiting for it, in the order they began to wait.
+    fn pump_ready(&mut self, ctx: &mut Context<Self>) {
+        while self.in_flight < self.config.max_in_flight_per_worker {
+            let Some(host) = self.ready.pop_front() else { return };
+            if let Some(h) = self.hosts.get_mut(&host) {
+                h.ready = false;
+            }
+            self.pump(&host, ctx);
         }
     }
 
@@ -298,6 +326,7 @@ impl Supervised for Worker {
         self.client = None;
         self.in_flight = 0;
         self.waiting = 0;
+        self.ready.clear();
         self.epoch = self.epoch.wrapping_add(1);
         for id in self.flying.drain() {
             self.dispatcher.do_send(Settled { id, waits: Waits::AsBefore });
@@ -340,6 +369,7 @@ impl Handler<Attempted> for Worker {
         }
         self.record_attempt(n, fence, outcome);
         self.pump(&host, ctx);
+        self.pump_ready(ctx);
     }
 }
 
@@ -389,17 +419,24 @@ impl Handler<Deliver> for Worker {
         };
         let host = self.hosts.entry(target.host.clone()).or_default();
         let limit = if host.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
-        let busy = host.in_flight >= limit || self.in_flight >= self.config.max_in_flight_per_worker;
-        if !busy {
+        let host_full = host.in_flight >= limit;
+        let worker_full = self.in_flight >= self.config.max_in_flight_per_worker;
+        if !host_full && !worker_full {
             return self.start(n, fence, target, ctx);
         }
         if self.waiting >= self.config.max_waiting_per_worker {
+            if host.in_flight == 0 && host.waiting.is_empty() {
+                self.hosts.remove(&target.host);
+            }
             // Leave it in the store; the dispatcher's next scan offers it again.
             return self.dispatcher.do_send(Settled { id: n.id, waits: Waits::AsBefore });
         }
         self.waiting += 1;
-        if let Some(h) = self.hosts.get_mut(&target.host) {
-            h.waiting.push_back((n, fence));
+        host.waiting.push_back((n, fence));
+        // Waiting for the worker's room alone: an attempt of another host may be the next to free it.
+        if !host_full && !host.ready {
+            host.ready = true;
+            self.ready.push_back(target.host);
         }
     }
 }
