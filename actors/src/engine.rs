@@ -215,6 +215,7 @@ impl Engine {
         cluster: Option<(Forwarding, Arc<dyn SharedSessions>)>,
     ) -> Result<Engine, EngineError> {
         let (forwarding, sessions) = cluster.unzip();
+        crate::store::sealing::check_opens(store.as_ref())?;
         let audits = Arc::new(Audits::default());
         let audit = run_audit(store.as_ref(), &audits, AuditScope::SinceCheckpoints)
             .map_err(|e| EngineError::Internal(format!("startup audit failed: {e}")))?;

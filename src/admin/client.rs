@@ -247,6 +247,8 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
     copy_tree(from, data).map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display()))?;
     let store = open_embedded(data, settings.store_cache_bytes, settings.master_key.clone())
         .map_err(|e| format!("the restored store does not open: {e}"))?;
+    caisse_engine::store::sealing::check_opens(store.as_ref())
+        .map_err(|e| format!("the restored store's keys do not open: {e}"))?;
     let report = caisse_engine::store::Audit::audit(store.as_ref())
         .map_err(|e| format!("the restored store fails its audit: {e}"))?;
     Ok(json!({"restored": data, "merchants": report.merchants, "events": report.events, "audit": "passed"}))

@@ -114,6 +114,30 @@ fn production_refuses_to_start_without_a_master_key() {
     assert_eq!(printed.trim().len(), 44, "32 bytes in base64: {printed}");
 }
 
+/// A master key other than the one the store was written with (a re-run `caisse keygen`, a mistyped key file)
+/// stops the start with the reason, instead of a server whose every request fails.
+#[test]
+fn another_master_key_stops_the_start() {
+    let work = tempfile::tempdir().expect("work dir");
+    create_boutique(caisse(work.path(), free_port(), free_port(), None));
+    let other = String::from_utf8_lossy(&run(Command::new(BIN).arg("keygen")).stdout).trim().to_owned();
+    let mut command = caisse(work.path(), free_port(), free_port(), None);
+    let child = command.env("CAISSE_MASTER_KEY", &other).arg("serve").stderr(Stdio::piped()).spawn();
+    let mut server = Server(child.expect("caisse serve starts"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = server.0.try_wait().expect("the server's state") {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "caisse serve started with another master key");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut server.0.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert!(stderr.contains("does not open with this master key"), "{stderr}");
+}
+
 #[actix_web::test]
 async fn production_starts_empty_and_merchants_are_managed_while_it_runs() {
     let work = tempfile::tempdir().expect("work dir");

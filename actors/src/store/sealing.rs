@@ -76,6 +76,28 @@ pub fn open(key: Option<&MasterKey>, merchant: &MerchantId, stored: &str) -> Res
     String::from_utf8(opened).map_err(|_| StoreError::Corrupt("a sealed secret is not text".into()))
 }
 
+/// Merchants whose keys [`check_opens`] reads at most: the newest ones, which a store with a master key has
+/// sealed; a wrong key shows on the first sealed one.
+const CHECKED_AT_MOST: usize = 10_000;
+
+/// Refuses a master key (or its absence) that does not open the merchants' sealed keys. Without this check a
+/// re-run `caisse keygen` or a mistyped key file gave a server that started, answered its health check, and
+/// then failed every request that read a merchant, the reason only in its log.
+pub fn check_opens(accounts: &dyn crate::store::Accounts) -> Result<(), StoreError> {
+    const PAGE: usize = 500;
+    let mut before = None;
+    let mut read = 0;
+    while read < CHECKED_AT_MOST {
+        let page = accounts.merchants(before.as_ref(), PAGE)?;
+        read += page.len();
+        match page.last() {
+            Some(last) if page.len() == PAGE => before = Some(last.id.clone()),
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +152,13 @@ mod tests {
         assert!(!everything.windows(12).any(|w| w == b"SEALEDSEALED"), "the key is nowhere in clear");
         let keyless = FjallStore::open(dir.path()).unwrap();
         assert!(matches!(keyless.merchant(&merchant.id), Err(StoreError::Format(_))));
+        assert!(matches!(check_opens(&keyless), Err(StoreError::Format(m)) if m.contains("master key")));
+        drop(keyless);
+        let wrong = FjallStore::open(dir.path()).unwrap().with_master_key(Some(MasterKey::from_bytes([1; 32])));
+        assert!(matches!(check_opens(&wrong), Err(StoreError::Format(m)) if m.contains("master key")));
+        drop(wrong);
+        let right = FjallStore::open(dir.path()).unwrap().with_master_key(Some(MasterKey::from_bytes([9; 32])));
+        check_opens(&right).unwrap();
     }
 
     fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
