@@ -224,6 +224,13 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
             let mut m = find(&id)?;
             m.password_hash = password_hash;
             durable(store.put_merchant(m.clone(), None))?;
+            // The nodes of a cluster keep their dashboard sessions in the database: a reset (of an account
+            // someone else got into) logs out whoever holds one, as the admin API's does.
+            if let StoreLocation::Postgres(url) = &settings.store {
+                let sessions = PgStore::open(url.expose()).map_err(|e| format!("cannot open the sessions: {e}"))?;
+                caisse_engine::cluster::SharedSessions::remove_merchant(&sessions, &m.id)
+                    .map_err(|e| format!("the password is reset, but its sessions could not be ended: {e}"))?;
+            }
             Ok(vec![json!({"id": m.id.as_str(), "email": m.email, "password": password})])
         }
     }

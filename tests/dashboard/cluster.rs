@@ -73,3 +73,33 @@ async fn failed_logins_spread_over_the_nodes_are_counted_once() {
         Agent::from_address(node, own).login(a.email(), a.password()).await.expect_redirect("/");
     }
 }
+
+/// `caisse merchant reset-password` run beside the nodes, on the shared database: the merchant's dashboard
+/// sessions end on every node, as a reset of an account someone else got into must do.
+#[actix_web::test]
+async fn a_password_reset_made_on_the_database_ends_the_sessions_of_every_node() {
+    let db = postgres::database();
+    let a = spawn_cluster_node(&db, "node-a").await;
+    let b = spawn_cluster_node(&db, "node-b").await;
+    let mut on_a = Agent::new(&format!("http://127.0.0.1:{}", a.port));
+    on_a.login(a.email(), a.password()).await.expect_redirect("/");
+    let mut on_b = Agent::new(&format!("http://127.0.0.1:{}", b.port));
+    on_b.cookies = on_a.cookies.clone();
+    on_b.get("/").await.expect(200);
+
+    let work = tempfile::tempdir().expect("work dir");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_caisse"))
+        .current_dir(work.path())
+        .env("CAISSE_STORE", &db.url)
+        .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
+        .env("CAISSE_DATA_DIR", work.path().join("data"))
+        .env("CAISSE_LOG", "warn")
+        .env_remove("CAISSE_ADMIN_TOKEN")
+        .args(["merchant", "reset-password", a.demo_merchant().id.as_str()])
+        .output()
+        .expect("caisse runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    for agent in [&mut on_a, &mut on_b] {
+        agent.get("/").await.expect_redirect("/login");
+    }
+}
