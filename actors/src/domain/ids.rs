@@ -25,6 +25,8 @@ const ULID_LEN: usize = 26;
 const MAX_MS: u64 = (1 << 48) - 1;
 /// Mask of the 80 random bits.
 const RANDOM_MASK: u128 = (1 << 80) - 1;
+/// The largest step, less one, between two ids made in the same millisecond.
+const STEP_MASK: u128 = (1 << 40) - 1;
 
 /// Length of a [`MerchantId`] in bytes: `mch_` plus 26 characters.
 ///
@@ -115,22 +117,23 @@ impl Generator {
 
     /// Returns the (ms, random) pair for the next id, strictly greater than the previous one.
     ///
-    /// When the clock has not moved past the last id's millisecond (same millisecond, or the
-    /// clock stepped back), the last millisecond is kept and the random part is incremented, as
-    /// the ULID spec's monotonic mode does. `fresh` supplies randomness for a new millisecond.
+    /// When the clock has not moved past the last id's millisecond (same millisecond, or the clock stepped
+    /// back), the last millisecond is kept and the random part grows, as the ULID spec's monotonic mode does,
+    /// but by a random step of up to 2^40 rather than by one: ids made in the same millisecond stay in order
+    /// without one being guessable from another. (A customer who sees their transaction's id in an address
+    /// must not find the next customer's by adding one.) `fresh` supplies the randomness.
     fn next(&mut self, now_ms: u64, fresh: impl FnOnce() -> u128) -> (u64, u128) {
         let now_ms = now_ms.min(MAX_MS);
         let next = match self.last {
             Some((last_ms, last_random)) if now_ms <= last_ms => {
-                if last_random < RANDOM_MASK {
-                    (last_ms, last_random + 1)
-                } else if last_ms < MAX_MS {
-                    // 2^80 ids in one millisecond cannot happen, but borrowing the next
-                    // millisecond keeps the order strict without a panic if it ever did.
-                    (last_ms + 1, 0)
-                } else {
+                let step = (fresh() & STEP_MASK) + 1;
+                match last_random.checked_add(step).filter(|r| *r <= RANDOM_MASK) {
+                    Some(random) => (last_ms, random),
+                    // 2^40 ids in one millisecond cannot happen, but borrowing the next millisecond keeps the
+                    // order strict without a panic if it ever did.
+                    None if last_ms < MAX_MS => (last_ms + 1, 0),
                     // The end of ULID time (year 10889): nothing larger exists, so repeat.
-                    (last_ms, last_random)
+                    None => (last_ms, last_random),
                 }
             }
             _ => (now_ms, fresh() & RANDOM_MASK),
@@ -397,7 +400,21 @@ mod tests {
             assert!(id > previous, "{id} <= {previous}");
             previous = id;
         }
-        assert_eq!(generator.last, Some((1_001, 43)));
+        // From 1,001 on, a new millisecond: 42, then 42 plus a step of 43 when the clock goes back to 0.
+        assert_eq!(generator.last, Some((1_001, 85)));
+    }
+
+    /// Ids of one millisecond grow by random steps: knowing one does not give the next.
+    #[test]
+    fn ids_of_one_millisecond_are_not_consecutive() {
+        let mut generator = Generator::new();
+        let mut previous = generator.next(7, random_bits).1;
+        for _ in 0..100 {
+            let (ms, random) = generator.next(7, random_bits);
+            assert_eq!(ms, 7);
+            assert!(random > previous + 1 && random - previous <= 1 << 40, "{previous} then {random}");
+            previous = random;
+        }
     }
 
     #[test]
