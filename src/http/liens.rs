@@ -84,7 +84,8 @@ pub fn checked_link(state: &AppState, b: CreateBody) -> Result<NewLink, ApiError
             .providers
             .all()
             .filter(|p| {
-                provider_for(state, p.settings.code.as_str(), &b.currency, b.amount, Operation::Payment).is_ok()
+                provider_for(state, p.settings.code.as_str(), &b.currency, b.amount, Operation::Payment)
+                    .is_ok_and(|(p, currency, amount)| p.takes_anyone(currency, amount).is_ok())
             })
             .map(|p| p.settings.code.as_str().to_owned())
             .collect(),
@@ -97,6 +98,8 @@ pub fn checked_link(state: &AppState, b: CreateBody) -> Result<NewLink, ApiError
                 Some("fournisseur") => e.with_field("fournisseurs"),
                 _ => e,
             })?;
+        // A link nobody can pay would be printed, shared, and fail every customer.
+        provider.takes_anyone(currency, amount).map_err(|why| ApiError::invalid("montant", why))?;
         if !providers.contains(&provider.settings.code) {
             providers.push(provider.settings.code.clone());
         }
@@ -111,6 +114,13 @@ pub fn checked_link(state: &AppState, b: CreateBody) -> Result<NewLink, ApiError
             })?;
             caisse_engine::domain::money::Amount::positive(b.amount)
                 .map_err(|e| ApiError::invalid("montant", e.to_string()))?;
+            // The currency is offered, only not for this amount: the amount is what to change.
+            if state.providers.all().any(|p| p.supports(Operation::Payment, currency)) {
+                return Err(ApiError::invalid(
+                    "montant",
+                    format!("no fournisseur of this server takes payments of this amount in {currency}"),
+                ));
+            }
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "unsupported_currency",

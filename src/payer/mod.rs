@@ -201,8 +201,10 @@ fn choices(state: &AppState, link: &Link) -> Vec<pages::Choice> {
         .iter()
         .filter_map(|code| {
             let amount = link.amount.minor();
-            let (provider, _, _) =
+            let (provider, currency, amount) =
                 provider_for(state, code.as_str(), link.currency.code(), amount, Operation::Payment).ok()?;
+            // Its fee or its rules changed since the link was made: not offered rather than failing at the end.
+            provider.takes_anyone(currency, amount).ok()?;
             Some(pages::Choice {
                 code: code.as_str().to_owned(),
                 name: provider.settings.name.clone(),
@@ -369,7 +371,16 @@ pub async fn submit(
             "Ce formulaire a déjà servi pour un autre paiement. Rechargez la page du lien pour payer de nouveau.",
         ),
         Err(Started::Refused(e)) => {
-            form_page(&state, &payer, &found, browser, &entered, Some(("", e.message)), StatusCode::BAD_REQUEST)
+            let e = unavailable_here(e);
+            form_page(
+                &state,
+                &payer,
+                &found,
+                browser,
+                &entered,
+                Some(("fournisseur", e.message)),
+                StatusCode::BAD_REQUEST,
+            )
         }
         Err(Started::Failed(answer)) => answer,
     }
@@ -403,6 +414,14 @@ fn page_key(url: &str) -> Option<String> {
     pairs.into_iter().find(|(name, _)| name == PAGE_KEY).map(|(_, key)| key)
 }
 
+/// A refusal that is about the server's setup or the link (a fournisseur no longer active, its limits or fee
+/// changed since the link was made), not about what the customer typed: logged for the operator, and told to
+/// the customer in French, without the setup's details.
+fn unavailable_here(e: ApiError) -> ApiError {
+    tracing::info!(code = e.code, field = ?e.field, message = %e.message, "a payment link's payment refused");
+    ApiError::invalid("fournisseur", "Ce moyen de paiement ne peut pas prendre ce paiement. Choisissez-en un autre.")
+}
+
 /// The payment the form asks for, checked by the same rules as the API's, with the route it takes.
 fn checked_payment(
     state: &AppState,
@@ -414,7 +433,8 @@ fn checked_payment(
         return Err(ApiError::invalid("fournisseur", "Choisissez un moyen de paiement de la liste."));
     }
     let (provider, currency, amount) =
-        provider_for(state, &entered.provider, link.currency.code(), link.amount.minor(), Operation::Payment)?;
+        provider_for(state, &entered.provider, link.currency.code(), link.amount.minor(), Operation::Payment)
+            .map_err(unavailable_here)?;
     let phone = Phone::parse_national(&entered.phone, &entered.country).map_err(|_| {
         ApiError::invalid(
             "client_telephone",
@@ -438,7 +458,7 @@ fn checked_payment(
                 provider.settings.name
             ),
         ),
-        _ => e,
+        _ => unavailable_here(e),
     })?;
     let name = match entered.name.trim() {
         "" => None,

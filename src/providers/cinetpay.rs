@@ -266,6 +266,10 @@ impl Adapter for Cinetpay {
         currency: Currency,
         amount: Amount,
     ) -> Result<(), String> {
+        self.check_amount_for_anyone(operation, currency, amount)
+    }
+
+    fn check_amount_for_anyone(&self, operation: Operation, currency: Currency, amount: Amount) -> Result<(), String> {
         // CinetPay counts in whole units of the currency: one with decimals (EUR, USD in cents here) would be
         // charged a hundred times over.
         if currency.decimals() != 0 {

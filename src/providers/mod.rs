@@ -223,6 +223,17 @@ pub trait Adapter: Send + Sync {
         Ok(())
     }
 
+    /// The part of [`Adapter::check_amount`] that holds whoever pays (CinetPay's multiples of 5): a payment
+    /// link, made before its payer is known, is checked against it.
+    fn check_amount_for_anyone(
+        &self,
+        _operation: Operation,
+        _currency: Currency,
+        _amount: Amount,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Refreshes what the adapter keeps of the provider's published configuration, when it is due; the sweep
     /// calls it every pass.
     fn refresh(&self) -> LocalFuture<()> {
@@ -407,6 +418,26 @@ impl Provider {
         countries
     }
 
+    /// Whether a payment of `amount` can be paid through this fournisseur by someone: its fee leaves the
+    /// merchant something, and the rules of one of its active adapters that hold whoever pays take it. `Err`
+    /// says why, in words a merchant reads.
+    pub fn takes_anyone(&self, currency: Currency, amount: Amount) -> Result<(), String> {
+        let code = self.settings.code.as_str();
+        match self.settings.fee.fee(amount) {
+            Ok(fee) if fee < amount => {}
+            Ok(fee) => return Err(format!("{code}'s fee is {fee} {currency}: the amount must be greater")),
+            Err(e) => return Err(e.to_string()),
+        }
+        let mut why = None;
+        for adapter in self.routes.iter().filter_map(|r| r.adapter.as_ref()) {
+            match adapter.check_amount_for_anyone(Operation::Payment, currency, amount) {
+                Ok(()) => return Ok(()),
+                Err(e) => why = Some(e),
+            }
+        }
+        why.map_or(Ok(()), Err)
+    }
+
     pub fn supports(&self, operation: Operation, currency: Currency) -> bool {
         self.active() && self.settings.operations.contains(&operation) && self.settings.currencies.contains(&currency)
     }
@@ -565,5 +596,33 @@ mod tests {
             assert!(!is(&stated(odd.clone(), json!("XOF")), xof(1000)), "{odd}");
         }
         assert_eq!(Stated::read(&Value::Null, &json!("XOF")), None, "no amount, nothing to compare");
+    }
+
+    /// A link's amount is checked without a payer: the fee must leave the merchant something, and CinetPay's
+    /// rules that hold whoever pays (multiples of 5) apply.
+    #[test]
+    fn a_fournisseur_takes_an_amount_from_anyone_only_within_its_fee_and_its_adapters_rules() {
+        use crate::config::adapters::CinetpaySettings;
+        use crate::config::Secret;
+        let dir = tempfile::tempdir().unwrap();
+        let settings = crate::config::Settings::for_tests(dir.path()).unwrap();
+        let mut card = settings.provider("carte").unwrap().clone();
+        card.fee = caisse_engine::domain::money::FeeRule::new(0, Amount::new(300).unwrap()).unwrap();
+        let cinetpay = cinetpay::Cinetpay::new(
+            CinetpaySettings {
+                base_url: "http://127.0.0.1:9".into(),
+                transfer_base_url: "http://127.0.0.1:9".into(),
+                apikey: Secret::new("k".into()),
+                site_id: "1".into(),
+                secret_key: Secret::new("s".into()),
+                transfer: None,
+            },
+            "https://caisse.example",
+        );
+        let provider = Provider::with_adapter(card, Arc::new(cinetpay));
+        let xof = |minor| Amount::new(minor).unwrap();
+        assert!(provider.takes_anyone(Currency::XOF, xof(1_000)).is_ok());
+        assert!(provider.takes_anyone(Currency::XOF, xof(300)).is_err_and(|why| why.contains("fee")));
+        assert!(provider.takes_anyone(Currency::XOF, xof(1_002)).is_err_and(|why| why.contains("multiples of 5")));
     }
 }

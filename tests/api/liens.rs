@@ -4,7 +4,9 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{assert_error, assert_list_shape, int, spawn_app, spawn_production_app, text, TestApp};
+use crate::support::{
+    assert_error, assert_list_shape, int, spawn_app, spawn_app_with, spawn_production_app, text, TestApp,
+};
 
 const LINK_FIELDS: [&str; 16] = [
     "created_at",
@@ -83,6 +85,8 @@ async fn bad_links_are_refused_naming_the_field() {
         (json!({"devise": "XOF", "description": "x"}), 400, "invalid_request", Some("montant")),
         (json!({"montant": 0, "devise": "XOF", "description": "x"}), 400, "invalid_request", Some("montant")),
         (json!({"montant": 100, "devise": "ABC", "description": "x"}), 400, "unsupported_currency", Some("devise")),
+        // XOF is offered, only no fournisseur takes 50 of it: the amount is what to change.
+        (json!({"montant": 50, "devise": "XOF", "description": "x"}), 400, "invalid_request", Some("montant")),
         (json!({"montant": 100, "devise": "XOF", "description": ""}), 400, "invalid_request", Some("description")),
         (json!({"montant": 100, "devise": "XOF"}), 400, "invalid_request", Some("description")),
         (
@@ -161,6 +165,35 @@ async fn bad_links_are_refused_naming_the_field() {
     let mut payment = crate::support::payment_body(1_000, "55");
     payment["metadata"] = json!({"lien_id": "lnk_01JD0000000000000000000000"});
     assert_error(&app.post_payment(&payment).await, 400, "invalid_request", Some("metadata"));
+}
+
+/// A link nobody could pay is refused when it is made: here a fournisseur whose fee takes the whole amount.
+/// Left to choose, the link gets the fournisseurs that can take it.
+#[actix_web::test]
+async fn a_link_no_customer_could_pay_is_refused() {
+    let app = spawn_app_with(|s| {
+        for p in &mut s.providers {
+            if p.code.as_str() == "wave" {
+                p.fee = caisse_engine::domain::money::FeeRule::new(
+                    0,
+                    caisse_engine::domain::money::Amount::new(500).unwrap(),
+                )
+                .unwrap();
+            }
+        }
+    })
+    .await;
+    let body = json!({"montant": 500, "devise": "XOF", "description": "x", "fournisseurs": ["wave"]});
+    let refused = app.send(app.post("/v1/liens").json(&body)).await;
+    assert_error(&refused, 400, "invalid_request", Some("montant"));
+    assert!(text(&refused.json["error"]["message"]).contains("fee"), "{:?}", refused.json);
+    let chosen = create_link(&app, &json!({"montant": 500, "devise": "XOF", "description": "x"})).await;
+    let providers: Vec<&str> = chosen["fournisseurs"].as_array().unwrap().iter().map(text).collect();
+    assert!(!providers.is_empty() && !providers.contains(&"wave"), "{providers:?}");
+    let kept =
+        create_link(&app, &json!({"montant": 501, "devise": "XOF", "description": "x", "fournisseurs": ["wave"]}))
+            .await;
+    assert_eq!(kept["fournisseurs"], json!(["wave"]));
 }
 
 #[actix_web::test]
