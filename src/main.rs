@@ -193,6 +193,7 @@ fn keygen() -> String {
 /// when it slows or halts commits and when a compaction fails, on threads of its own whose errors reach the
 /// service no other way.
 fn init_logs(filter: &str, format: LogFormat) {
+    // The setting was checked when it was read (`Settings`), and the libraries' levels added to it are valid.
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);

@@ -189,6 +189,15 @@ fn no_such_endpoint(req: &HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no endpoint {} {}", req.method(), req.path())))
 }
 
+/// The path a request is logged under. A provider's per-transaction callback token (the last segment of
+/// `/v1/notifications/{adapter}/{token}`) is the callback's only credential, so it is not written to the logs.
+fn logged_path(path: &str, route: &str) -> String {
+    match (route.ends_with("/{token}"), path.rsplit_once('/')) {
+        (true, Some((head, _))) => format!("{head}/…"),
+        _ => path.to_owned(),
+    }
+}
+
 /// Adds `Request-Id` to every answer and logs one line per request.
 pub fn request_log<S, B>(
     req: actix_web::dev::ServiceRequest,
@@ -202,8 +211,8 @@ where
     let started = Instant::now();
     let request_id = new_id(IdKind::Event).replacen("evt_", "req_", 1);
     let method = req.method().clone();
-    let path = req.path().to_owned();
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let path = logged_path(req.path(), &route);
     let state = req.app_data::<web::Data<AppState>>().cloned();
     let trusted = state.as_ref().map_or(&[][..], |s| s.settings.trusted_proxies.as_slice());
     let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
@@ -243,5 +252,18 @@ where
         let latency_us = elapsed.as_micros() as u64;
         tracing::info!(target: "caisse::http", %method, %path, status, latency_us, %client, request_id = %request_id, "request");
         Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::logged_path;
+
+    #[test]
+    fn a_callback_token_is_not_logged() {
+        let route = "/v1/notifications/{adapter}/{token}";
+        assert_eq!(logged_path("/v1/notifications/mtn_momo/tok_secret", route), "/v1/notifications/mtn_momo/…");
+        assert_eq!(logged_path("/v1/soldes", "/v1/soldes"), "/v1/soldes");
+        assert_eq!(logged_path("/nowhere/x", "unmatched"), "/nowhere/x");
     }
 }
