@@ -157,15 +157,23 @@ fn not_found() -> HttpResponse {
     trouble(StatusCode::NOT_FOUND, "Lien introuvable", "Ce lien de paiement n'existe pas. Vérifiez l'adresse reçue.")
 }
 
-/// A link and its merchant, found by the link's id alone; links are off, unknown, or a suspended merchant's
-/// are answered as the customer should read them.
+/// A link and its merchant, found by the link's id alone; links are off, unknown, or (for `Wanted::ToPay`) a
+/// suspended merchant's are answered as the customer should read them.
 struct Found {
     merchant: MerchantId,
     merchant_name: String,
     link: Link,
 }
 
-async fn find(state: &AppState, id: &str) -> Result<Found, HttpResponse> {
+/// What the customer comes for: a suspended merchant takes no new payment, but a payment already under way
+/// completes, and its customer still sees how it ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    ToPay,
+    ToSeeAPayment,
+}
+
+async fn find(state: &AppState, id: &str, wanted: Wanted) -> Result<Found, HttpResponse> {
     if state.links_base.is_none() || validate_id(IdKind::Link, id).is_err() {
         return Err(not_found());
     }
@@ -175,7 +183,9 @@ async fn find(state: &AppState, id: &str) -> Result<Found, HttpResponse> {
     let Some(link) = link.filter(|l| l.id == id) else { return Err(not_found()) };
     let account = state.engine.merchant(&merchant).map_err(|e| engine_trouble("merchant", e))?;
     let Some(account) = account else { return Err(not_found()) };
-    if state.engine.suspended_since(&merchant).map_err(|e| engine_trouble("suspension", e))?.is_some() {
+    if wanted == Wanted::ToPay
+        && state.engine.suspended_since(&merchant).map_err(|e| engine_trouble("suspension", e))?.is_some()
+    {
         return Err(trouble(
             StatusCode::FORBIDDEN,
             "Paiement impossible",
@@ -226,7 +236,7 @@ pub async fn show(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> HttpResponse {
-    let found = match find(&state, &path).await {
+    let found = match find(&state, &path, Wanted::ToPay).await {
         Ok(found) => found,
         Err(answer) => return answer,
     };
@@ -308,7 +318,7 @@ pub async fn submit(
         }
         payer.posts.failed(address, now_instant);
     }
-    let found = match find(&state, &path).await {
+    let found = match find(&state, &path, Wanted::ToPay).await {
         Ok(found) => found,
         Err(answer) => return answer,
     };
@@ -540,7 +550,7 @@ async fn start(
 /// `GET /payer/{id}/{reference}?cle=…`.
 pub async fn status(state: web::Data<AppState>, req: HttpRequest, path: web::Path<(String, String)>) -> HttpResponse {
     let (id, reference) = path.into_inner();
-    let found = match find(&state, &id).await {
+    let found = match find(&state, &id, Wanted::ToSeeAPayment).await {
         Ok(found) => found,
         Err(answer) => return answer,
     };

@@ -560,3 +560,20 @@ async fn a_unique_link_paid_by_concurrent_customers_counts_every_success_and_the
     let mut late = Customer::new();
     assert_eq!(late.get(&app, &format!("/payer/{id}")).await.status, 410, "no form once paid");
 }
+
+/// A merchant suspended while its customer's payment is under way: the link takes no new payment (403), but
+/// the payment completes and its page still shows the customer how it ended.
+#[actix_web::test]
+async fn a_payment_under_way_when_its_merchant_is_suspended_still_shows_its_end() {
+    let app = spawn_app().await;
+    let link = create_link(&app, &json!({"montant": 5_000, "devise": "XOF", "description": "Cotisation"})).await;
+    let id = text(&link["id"]);
+    let mut customer = Customer::new();
+    let to = location(&customer.pay(&app, id, "55").await);
+    let merchant = app.demo.merchant.id.clone();
+    app.state.engine.set_suspended(&merchant, Some(caisse_engine::domain::time::Timestamp::now())).await.unwrap();
+    let form = app.fetch(app.get(&format!("/payer/{id}")).no_auth()).await;
+    assert_eq!(form.status, 403, "{}", body(&form));
+    let receipt = final_page(&app, &to).await;
+    assert!(receipt.contains("Paiement réussi") && receipt.contains(&reference_in(&to)), "{receipt}");
+}
