@@ -103,3 +103,39 @@ async fn a_password_reset_made_on_the_database_ends_the_sessions_of_every_node()
         agent.get("/").await.expect_redirect("/login");
     }
 }
+
+/// A resend asked on a node that does not deliver the merchant's notifications, while the node that does is
+/// attempting that very notification: it is answered "en cours", as that node would answer, rather than saved
+/// and then overwritten by the attempt's outcome.
+#[actix_web::test]
+async fn a_resend_on_another_node_during_the_holders_attempt_is_answered_in_flight() {
+    use crate::support::receiver::{script, Receiver, Reply};
+    use std::time::Duration;
+
+    let db = postgres::database();
+    let a = spawn_cluster_node(&db, "node-a").await;
+    let b = spawn_cluster_node(&db, "node-b").await;
+    let receiver = Receiver::start(script(|hit, earlier| {
+        if hit.event() == "payment.initiated" && earlier == 0 {
+            Reply::Hang(Duration::from_secs(6))
+        } else {
+            Reply::Status(200)
+        }
+    }));
+    let mut on_a = Agent::new(&format!("http://127.0.0.1:{}", a.port));
+    on_a.login(a.email(), a.password()).await.expect_redirect("/");
+    let token = on_a.get("/keys").await.csrf();
+    on_a.post("/keys/webhook", &[("csrf", &token), ("webhook_url", &receiver.url())]).await.expect(303);
+
+    let merchant = a.demo.merchant.id.clone();
+    let reference = text(&a.api.pay(4_000, "55").await["reference"]).to_owned();
+    receiver.wait("the first attempt", Duration::from_secs(15), |hits| !hits.is_empty()).await;
+    let initiated = a.notification(&merchant, &reference, "payment.initiated").expect("the notification");
+    let elsewhere = if a.state.engine.holds(&merchant) { &b } else { &a };
+    assert!(!elsewhere.state.engine.holds(&merchant), "one node holds the merchant");
+    let mut agent = Agent::new(&format!("http://127.0.0.1:{}", elsewhere.port));
+    agent.cookies = on_a.cookies.clone();
+    let token = agent.get("/webhooks").await.csrf();
+    let resend = format!("/webhooks/{}/resend", initiated.id);
+    agent.post(&resend, &[("csrf", &token)]).await.expect_redirect("/webhooks?info=en_cours");
+}

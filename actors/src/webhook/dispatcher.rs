@@ -558,6 +558,12 @@ impl Handler<Resend> for Dispatcher {
                 return Err(DeliveryError::InFlight);
             }
             let before = self.store.notification(&msg.merchant, &msg.id)?.ok_or(DeliveryError::NotFound)?;
+            // Another node of the cluster delivers this merchant's notifications, and what it has in flight is
+            // not seen here: a resend saved while it attempts the notification would be overwritten by that
+            // attempt's outcome. One it may be attempting is answered as in flight, as the holder would.
+            if !self.store.delivers_for(&msg.merchant) && holder_may_be_attempting(&before, Timestamp::now()) {
+                return Err(DeliveryError::InFlight);
+            }
             let after = resend(&before, Timestamp::now());
             // Its fresh copy, should it still come, is older than this resend.
             self.early.note(&before.id, before.created_at.unix_ms(), Timestamp::now().unix_ms());
@@ -603,9 +609,44 @@ impl Handler<Resend> for Dispatcher {
     }
 }
 
+/// How soon a pending notification must be due for the node that delivers it to be maybe attempting it: its
+/// scans come every half second, and a resend takes a moment to be saved.
+const ABOUT_TO_BE_DUE_MS: u64 = 2_000;
+
+/// Whether the node delivering `n` may be attempting it now: pending and due, or about to be (an attempt in
+/// progress leaves it so until its outcome is saved).
+fn holder_may_be_attempting(n: &Notification, now: Timestamp) -> bool {
+    n.state == DeliveryState::Pending
+        && n.next_attempt_at.is_some_and(|at| at.unix_ms() <= now.unix_ms().saturating_add(ABOUT_TO_BE_DUE_MS))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_notification_its_holder_may_be_attempting_is_pending_and_due_or_nearly() {
+        let now = Timestamp::from_unix_ms(1_800_000_000_000);
+        let n = |state, next: Option<u64>| Notification {
+            id: "evt_1".into(),
+            merchant: MerchantId::new(),
+            event: crate::domain::status::EventKind::PaymentSucceeded,
+            reference: "r".into(),
+            body: "{}".into(),
+            created_at: now,
+            state,
+            next_attempt_at: next.map(Timestamp::from_unix_ms),
+            attempts: Vec::new(),
+            chain_attempts: 0,
+            total_attempts: 0,
+        };
+        let ms = now.unix_ms();
+        assert!(holder_may_be_attempting(&n(DeliveryState::Pending, Some(ms - 60_000)), now), "due");
+        assert!(holder_may_be_attempting(&n(DeliveryState::Pending, Some(ms + 1_000)), now), "about to be");
+        assert!(!holder_may_be_attempting(&n(DeliveryState::Pending, Some(ms + 60_000)), now), "waiting a retry");
+        assert!(!holder_may_be_attempting(&n(DeliveryState::Failed, Some(ms)), now));
+        assert!(!holder_may_be_attempting(&n(DeliveryState::Delivered, None), now));
+    }
 
     #[test]
     fn a_fresh_copy_is_vouched_for_only_when_recent_and_taken_by_nothing_before_it() {
