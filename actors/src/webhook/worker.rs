@@ -68,9 +68,13 @@ pub(super) struct Worker {
     targets_generation: u64,
 }
 
-/// How long a notification whose attempt could not be persisted is kept from the dispatcher.
+/// The waits between saves of an attempt's outcome that could not be persisted, and then how long its
+/// notification is kept from the dispatcher.
 const MIN_UNSAVED_HOLD: Duration = Duration::from_secs(1);
 const MAX_UNSAVED_HOLD: Duration = Duration::from_secs(60);
+
+/// How long the save of an attempt's outcome is tried again before the attempt is left to be made again.
+const MAX_RESAVING: Duration = Duration::from_secs(10 * 60);
 
 /// Targets a worker remembers at most; past this the cache starts again empty.
 const MAX_CACHED_TARGETS: usize = 10_000;
@@ -170,9 +174,13 @@ impl Worker {
 
     /// Persists the attempt's outcome, then tells the dispatcher.
     ///
-    /// When the outcome cannot be persisted, the stored copy is still due, and handing it back at once would
-    /// have the dispatcher send it again within milliseconds, for as long as the disk fails. It is held back
-    /// instead until the wait the schedule gave this attempt (at least a second), as if the save had worked.
+    /// When the outcome cannot be persisted (a full disk, the database out of reach), the stored copy is still
+    /// due, and handing it back would have the dispatcher send it again, to a receiver that may have answered
+    /// 200 already, for as long as the fault lasts. The outcome is kept instead and its save tried again, from
+    /// a second apart to a minute apart, for up to [`MAX_RESAVING`]; the notification stays in flight
+    /// meanwhile, so nothing sends it again. Past that (or once the store is closed) it is handed back after
+    /// the wait the schedule gave this attempt, as if the save had worked, and may be delivered again: at least
+    /// once.
     ///
     /// The save carries the fence under which the notification was read, and a store several nodes share
     /// refuses it once another node has taken the merchant's shard since: a node paused past its lease does
@@ -192,45 +200,65 @@ impl Worker {
                 Duration::from_millis(at.unix_ms().saturating_sub(Timestamp::now().unix_ms()))
             })
             .clamp(MIN_UNSAVED_HOLD, MAX_UNSAVED_HOLD);
-        let id = n.id.clone();
         let dispatcher = self.dispatcher.clone();
-        let saved = self.outbox.save_notification(&n, &after, fence);
+        let outbox = self.outbox.clone();
         let retry_at = after.next_attempt_at.map(Timestamp::unix_ms);
         // A task of its own, like the attempt (see `start`): it needs nothing of the actor, and a restart of the
         // actor's context, which drops what was spawned on it, must not drop the `Settled` the dispatcher waits
         // for (without it the notification would stay in flight there, never offered again).
         actix_rt::spawn(async move {
-            let failure = match saved {
-                Ok(ticket) => match ticket.await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e),
-                    Err(_) => Some(StoreError::Closed),
-                },
-                Err(e) => Some(e),
+            let id = n.id.clone();
+            let given_up_at = Instant::now() + MAX_RESAVING;
+            let mut wait = MIN_UNSAVED_HOLD;
+            let failure = loop {
+                let saved = match outbox.save_notification(&n, &after, fence) {
+                    Ok(ticket) => match ticket.await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(_) => Some(StoreError::Closed),
+                    },
+                    Err(e) => Some(e),
+                };
+                match saved {
+                    // Refused by the fence: another node holds the merchant now (or the store was opened
+                    // again); the notification stays as stored there, and its holder delivers it.
+                    Some(error @ (StoreError::NotOwner(_) | StoreError::Aborted)) => {
+                        tracing::info!(
+                            notification = %id,
+                            %error,
+                            "attempt's outcome not saved: the merchant's deliveries moved on"
+                        );
+                        break Some(error);
+                    }
+                    Some(error @ StoreError::Closed) => break Some(error),
+                    Some(error) if Instant::now() + wait < given_up_at => {
+                        tracing::error!(
+                            notification = %id,
+                            %error,
+                            wait_ms = wait.as_millis() as u64,
+                            "attempt's outcome not persisted; saving it again"
+                        );
+                        actix_rt::time::sleep(wait).await;
+                        wait = (wait * 2).min(MAX_UNSAVED_HOLD);
+                    }
+                    Some(error) => {
+                        tracing::error!(
+                            notification = %id,
+                            %error,
+                            "attempt's outcome not persisted in {} s; the attempt will be made again",
+                            MAX_RESAVING.as_secs()
+                        );
+                        break Some(error);
+                    }
+                    None => break None,
+                }
             };
             let waits = match (&failure, retry_at) {
                 (Some(_), _) => Waits::AsBefore,
                 (None, Some(at)) => Waits::At(at),
                 (None, None) => Waits::No,
             };
-            if let Some(error) = failure {
-                let hold_ms = hold.as_millis() as u64;
-                match error {
-                    // Refused by the fence: another node holds the merchant now (or the store was opened
-                    // again); the notification stays as stored there, and its holder delivers it.
-                    StoreError::NotOwner(_) | StoreError::Aborted => tracing::info!(
-                        notification = %id,
-                        %error,
-                        hold_ms,
-                        "attempt's outcome not saved: the merchant's deliveries moved on"
-                    ),
-                    _ => tracing::error!(
-                        notification = %id,
-                        %error,
-                        hold_ms,
-                        "attempt not persisted; it will be retried"
-                    ),
-                }
+            if failure.is_some() {
                 actix_rt::time::sleep(hold).await;
             }
             dispatcher.do_send(Settled { id, waits });
