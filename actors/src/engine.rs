@@ -299,8 +299,10 @@ impl Engine {
 
     /// Writes a consistent copy of the store into `to` (absent or empty). Writes wait while the copy is read.
     /// Blocks: call it on a blocking thread.
-    pub fn backup(&self, to: &std::path::Path) -> Result<BackupReport, EngineError> {
-        Ok(self.inner.store.backup(to)?)
+    /// Answers the store's own error, so that a caller can tell a target that cannot be written
+    /// ([`StoreError::Io`], naming it) from a store that is not backed up this way ([`StoreError::Conflict`]).
+    pub fn backup(&self, to: &std::path::Path) -> Result<BackupReport, StoreError> {
+        self.inner.store.backup(to)
     }
 
     /// Merchant actors currently running.

@@ -16,6 +16,8 @@ use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse};
 use subtle::ConstantTimeEq;
 
+use caisse_engine::store::StoreError;
+
 use crate::config::Secret;
 use crate::dashboard::DashboardState;
 use crate::http::server::{serve, ServerOptions};
@@ -41,26 +43,32 @@ pub fn start(
     let port = listener.local_addr()?.port();
     let state = web::Data::new(AdminState { app, dashboard, token });
     let options = ServerOptions { name: "caisse-admin", workers: 1, shutdown_grace_s: crate::app::SHUTDOWN_GRACE_S };
-    let server = serve(listener, options, move || App::new().app_data(state.clone()).configure(configure))?;
+    // Logged and answered with a `Request-Id` like the API's requests: what an operator did is in the log.
+    let server = serve(listener, options, move || {
+        App::new().app_data(state.clone()).wrap_fn(crate::http::request_log).configure(configure)
+    })?;
     Ok((server, port))
 }
 
 fn configure(cfg: &mut web::ServiceConfig) {
+    // A method an endpoint does not take is answered in the API's shape, as an unknown endpoint is.
+    let resource = |path: &str| web::resource(path).default_service(web::to(no_such_endpoint));
     cfg.service(
-        web::resource("/admin/merchants")
-            .route(web::post().to(merchants::create))
-            .route(web::get().to(merchants::list)),
+        resource("/admin/merchants").route(web::post().to(merchants::create)).route(web::get().to(merchants::list)),
     )
-    .service(web::resource("/admin/merchants/{id}").route(web::get().to(merchants::get)))
-    .service(web::resource("/admin/merchants/{id}/suspendre").route(web::post().to(merchants::suspend)))
-    .service(web::resource("/admin/merchants/{id}/reactiver").route(web::post().to(merchants::resume)))
-    .service(web::resource("/admin/merchants/{id}/mot-de-passe").route(web::post().to(merchants::reset_password)))
-    .service(web::resource("/admin/backup").route(web::post().to(backup)))
-    .service(web::resource("/admin/audit").route(web::post().to(audit)))
-    .service(web::resource("/metrics").route(web::get().to(metrics::render)))
-    .default_service(web::to(|| async {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint").into_response()
-    }));
+    .service(resource("/admin/merchants/{id}").route(web::get().to(merchants::get)))
+    .service(resource("/admin/merchants/{id}/suspendre").route(web::post().to(merchants::suspend)))
+    .service(resource("/admin/merchants/{id}/reactiver").route(web::post().to(merchants::resume)))
+    .service(resource("/admin/merchants/{id}/mot-de-passe").route(web::post().to(merchants::reset_password)))
+    .service(resource("/admin/backup").route(web::post().to(backup)))
+    .service(resource("/admin/audit").route(web::post().to(audit)))
+    .service(resource("/metrics").route(web::get().to(metrics::render)))
+    .default_service(web::to(no_such_endpoint));
+}
+
+async fn no_such_endpoint(req: HttpRequest) -> HttpResponse {
+    let message = format!("no admin endpoint {} {}", req.method(), req.path());
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", message).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -88,7 +96,14 @@ async fn backup(
     }
     let engine = state.app.engine.clone();
     let target = to.clone();
-    let report = web::block(move || engine.backup(&target)).await.map_err(|e| ApiError::internal("backup", e))??;
+    let made = web::block(move || engine.backup(&target)).await.map_err(|e| ApiError::internal("backup", e))?;
+    // The operator needs the reason: a target the server cannot write (a read-only file system, a directory
+    // the service's sandbox does not let it write to), or a store that is backed up with other tools.
+    let report = made.map_err(|e| match e {
+        StoreError::Io(why) => ApiError::invalid("to", format!("the backup could not be written: {why}")),
+        StoreError::Conflict(why) => ApiError::new(StatusCode::CONFLICT, "invalid_state", why),
+        other => ApiError::from(caisse_engine::EngineError::from(other)),
+    })?;
     tracing::warn!(to = %to.display(), keys = report.keys, paused_ms = report.paused_ms, "backup made through the admin API");
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "to": b.to,

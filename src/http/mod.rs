@@ -248,7 +248,10 @@ where
             state.failed_auth.failed(ip, started);
         }
         let elapsed = started.elapsed();
-        crate::metrics::METRICS.request(&route, status, elapsed);
+        // The API's and the dashboard's requests (the admin listener, without the API's state, is not counted).
+        if state.is_some() {
+            crate::metrics::METRICS.request(&route, status, elapsed);
+        }
         let latency_us = elapsed.as_micros() as u64;
         tracing::info!(target: "caisse::http", %method, %path, status, latency_us, %client, request_id = %request_id, "request");
         Ok(response)

@@ -48,6 +48,15 @@ async fn a_backup_under_load_restores_with_every_acknowledged_payment() {
     again.expect(400);
     assert_eq!(again.json["error"]["field"], "to");
     admin.fetch(admin.post("/admin/backup").json(&json!({"to": "relative/dir"}))).await.expect(400);
+    // A target the server cannot write says why, naming it, rather than that the store is unavailable.
+    let file = work.path().join("a-file");
+    std::fs::write(&file, b"not a directory").expect("a file");
+    let unwritable = file.join("backup");
+    let refused = admin.fetch(admin.post("/admin/backup").json(&json!({"to": unwritable}))).await;
+    refused.expect(400);
+    assert_eq!(refused.json["error"]["field"], "to");
+    let message = refused.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("could not be written") && message.contains("a-file"), "{message}");
 
     // Restore into a new data directory with the command, as an operator would.
     let restored = work.path().join("restored");

@@ -32,6 +32,22 @@ async fn every_admin_request_needs_the_token() {
     lower.await.expect(200);
 }
 
+/// Admin answers carry a `Request-Id`, as the API's do, and a method an endpoint does not take is answered in
+/// the API's error shape.
+#[actix_web::test]
+async fn admin_answers_have_a_request_id_and_the_apis_error_shape() {
+    let (_app, admin) = start().await;
+    let listed = admin.fetch(admin.get("/admin/merchants")).await;
+    listed.expect(200);
+    assert!(listed.header("request-id").is_some_and(|id| id.starts_with("req_")), "{:?}", listed.header("request-id"));
+    for req in [admin.get("/admin/backup"), admin.get("/admin/nowhere")] {
+        let answer = admin.fetch(req).await;
+        answer.expect(404);
+        assert_eq!(answer.json["error"]["code"], "not_found");
+        assert!(answer.header("request-id").is_some());
+    }
+}
+
 #[actix_web::test]
 async fn merchants_are_created_listed_and_shown_while_the_server_runs() {
     let (app, admin) = start().await;
