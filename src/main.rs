@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use caisse::admin::client;
 use caisse::app::Application;
-use caisse::config::{Layer, LogFormat, Settings};
+use caisse::config::{Layer, LogFormat, Settings, StoreLocation};
 use caisse::merchants::{Created, NewMerchant};
 use clap::{Parser, Subcommand};
 
@@ -227,6 +227,10 @@ fn serve(settings: Settings) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
         let env = settings.environment;
         let listen = settings.listen;
+        let close_bound = match settings.store {
+            StoreLocation::Embedded => STORE_CLOSE_BOUND,
+            StoreLocation::Postgres(_) => CLUSTER_CLOSE_BOUND,
+        };
         let app = Application::build(settings).await.map_err(|e| e.to_string())?;
         if let Some(demo) = &app.demo {
             println!("First start: created a demo merchant. These are shown once; keep them.");
@@ -236,12 +240,14 @@ fn serve(settings: Settings) -> Result<(), String> {
         let engine = app.state().engine.clone();
         let served = app.run_until_stopped().await.map_err(|e| e.to_string());
         // The servers have stopped (a signal, requests in flight answered); what is left is closing the
-        // store, which waits on sled. Everything acknowledged is already in the write-ahead log, so past a
-        // bound the process leaves without waiting: the next start replays the log.
-        std::thread::spawn(|| {
-            std::thread::sleep(STORE_CLOSE_BOUND);
-            tracing::warn!("the store did not close within {STORE_CLOSE_BOUND:?}; exiting (the next start replays the write-ahead log)");
-            std::process::exit(0);
+        // store: the embedded store's journal and tables, or in a cluster the writers' last commits and the
+        // shards given back. Everything acknowledged is durable already, so past a bound the process leaves
+        // without waiting, saying so by its status: the next start replays the journal, and in a cluster the
+        // other nodes take the shards once their leases run out.
+        std::thread::spawn(move || {
+            std::thread::sleep(close_bound);
+            tracing::warn!("the store did not close within {close_bound:?}; exiting without closing it");
+            std::process::exit(1);
         });
         tracing::info!("stopped serving; closing the store");
         // Closed now rather than when the last handle goes (the webhook actors hold one until the process
@@ -249,7 +255,7 @@ fn serve(settings: Settings) -> Result<(), String> {
         let started = std::time::Instant::now();
         match engine.close() {
             Ok(()) => tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "store closed"),
-            Err(e) => tracing::warn!(error = %e, "the store did not close cleanly; the next start replays the write-ahead log"),
+            Err(e) => tracing::warn!(error = %e, "the store did not close cleanly; the next start replays its journal"),
         }
         served
     })
@@ -257,6 +263,10 @@ fn serve(settings: Settings) -> Result<(), String> {
 
 /// How long closing the store may take after the servers stopped, before the process exits anyway.
 const STORE_CLOSE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The same in a cluster: the writers' queued commits, then giving the shards back (up to 10 s of rounds), so
+/// that other nodes take them at once rather than when their leases run out.
+const CLUSTER_CLOSE_BOUND: std::time::Duration = std::time::Duration::from_secs(25);
 
 fn merchant(settings: &Settings, command: MerchantCommand) -> Result<(), String> {
     let (command, json) = match command {
