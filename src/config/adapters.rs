@@ -474,17 +474,28 @@ fn base_url(setting: &str, url: &str) -> Result<String, ConfigError> {
     Ok(url.trim_end_matches('/').to_owned())
 }
 
-/// A secret given inline or in a file named by `<key>_file` (the file wins; surrounding whitespace dropped).
+/// A secret given inline or in a file named by `<key>_file` (surrounding whitespace dropped). Both at once, or
+/// a file with nothing in it, is refused: which one was meant cannot be told, and an empty file would silently
+/// turn off what the secret enables (the admin API, sealing).
 pub(super) fn secret(
     setting: &str,
     inline: Option<String>,
     file: Option<String>,
 ) -> Result<Option<Secret>, ConfigError> {
+    let inline = inline.filter(|v| !v.is_empty());
     let value = match file.filter(|f| !f.is_empty()) {
-        Some(path) => std::fs::read_to_string(&path)
-            .map_err(|e| bad(format!("{setting}_file"), format!("cannot read {path}: {e}")))?
-            .trim()
-            .to_owned(),
+        Some(_) if inline.is_some() => {
+            return Err(bad(setting, format!("set {setting} or {setting}_file, not both")));
+        }
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| bad(format!("{setting}_file"), format!("cannot read {path}: {e}")))?;
+            let text = text.trim().to_owned();
+            if text.is_empty() {
+                return Err(bad(format!("{setting}_file"), format!("{path} is empty")));
+            }
+            text
+        }
         None => inline.unwrap_or_default(),
     };
     Ok(Some(value).filter(|v| !v.is_empty()).map(Secret::new))

@@ -464,10 +464,19 @@ impl Layer {
         win(&mut self.public_url, public_url);
         win(&mut self.log_format, log_format);
         win(&mut self.admin_listen, admin_listen);
-        win(&mut self.admin_token, admin_token);
-        win(&mut self.admin_token_file, admin_token_file);
-        win(&mut self.master_key, master_key);
-        win(&mut self.master_key_file, master_key_file);
+        // A secret given by a later source replaces an earlier one whichever way each gives it, inline or in a
+        // file: an environment's CAISSE_MASTER_KEY overrides the file's master_key_file.
+        fn win_secret(
+            (mine, mine_file): (&mut Option<String>, &mut Option<String>),
+            (theirs, theirs_file): (Option<String>, Option<String>),
+        ) {
+            if theirs.is_some() || theirs_file.is_some() {
+                *mine = theirs;
+                *mine_file = theirs_file;
+            }
+        }
+        win_secret((&mut self.admin_token, &mut self.admin_token_file), (admin_token, admin_token_file));
+        win_secret((&mut self.master_key, &mut self.master_key_file), (master_key, master_key_file));
         win(&mut self.trusted_proxies, trusted_proxies);
         win(&mut self.key_roll_grace, key_roll_grace);
         win(&mut self.failed_auth_per_minute, failed_auth_per_minute);
@@ -964,6 +973,29 @@ mod tests {
         let s = Settings::load(None, env(&[production, key, ("CAISSE_SANDBOX_SIMULATOR", "true")]), Layer::default())
             .unwrap();
         assert!(s.sandbox_simulator);
+    }
+
+    /// A secret from a later source wins whichever way each source gives it; both ways in one source, or an
+    /// empty file, are refused rather than one of them picked or the secret silently off.
+    #[test]
+    fn a_secret_from_a_later_source_wins_and_an_empty_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from_file, from_env) = ("a-token-read-from-its-file-0123456789", "a-token-set-in-the-environment-012345");
+        let token_file = dir.path().join("admin_token");
+        std::fs::write(&token_file, format!("{from_file}\n")).unwrap();
+        let config = dir.path().join("caisse.toml");
+        std::fs::write(&config, format!("admin_token_file = {:?}\n", token_file.display().to_string())).unwrap();
+        let s = Settings::load(Some(&config), env(&[]), Layer::default()).unwrap();
+        assert_eq!(s.admin_token.as_ref().map(Secret::expose), Some(from_file));
+        let s = Settings::load(Some(&config), env(&[("CAISSE_ADMIN_TOKEN", from_env)]), Layer::default()).unwrap();
+        assert_eq!(s.admin_token.as_ref().map(Secret::expose), Some(from_env), "the environment wins over the file");
+        let path = token_file.display().to_string();
+        let both = env(&[("CAISSE_ADMIN_TOKEN", from_env), ("CAISSE_ADMIN_TOKEN_FILE", &path)]);
+        assert_eq!(Settings::load(None, both, Layer::default()).unwrap_err().setting, "admin_token");
+        std::fs::write(&token_file, "\n").unwrap();
+        let err = Settings::load(Some(&config), env(&[]), Layer::default()).unwrap_err();
+        assert_eq!(err.setting, "admin_token_file");
+        assert!(err.reason.contains("empty"), "{err}");
     }
 
     #[test]
