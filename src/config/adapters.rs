@@ -311,43 +311,26 @@ impl AdaptersLayer {
     /// `other`'s keys win over `self`'s, key by key.
     pub(super) fn merge(mut self, other: AdaptersLayer) -> AdaptersLayer {
         let AdaptersLayer { pawapay, mtn_momo, wave, cinetpay, orange_money } = other;
-        if let Some(mut theirs) = orange_money {
-            let mine = self.orange_money.get_or_insert_with(OrangeLayer::default);
-            for key in ORANGE_KEYS {
-                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
-                    *slot = Some(value);
-                }
-            }
+        if let Some(theirs) = orange_money {
+            merge_keys(self.orange_money.get_or_insert_with(OrangeLayer::default), theirs, &ORANGE_KEYS);
         }
-        if let Some(mut theirs) = cinetpay {
-            let mine = self.cinetpay.get_or_insert_with(CinetpayLayer::default);
-            for key in CINETPAY_KEYS {
-                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
-                    *slot = Some(value);
-                }
-            }
+        if let Some(theirs) = cinetpay {
+            merge_keys(self.cinetpay.get_or_insert_with(CinetpayLayer::default), theirs, &CINETPAY_KEYS);
         }
-        if let Some(mut theirs) = wave {
-            let mine = self.wave.get_or_insert_with(WaveLayer::default);
-            for key in WAVE_KEYS {
-                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
-                    *slot = Some(value);
-                }
-            }
+        if let Some(theirs) = wave {
+            merge_keys(self.wave.get_or_insert_with(WaveLayer::default), theirs, &WAVE_KEYS);
         }
-        if let Some(mut theirs) = mtn_momo {
-            let mine = self.mtn_momo.get_or_insert_with(MtnLayer::default);
-            for key in MTN_KEYS {
-                if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
-                    *slot = Some(value);
-                }
-            }
+        if let Some(theirs) = mtn_momo {
+            merge_keys(self.mtn_momo.get_or_insert_with(MtnLayer::default), theirs, &MTN_KEYS);
         }
         if let Some(PawapayLayer { base_url, api_token, api_token_file, require_signatures }) = pawapay {
             let mine = self.pawapay.get_or_insert_with(PawapayLayer::default);
             mine.base_url = base_url.or(mine.base_url.take());
-            mine.api_token = api_token.or(mine.api_token.take());
-            mine.api_token_file = api_token_file.or(mine.api_token_file.take());
+            // One secret given two ways: a later source's replaces an earlier one whichever way each gives it.
+            if api_token.is_some() || api_token_file.is_some() {
+                mine.api_token = api_token;
+                mine.api_token_file = api_token_file;
+            }
             mine.require_signatures = require_signatures.or(mine.require_signatures.take());
         }
         self
@@ -463,6 +446,63 @@ pub(super) fn resolve_routes(setting: &str, routes: Vec<RouteLayer>) -> Result<V
             Ok(Route { countries: r.countries, adapter: adapter_name(setting, &r.adapter)? })
         })
         .collect()
+}
+
+/// An adapter's layer, read and written key by key (its `*_KEYS`).
+trait Keyed {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>>;
+}
+
+impl Keyed for OrangeLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        OrangeLayer::slot(self, key)
+    }
+}
+
+impl Keyed for CinetpayLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        CinetpayLayer::slot(self, key)
+    }
+}
+
+impl Keyed for WaveLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        WaveLayer::slot(self, key)
+    }
+}
+
+impl Keyed for MtnLayer {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
+        MtnLayer::slot(self, key)
+    }
+}
+
+/// The other way of giving the same secret: `key_file` for `key`, and `key` for `key_file`.
+fn other_way(key: &str) -> String {
+    match key.strip_suffix("_file") {
+        Some(inline) => inline.to_owned(),
+        None => format!("{key}_file"),
+    }
+}
+
+/// Lays `theirs`, a later source, over `mine`: each key it sets wins. A secret it gives, inline or in a file,
+/// replaces the one `mine` gives either way; given both ways by one source, both stay, and `secret` refuses
+/// them.
+fn merge_keys<L: Keyed>(mine: &mut L, mut theirs: L, keys: &[&str]) {
+    for key in keys {
+        if theirs.slot(key).is_some_and(|value| value.is_some()) {
+            for cleared in [key.to_string(), other_way(key)] {
+                if let Some(slot) = mine.slot(&cleared) {
+                    *slot = None;
+                }
+            }
+        }
+    }
+    for key in keys {
+        if let (Some(slot), Some(value)) = (mine.slot(key), theirs.slot(key).and_then(Option::take)) {
+            *slot = Some(value);
+        }
+    }
 }
 
 /// A provider API's base URL: https, or http on the loopback interface (a local fake).
@@ -706,6 +746,34 @@ mod tests {
         let refused = resolve(Some(layer(Some("http://pawapay.example"), Some("t"))), Environment::Production);
         assert!(refused.unwrap_err().to_string().contains("adapters.pawapay.base_url"));
         assert!(!active.require_signatures, "unsigned callbacks are accepted unless required");
+    }
+
+    /// The environment's key wins over the file's key file, and the other way round; one source giving a key
+    /// both ways is refused.
+    #[test]
+    fn an_adapter_secret_from_a_later_source_wins_however_each_gives_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("wave_api_key");
+        std::fs::write(&key_file, "from-the-file\n").unwrap();
+        let file: AdaptersLayer =
+            toml::from_str(&format!("[wave]\napi_key_file = {:?}\n", key_file.display().to_string()))
+                .expect("a file layer");
+        let env = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            AdaptersLayer::from_env(&|name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        };
+        let api_key = |layer: AdaptersLayer| {
+            resolve(Some(layer), Environment::Production).map(|a| a.wave.unwrap().api_key.expose().to_owned())
+        };
+        assert_eq!(api_key(file.clone().merge(AdaptersLayer::default())).unwrap(), "from-the-file");
+        let over = env(&[("CAISSE_ADAPTERS_WAVE_API_KEY", "from-the-environment")]).unwrap();
+        assert_eq!(api_key(file.clone().merge(over)).unwrap(), "from-the-environment");
+        let inline: AdaptersLayer = toml::from_str("[wave]\napi_key = \"inline\"\n").expect("a file layer");
+        let path = key_file.display().to_string();
+        let over = env(&[("CAISSE_ADAPTERS_WAVE_API_KEY_FILE", &path)]).unwrap();
+        assert_eq!(api_key(inline.merge(over)).unwrap(), "from-the-file");
+        let both = env(&[("CAISSE_ADAPTERS_WAVE_API_KEY", "x"), ("CAISSE_ADAPTERS_WAVE_API_KEY_FILE", &path)]).unwrap();
+        assert!(api_key(file.merge(both)).unwrap_err().to_string().contains("not both"));
     }
 
     #[test]
