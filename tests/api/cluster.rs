@@ -92,3 +92,53 @@ async fn merchants_made_and_suspended_beside_the_running_nodes_are_seen_by_every
         .await;
     }
 }
+
+/// A node cut off the database with nothing to write says so: its ping answers 503 once its leases may have
+/// run out (its rounds fail for a lease's length), and 200 again once it reaches the database. The node is a
+/// process of its own, reached through a proxy the test cuts (silence, not an error).
+#[actix_web::test]
+async fn an_idle_node_cut_off_the_database_answers_its_ping_503_until_it_is_back() {
+    let db = postgres::database();
+    let proxy = crate::support::proxy::Proxy::start(&db.server_address());
+    let work = tempfile::tempdir().expect("work dir");
+    let port = crate::support::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_caisse"))
+        .current_dir(work.path())
+        .env("CAISSE_STORE", db.url_via(proxy.port))
+        .env("CAISSE_NODE_ID", "node-a")
+        .env("CAISSE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("CAISSE_ADVERTISE_URL", format!("http://127.0.0.1:{port}"))
+        .env("CAISSE_DATA_DIR", work.path().join("data"))
+        .env("CAISSE_LOG", "warn")
+        .env_remove("CAISSE_ADMIN_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .arg("serve")
+        .spawn()
+        .expect("caisse serve starts");
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _node = Killed(child);
+    let client = awc::Client::builder().timeout(Duration::from_secs(5)).finish();
+    let ping = || async {
+        let answer = client.get(format!("http://127.0.0.1:{port}/v1/ping")).send().await;
+        answer.map(|a| a.status().as_u16()).map_err(|e| e.to_string())
+    };
+    let answers = |wanted: u16| {
+        move |answer: Result<u16, String>| match answer {
+            Ok(status) if status == wanted => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    };
+    eventually("the node to serve", Duration::from_secs(30), || async { answers(200)(ping().await) }).await;
+    proxy.cut();
+    eventually("the cut node's ping to answer 503", Duration::from_secs(25), || async { answers(503)(ping().await) })
+        .await;
+    proxy.heal();
+    eventually("its ping to answer 200 again", Duration::from_secs(25), || async { answers(200)(ping().await) }).await;
+}

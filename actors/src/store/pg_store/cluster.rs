@@ -170,6 +170,14 @@ impl Membership {
         last > 0 && now.saturating_sub(last) < u64::try_from((RENEW_EVERY * 2).as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Whether this node's rounds reach the database: none has failed for as long as a lease lasts. Before
+    /// its first round, the time since it started counts (opening the store reached the database).
+    pub(super) fn in_touch(&self) -> bool {
+        let last = self.last_round_ms.load(Ordering::Acquire);
+        let now = u64::try_from(LeaseClock::now().since(self.born).as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(last) < u64::try_from(LEASE.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// The token this node holds `shard` with, while its lease lasts by this node's clock.
     pub(super) fn fence(&self, shard: u32) -> Option<Fence> {
         let held = self.held.read().ok()?;

@@ -440,8 +440,11 @@ impl Kv for PgKv {
         closed
     }
 
+    /// Every writer's last commit succeeded, and a node's rounds reach the database: a node that writes
+    /// nothing (idle, or only reading) while cut off from it is unhealthy once its leases may have run out.
     fn healthy(&self) -> bool {
         self.healthy.iter().all(|writer| writer.load(Ordering::Acquire))
+            && self.node.as_ref().is_none_or(|node| node.in_touch())
     }
 
     fn backup(&self, _to: &Path) -> Result<BackupReport, StoreError> {
