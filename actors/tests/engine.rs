@@ -829,3 +829,75 @@ async fn a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes(
     }
     assert_eq!((slow_hits.load(Ordering::SeqCst), quick_hits.load(Ordering::SeqCst)), (1, 1));
 }
+
+/// The room an attempt frees goes first to a host that waits for room, not back to the host that finished:
+/// a host with a queue of its own (two notifications, one at a time) does not keep the room for itself while
+/// another host's delivery waits.
+#[actix::test]
+async fn the_room_an_attempt_frees_goes_to_the_host_waiting_longest() {
+    use caisse_engine::domain::records::Merchant;
+    use caisse_engine::webhook::delivery::DeliveryConfig;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (busy_url, busy_hits) = receiver(Duration::from_millis(1_500));
+    let (other_url, _) = receiver(Duration::ZERO);
+    // Three delivery actors of one slot each (a dispatcher's budget of three), and two merchants it hands to
+    // the same actor (see `a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes`).
+    let worker_of = |m: &MerchantId| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        m.hash(&mut hasher);
+        hasher.finish() % 3
+    };
+    let busy = MerchantId::new();
+    let other = std::iter::repeat_with(MerchantId::new).find(|m| worker_of(m) == worker_of(&busy)).unwrap();
+    for (i, (m, url)) in [(&busy, busy_url), (&other, other_url)].into_iter().enumerate() {
+        let merchant = Merchant {
+            id: m.clone(),
+            name: format!("Room {i}"),
+            email: format!("room{i}@example.com"),
+            password_hash: String::new(),
+            secret_key: format!("sk_test_room{i}"),
+            webhook_url: Some(url),
+            created_at: Timestamp::now(),
+        };
+        engine.put_merchant(merchant, None).await.unwrap();
+    }
+    let config =
+        DeliveryConfig { workers: 3, max_in_flight_per_worker: 1, max_per_host: 1, ..DeliveryConfig::default() };
+    let _pool = engine.start_webhooks(config).unwrap();
+    let first = payment_of(done(engine.execute(&busy, Command::InitiatePayment(new_payment(1_000, None)), None).await));
+    let started = std::time::Instant::now();
+    while busy_hits.load(Ordering::SeqCst) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the first delivery never started");
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+    // The busy host's second notification waits behind its first (its own bound); the other host's waits for
+    // the actor's one slot.
+    let confirm = Command::PaymentNotice { reference: first.reference.clone(), notice: PaymentNotice::Confirmed };
+    done(engine.execute(&busy, confirm, None).await);
+    actix::clock::sleep(Duration::from_millis(100)).await;
+    done(engine.execute(&other, Command::InitiatePayment(new_payment(1_000, None)), None).await);
+    let attempted = |m: &MerchantId| {
+        let page = engine.notifications(m, None, 10, &mut |_| true).unwrap();
+        page.data.iter().map(|n| n.attempts.first().map(|a| a.at.unix_ms())).collect::<Option<Vec<u64>>>()
+    };
+    let started = std::time::Instant::now();
+    let (busy_times, other_times) = loop {
+        if let (Some(b), Some(o)) = (attempted(&busy), attempted(&other)) {
+            if b.len() == 2 && o.len() == 1 {
+                break (b, o);
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "the deliveries did not all start");
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    };
+    let busy_second = busy_times.iter().max().copied().unwrap();
+    assert!(
+        other_times[0] <= busy_second,
+        "the other host waited longest, and went first: {other_times:?} {busy_times:?}"
+    );
+}

@@ -178,9 +178,9 @@ impl Worker {
     /// due, and handing it back would have the dispatcher send it again, to a receiver that may have answered
     /// 200 already, for as long as the fault lasts. The outcome is kept instead and its save tried again, from
     /// a second apart to a minute apart, for up to [`MAX_RESAVING`]; the notification stays in flight
-    /// meanwhile, so nothing sends it again. Past that (or once the store is closed) it is handed back after
-    /// the wait the schedule gave this attempt, as if the save had worked, and may be delivered again: at least
-    /// once.
+    /// meanwhile, so nothing sends it again. Past that, on an error no wait mends (a store closed, a record
+    /// that does not encode), it is handed back after the wait the schedule gave this attempt, as if the save
+    /// had worked, and may be delivered again: at least once.
     ///
     /// The save carries the fence under which the notification was read, and a store several nodes share
     /// refuses it once another node has taken the merchant's shard since: a node paused past its lease does
@@ -210,6 +210,7 @@ impl Worker {
             let id = n.id.clone();
             let given_up_at = Instant::now() + MAX_RESAVING;
             let mut wait = MIN_UNSAVED_HOLD;
+            let mut fence = fence;
             let failure = loop {
                 let saved = match outbox.save_notification(&n, &after, fence) {
                     Ok(ticket) => match ticket.await {
@@ -219,19 +220,28 @@ impl Worker {
                     },
                     Err(e) => Some(e),
                 };
-                match saved {
-                    // Refused by the fence: another node holds the merchant now (or the store was opened
-                    // again); the notification stays as stored there, and its holder delivers it.
-                    Some(error @ (StoreError::NotOwner(_) | StoreError::Aborted)) => {
-                        tracing::info!(
-                            notification = %id,
-                            %error,
-                            "attempt's outcome not saved: the merchant's deliveries moved on"
-                        );
-                        break Some(error);
+                let Some(error) = saved else { break None };
+                let may_retry = Instant::now() + wait < given_up_at;
+                match error {
+                    // Refused by the fence. The embedded store opened its keyspace again after a fault (a new
+                    // fence, this node still delivering): the outcome is saved under it, while the stored copy
+                    // is still the one attempted. Otherwise another node holds the merchant now; the
+                    // notification stays as stored there, and its holder delivers it.
+                    StoreError::NotOwner(_) | StoreError::Aborted if may_retry => {
+                        match still_this_nodes(outbox.as_ref(), &n, fence) {
+                            Some(current) => fence = current,
+                            None => {
+                                tracing::info!(
+                                    notification = %id,
+                                    %error,
+                                    "attempt's outcome not saved: the merchant's deliveries moved on"
+                                );
+                                break Some(error);
+                            }
+                        }
                     }
-                    Some(error @ StoreError::Closed) => break Some(error),
-                    Some(error) if Instant::now() + wait < given_up_at => {
+                    // A fault that may pass (a full disk, the database out of reach): saved again later.
+                    StoreError::Io(_) | StoreError::Overloaded if may_retry => {
                         tracing::error!(
                             notification = %id,
                             %error,
@@ -241,16 +251,14 @@ impl Worker {
                         actix_rt::time::sleep(wait).await;
                         wait = (wait * 2).min(MAX_UNSAVED_HOLD);
                     }
-                    Some(error) => {
+                    error => {
                         tracing::error!(
                             notification = %id,
                             %error,
-                            "attempt's outcome not persisted in {} s; the attempt will be made again",
-                            MAX_RESAVING.as_secs()
+                            "attempt's outcome not persisted; the attempt will be made again"
                         );
                         break Some(error);
                     }
-                    None => break None,
                 }
             };
             let waits = match (&failure, retry_at) {
@@ -300,6 +308,21 @@ impl Worker {
                 Ok(target) => self.start(next, fence, target, ctx),
                 Err(error) => self.fail_now(next, fence, error),
             }
+        }
+    }
+
+    /// Puts `host` in line for the worker's room when it has deliveries waiting that its own bound would let
+    /// start.
+    fn wait_for_room(&mut self, host: &str) {
+        let Some(h) = self.hosts.get_mut(host) else { return };
+        let limit = if h.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
+        if h.waiting.is_empty() {
+            if h.in_flight == 0 {
+                self.hosts.remove(host);
+            }
+        } else if h.in_flight < limit && !h.ready {
+            h.ready = true;
+            self.ready.push_back(host.to_owned());
         }
     }
 
@@ -367,6 +390,18 @@ impl Supervised for Worker {
     }
 }
 
+/// The fence to save an attempt's outcome under again, after a save refused by `fence`: this node still
+/// delivers for the merchant under another fence (the embedded store opened again after a fault), and the
+/// stored notification is still the copy attempted. `None` when the outcome must not be saved.
+fn still_this_nodes(outbox: &dyn Outbox, n: &Notification, fence: Option<Fence>) -> Option<Option<Fence>> {
+    if !outbox.delivers_for(&n.merchant) {
+        return None;
+    }
+    let current = outbox.delivery_fence(&n.merchant);
+    let unchanged = outbox.notification(&n.merchant, &n.id).ok().flatten().is_some_and(|stored| stored == *n);
+    (current != fence && unchanged).then_some(current)
+}
+
 /// An attempt's outcome, sent by its task to the worker that started it.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -396,7 +431,13 @@ impl Handler<Attempted> for Worker {
             h.slow = slow;
         }
         self.record_attempt(n, fence, outcome);
-        self.pump(&host, ctx);
+        // The room this attempt frees goes to the hosts already waiting for room first: this host queues
+        // behind them, so that hosts with long queues of their own do not keep the room among themselves.
+        if self.ready.is_empty() {
+            self.pump(&host, ctx);
+        } else {
+            self.wait_for_room(&host);
+        }
         self.pump_ready(ctx);
     }
 }
