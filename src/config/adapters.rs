@@ -326,7 +326,10 @@ impl AdaptersLayer {
         if let Some(PawapayLayer { base_url, api_token, api_token_file, require_signatures }) = pawapay {
             let mine = self.pawapay.get_or_insert_with(PawapayLayer::default);
             mine.base_url = base_url.or(mine.base_url.take());
-            // One secret given two ways: a later source's replaces an earlier one whichever way each gives it.
+            // One secret given two ways: a later source's replaces an earlier one whichever way each gives it
+            // (an empty value gives nothing).
+            let (api_token, api_token_file) =
+                (api_token.filter(|v| !v.is_empty()), api_token_file.filter(|v| !v.is_empty()));
             if api_token.is_some() || api_token_file.is_some() {
                 mine.api_token = api_token;
                 mine.api_token_file = api_token_file;
@@ -490,6 +493,12 @@ fn other_way(key: &str) -> String {
 /// them.
 fn merge_keys<L: Keyed>(mine: &mut L, mut theirs: L, keys: &[&str]) {
     for key in keys {
+        // An empty value (a variable set to nothing) gives nothing.
+        if let Some(value) = theirs.slot(key) {
+            if value.as_deref() == Some("") {
+                *value = None;
+            }
+        }
         if theirs.slot(key).is_some_and(|value| value.is_some()) {
             for cleared in [key.to_string(), other_way(key)] {
                 if let Some(slot) = mine.slot(&cleared) {

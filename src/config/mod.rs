@@ -466,10 +466,12 @@ impl Layer {
         win(&mut self.admin_listen, admin_listen);
         // A secret given by a later source replaces an earlier one whichever way each gives it, inline or in a
         // file: an environment's CAISSE_MASTER_KEY overrides the file's master_key_file.
+        // An empty value (a variable set to nothing) gives nothing.
         fn win_secret(
             (mine, mine_file): (&mut Option<String>, &mut Option<String>),
             (theirs, theirs_file): (Option<String>, Option<String>),
         ) {
+            let (theirs, theirs_file) = (theirs.filter(|v| !v.is_empty()), theirs_file.filter(|v| !v.is_empty()));
             if theirs.is_some() || theirs_file.is_some() {
                 *mine = theirs;
                 *mine_file = theirs_file;
@@ -702,9 +704,10 @@ impl Settings {
             webhook_extra_ca,
             payment_ttl_ms,
             log: {
+                // Its directives as the logger reads them (spaces around commas dropped), checked here, where a
+                // bad value stops the start naming the setting, rather than replaced by `info` later.
                 let log = need(layer.log, "log")?;
-                // Checked here, where a bad value stops the start naming the setting, rather than replaced by
-                // `info` when the logs are set up.
+                let log = log.split(',').map(str::trim).filter(|d| !d.is_empty()).collect::<Vec<_>>().join(",");
                 tracing_subscriber::EnvFilter::try_new(&log).map_err(|e| bad("log", e.to_string()))?;
                 log
             },
@@ -882,6 +885,7 @@ mod tests {
             ("CAISSE_WEBHOOK_RETRY_SCHEDULE", "5s,soon", "webhook_retry_schedule"),
             ("CAISSE_PAYMENT_TTL", "0s", "payment_ttl"),
             ("CAISSE_LOG", "caisse=verbose", "log"),
+            ("CAISSE_LOG", "info, caisse=nonsense", "log"),
             ("CAISSE_SANDBOX_DELAY_MS", "-1", "sandbox.delay_ms"),
             ("CAISSE_SANDBOX_DELAY_MS", "abc", "CAISSE_SANDBOX_DELAY_MS"),
             ("CAISSE_SANDBOX_SIMULATOR", "maybe", "CAISSE_SANDBOX_SIMULATOR"),
@@ -989,6 +993,12 @@ mod tests {
         assert_eq!(s.admin_token.as_ref().map(Secret::expose), Some(from_file));
         let s = Settings::load(Some(&config), env(&[("CAISSE_ADMIN_TOKEN", from_env)]), Layer::default()).unwrap();
         assert_eq!(s.admin_token.as_ref().map(Secret::expose), Some(from_env), "the environment wins over the file");
+        let s = Settings::load(Some(&config), env(&[("CAISSE_ADMIN_TOKEN", "")]), Layer::default()).unwrap();
+        assert_eq!(
+            s.admin_token.as_ref().map(Secret::expose),
+            Some(from_file),
+            "a variable set to nothing gives nothing"
+        );
         let path = token_file.display().to_string();
         let both = env(&[("CAISSE_ADMIN_TOKEN", from_env), ("CAISSE_ADMIN_TOKEN_FILE", &path)]);
         assert_eq!(Settings::load(None, both, Layer::default()).unwrap_err().setting, "admin_token");
