@@ -848,6 +848,8 @@ mod tests {
         assert_eq!(s.payment_ttl_ms, 2_000);
         assert_eq!(s.sandbox_delay_ms, 10);
         assert_eq!(s.store_cache_bytes, 16 * 1024 * 1024);
+        let s = Settings::load(None, env(&[("CAISSE_LOG", " info, caisse=debug ,")]), Layer::default()).unwrap();
+        assert_eq!(s.log, "info,caisse=debug", "directives as the logger reads them");
     }
 
     #[test]
