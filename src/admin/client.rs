@@ -125,7 +125,16 @@ fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// The store of `settings`, opened by this command. A PostgreSQL store is shared with the running nodes; the
 /// embedded one only opens while no server holds it.
+///
+/// The merchants' keys must open with the configured master key, as at the server's start: a merchant made
+/// with another key would be sealed under it, and the server would then start with neither.
 fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, String> {
+    let store = opened_store(settings)?;
+    caisse_engine::store::sealing::check_opens(store.as_ref()).map_err(|e| e.to_string())?;
+    Ok(store)
+}
+
+fn opened_store(settings: &Settings) -> Result<Arc<dyn Store>, String> {
     if let StoreLocation::Postgres(url) = &settings.store {
         let store = PgStore::open(url.expose()).map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
         return Ok(Arc::new(store.with_master_key(settings.master_key.clone())));
@@ -251,14 +260,35 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
     if std::fs::read_dir(data).is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(format!("{} is not empty: restore into an empty data directory", data.display()));
     }
-    copy_tree(from, data).map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display()))?;
-    let store = open_embedded(data, settings.store_cache_bytes, settings.master_key.clone())
-        .map_err(|e| format!("the restored store does not open: {e}"))?;
-    caisse_engine::store::sealing::check_opens(store.as_ref())
-        .map_err(|e| format!("the restored store's keys do not open: {e}"))?;
-    let report = caisse_engine::store::Audit::audit(store.as_ref())
-        .map_err(|e| format!("the restored store fails its audit: {e}"))?;
-    Ok(json!({"restored": data, "merchants": report.merchants, "events": report.events, "audit": "passed"}))
+    let restored = copy_tree(from, data)
+        .map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display()))
+        .and_then(|()| {
+            let store = open_embedded(data, settings.store_cache_bytes, settings.master_key.clone())
+                .map_err(|e| format!("the restored store does not open: {e}"))?;
+            caisse_engine::store::sealing::check_opens(store.as_ref())
+                .map_err(|e| format!("the restored store's keys do not open: {e}"))?;
+            caisse_engine::store::Audit::audit(store.as_ref())
+                .map_err(|e| format!("the restored store fails its audit: {e}"))
+        });
+    match restored {
+        Ok(report) => {
+            Ok(json!({"restored": data, "merchants": report.merchants, "events": report.events, "audit": "passed"}))
+        }
+        Err(why) => {
+            // The directory was empty before: what the restore put there goes, so that it can be run again
+            // (with the right master key, say).
+            let emptied = std::fs::read_dir(data).map(|entries| {
+                entries.flatten().try_for_each(|entry| match entry.path().is_dir() {
+                    true => std::fs::remove_dir_all(entry.path()),
+                    false => std::fs::remove_file(entry.path()),
+                })
+            });
+            match emptied {
+                Ok(Ok(())) => Err(why),
+                _ => Err(format!("{why}; {} still holds the copy: empty it before restoring again", data.display())),
+            }
+        }
+    }
 }
 
 /// `caisse upgrade-store`: moves the embedded store sled made onto fjall, the server stopped. The copy is made

@@ -58,8 +58,21 @@ async fn a_backup_under_load_restores_with_every_acknowledged_payment() {
     let message = refused.json["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("could not be written") && message.contains("a-file"), "{message}");
 
-    // Restore into a new data directory with the command, as an operator would.
+    // Restore into a new data directory with the command, as an operator would: first with another master key,
+    // which is refused and leaves the directory as it found it, so the restore can be run again.
     let restored = work.path().join("restored");
+    let wrong_key = Command::new(BIN)
+        .args(["restore", "--from"])
+        .arg(&to)
+        .env("CAISSE_DATA_DIR", &restored)
+        .env("CAISSE_MASTER_KEY", "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE=")
+        .env("CAISSE_LOG", "warn")
+        .env_remove("CAISSE_ADMIN_TOKEN")
+        .output()
+        .expect("caisse restore runs");
+    assert!(!wrong_key.status.success());
+    assert!(String::from_utf8_lossy(&wrong_key.stderr).contains("does not open with this master key"));
+    assert!(std::fs::read_dir(&restored).is_ok_and(|mut entries| entries.next().is_none()), "left empty");
     let output = Command::new(BIN)
         .args(["restore", "--from"])
         .arg(&to)

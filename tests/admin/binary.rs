@@ -136,6 +136,12 @@ fn another_master_key_stops_the_start() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut server.0.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
     assert!(stderr.contains("does not open with this master key"), "{stderr}");
+    // Nor does a command on the store make a merchant sealed under the other key.
+    let mut create = caisse(work.path(), free_port(), free_port(), None);
+    create.env("CAISSE_MASTER_KEY", &other).args(["merchant", "create", "--name", "Autre", "--email", "a@example.com"]);
+    let refused = run(&mut create);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("does not open with this master key"));
 }
 
 #[actix_web::test]

@@ -76,8 +76,8 @@ pub fn open(key: Option<&MasterKey>, merchant: &MerchantId, stored: &str) -> Res
     String::from_utf8(opened).map_err(|_| StoreError::Corrupt("a sealed secret is not text".into()))
 }
 
-/// Merchants whose keys [`check_opens`] reads at most: the newest ones, which a store with a master key has
-/// sealed; a wrong key shows on the first sealed one.
+/// Merchants whose keys [`check_opens`] reads at most: the newest ones, which are sealed once a master key is
+/// set (a key in clear opens with any); a wrong key shows on the first sealed one.
 const CHECKED_AT_MOST: usize = 10_000;
 
 /// Refuses a master key (or its absence) that does not open the merchants' sealed keys. Without this check a
