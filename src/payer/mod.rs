@@ -233,6 +233,10 @@ fn client_address(req: &HttpRequest, state: &AppState) -> Option<std::net::IpAdd
 /// so that its 2^64 addresses are not as many clients.
 fn counted_address(address: std::net::IpAddr) -> std::net::IpAddr {
     match address {
+        // An IPv4 client of a dual-stack listener arrives as `::ffff:a.b.c.d`: counted as itself.
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
+            v6.to_ipv4_mapped().map_or(address, std::net::IpAddr::V4)
+        }
         std::net::IpAddr::V6(v6) => {
             let segments = v6.segments();
             let block = [segments[0], segments[1], segments[2], segments[3], 0, 0, 0, 0];
@@ -665,6 +669,8 @@ mod tests {
         assert_eq!(counted("2001:db8:1:2:aaaa::1"), counted("2001:db8:1:2:bbbb::9"));
         assert_ne!(counted("2001:db8:1:2::1"), counted("2001:db8:1:3::1"));
         assert_eq!(counted("192.0.2.7").to_string(), "192.0.2.7");
+        assert_eq!(counted("::ffff:192.0.2.7").to_string(), "192.0.2.7", "IPv4 through a dual-stack listener");
+        assert_ne!(counted("::ffff:192.0.2.7"), counted("::ffff:192.0.2.8"));
     }
 
     #[test]
