@@ -771,31 +771,26 @@ fn receiver(first_delay: std::time::Duration) -> (String, std::sync::Arc<std::sy
     (url, hits)
 }
 
-/// A delivery that waits only for room in its delivery actor (the actor's bound is full with another host's
-/// attempt) starts as soon as that attempt finishes, though nothing of its own host was in flight to start it.
-#[actix::test]
-async fn a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes() {
+/// Two merchants with webhook URLs `urls`, which a pool of `workers` delivery actors hands to the same actor
+/// (the dispatcher places a merchant by its id's hash, with the standard library's default hasher), and that
+/// pool, each actor with one slot and each host one attempt at a time: the second merchant's deliveries wait in
+/// that actor for its one slot.
+async fn merchants_sharing_one_slot(
+    engine: &Engine,
+    workers: usize,
+    urls: [String; 2],
+) -> ([MerchantId; 2], caisse_engine::webhook::delivery::WebhookPool) {
     use caisse_engine::domain::records::Merchant;
     use caisse_engine::webhook::delivery::DeliveryConfig;
-    use std::sync::atomic::Ordering;
-    use std::time::Duration;
-
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let (slow_url, slow_hits) = receiver(Duration::from_millis(1_500));
-    let (quick_url, quick_hits) = receiver(Duration::ZERO);
-    // Two delivery actors of one slot each, so the dispatcher's budget is two; the merchants are two it hands
-    // to the same actor (it places a merchant by its id's hash, with the standard library's default hasher),
-    // whose second delivery then waits in that actor for its one slot.
     let worker_of = |m: &MerchantId| {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         m.hash(&mut hasher);
-        hasher.finish() % 2
+        hasher.finish() % workers as u64
     };
-    let slow = MerchantId::new();
-    let quick = std::iter::repeat_with(MerchantId::new).find(|m| worker_of(m) == worker_of(&slow)).unwrap();
-    for (i, (m, url)) in [(&slow, slow_url), (&quick, quick_url)].into_iter().enumerate() {
+    let first = MerchantId::new();
+    let second = std::iter::repeat_with(MerchantId::new).find(|m| worker_of(m) == worker_of(&first)).unwrap();
+    for (i, (m, url)) in [&first, &second].into_iter().zip(urls).enumerate() {
         let merchant = Merchant {
             id: m.clone(),
             name: format!("Hooks {i}"),
@@ -807,9 +802,23 @@ async fn a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes(
         };
         engine.put_merchant(merchant, None).await.unwrap();
     }
-    let config =
-        DeliveryConfig { workers: 2, max_in_flight_per_worker: 1, max_per_host: 1, ..DeliveryConfig::default() };
-    let _pool = engine.start_webhooks(config).unwrap();
+    let config = DeliveryConfig { workers, max_in_flight_per_worker: 1, max_per_host: 1, ..DeliveryConfig::default() };
+    ([first, second], engine.start_webhooks(config).unwrap())
+}
+
+/// A delivery that waits only for room in its delivery actor (the actor's bound is full with another host's
+/// attempt) starts as soon as that attempt finishes, though nothing of its own host was in flight to start it.
+#[actix::test]
+async fn a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes() {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (slow_url, slow_hits) = receiver(Duration::from_millis(1_500));
+    let (quick_url, quick_hits) = receiver(Duration::ZERO);
+    // A dispatcher's budget of two, both merchants on one actor.
+    let ([slow, quick], _pool) = merchants_sharing_one_slot(&engine, 2, [slow_url, quick_url]).await;
     done(engine.execute(&slow, Command::InitiatePayment(new_payment(1_000, None)), None).await);
     let started = std::time::Instant::now();
     while slow_hits.load(Ordering::SeqCst) == 0 {
@@ -835,8 +844,6 @@ async fn a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes(
 /// another host's delivery waits.
 #[actix::test]
 async fn the_room_an_attempt_frees_goes_to_the_host_waiting_longest() {
-    use caisse_engine::domain::records::Merchant;
-    use caisse_engine::webhook::delivery::DeliveryConfig;
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
@@ -844,31 +851,8 @@ async fn the_room_an_attempt_frees_goes_to_the_host_waiting_longest() {
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let (busy_url, busy_hits) = receiver(Duration::from_millis(1_500));
     let (other_url, _) = receiver(Duration::ZERO);
-    // Three delivery actors of one slot each (a dispatcher's budget of three), and two merchants it hands to
-    // the same actor (see `a_delivery_waiting_for_room_starts_when_another_hosts_attempt_finishes`).
-    let worker_of = |m: &MerchantId| {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        m.hash(&mut hasher);
-        hasher.finish() % 3
-    };
-    let busy = MerchantId::new();
-    let other = std::iter::repeat_with(MerchantId::new).find(|m| worker_of(m) == worker_of(&busy)).unwrap();
-    for (i, (m, url)) in [(&busy, busy_url), (&other, other_url)].into_iter().enumerate() {
-        let merchant = Merchant {
-            id: m.clone(),
-            name: format!("Room {i}"),
-            email: format!("room{i}@example.com"),
-            password_hash: String::new(),
-            secret_key: format!("sk_test_room{i}"),
-            webhook_url: Some(url),
-            created_at: Timestamp::now(),
-        };
-        engine.put_merchant(merchant, None).await.unwrap();
-    }
-    let config =
-        DeliveryConfig { workers: 3, max_in_flight_per_worker: 1, max_per_host: 1, ..DeliveryConfig::default() };
-    let _pool = engine.start_webhooks(config).unwrap();
+    // A dispatcher's budget of three: both of the busy host's notifications and the other's reach the one actor.
+    let ([busy, other], _pool) = merchants_sharing_one_slot(&engine, 3, [busy_url, other_url]).await;
     let first = payment_of(done(engine.execute(&busy, Command::InitiatePayment(new_payment(1_000, None)), None).await));
     let started = std::time::Instant::now();
     while busy_hits.load(Ordering::SeqCst) == 0 {
