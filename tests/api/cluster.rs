@@ -7,7 +7,7 @@ use caisse_engine::cluster::{CONTENT_TYPE, FORWARD_PATH, PROTOCOL, VERSION_HEADE
 
 use std::time::Duration;
 
-use crate::support::{eventually, postgres, spawn_cluster_node, text};
+use crate::support::{caisse_beside, eventually, postgres, spawn_cluster_node, text};
 
 #[actix_web::test]
 async fn a_node_reads_forwarded_messages_of_its_own_protocol_only() {
@@ -50,16 +50,7 @@ async fn merchants_made_and_suspended_beside_the_running_nodes_are_seen_by_every
     let b = spawn_cluster_node(&db, "node-b").await;
     let work = tempfile::tempdir().expect("work dir");
     let caisse = |args: &[&str]| {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_caisse"))
-            .current_dir(work.path())
-            .env("CAISSE_STORE", &db.url)
-            .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
-            .env("CAISSE_DATA_DIR", work.path().join("data"))
-            .env("CAISSE_LOG", "warn")
-            .env_remove("CAISSE_ADMIN_TOKEN")
-            .args(args)
-            .output()
-            .expect("caisse runs");
+        let output = caisse_beside(&db, work.path()).args(args).output().expect("caisse runs");
         assert!(output.status.success(), "caisse {args:?}: {}", String::from_utf8_lossy(&output.stderr));
         String::from_utf8_lossy(&output.stdout).into_owned()
     };

@@ -4,7 +4,7 @@
 
 use crate::agent::Agent;
 use crate::support::postgres;
-use crate::support::{spawn_cluster_node, text};
+use crate::support::{caisse_beside, spawn_cluster_node, text};
 use caisse::dashboard::auth::MAX_FAILURES;
 
 #[actix_web::test]
@@ -88,13 +88,7 @@ async fn a_password_reset_made_on_the_database_ends_the_sessions_of_every_node()
     on_b.get("/").await.expect(200);
 
     let work = tempfile::tempdir().expect("work dir");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_caisse"))
-        .current_dir(work.path())
-        .env("CAISSE_STORE", &db.url)
-        .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
-        .env("CAISSE_DATA_DIR", work.path().join("data"))
-        .env("CAISSE_LOG", "warn")
-        .env_remove("CAISSE_ADMIN_TOKEN")
+    let output = caisse_beside(&db, work.path())
         .args(["merchant", "reset-password", a.demo_merchant().id.as_str()])
         .output()
         .expect("caisse runs");

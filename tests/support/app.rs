@@ -99,6 +99,20 @@ pub async fn spawn_cluster_node(database: &super::postgres::TestDatabase, node: 
     .await
 }
 
+/// The `caisse` command beside the nodes of a cluster on `database`, run from `work` without an admin token:
+/// it works on the shared database directly.
+pub fn caisse_beside(database: &super::postgres::TestDatabase, work: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_caisse"));
+    command
+        .current_dir(work)
+        .env("CAISSE_STORE", &database.url)
+        .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
+        .env("CAISSE_DATA_DIR", work.join("data"))
+        .env("CAISSE_LOG", "warn")
+        .env_remove("CAISSE_ADMIN_TOKEN");
+    command
+}
+
 /// Starts a server with the test settings changed by `tweak`.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     let dir = tempfile::TempDir::new().expect("temp dir");

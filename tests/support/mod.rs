@@ -38,8 +38,8 @@ pub mod wait;
 
 pub use api::{payment_body, payout_body, Api, Req, Resp};
 pub use app::{
-    describe, spawn_app, spawn_app_on_postgres, spawn_app_with, spawn_cluster_node, spawn_production_app,
-    test_settings, TestApp, PAYMENT_TTL_MS, SANDBOX_DELAY_MS,
+    caisse_beside, describe, spawn_app, spawn_app_on_postgres, spawn_app_with, spawn_cluster_node,
+    spawn_production_app, test_settings, TestApp, PAYMENT_TTL_MS, SANDBOX_DELAY_MS,
 };
 pub use checks::{assert_error, assert_list_shape, data, field_values, int, reference_of, text};
 pub use fake::Fake;
