@@ -76,9 +76,55 @@ pub fn client_address(peer: Option<IpAddr>, forwarded_for: Option<&str>, trusted
     Some(client)
 }
 
+/// The client's address of a request: [`client_address`] over every `X-Forwarded-For` line it carries, in
+/// order. A proxy may add its own line after one the client sent, and reading only the first line would then
+/// read the client's words.
+pub fn of_request(req: &actix_web::HttpRequest, trusted: &[Cidr]) -> Option<IpAddr> {
+    let lines: Vec<&str> = req.headers().get_all("x-forwarded-for").filter_map(|v| v.to_str().ok()).collect();
+    let forwarded = (!lines.is_empty()).then(|| lines.join(","));
+    client_address(req.peer_addr().map(|a| a.ip()), forwarded.as_deref(), trusted)
+}
+
+/// The address a throttle counts a client under: an IPv6 address by its /64, the block one subscriber is
+/// given, so that its 2^64 addresses are not as many clients; an IPv4 client of a dual-stack listener
+/// (`::ffff:a.b.c.d`) as itself.
+pub fn counted(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::from([s[0], s[1], s[2], s[3], 0, 0, 0, 0]))
+            }
+        },
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throttles_count_ipv6_by_its_64_block() {
+        assert_eq!(counted(ip("2001:db8:1:2:aaaa::1")), counted(ip("2001:db8:1:2:bbbb::9")));
+        assert_ne!(counted(ip("2001:db8:1:2::1")), counted(ip("2001:db8:1:3::1")));
+        assert_eq!(counted(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(counted(ip("::ffff:192.0.2.7")), ip("192.0.2.7"), "IPv4 through a dual-stack listener");
+    }
+
+    /// Every line of the header is read, in order: a line a trusted proxy adds after the client's own is the
+    /// one that names the client.
+    #[test]
+    fn every_forwarded_line_is_read() {
+        let trusted = [Cidr::parse("10.0.0.0/8").unwrap()];
+        let req = actix_web::test::TestRequest::default()
+            .peer_addr("10.0.0.5:4000".parse().unwrap())
+            .append_header(("X-Forwarded-For", "6.6.6.6"))
+            .append_header(("X-Forwarded-For", "198.51.100.7"))
+            .to_http_request();
+        assert_eq!(of_request(&req, &trusted), Some(ip("198.51.100.7")));
+    }
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()

@@ -47,7 +47,6 @@ use subtle::ConstantTimeEq;
 
 use super::checker::Checker;
 use super::{html, layout, read_form, redirect, DashError, Form};
-use crate::client_address::client_address;
 use crate::config::Environment;
 use crate::http::AppState;
 
@@ -521,8 +520,8 @@ pub async fn login_form(req: HttpRequest, state: web::Data<AppState>, dash: web:
 
 /// The client address a login is counted against.
 fn login_address(req: &HttpRequest, state: &AppState) -> String {
-    let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
-    client_address(req.peer_addr().map(|a| a.ip()), forwarded, &state.settings.trusted_proxies)
+    crate::client_address::of_request(req, &state.settings.trusted_proxies)
+        .map(crate::client_address::counted)
         .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
 }
 

@@ -215,11 +215,11 @@ where
     let path = logged_path(req.path(), &route);
     let state = req.app_data::<web::Data<AppState>>().cloned();
     let trusted = state.as_ref().map_or(&[][..], |s| s.settings.trusted_proxies.as_slice());
-    let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
-    let client_ip = crate::client_address::client_address(req.peer_addr().map(|a| a.ip()), forwarded, trusted);
+    let client_ip = crate::client_address::of_request(req.request(), trusted);
     let client = client_ip.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+    let counted_ip = client_ip.map(crate::client_address::counted);
     // An address that keeps failing authentication is answered 429 before any work.
-    let blocked = match (&state, client_ip) {
+    let blocked = match (&state, counted_ip) {
         (Some(state), Some(ip)) if keyed(&route) => state.failed_auth.check(ip, started).err(),
         _ => None,
     };
@@ -244,7 +244,7 @@ where
             response.headers_mut().insert(HeaderName::from_static("request-id"), value);
         }
         let status = response.status().as_u16();
-        if let (401, true, Some(state), Some(ip)) = (status, keyed(&route), &state, client_ip) {
+        if let (401, true, Some(state), Some(ip)) = (status, keyed(&route), &state, counted_ip) {
             state.failed_auth.failed(ip, started);
         }
         let elapsed = started.elapsed();

@@ -225,25 +225,7 @@ fn choices(state: &AppState, link: &Link) -> Vec<pages::Choice> {
 }
 
 fn client_address(req: &HttpRequest, state: &AppState) -> Option<std::net::IpAddr> {
-    let forwarded = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok());
-    crate::client_address::client_address(req.peer_addr().map(|a| a.ip()), forwarded, &state.settings.trusted_proxies)
-}
-
-/// The address form posts are counted under: an IPv6 address by its /64, the block one subscriber is given,
-/// so that its 2^64 addresses are not as many clients.
-fn counted_address(address: std::net::IpAddr) -> std::net::IpAddr {
-    match address {
-        // An IPv4 client of a dual-stack listener arrives as `::ffff:a.b.c.d`: counted as itself.
-        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
-            v6.to_ipv4_mapped().map_or(address, std::net::IpAddr::V4)
-        }
-        std::net::IpAddr::V6(v6) => {
-            let segments = v6.segments();
-            let block = [segments[0], segments[1], segments[2], segments[3], 0, 0, 0, 0];
-            std::net::IpAddr::V6(std::net::Ipv6Addr::from(block))
-        }
-        v4 => v4,
-    }
+    crate::client_address::of_request(req, &state.settings.trusted_proxies)
 }
 
 /// `GET /payer/{id}`.
@@ -321,7 +303,7 @@ pub async fn submit(
     payload: web::Payload,
 ) -> HttpResponse {
     let now_instant = Instant::now();
-    if let Some(address) = client_address(&req, &state).map(counted_address) {
+    if let Some(address) = client_address(&req, &state).map(crate::client_address::counted) {
         if let Err(wait_s) = payer.posts.check(address, now_instant) {
             let mut answer = trouble(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -662,16 +644,6 @@ fn with_reference(url: &str, reference: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ipv6_posts_are_counted_by_their_64_block() {
-        let counted = |text: &str| counted_address(text.parse().unwrap());
-        assert_eq!(counted("2001:db8:1:2:aaaa::1"), counted("2001:db8:1:2:bbbb::9"));
-        assert_ne!(counted("2001:db8:1:2::1"), counted("2001:db8:1:3::1"));
-        assert_eq!(counted("192.0.2.7").to_string(), "192.0.2.7");
-        assert_eq!(counted("::ffff:192.0.2.7").to_string(), "192.0.2.7", "IPv4 through a dual-stack listener");
-        assert_ne!(counted("::ffff:192.0.2.7"), counted("::ffff:192.0.2.8"));
-    }
 
     #[test]
     fn a_page_key_is_read_from_its_own_parameter_only() {
