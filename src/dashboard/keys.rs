@@ -37,9 +37,19 @@ struct View<'a> {
 
 pub async fn show(state: web::Data<AppState>, user: LoggedIn, req: HttpRequest) -> HttpResponse {
     let info = match query(&req).get("info").map(String::as_str) {
+        // What the roll did to the old key follows the server's grace, as the confirmation said.
         Some("cle_changee") => Some(layout::notice(
             "ok",
-            "Nouvelle clé secrète active : l'ancienne est refusée par l'API et les webhooks sont signés avec la nouvelle.",
+            &match state.settings.key_roll_grace_ms {
+                0 => "Nouvelle clé secrète active : l'ancienne est refusée par l'API et les webhooks sont signés \
+                      avec la nouvelle."
+                    .to_owned(),
+                ms => format!(
+                    "Nouvelle clé secrète active : l'ancienne reste valable pour l'API pendant {}, puis reçoit 401. \
+                     Les webhooks sont signés avec la nouvelle.",
+                    grace_text(ms)
+                ),
+            },
         )),
         Some("webhook_enregistre") => Some(layout::notice("ok", "Webhook URL enregistrée.")),
         _ => None,

@@ -33,6 +33,8 @@ async fn a_rolled_key_keeps_working_for_its_grace_then_stops() {
     agent.post("/keys/roll", &[("csrf", &confirm.csrf()), ("confirmer", "oui")]).await.expect(303);
     let new = app.demo_merchant().secret_key;
     assert_ne!(new, old);
+    // The page after the roll says the same as the confirmation: the old key is not refused yet.
+    agent.get("/keys?info=cle_changee").await.expect(200).contains("reste valable pour l'API pendant");
 
     // Within the grace both keys work; the webhook of a payment made with the old key is signed with the new.
     app.send(app.get("/v1/soldes").auth(&old)).await.expect(200);
@@ -73,7 +75,7 @@ async fn rolling_the_key_stops_the_old_one_and_signs_webhooks_with_the_new_one()
     assert_ne!(new, old);
     assert!(new.starts_with("sk_test_") && new.len() == old.len());
     let page = agent.get("/keys?info=cle_changee").await;
-    page.expect(200).contains("Nouvelle clé secrète active");
+    page.expect(200).contains("Nouvelle clé secrète active").contains("l'ancienne est refusée");
     agent.post("/keys/reveal", &[("csrf", &page.csrf())]).await.contains(&new);
 
     // The API: the old key is unknown from now on, the new one works.
