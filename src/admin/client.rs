@@ -151,6 +151,18 @@ fn opened_store(settings: &Settings) -> Result<Arc<dyn Store>, String> {
     }
 }
 
+/// Ends a merchant's dashboard sessions where the nodes of a cluster keep them, the database: a suspension or a
+/// password reset (of an account someone else got into) logs out whoever holds one, as the admin API's do.
+/// The embedded store's sessions live in a server's memory, and the server is stopped.
+fn end_shared_sessions(settings: &Settings, merchant: &MerchantId, done: &str) -> Result<(), String> {
+    if let StoreLocation::Postgres(url) = &settings.store {
+        let sessions = PgStore::open(url.expose()).map_err(|e| format!("{done}, but cannot open the sessions: {e}"))?;
+        caisse_engine::cluster::SharedSessions::remove_merchant(&sessions, merchant)
+            .map_err(|e| format!("{done}, but its sessions could not be ended: {e}"))?;
+    }
+    Ok(())
+}
+
 fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String> {
     let store = open_store(settings)?;
     let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
@@ -204,6 +216,7 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
                     now
                 }
             };
+            end_shared_sessions(settings, &m.id, "the merchant is suspended")?;
             Ok(vec![view(&m, Some(since))])
         }
         Command::Resume(id) => {
@@ -233,13 +246,7 @@ fn on_store(settings: &Settings, command: Command) -> Result<Vec<Value>, String>
             let mut m = find(&id)?;
             m.password_hash = password_hash;
             durable(store.put_merchant(m.clone(), None))?;
-            // The nodes of a cluster keep their dashboard sessions in the database: a reset (of an account
-            // someone else got into) logs out whoever holds one, as the admin API's does.
-            if let StoreLocation::Postgres(url) = &settings.store {
-                let sessions = PgStore::open(url.expose()).map_err(|e| format!("cannot open the sessions: {e}"))?;
-                caisse_engine::cluster::SharedSessions::remove_merchant(&sessions, &m.id)
-                    .map_err(|e| format!("the password is reset, but its sessions could not be ended: {e}"))?;
-            }
+            end_shared_sessions(settings, &m.id, "the password is reset")?;
             Ok(vec![json!({"id": m.id.as_str(), "email": m.email, "password": password})])
         }
     }

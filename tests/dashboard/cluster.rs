@@ -133,3 +133,21 @@ async fn a_resend_on_another_node_during_the_holders_attempt_is_answered_in_flig
     let resend = format!("/webhooks/{}/resend", initiated.id);
     agent.post(&resend, &[("csrf", &token)]).await.expect_redirect("/webhooks?info=en_cours");
 }
+
+/// `caisse merchant suspend` run on the database ends the merchant's sessions on every node: a session held
+/// through the suspension does not work again after `resume`.
+#[actix_web::test]
+async fn a_suspension_made_on_the_database_ends_the_sessions_for_good() {
+    let db = postgres::database();
+    let a = spawn_cluster_node(&db, "node-a").await;
+    let mut agent = Agent::new(&format!("http://127.0.0.1:{}", a.port));
+    agent.login(a.email(), a.password()).await.expect_redirect("/");
+    let work = tempfile::tempdir().expect("work dir");
+    let id = a.demo_merchant().id;
+    for command in ["suspend", "resume"] {
+        let output = caisse_beside(&db, work.path()).args(["merchant", command, id.as_str()]).output();
+        let output = output.expect("caisse runs");
+        assert!(output.status.success(), "{command}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    agent.get("/").await.expect_redirect("/login");
+}
