@@ -348,14 +348,7 @@ impl Flow {
             }
             _ => Ok(()),
         };
-        let settled = matches!(sent, Ok(()));
-        let executed = self.after_request(merchant, executed, TransactionType::Refund, sent, answer.clone()).await;
-        let executed = match settled {
-            true => self.settle_now(merchant, executed, TransactionType::Refund, answer).await,
-            false => executed,
-        };
-        self.release(merchant, held).await;
-        Ok(executed)
+        Ok(self.after_sending(merchant, executed, TransactionType::Refund, sent, answer, held).await)
     }
 
     /// Records the payout (the amount reserved) with its route, durably, then asks the provider to send it.
@@ -376,14 +369,28 @@ impl Flow {
             },
             _ => Ok(()),
         };
-        let settled = matches!(sent, Ok(()));
-        let executed = self.after_request(merchant, executed, TransactionType::Payout, sent, answer.clone()).await;
+        Ok(self.after_sending(merchant, executed, TransactionType::Payout, sent, answer, held).await)
+    }
+
+    /// What a refund's or a payout's request came to ([`Flow::after_request`]), settled at once when it was
+    /// sent and its provider's answer is final at once ([`Flow::settle_now`]); then the request's key goes.
+    async fn after_sending(
+        &self,
+        merchant: &MerchantId,
+        executed: Executed,
+        kind: TransactionType,
+        sent: Result<(), ProviderError>,
+        answer: Option<Idempotency>,
+        held: Option<IdempotencyKey>,
+    ) -> Executed {
+        let settled = sent.is_ok();
+        let executed = self.after_request(merchant, executed, kind, sent, answer.clone()).await;
         let executed = match settled {
-            true => self.settle_now(merchant, executed, TransactionType::Payout, answer).await,
+            true => self.settle_now(merchant, executed, kind, answer).await,
             false => executed,
         };
         self.release(merchant, held).await;
-        Ok(executed)
+        executed
     }
 
     /// For a provider whose answer to a request is final at once ([`Adapter::settles_at_once`]), asks its status
