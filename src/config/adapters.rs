@@ -55,6 +55,11 @@ pub struct OrangeLayer {
     pub(super) merchant_key_file: Option<String>,
 }
 
+/// An adapter's layer, read and written key by key (its `*_KEYS`).
+trait Keyed {
+    fn slot(&mut self, key: &str) -> Option<&mut Option<String>>;
+}
+
 const ORANGE_KEYS: [&str; 8] = [
     "base_url",
     "token_url",
@@ -66,7 +71,7 @@ const ORANGE_KEYS: [&str; 8] = [
     "merchant_key_file",
 ];
 
-impl OrangeLayer {
+impl Keyed for OrangeLayer {
     fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
         Some(match key {
             "base_url" => &mut self.base_url,
@@ -112,7 +117,7 @@ const CINETPAY_KEYS: [&str; 10] = [
     "transfer_password_file",
 ];
 
-impl CinetpayLayer {
+impl Keyed for CinetpayLayer {
     fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
         Some(match key {
             "base_url" => &mut self.base_url,
@@ -144,7 +149,7 @@ pub struct WaveLayer {
 
 const WAVE_KEYS: [&str; 5] = ["base_url", "api_key", "api_key_file", "webhook_secret", "webhook_secret_file"];
 
-impl WaveLayer {
+impl Keyed for WaveLayer {
     fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
         Some(match key {
             "base_url" => &mut self.base_url,
@@ -191,7 +196,7 @@ const MTN_KEYS: [&str; 12] = [
     "disbursement_api_key_file",
 ];
 
-impl MtnLayer {
+impl Keyed for MtnLayer {
     fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
         Some(match key {
             "base_url" => &mut self.base_url,
@@ -449,35 +454,6 @@ pub(super) fn resolve_routes(setting: &str, routes: Vec<RouteLayer>) -> Result<V
             Ok(Route { countries: r.countries, adapter: adapter_name(setting, &r.adapter)? })
         })
         .collect()
-}
-
-/// An adapter's layer, read and written key by key (its `*_KEYS`).
-trait Keyed {
-    fn slot(&mut self, key: &str) -> Option<&mut Option<String>>;
-}
-
-impl Keyed for OrangeLayer {
-    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
-        OrangeLayer::slot(self, key)
-    }
-}
-
-impl Keyed for CinetpayLayer {
-    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
-        CinetpayLayer::slot(self, key)
-    }
-}
-
-impl Keyed for WaveLayer {
-    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
-        WaveLayer::slot(self, key)
-    }
-}
-
-impl Keyed for MtnLayer {
-    fn slot(&mut self, key: &str) -> Option<&mut Option<String>> {
-        MtnLayer::slot(self, key)
-    }
 }
 
 /// The other way of giving the same secret: `key_file` for `key`, and `key` for `key_file`.
