@@ -222,7 +222,8 @@ fn transfer_status(body: &Value) -> Report {
     let status = match (code(body).as_str(), item["treatment_status"].as_str()) {
         ("0", Some("VAL")) => ProviderStatus::Succeeded,
         ("0", Some("REJ")) => ProviderStatus::Failed { code: "rejected".into() },
-        ("0", Some("NOS")) => ProviderStatus::Failed { code: "not_sent".into() },
+        // `NEW`, `REC` and `NOS` are transitions in CinetPay's table of transfer states: `NOS` waits for a
+        // confirmation or a rejection, so a payout read as failed on it could still be paid out.
         ("0", Some(_)) => ProviderStatus::Processing,
         ("723", _) | ("0", None) => ProviderStatus::Pending,
         (other, _) if !other.is_empty() => ProviderStatus::Processing,
@@ -540,6 +541,11 @@ mod tests {
         assert_eq!(
             transfer_status(&json!({"code": 0, "data": [{"treatment_status": "REJ"}]})).status,
             ProviderStatus::Failed { code: "rejected".into() }
+        );
+        // Not final: the transfer may still be confirmed, and the money sent.
+        assert_eq!(
+            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "NOS"}]})).status,
+            ProviderStatus::Processing
         );
     }
 

@@ -275,3 +275,22 @@ async fn payouts_add_the_contact_send_once_and_renew_the_token() {
         .await;
     assert_eq!(replay.json["code"], 805, "{}", replay.json);
 }
+
+#[actix_web::test]
+async fn a_transfer_waiting_for_confirmation_is_still_under_way() {
+    let (fake, app) = start().await;
+    let created = app.initiate(&card(20_000)).await;
+    on_cinetpays_page(&app, text(&created["url_paiement"]), "pay").await;
+    app.wait_payment(text(&created["reference"]), "succes").await;
+    let (available, ..) = app.balance("XOF").await;
+    // The fake's transfer to a phone ending in 02 goes NOS (waiting for confirmation) when it settles, then VAL
+    // as long again after, each step notified. Read as a failure, NOS would end the payout `rejete` and give the
+    // money back while CinetPay may still send it; the VAL that follows could then change nothing.
+    let payout = json!({"montant": 1_000, "devise": "XOF", "fournisseur": "orange_money", "beneficiaire_telephone": "+22370000002"});
+    let sent = app.payout(&payout).await;
+    let done = app.wait_payout(text(&sent["id"]), "traite").await;
+    assert_eq!(done["motif_rejet"], Value::Null, "{done}");
+    let checks = received(&fake, "GET", "/v1/transfer/check/money").await;
+    assert!(checks.len() >= 2, "the NOS step was checked before the VAL one: {checks:?}");
+    assert_eq!(app.balance("XOF").await.0, available - 1_000, "the payout left the balance once");
+}

@@ -6,7 +6,8 @@
 //! `POST /pay/{token}`): the notification follows (a GET ping, then the form POST with the sixteen `cpm_*`
 //! fields and `x-token`, per the `callbacks` knob; `forged` signs with another key) and the page sends the
 //! customer back to `return_url` with a form POST of `transaction_id`, as CinetPay does. A transfer goes NEW, then
-//! after `--settle-ms` VAL, or REJ when the phone ends in `01`; its notification is unsigned.
+//! after `--settle-ms` VAL, or REJ when the phone ends in `01`; when it ends in `02` it goes NOS (waiting for a
+//! confirmation, a transition) first and VAL `--settle-ms` later. Each step is notified, unsigned.
 
 use std::collections::BTreeMap;
 
@@ -71,8 +72,9 @@ pub struct Book {
     logins: BTreeMap<String, u64>,
     /// `prefix + phone` of each contact.
     contacts: std::collections::BTreeSet<String>,
-    /// By `client_transaction_id`: the transfer, when it settles, and how (`VAL` or `REJ`).
-    transfers: BTreeMap<String, (Value, Option<u64>, &'static str)>,
+    /// By `client_transaction_id`: the transfer, when it takes its next step, and the steps left (each a
+    /// `treatment_status`, the last final).
+    transfers: BTreeMap<String, (Value, Option<u64>, &'static [&'static str])>,
 }
 
 fn answer(code: &str, message: &str) -> Reply {
@@ -273,7 +275,13 @@ fn send_money(fake: &Fake, book: &mut Book, data: &Value) -> Reply {
             "treatment_status": "NEW",
             "notify_url": item["notify_url"],
         });
-        let plan = if who.ends_with("01") { "REJ" } else { "VAL" };
+        let plan: &'static [&'static str] = if who.ends_with("01") {
+            &["REJ"]
+        } else if who.ends_with("02") {
+            &["NOS", "VAL"]
+        } else {
+            &["VAL"]
+        };
         if book.transfers.len() >= KEPT_MAX {
             let oldest = book.transfers.keys().next().cloned();
             if let Some(oldest) = oldest {
@@ -386,7 +394,7 @@ fn notifications(fake: &Fake, config: &Config, knobs: &Knobs, checkout: &Value, 
     sends
 }
 
-/// Settles the transfers that are due; answers their (unsigned) notifications.
+/// Moves the transfers that are due one step on; answers their (unsigned) notifications.
 pub fn tick(fake: &Fake) -> Vec<Outgoing> {
     let now = fake.clock.now_ms();
     let mut state = fake.lock();
@@ -396,8 +404,10 @@ pub fn tick(fake: &Fake) -> Vec<Outgoing> {
         if !due.is_some_and(|d| now >= d) {
             continue;
         }
-        *due = None;
-        transfer["treatment_status"] = json!(*plan);
+        let Some((step, rest)) = plan.split_first() else { continue };
+        transfer["treatment_status"] = json!(*step);
+        *plan = rest;
+        *due = (!rest.is_empty()).then(|| now + fake.settle_ms);
         let Some(url) = transfer["notify_url"].as_str().map(str::to_owned) else { continue };
         let fields: Vec<(&str, String)> =
             ["transaction_id", "client_transaction_id", "lot", "amount", "receiver", "operator", "treatment_status"]
