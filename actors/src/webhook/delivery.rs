@@ -41,8 +41,8 @@ impl Drop for WebhookPool {
 }
 
 impl WebhookPool {
-    /// Starts the dispatcher on the current Arbiter and the delivery actors on their own. Needs a running
-    /// actix System.
+    /// Starts the dispatcher and the delivery actors, each on an Arbiter of its own. Needs a running actix
+    /// System.
     pub fn start(store: Arc<dyn Store>, config: DeliveryConfig) -> Result<WebhookPool, DeliveryError> {
         // awc builds a default rustls config on its own and panics without a process-wide provider.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -52,9 +52,11 @@ impl WebhookPool {
             0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             n => n,
         };
-        let dispatcher_ctx = Context::<Dispatcher>::new();
-        let dispatcher_addr = dispatcher_ctx.address();
-        let mut arbiters = Vec::with_capacity(workers);
+        // The dispatcher's address is made first, as each delivery actor reports to it; its mailbox is handed to
+        // its own Arbiter once the delivery actors' addresses are known.
+        let (sender, mailbox) = actix::dev::channel::channel::<Dispatcher>(16);
+        let dispatcher_addr = Addr::new(sender);
+        let mut arbiters = Vec::with_capacity(workers + 1);
         let mut addrs = Vec::with_capacity(workers);
         for _ in 0..workers {
             let arbiter = Arbiter::new();
@@ -68,8 +70,17 @@ impl WebhookPool {
         }
         let feed = store.outbox_feed();
         let dispatcher = Dispatcher::new(store.clone(), store, config.clone(), addrs, feed);
-        let dispatcher = dispatcher_ctx.run(dispatcher);
-        Ok(WebhookPool { dispatcher, arbiters, config, tls })
+        // A thread of its own: the dispatcher's scans read the store synchronously, and on PostgreSQL a database
+        // that does not answer holds a read for up to its time-out. Only the dispatcher waits then, not what
+        // else runs on the caller's thread (the server's signal handling, the sweep, the admin API).
+        let arbiter = Arbiter::new();
+        if !arbiter.spawn_fn(move || {
+            Context::with_receiver(mailbox).run(dispatcher);
+        }) {
+            return Err(DeliveryError::Stopped);
+        }
+        arbiters.push(arbiter);
+        Ok(WebhookPool { dispatcher: dispatcher_addr, arbiters, config, tls })
     }
 
     /// Sends one signed test notification to `url` now, by the rules of every delivery (both signatures, the
