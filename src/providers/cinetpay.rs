@@ -244,6 +244,35 @@ fn token_valid(form: &[(String, String)], secret: &[u8], given: &str) -> bool {
     !given.is_empty() && bool::from(subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), given.as_bytes()))
 }
 
+/// The currency CinetPay's Transfer API pays a number of `country` in. The API names no currency: a transfer
+/// is paid in the currency of the beneficiary's country, so the amount must be counted in it.
+fn transfer_currency(country: &str) -> Option<Currency> {
+    match country {
+        "SN" | "ML" | "CI" | "BF" | "NE" | "TG" | "BJ" => Some(Currency::XOF),
+        "CM" | "GA" | "CG" => Some(Currency::XAF),
+        "GN" => Some(Currency::GNF),
+        _ => None,
+    }
+}
+
+/// Refuses a transfer (a payout, or a refund sent as one) whose currency is not the one CinetPay pays the
+/// beneficiary in: 100,000 GNF asked for a Malian number would be paid as 100,000 XOF.
+fn transfer_currency_holds(phone: &Phone, currency: Currency) -> Result<(), String> {
+    match phone.country().map(|country| (country, transfer_currency(country))) {
+        Some((_, Some(paid_in))) if paid_in == currency => Ok(()),
+        Some((country, Some(paid_in))) => Err(format!(
+            "CinetPay pays {country} numbers in {}, not {}: ask for the amount in {}",
+            paid_in.code(),
+            currency.code(),
+            paid_in.code()
+        )),
+        Some((country, None)) => {
+            Err(format!("CinetPay's Transfer API names no currency, and Caisse knows none for {country} numbers"))
+        }
+        None => Err("CinetPay's Transfer API names no currency, and Caisse knows none for this number".into()),
+    }
+}
+
 /// A phone as CinetPay's Transfer API wants it: the calling code and the rest.
 fn prefixed(phone: &Phone) -> Result<(String, String), ProviderError> {
     let prefix = phone
@@ -262,12 +291,16 @@ impl Adapter for Cinetpay {
     fn check_amount(
         &self,
         _fournisseur: &str,
-        _phone: &Phone,
+        phone: &Phone,
         operation: Operation,
         currency: Currency,
         amount: Amount,
     ) -> Result<(), String> {
-        self.check_amount_for_anyone(operation, currency, amount)
+        self.check_amount_for_anyone(operation, currency, amount)?;
+        if operation != Operation::Payment {
+            transfer_currency_holds(phone, currency)?;
+        }
+        Ok(())
     }
 
     fn check_amount_for_anyone(&self, operation: Operation, currency: Currency, amount: Amount) -> Result<(), String> {
@@ -513,6 +546,19 @@ impl Cinetpay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transfer_is_counted_in_the_currency_of_the_beneficiarys_country() {
+        let mali = Phone::parse("+22370000055").unwrap();
+        let guinea = Phone::parse("+224620000055").unwrap();
+        let ghana = Phone::parse("+233240000055").unwrap();
+        assert_eq!(transfer_currency_holds(&mali, Currency::XOF), Ok(()));
+        assert_eq!(transfer_currency_holds(&guinea, Currency::GNF), Ok(()));
+        let refused = transfer_currency_holds(&mali, Currency::GNF).unwrap_err();
+        assert!(refused.contains("ML numbers in XOF, not GNF"), "{refused}");
+        assert!(transfer_currency_holds(&guinea, Currency::XOF).is_err());
+        assert!(transfer_currency_holds(&ghana, Currency::XOF).is_err(), "no currency known for GH");
+    }
 
     #[test]
     fn checks_and_transfers_read_as_caisse_reads_them() {

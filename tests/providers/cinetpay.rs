@@ -276,6 +276,18 @@ async fn payouts_add_the_contact_send_once_and_renew_the_token() {
     assert_eq!(replay.json["code"], 805, "{}", replay.json);
 }
 
+/// CinetPay's Transfer API names no currency: it pays in the beneficiary country's. A payout counted in another
+/// currency is refused before anything is reserved or sent.
+#[actix_web::test]
+async fn a_payout_in_another_currency_than_the_beneficiarys_country_is_refused() {
+    let (fake, app) = start().await;
+    let payout = json!({"montant": 100_000, "devise": "GNF", "fournisseur": "orange_money", "beneficiaire_telephone": "+22370000055"});
+    let resp = app.post_payout(&payout).await;
+    assert_error(&resp, 400, "invalid_request", Some("montant"));
+    assert!(text(&resp.json["error"]["message"]).contains("ML numbers in XOF"), "{}", resp.json);
+    assert!(received(&fake, "POST", "/v1/transfer/money/send/contact").await.is_empty());
+}
+
 #[actix_web::test]
 async fn a_transfer_waiting_for_confirmation_is_still_under_way() {
     let (fake, app) = start().await;
