@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use caisse_engine::core::Record;
 use caisse_engine::domain::records::TransactionType;
+use caisse_engine::domain::status::{PaymentStatus, PayoutStatus, RefundStatus};
 use caisse_engine::domain::time::Timestamp;
 use futures_util::stream::{self, StreamExt};
 
@@ -198,6 +199,24 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
     }
 }
 
+/// Whether `record` still waits for its provider as the pending entry `item` said when it was listed. A batch is
+/// worked through a few calls at a time, so an entry's turn may come minutes after the listing: the transaction
+/// may have ended since, and a payment's refund may be a later one than the entry's (refunds of a payment are
+/// made one after another, each under the payment). Only the entry's own transaction, still waiting, is asked
+/// about or sent again.
+fn still_waiting(record: &Record, item: &AwaitingProvider) -> bool {
+    match (record, item.kind) {
+        (Record::Payment(p), TransactionType::Payment) => {
+            matches!(p.status, PaymentStatus::Initiated | PaymentStatus::Processing)
+        }
+        (Record::Payment(p), TransactionType::Refund) => p.refund.as_ref().is_some_and(|r| {
+            r.status == RefundStatus::Processing && r.created_at.unix_ms() == item.created_at.unix_ms()
+        }),
+        (Record::Payout(o), TransactionType::Payout) => o.status == PayoutStatus::Pending,
+        _ => false,
+    }
+}
+
 /// After a restart, asks the providers again for everything still pending: their answers may have been
 /// lost with the process (the sandbox simulator keeps its state in memory). Providers deduplicate by our
 /// transaction id, so asking twice is harmless.
@@ -222,14 +241,17 @@ async fn resubmit_pending(flow: &Flow, created_before: Timestamp) {
 /// only a final answer is applied. Answers whether it sent the transaction again.
 async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider, resend: bool) -> bool {
     let Ok(Some(located)) = flow.engine.locate(&item.merchant, &item.owner) else { return false };
+    if !still_waiting(&located.record, &item) {
+        return false;
+    }
     let Some(carrier) = flow.carrier(&located.record, kind) else { return false };
     let Carrier { adapter, subject, transaction_id, payment, .. } = &carrier;
     let located = Located { kind, ..located };
-    let mut sent = false;
+    let mut resent = false;
     let result = match adapter.status(*subject, transaction_id, payment.as_ref()).await {
         Ok(Report { status: ProviderStatus::Pending, .. }) if !resend => Ok(()),
         Ok(Report { status: ProviderStatus::Pending, .. }) => {
-            sent = true;
+            resent = true;
             match &located.record {
                 Record::Payment(p) => match (&p.refund, kind) {
                     (Some(r), TransactionType::Refund) => crate::flow::send_refund(&carrier, p, r).await,
@@ -254,6 +276,9 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
         // itself. Only a final status, or a refusal of the transaction sent again, fails it.
         Err(e) => Err(crate::providers::ProviderError::Unreachable(format!("status query: {e}"))),
     };
+    // Sent again only once it went out: one that failed (a time-out, the provider down) is sent again next round,
+    // under the same id, rather than left waiting for an answer to a request the provider may never have had.
+    let sent = resent && result.is_ok();
     match result {
         Err(crate::providers::ProviderError::Rejected { code }) => {
             let failed = ProviderStatus::Failed { code }.into();
@@ -274,7 +299,7 @@ mod tests {
     use std::time::Duration;
 
     use actix_web::http::header::HeaderMap;
-    use caisse_engine::core::{Command, NewPayment, PaymentNotice};
+    use caisse_engine::core::{Command, NewPayment, PaymentNotice, RefundOutcome};
     use caisse_engine::domain::ids::MerchantId;
     use caisse_engine::domain::money::{Amount, Currency, FeeRule};
     use caisse_engine::domain::phone::Phone;
@@ -302,6 +327,8 @@ mod tests {
         refuses_queries: std::sync::atomic::AtomicBool,
         /// While set, the adapter cannot send a payment's money back (a card's, at CinetPay).
         cannot_refund: std::sync::atomic::AtomicBool,
+        /// While set, requests to pay time out.
+        sends_time_out: std::sync::atomic::AtomicBool,
     }
 
     impl SlowProvider {
@@ -323,6 +350,9 @@ mod tests {
 
     impl Adapter for Slow {
         fn request_to_pay(&self, _: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
+            if self.0.sends_time_out.load(Ordering::SeqCst) {
+                return self.0.call(Err(ProviderError::Unreachable("timed out".into())));
+            }
             self.0.call(Ok(None))
         }
         fn status(&self, _: Subject, _: &str, _: Option<&Payment>) -> LocalFuture<Result<Report, ProviderError>> {
@@ -484,6 +514,66 @@ mod tests {
         assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing was asked of the provider");
         let after = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
         assert_eq!((after.available, after.pending), (before.available, before.pending), "nothing stays reserved");
+    }
+
+    /// A transaction sent again counts as sent only once the request went out: one that timed out is sent again
+    /// at the next round rather than left waiting for an answer to a request the provider may never have had.
+    #[actix_web::test]
+    async fn a_resubmission_that_timed_out_is_not_counted_as_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, _) = flow_with_waiting_payments(dir.path()).await;
+        let item =
+            flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1).unwrap().remove(0);
+        slow.sends_time_out.store(true, Ordering::SeqCst);
+        assert!(!resubmit_one(&flow, TransactionType::Payment, item.clone(), true).await);
+        slow.sends_time_out.store(false, Ordering::SeqCst);
+        assert!(resubmit_one(&flow, TransactionType::Payment, item, true).await);
+    }
+
+    /// A pending entry listed before its refund ended must not act on the payment's next refund: here that one
+    /// was refused (its reservation given back), and asking about it or sending it again could pay the customer
+    /// while the merchant keeps the money.
+    #[actix_web::test]
+    async fn an_entry_whose_refund_ended_since_its_listing_touches_the_next_refund_never() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
+        let item =
+            flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1).unwrap().remove(0);
+        let reference = caisse_engine::domain::text::Reference::parse(&item.owner).unwrap();
+        let confirmed = Command::PaymentNotice { reference: reference.clone(), notice: PaymentNotice::Confirmed };
+        flow.engine.execute(&merchant, confirmed, None).await.unwrap();
+        let refund = |reference| Command::RequestRefund {
+            reference,
+            amount: Some(Amount::positive(100).unwrap()),
+            reason: None,
+        };
+        let refunded = flow.request_refund(&merchant, refund(reference.clone()), None).await;
+        let Ok(Executed::Done(Record::Payment(payment))) = refunded else { panic!("a refund: {refunded:?}") };
+        let first = payment.refund.unwrap();
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        // The reconciliation's listing, with the first refund still waiting.
+        let listed = flow.engine.awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10).unwrap();
+        assert_eq!(listed.len(), 1);
+        let notice = |refund: &Refund, outcome| Command::RefundNotice {
+            reference: reference.clone(),
+            refund: refund.reference.clone(),
+            outcome,
+        };
+        flow.engine.execute(&merchant, notice(&first, RefundOutcome::Completed), None).await.unwrap();
+        let refunded = flow.request_refund(&merchant, refund(reference.clone()), None).await;
+        let Ok(Executed::Done(Record::Payment(payment))) = refunded else { panic!("a refund: {refunded:?}") };
+        let second = payment.refund.unwrap();
+        flow.engine.execute(&merchant, notice(&second, RefundOutcome::Refused), None).await.unwrap();
+        let before = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
+        let calls = slow.calls.load(Ordering::SeqCst);
+        for item in listed {
+            assert!(!resubmit_one(&flow, TransactionType::Refund, item, true).await, "nothing sent again");
+        }
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing asked of the provider");
+        let payment = flow.engine.payment(&merchant, reference.as_str()).await.unwrap().unwrap();
+        assert_eq!(payment.refund.map(|r| r.status), Some(RefundStatus::Failed));
+        let after = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
+        assert_eq!((after.available, after.pending), (before.available, before.pending));
     }
 
     /// A status query refused (an adapter that cannot ask) is no answer: the money may have left, so nothing
