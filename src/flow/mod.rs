@@ -81,11 +81,22 @@ impl Flow {
 
     /// Who carries one of our transactions: the adapter its route named when it was created (a refund takes
     /// its payment's), so that a later change of the routes cannot send its queries to another provider.
-    /// A transaction created before routes were kept goes by the current route for its phone.
+    /// A transaction created before routes were kept goes by the current route for its phone. `None` also when
+    /// a route cannot be read ([`Flow::try_carrier`] tells the two apart).
     pub fn carrier(&self, record: &Record, kind: TransactionType) -> Option<Carrier> {
+        self.try_carrier(record, kind).unwrap_or_else(|e| {
+            tracing::warn!(key = %record.key(), error = %e, "could not read a transaction's route; asked again later");
+            None
+        })
+    }
+
+    /// [`Flow::carrier`], with a route that cannot be read as an error: guessing then could send a refund kept
+    /// as a payout to the payer through the payment's adapter as well, so nothing is asked or sent until the
+    /// store answers.
+    pub fn try_carrier(&self, record: &Record, kind: TransactionType) -> Result<Option<Carrier>, EngineError> {
         let (subject, transaction_id, code, phone, parent) = match (record, kind) {
             (Record::Payment(p), TransactionType::Refund) => {
-                let refund = p.refund.as_ref()?;
+                let Some(refund) = p.refund.as_ref() else { return Ok(None) };
                 (Subject::Refund, refund.transaction_id(), &p.provider, &p.customer_phone, Some(&p.transaction_id))
             }
             (Record::Payment(p), _) => {
@@ -94,32 +105,31 @@ impl Flow {
             (Record::Payout(o), _) => {
                 (Subject::Payout, o.transaction_id.clone(), &o.provider, &o.beneficiary_phone, None)
             }
-            (Record::Link(_), _) => return None,
+            (Record::Link(_), _) => return Ok(None),
         };
-        let kept = |tx: &str| match self.engine.route_of(tx) {
-            Ok(route) => route.map(|r| r.adapter),
-            Err(e) => {
-                tracing::warn!(tx, error = %e, "could not read the transaction's route");
-                None
-            }
+        let kept = |tx: &str| self.engine.route_of(tx).map(|route| route.map(|r| r.adapter));
+        let own = kept(&transaction_id)?;
+        let parents = match parent {
+            Some(tx) => kept(tx)?,
+            None => None,
         };
-        let own = kept(&transaction_id);
-        let parents = parent.and_then(|tx| kept(tx));
         // A refund kept on another adapter than its payment's is sent there as a payout to the payer.
         let subject = match (subject, &own, &parents) {
             (Subject::Refund, Some(own), Some(parents)) if own != parents => Subject::Payout,
             (subject, _, _) => subject,
         };
-        let name = own.or(parents).or_else(|| self.route(code.as_str(), phone).map(|r| r.adapter))?;
+        let Some(name) = own.or(parents).or_else(|| self.route(code.as_str(), phone).map(|r| r.adapter)) else {
+            return Ok(None);
+        };
         let Some(adapter) = self.providers.adapter(name.as_str()) else {
             tracing::warn!(tx = %transaction_id, adapter = %name, "the transaction's adapter is not configured any more");
-            return None;
+            return Ok(None);
         };
         let payment = match record {
             Record::Payment(p) => Some(p.clone()),
             _ => None,
         };
-        Some(Carrier { adapter, name, subject, transaction_id, payment })
+        Ok(Some(Carrier { adapter, name, subject, transaction_id, payment }))
     }
 
     /// Applies a provider's refusal of a request: the transaction fails with the provider's code. Answers

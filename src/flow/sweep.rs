@@ -161,7 +161,12 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
         Err(e) => return tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed"),
     };
     let Record::Payment(payment) = &located.record else { return };
-    let status = match flow.carrier(&located.record, TransactionType::Payment) {
+    // A route that cannot be read is not a carrier gone: the payment is not expired unasked.
+    let carrier = match flow.try_carrier(&located.record, TransactionType::Payment) {
+        Ok(carrier) => carrier,
+        Err(e) => return tracing::warn!(error = %e, reference = %item.owner, "route unknown; asked again next pass"),
+    };
+    let status = match &carrier {
         // A timeout or a 5xx decides nothing, not even an expiry: the provider may have taken the money. The next
         // pass asks again; only an answer (a final one, or "not created"/"still pending") settles it.
         Some(carrier) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id, Some(payment)).await {
@@ -175,7 +180,7 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
     };
     // Still open at the provider: closed there first (where it can be), so the customer cannot pay a payment
     // Caisse gives up on, then asked once more, since a payment completed in the meantime wins.
-    let status = match (&status.status, flow.carrier(&located.record, TransactionType::Payment)) {
+    let status = match (&status.status, carrier) {
         (ProviderStatus::Pending | ProviderStatus::Processing, Some(carrier)) => {
             match carrier.adapter.close(payment).await {
                 Ok(false) => status,
