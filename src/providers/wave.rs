@@ -451,20 +451,7 @@ impl Wave {
         let mut call = self.call(Method::POST, "/v1/payout", Some(body), true);
         call.headers.push(("idempotency-key", tx.to_owned()));
         let outbound = self.outbound.clone();
-        Box::pin(async move {
-            let answer = outbound.send(call).await?;
-            match answer.status {
-                s if s.is_success() => Ok(()),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                    Err(unreachable_or_refused(answer.status, "payout"))
-                }
-                s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
-                    let code = answer.json().ok().and_then(|b| b["code"].as_str().map(str::to_owned));
-                    Err(ProviderError::Rejected { code: code_of(code.as_deref(), "payout_refused") })
-                }
-                status => Err(unreachable_or_refused(status, "payout")),
-            }
-        })
+        Box::pin(async move { payout_sent(&outbound.send(call).await?) })
     }
 
     /// Refunds the whole session of the payment `tx` (idempotent at Wave).
@@ -494,9 +481,44 @@ impl Wave {
     }
 }
 
+/// What Wave's answer to `POST /v1/payout` says of the payout.
+fn payout_sent(answer: &Answer) -> Result<(), ProviderError> {
+    match answer.status {
+        s if s.is_success() => Ok(()),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(unreachable_or_refused(answer.status, "payout")),
+        // The key is Wave's already: this request is a repeat (after a time-out, or a resubmission) that met the
+        // first one still at work, or its payout under another body. The first may pay, so this refuses nothing;
+        // the payout found under our `client_reference` decides.
+        StatusCode::CONFLICT => {
+            Err(ProviderError::Unreachable("Wave answered 409 to a payout under a key it holds".into()))
+        }
+        s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
+            let code = answer.json().ok().and_then(|b| b["code"].as_str().map(str::to_owned));
+            Err(ProviderError::Rejected { code: code_of(code.as_deref(), "payout_refused") })
+        }
+        status => Err(unreachable_or_refused(status, "payout")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payout_answered_409_is_not_refused() {
+        let answer = |status: u16, body: &str| Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            body: body.as_bytes().to_vec(),
+        };
+        assert!(payout_sent(&answer(200, "{}")).is_ok());
+        let conflict = answer(409, r#"{"code":"idempotency-key-reused"}"#);
+        assert!(matches!(payout_sent(&conflict), Err(ProviderError::Unreachable(_))), "the status decides");
+        let invalid = answer(400, r#"{"code":"request-validation-error"}"#);
+        assert!(
+            matches!(payout_sent(&invalid), Err(ProviderError::Rejected { code }) if code == "request_validation_error")
+        );
+        assert!(matches!(payout_sent(&answer(503, "")), Err(ProviderError::Unreachable(_))));
+    }
 
     fn sign(secret: &str, t: u64, body: &str, separator: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
