@@ -527,25 +527,49 @@ impl Cinetpay {
             Some(vec![("data", money.to_string())]),
         );
         Box::pin(async move {
-            let added = add.await?;
             // 726: already a contact, which is what was asked.
-            if !matches!(code(&added).as_str(), "0" | "726") {
-                return Err(ProviderError::Rejected { code: failure(&code(&added)) });
+            match code(&add.await?).as_str() {
+                "0" | "726" => {}
+                other => return Err(transfer_refusal(other, "adding the beneficiary as a contact")),
             }
-            let sent = send.await?;
-            match code(&sent).as_str() {
+            match code(&send.await?).as_str() {
                 // 805: already sent under this client_transaction_id: the first request reached CinetPay.
                 "0" | "805" => Ok(()),
-                "" => Err(ProviderError::Unreachable("a CinetPay transfer answer without code".into())),
-                other => Err(ProviderError::Rejected { code: failure(other) }),
+                other => Err(transfer_refusal(other, "a transfer")),
             }
         })
+    }
+}
+
+/// Transfer API codes that refuse the request itself: the money did not move (the annexe of CinetPay's Transfer
+/// API: balance, amounts, operator, phone, data, rights).
+const TRANSFER_REFUSALS: [&str; 11] = ["602", "708", "716", "719", "720", "721", "724", "725", "801", "802", "804"];
+
+/// What a Transfer API code other than a success says of `what`. Only a code that refuses the request refuses
+/// the payout: `-1` (OPERATION_ERROR), a token error, a code CinetPay adds later or none at all say nothing of
+/// whether the money moved, so the transfer's status (by `client_transaction_id`) decides.
+fn transfer_refusal(code: &str, what: &str) -> ProviderError {
+    match TRANSFER_REFUSALS.contains(&code) {
+        true => ProviderError::Rejected { code: failure(code) },
+        false => ProviderError::Unreachable(format!("CinetPay answered code `{code}` to {what}; its status decides")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_code_that_refuses_the_request_refuses_a_transfer() {
+        let refused = |code| matches!(transfer_refusal(code, "a transfer"), ProviderError::Rejected { .. });
+        for code in ["602", "719", "720", "721", "802", "804"] {
+            assert!(refused(code), "{code}");
+        }
+        assert_eq!(transfer_refusal("802", "a transfer"), ProviderError::Rejected { code: "invalid_phone".into() },);
+        for code in ["-1", "705", "999", ""] {
+            assert!(!refused(code), "{code}: the status decides");
+        }
+    }
 
     #[test]
     fn a_transfer_is_counted_in_the_currency_of_the_beneficiarys_country() {
