@@ -216,9 +216,14 @@ fn check_status(body: &Value) -> Report {
     Report::with_reference(status, reference).stating(&body["data"]["amount"], &body["data"]["currency"])
 }
 
-/// A transfer's state, as Caisse reads it.
-fn transfer_status(body: &Value) -> Report {
-    let item = body["data"].as_array().and_then(|a| a.first()).cloned().unwrap_or(Value::Null);
+/// The state of our transfer `ours` (its `client_transaction_id`), as Caisse reads it. An item of another
+/// transfer is never read as ours; one that names none is taken as the answer to our query.
+fn transfer_status(body: &Value, ours: &str) -> Report {
+    let item = body["data"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["client_transaction_id"].as_str().is_none_or(|id| id == ours)))
+        .cloned()
+        .unwrap_or(Value::Null);
     let status = match (code(body).as_str(), item["treatment_status"].as_str()) {
         ("0", Some("VAL")) => ProviderStatus::Succeeded,
         ("0", Some("REJ")) => ProviderStatus::Failed { code: "rejected".into() },
@@ -418,7 +423,8 @@ impl Adapter for Cinetpay {
                     vec![("client_transaction_id", transaction_id.to_owned())],
                     None,
                 );
-                Box::pin(async move { Ok(transfer_status(&asked.await?)) })
+                let ours = transaction_id.to_owned();
+                Box::pin(async move { Ok(transfer_status(&asked.await?, &ours)) })
             }
             // A refund went to the payer as a transfer, under the refund's own transaction id.
             Subject::Refund => self.status(Subject::Payout, transaction_id, None),
@@ -600,21 +606,30 @@ mod tests {
         );
         assert_eq!(check_status(&json!({"code": "624"})).status, ProviderStatus::Pending);
         assert_eq!(
-            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "VAL", "transaction_id": "TR1"}]})).status,
+            transfer_status(
+                &json!({"code": 0, "data": [{"treatment_status": "VAL", "transaction_id": "TR1"}]}),
+                "tx_1"
+            )
+            .status,
             ProviderStatus::Succeeded
         );
         assert_eq!(
-            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "REC"}]})).status,
+            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "REC"}]}), "tx_1").status,
             ProviderStatus::Processing
         );
-        assert_eq!(transfer_status(&json!({"code": 723})).status, ProviderStatus::Pending);
+        assert_eq!(transfer_status(&json!({"code": 723}), "tx_1").status, ProviderStatus::Pending);
         assert_eq!(
-            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "REJ"}]})).status,
+            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "REJ"}]}), "tx_1").status,
             ProviderStatus::Failed { code: "rejected".into() }
         );
+        // Another transfer's state is not ours: nothing is read from it.
+        let other = json!({"code": 0, "data": [{"treatment_status": "REJ", "client_transaction_id": "tx_2"}]});
+        assert_eq!(transfer_status(&other, "tx_1").status, ProviderStatus::Pending);
+        let ours = json!({"code": 0, "data": [{"treatment_status": "VAL", "client_transaction_id": "tx_1"}]});
+        assert_eq!(transfer_status(&ours, "tx_1").status, ProviderStatus::Succeeded);
         // Not final: the transfer may still be confirmed, and the money sent.
         assert_eq!(
-            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "NOS"}]})).status,
+            transfer_status(&json!({"code": 0, "data": [{"treatment_status": "NOS"}]}), "tx_1").status,
             ProviderStatus::Processing
         );
     }
