@@ -195,9 +195,13 @@ fn failure(code: &str) -> String {
     .to_owned()
 }
 
-/// What `/v2/payment/check` says, as Caisse reads it.
-fn check_status(body: &Value) -> Report {
+/// What `/v2/payment/check` says, as Caisse reads it. CinetPay out of service, or refusing our credentials, says
+/// nothing of the payment: that is no answer, not a payment never made.
+fn check_status(body: &Value) -> Result<Report, ProviderError> {
     let status = match code(body).as_str() {
+        "603" | "609" | "613" => {
+            return Err(ProviderError::Unreachable(format!("CinetPay's check answered code {}", code(body))))
+        }
         "00" => match body["data"]["status"].as_str() {
             Some("ACCEPTED") => ProviderStatus::Succeeded,
             Some("REFUSED") | Some("CANCELED") | Some("CANCELLED") => {
@@ -213,7 +217,7 @@ fn check_status(body: &Value) -> Report {
         _ => ProviderStatus::Pending,
     };
     let reference = body["data"]["operator_id"].as_str();
-    Report::with_reference(status, reference).stating(&body["data"]["amount"], &body["data"]["currency"])
+    Ok(Report::with_reference(status, reference).stating(&body["data"]["amount"], &body["data"]["currency"]))
 }
 
 /// The state of our transfer `ours` (its `client_transaction_id`), as Caisse reads it. An item of another
@@ -385,8 +389,9 @@ impl Adapter for Cinetpay {
                     tracing::error!(code = %code(&body), "CinetPay refused our credentials: check adapters.cinetpay");
                     Err(ProviderError::Unreachable(format!("CinetPay answered code {}", code(&body))))
                 }
-                // Our id was already initialised: the status query says what became of it.
-                "620" | "624" | "" => {
+                // Our id was already initialised, or CinetPay is out of service (603) or failed unknowingly:
+                // the status query says what became of it.
+                "603" | "620" | "624" | "" => {
                     Err(ProviderError::Unreachable(format!("CinetPay answered code {:?}", code(&body))))
                 }
                 other => Err(ProviderError::Rejected { code: failure(other) }),
@@ -409,7 +414,7 @@ impl Adapter for Cinetpay {
                 });
                 let call = self.checkout("/v2/payment/check", body, true);
                 let outbound = self.outbound.clone();
-                Box::pin(async move { Ok(check_status(&outbound.send(call).await?.json()?)) })
+                Box::pin(async move { check_status(&outbound.send(call).await?.json()?) })
             }
             // A payout may have left before the Transfer API was taken out of the configuration: nothing is
             // decided until it is back.
@@ -593,18 +598,20 @@ mod tests {
     #[test]
     fn checks_and_transfers_read_as_caisse_reads_them() {
         let accepted = json!({"code": "00", "data": {"status": "ACCEPTED", "operator_id": "MP2411.1234"}});
-        let report = check_status(&accepted);
+        let report = check_status(&accepted).unwrap();
         assert_eq!((report.status, report.reference.unwrap().as_str()), (ProviderStatus::Succeeded, "MP2411.1234"));
-        assert_eq!(check_status(&json!({"code": "662"})).status, ProviderStatus::Processing);
+        assert_eq!(check_status(&json!({"code": "662"})).unwrap().status, ProviderStatus::Processing);
         assert_eq!(
-            check_status(&json!({"code": "627"})).status,
+            check_status(&json!({"code": "627"})).unwrap().status,
             ProviderStatus::Failed { code: "transaction_cancel".into() }
         );
         assert_eq!(
-            check_status(&json!({"code": "00", "data": {"status": "REFUSED"}})).status,
+            check_status(&json!({"code": "00", "data": {"status": "REFUSED"}})).unwrap().status,
             ProviderStatus::Failed { code: "payment_failed".into() }
         );
-        assert_eq!(check_status(&json!({"code": "624"})).status, ProviderStatus::Pending);
+        assert_eq!(check_status(&json!({"code": "624"})).unwrap().status, ProviderStatus::Pending);
+        // Out of service: no answer at all, so nothing expires or is initialised again on it.
+        assert!(check_status(&json!({"code": "603"})).is_err());
         assert_eq!(
             transfer_status(
                 &json!({"code": 0, "data": [{"treatment_status": "VAL", "transaction_id": "TR1"}]}),
