@@ -47,8 +47,17 @@ pub fn start(flow: Flow, ttl_ms: u64) {
         refresh_adapters(&flow).await;
         let mut takeovers = flow.engine.takeovers();
         let mut took_over_at: Option<Timestamp> = None;
-        // Everything waiting now, what was created in this very millisecond included: asking twice is harmless.
-        resubmit_pending(&flow, Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1))).await;
+        match flow.engine.forwarding() {
+            // Everything waiting now, what was created in this very millisecond included: asking twice is
+            // harmless, and no other process can have a request of it in flight (the one before this died or
+            // stopped).
+            None => {
+                resubmit_pending(&flow, Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_add(1))).await
+            }
+            // A node starting takes its merchants over from the nodes that held them, whose requests may still be
+            // in flight: its pending work is sent again after the same quiet time as after any takeover.
+            Some(_) => took_over_at = Some(Timestamp::now()),
+        }
         let mut cursors = Cursors::default();
         for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
