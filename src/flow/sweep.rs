@@ -75,7 +75,7 @@ pub fn start(flow: Flow, ttl_ms: u64) {
                 took_over_at = None;
                 resubmit_pending(&flow, Timestamp::from_unix_ms(at.unix_ms() + 1)).await;
             }
-            sweep(&flow, ttl_ms).await;
+            sweep(&flow, ttl_ms, &mut cursors.payments).await;
             if pass % RECONCILE_EVERY_PASSES == 0 {
                 reconcile(&flow, ttl_ms, &mut cursors).await;
             }
@@ -98,10 +98,11 @@ const TAKEOVER_QUIET_MS: u64 = 60_000;
 /// Refunds and payouts the reconciliation remembers having sent again (it sends each again once per process).
 const RESENT_KEPT: usize = 10_000;
 
-/// Where the reconciliation stopped in the `pending` index, per kind; `None` starts from the oldest. And what
-/// it has sent again already.
+/// Where the expiry sweep and the reconciliation stopped in the `pending` index, per kind; `None` starts from the
+/// oldest. And what the reconciliation has sent again already.
 #[derive(Default)]
 struct Cursors {
+    payments: Option<AwaitingProvider>,
     refunds: Option<AwaitingProvider>,
     payouts: Option<AwaitingProvider>,
     resent: std::collections::HashSet<Resent>,
@@ -151,12 +152,16 @@ async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
     }
 }
 
-async fn sweep(flow: &Flow, ttl_ms: u64) {
+/// One expiry pass: a batch of payments past their TTL, from where the last full batch ended (`cursor`), so that
+/// a batch of payments whose provider cannot answer (they stay waiting) does not hold back those after it.
+async fn sweep(flow: &Flow, ttl_ms: u64, cursor: &mut Option<AwaitingProvider>) {
     let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(ttl_ms));
-    let mut due = match flow.engine.awaiting_provider(TransactionType::Payment, cutoff, None, SWEEP_BATCH) {
+    let mut due = match flow.engine.awaiting_provider(TransactionType::Payment, cutoff, cursor.as_ref(), SWEEP_BATCH) {
         Ok(due) => due,
         Err(e) => return tracing::error!(error = %e, "expiry sweep could not read the pending index"),
     };
+    // A short batch ends the round: the next pass starts again from the oldest.
+    *cursor = if due.len() < SWEEP_BATCH { None } else { due.last().cloned() };
     // In a cluster each node expires the payments of the merchants it holds.
     due.retain(|item| flow.engine.holds(&item.merchant));
     stream::iter(due).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| expire_one(flow, item)).await;
@@ -396,13 +401,18 @@ mod tests {
 
     /// A flow whose only provider is slow, with `PAYMENTS` payments waiting for it and already past their TTL.
     async fn flow_with_waiting_payments(dir: &std::path::Path) -> (Flow, Arc<SlowProvider>, MerchantId) {
+        flow_with(dir, PAYMENTS).await
+    }
+
+    /// [`flow_with_waiting_payments`] with `payments` of them.
+    async fn flow_with(dir: &std::path::Path, payments: usize) -> (Flow, Arc<SlowProvider>, MerchantId) {
         let mut settings = Settings::for_tests(dir).unwrap();
         settings.payment_ttl_ms = 0;
         let engine = Engine::open(EngineConfig::new(dir)).unwrap();
         let new =
             NewMerchant { name: "Slow".into(), email: "slow@example.com".into(), password: None, webhook_url: None };
         let merchant = merchants::create(&engine, settings.environment, new).await.unwrap().merchant.id;
-        for n in 0..PAYMENTS {
+        for n in 0..payments {
             let payment = NewPayment {
                 reference: None,
                 amount: Amount::positive(1_000 + n as i64).unwrap(),
@@ -433,7 +443,7 @@ mod tests {
         actix_web::rt::time::sleep(Duration::from_millis(2)).await;
         let waiting = flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1_000).unwrap();
         assert_eq!(waiting.len(), PAYMENTS);
-        sweep(&flow, 0).await;
+        sweep(&flow, 0, &mut None).await;
         let most = slow.most.load(Ordering::SeqCst);
         assert!(most > 1 && most <= PROVIDER_CALLS_IN_FLIGHT, "{most} status queries at once");
         assert_eq!(slow.calls.load(Ordering::SeqCst), PAYMENTS);
@@ -451,17 +461,40 @@ mod tests {
         actix_web::rt::time::sleep(Duration::from_millis(2)).await;
         let waiting = flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1_000).unwrap();
         slow.down.store(true, Ordering::SeqCst);
-        sweep(&flow, 0).await;
+        sweep(&flow, 0, &mut None).await;
         for item in &waiting {
             let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
             assert_eq!(payment.status, PaymentStatus::Initiated, "{}", item.owner);
         }
         slow.down.store(false, Ordering::SeqCst);
-        sweep(&flow, 0).await;
+        sweep(&flow, 0, &mut None).await;
         for item in &waiting {
             let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
             assert_eq!(payment.status, PaymentStatus::Expired, "{}", item.owner);
         }
+    }
+
+    /// A full batch of payments whose provider cannot answer (they stay waiting) does not hold back the payments
+    /// after it: the next pass goes on from where the batch ended.
+    #[actix_web::test]
+    async fn a_batch_the_provider_cannot_answer_holds_back_no_later_payment() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, merchant) = flow_with(dir.path(), SWEEP_BATCH + 1).await;
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let waiting = flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1_000).unwrap();
+        let (oldest, newest) = (&waiting[0], &waiting[SWEEP_BATCH]);
+        let mut cursor = None;
+        slow.down.store(true, Ordering::SeqCst);
+        sweep(&flow, 0, &mut cursor).await;
+        slow.down.store(false, Ordering::SeqCst);
+        sweep(&flow, 0, &mut cursor).await;
+        let status = |item: &AwaitingProvider| {
+            let (flow, merchant, owner) = (&flow, &merchant, item.owner.clone());
+            async move { flow.engine.payment(merchant, &owner).await.unwrap().unwrap().status }
+        };
+        assert_eq!(status(newest).await, PaymentStatus::Expired, "the payment after the batch");
+        assert_eq!(status(oldest).await, PaymentStatus::Initiated, "its turn comes again next round");
+        assert_eq!(cursor, None, "a short batch ends the round");
     }
 
     #[actix_web::test]
