@@ -25,6 +25,7 @@ use caisse_engine::core::Record;
 use caisse_engine::domain::records::TransactionType;
 use caisse_engine::domain::status::{PaymentStatus, PayoutStatus, RefundStatus};
 use caisse_engine::domain::time::Timestamp;
+use caisse_engine::Executed;
 use futures_util::stream::{self, StreamExt};
 
 use caisse_engine::store::{AwaitingProvider, Located};
@@ -59,6 +60,7 @@ pub fn start(flow: Flow, ttl_ms: u64) {
             Some(_) => took_over_at = Some(Timestamp::now()),
         }
         let mut cursors = Cursors::default();
+        let mut late = LateWatch::default();
         for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
             refresh_adapters(&flow).await;
@@ -75,7 +77,9 @@ pub fn start(flow: Flow, ttl_ms: u64) {
                 took_over_at = None;
                 resubmit_pending(&flow, Timestamp::from_unix_ms(at.unix_ms() + 1)).await;
             }
-            sweep(&flow, ttl_ms, &mut cursors.payments).await;
+            let expired_in_progress = sweep(&flow, ttl_ms, &mut cursors.payments).await;
+            late.pass(&flow).await;
+            late.add(expired_in_progress);
             if pass % RECONCILE_EVERY_PASSES == 0 {
                 reconcile(&flow, ttl_ms, &mut cursors).await;
             }
@@ -154,31 +158,138 @@ async fn reconcile(flow: &Flow, ttl_ms: u64, cursors: &mut Cursors) {
 
 /// One expiry pass: a batch of payments past their TTL, from where the last full batch ended (`cursor`), so that
 /// a batch of payments whose provider cannot answer (they stay waiting) does not hold back those after it.
-async fn sweep(flow: &Flow, ttl_ms: u64, cursor: &mut Option<AwaitingProvider>) {
+/// Answers the payments it expired while their provider still showed them in progress, for the [`LateWatch`].
+async fn sweep(flow: &Flow, ttl_ms: u64, cursor: &mut Option<AwaitingProvider>) -> Vec<AwaitingProvider> {
     let cutoff = Timestamp::from_unix_ms(Timestamp::now().unix_ms().saturating_sub(ttl_ms));
     let mut due = match flow.engine.awaiting_provider(TransactionType::Payment, cutoff, cursor.as_ref(), SWEEP_BATCH) {
         Ok(due) => due,
-        Err(e) => return tracing::error!(error = %e, "expiry sweep could not read the pending index"),
+        Err(e) => {
+            tracing::error!(error = %e, "expiry sweep could not read the pending index");
+            return Vec::new();
+        }
     };
     // A short batch ends the round: the next pass starts again from the oldest.
     *cursor = if due.len() < SWEEP_BATCH { None } else { due.last().cloned() };
     // In a cluster each node expires the payments of the merchants it holds.
     due.retain(|item| flow.engine.holds(&item.merchant));
-    stream::iter(due).for_each_concurrent(PROVIDER_CALLS_IN_FLIGHT, |item| expire_one(flow, item)).await;
+    stream::iter(due)
+        .map(|item| expire_one(flow, item))
+        .buffer_unordered(PROVIDER_CALLS_IN_FLIGHT)
+        .filter_map(std::future::ready)
+        .collect()
+        .await
 }
 
-/// Gives one payment past its TTL a last status query, then applies the answer or expires it.
-async fn expire_one(flow: &Flow, item: AwaitingProvider) {
+/// How long a payment expired while its provider still showed it in progress is asked about again.
+const LATE_WATCH_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Payments the [`LateWatch`] keeps at most; beyond it the one watched longest goes first.
+const LATE_WATCHED: usize = 10_000;
+
+/// Payments expired at their TTL while the provider still showed them in progress (pawaPay's `PROCESSING` or
+/// `IN_RECONCILIATION`, MTN's `PENDING`). Such a payment may still complete, and the provider's notice of it may
+/// be lost (MTN sends one once, pawaPay's retries are not published): each pass asks about a batch of them
+/// again, so a late success still credits the merchant (`expire -> succes`), for [`LATE_WATCH_MS`]. Kept in
+/// memory by the node that expired them: a restart, or a merchant moving to another node, leaves them to the
+/// provider's notice alone.
+#[derive(Default)]
+struct LateWatch {
+    /// Oldest watched first, each with the time (ms since the epoch) its watch ends.
+    items: std::collections::VecDeque<(AwaitingProvider, u64)>,
+}
+
+impl LateWatch {
+    fn add(&mut self, expired: Vec<AwaitingProvider>) {
+        let until = Timestamp::now().unix_ms().saturating_add(LATE_WATCH_MS);
+        for item in expired {
+            if self.items.len() >= LATE_WATCHED {
+                if let Some((dropped, _)) = self.items.pop_front() {
+                    tracing::warn!(reference = %dropped.owner, "too many expired payments watched; this one no longer");
+                }
+            }
+            self.items.push_back((item, until));
+        }
+    }
+
+    /// Asks about a batch of the watched payments, longest watched first; those still in progress go to the back.
+    async fn pass(&mut self, flow: &Flow) {
+        let now = Timestamp::now().unix_ms();
+        let batch: Vec<(AwaitingProvider, u64)> =
+            (0..SWEEP_BATCH.min(self.items.len())).filter_map(|_| self.items.pop_front()).collect();
+        let kept: Vec<(AwaitingProvider, u64)> = stream::iter(batch)
+            .map(|(item, until)| async move {
+                if until <= now {
+                    tracing::warn!(reference = %item.owner, "an expired payment still in progress at its provider after a day; no longer asked");
+                    return None;
+                }
+                late_one(flow, &item).await.then_some((item, until))
+            })
+            .buffer_unordered(PROVIDER_CALLS_IN_FLIGHT)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        self.items.extend(kept);
+    }
+}
+
+/// Asks about one watched payment; answers whether to keep watching it.
+async fn late_one(flow: &Flow, item: &AwaitingProvider) -> bool {
+    if !flow.engine.holds(&item.merchant) {
+        return false;
+    }
     let located = match flow.engine.locate(&item.merchant, &item.owner) {
         Ok(Some(located)) => located,
-        Ok(None) => return,
-        Err(e) => return tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed"),
+        Ok(None) => return false,
+        Err(_) => return true,
     };
-    let Record::Payment(payment) = &located.record else { return };
+    let Record::Payment(payment) = &located.record else { return false };
+    if payment.status != PaymentStatus::Expired {
+        return false;
+    }
+    let carrier = match flow.try_carrier(&located.record, TransactionType::Payment) {
+        Ok(Some(carrier)) => carrier,
+        Ok(None) => return false,
+        Err(_) => return true,
+    };
+    match carrier.adapter.status(Subject::Payment, &payment.transaction_id, Some(payment)).await {
+        Ok(report) if report.status == ProviderStatus::Succeeded => {
+            match apply_provider_status(&flow.engine, &item.merchant, &located, &report, false).await {
+                Ok(_) => {
+                    tracing::info!(reference = %item.owner, "a payment expired at its TTL completed at its provider since");
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, reference = %item.owner, "a late success could not be applied yet");
+                    true
+                }
+            }
+        }
+        // Still in progress, or no answer now: asked again later. A final failure leaves it `expire`; a
+        // provider that no longer knows it has nothing more to say.
+        Ok(report) => report.status == ProviderStatus::Processing,
+        Err(_) => true,
+    }
+}
+
+/// Gives one payment past its TTL a last status query, then applies the answer or expires it. Answers the
+/// payment when it expired while its provider still showed it in progress.
+async fn expire_one(flow: &Flow, item: AwaitingProvider) -> Option<AwaitingProvider> {
+    let located = match flow.engine.locate(&item.merchant, &item.owner) {
+        Ok(Some(located)) => located,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::error!(error = %e, reference = %item.owner, "expiry sweep lookup failed");
+            return None;
+        }
+    };
+    let Record::Payment(payment) = &located.record else { return None };
     // A route that cannot be read is not a carrier gone: the payment is not expired unasked.
     let carrier = match flow.try_carrier(&located.record, TransactionType::Payment) {
         Ok(carrier) => carrier,
-        Err(e) => return tracing::warn!(error = %e, reference = %item.owner, "route unknown; asked again next pass"),
+        Err(e) => {
+            tracing::warn!(error = %e, reference = %item.owner, "route unknown; asked again next pass");
+            return None;
+        }
     };
     let status = match &carrier {
         // A timeout or a 5xx decides nothing, not even an expiry: the provider may have taken the money. The next
@@ -186,7 +297,8 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
         Some(carrier) => match carrier.adapter.status(Subject::Payment, &payment.transaction_id, Some(payment)).await {
             Ok(status) => status,
             Err(e) => {
-                return tracing::warn!(error = %e, reference = %item.owner, "last status query failed; asked again next pass")
+                tracing::warn!(error = %e, reference = %item.owner, "last status query failed; asked again next pass");
+                return None;
             }
         },
         // No adapter to ask any more (the configuration changed): nothing can settle it but the TTL.
@@ -202,19 +314,27 @@ async fn expire_one(flow: &Flow, item: AwaitingProvider) {
                     match carrier.adapter.status(Subject::Payment, &payment.transaction_id, Some(payment)).await {
                         Ok(after) => after,
                         Err(e) => {
-                            return tracing::warn!(error = %e, reference = %item.owner, "status after closing unknown; asked again next pass")
+                            tracing::warn!(error = %e, reference = %item.owner, "status after closing unknown; asked again next pass");
+                            return None;
                         }
                     }
                 }
                 Err(e) => {
-                    return tracing::warn!(error = %e, reference = %item.owner, "closing at the provider failed; tried again next pass")
+                    tracing::warn!(error = %e, reference = %item.owner, "closing at the provider failed; tried again next pass");
+                    return None;
                 }
             }
         }
         _ => status,
     };
-    if let Err(e) = apply_provider_status(&flow.engine, &item.merchant, &located, &status, true).await {
-        tracing::warn!(error = %e, reference = %item.owner, "expiry failed; the next pass retries");
+    let in_progress = status.status == ProviderStatus::Processing;
+    match apply_provider_status(&flow.engine, &item.merchant, &located, &status, true).await {
+        Ok(Some(Executed::Done(Record::Payment(p)))) if in_progress && p.status == PaymentStatus::Expired => Some(item),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, reference = %item.owner, "expiry failed; the next pass retries");
+            None
+        }
     }
 }
 
@@ -348,6 +468,8 @@ mod tests {
         cannot_refund: std::sync::atomic::AtomicBool,
         /// While set, requests to pay time out.
         sends_time_out: std::sync::atomic::AtomicBool,
+        /// When set, what status queries answer (else: not created).
+        answer: std::sync::Mutex<Option<ProviderStatus>>,
     }
 
     impl SlowProvider {
@@ -381,7 +503,8 @@ mod tests {
             if self.0.refuses_queries.load(Ordering::SeqCst) {
                 return self.0.call(Err(ProviderError::Rejected { code: "disbursement_not_configured".into() }));
             }
-            self.0.call(Ok(ProviderStatus::Pending.into()))
+            let answer = self.0.answer.lock().unwrap().clone().unwrap_or(ProviderStatus::Pending);
+            self.0.call(Ok(answer.into()))
         }
         fn refund(&self, _: &Payment, _: &Refund) -> LocalFuture<Result<(), ProviderError>> {
             self.0.call(Ok(()))
@@ -472,6 +595,46 @@ mod tests {
             let payment = flow.engine.payment(&merchant, &item.owner).await.unwrap().unwrap();
             assert_eq!(payment.status, PaymentStatus::Expired, "{}", item.owner);
         }
+    }
+
+    /// A payment expired at its TTL while its provider still showed it in progress is asked about again, and its
+    /// late success credits the merchant even if the provider's notice of it never comes. One the provider did
+    /// not know is not watched.
+    #[actix_web::test]
+    async fn a_payment_expired_while_in_progress_is_credited_when_it_completes_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, merchant) = flow_with(dir.path(), 3).await;
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        *slow.answer.lock().unwrap() = Some(ProviderStatus::Processing);
+        let expired = sweep(&flow, 0, &mut None).await;
+        assert_eq!(expired.len(), 3, "each expired in progress");
+        let mut late = LateWatch::default();
+        late.add(expired);
+        let status = |owner: String| {
+            let (flow, merchant) = (&flow, &merchant);
+            async move { flow.engine.payment(merchant, &owner).await.unwrap().unwrap().status }
+        };
+        let owners: Vec<String> = late.items.iter().map(|(item, _)| item.owner.clone()).collect();
+        for owner in &owners {
+            assert_eq!(status(owner.clone()).await, PaymentStatus::Expired);
+        }
+        // Still in progress: still watched.
+        late.pass(&flow).await;
+        assert_eq!(late.items.len(), 3);
+        *slow.answer.lock().unwrap() = Some(ProviderStatus::Succeeded);
+        late.pass(&flow).await;
+        for owner in &owners {
+            assert_eq!(status(owner.clone()).await, PaymentStatus::Succeeded, "{owner}");
+        }
+        assert!(late.items.is_empty(), "done with");
+        let credited = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
+        assert!(credited.available > 0, "{credited:?}");
+        // A payment the provider never created expires without being watched.
+        let other = tempfile::tempdir().unwrap();
+        let (flow, slow, _) = flow_with(other.path(), 1).await;
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        *slow.answer.lock().unwrap() = Some(ProviderStatus::Pending);
+        assert!(sweep(&flow, 0, &mut None).await.is_empty());
     }
 
     /// A full batch of payments whose provider cannot answer (they stay waiting) does not hold back the payments

@@ -259,6 +259,21 @@ async fn metadata_overrides_the_server_setting_payment_by_payment() {
     assert_eq!(data(&app.get_ok("/v1/transactions").await).len(), cases.len());
 }
 
+/// A payment the provider still showed in progress at its TTL expires, and is asked about again: its late
+/// success credits the merchant though the provider's notice of it is lost (ending `04`).
+#[actix_web::test]
+async fn a_late_success_whose_notice_is_lost_is_learnt_by_asking_again() {
+    let app = spawn_with_chaos(Chaos::only(Mode::Lost)).await;
+    let late = text(&app.initiate(&payment_body(10_000, "04")).await["reference"]).to_owned();
+    app.wait_payment(&late, "expire").await;
+    app.wait_payment(&late, "succes").await;
+    let ev = events(&app);
+    assert_eq!(count(&ev, &late, "payment.failed"), 1, "{ev:?}");
+    assert_eq!(count(&ev, &late, "payment.succeeded"), 1, "{ev:?}");
+    assert_eq!(notices_delivered(&app) + notices_refused(&app), 0, "not one notice was sent");
+    assert!(app.balance("XOF").await.0 > 0, "credited");
+}
+
 #[actix_web::test]
 async fn lost_notices_are_settled_by_status_queries() {
     // No notice ever arrives: the TTL sweep's last status query settles the payments (to what the provider
