@@ -60,7 +60,7 @@ pub fn start(flow: Flow, ttl_ms: u64) {
             Some(_) => took_over_at = Some(Timestamp::now()),
         }
         let mut cursors = Cursors::default();
-        let mut late = LateWatch::default();
+        let mut late = LateWatch::new(every.as_millis().try_into().unwrap_or(u64::MAX));
         for pass in 1u64.. {
             actix_web::rt::time::sleep(every).await;
             refresh_adapters(&flow).await;
@@ -183,46 +183,76 @@ async fn sweep(flow: &Flow, ttl_ms: u64, cursor: &mut Option<AwaitingProvider>) 
 /// How long a payment expired while its provider still showed it in progress is asked about again.
 const LATE_WATCH_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// Payments the [`LateWatch`] keeps at most; beyond it the one watched longest goes first.
+/// The longest wait between two queries about a watched payment. The first wait is one sweep interval, and each
+/// answer still in progress (or no answer) doubles it: about thirty queries a payment in its day by default.
+const LATE_ASK_MAX_MS: u64 = 60 * 60 * 1000;
+
+/// Payments the [`LateWatch`] keeps at most; beyond it the one whose watch ends first goes.
 const LATE_WATCHED: usize = 10_000;
+
+/// Watched payments asked about per pass at most: the pass shares its task with the expiry sweep and the
+/// reconciliation, and a provider that does not answer holds each query for its time-out.
+const LATE_BATCH: usize = 64;
 
 /// Payments expired at their TTL while the provider still showed them in progress (pawaPay's `PROCESSING` or
 /// `IN_RECONCILIATION`, MTN's `PENDING`). Such a payment may still complete, and the provider's notice of it may
-/// be lost (MTN sends one once, pawaPay's retries are not published): each pass asks about a batch of them
-/// again, so a late success still credits the merchant (`expire -> succes`), for [`LATE_WATCH_MS`]. Kept in
+/// be lost (MTN sends one once, pawaPay's retries are not published): each is asked about again, less and less
+/// often, so a late success still credits the merchant (`expire -> succes`), for [`LATE_WATCH_MS`]. Kept in
 /// memory by the node that expired them: a restart, or a merchant moving to another node, leaves them to the
 /// provider's notice alone.
-#[derive(Default)]
 struct LateWatch {
-    /// Oldest watched first, each with the time (ms since the epoch) its watch ends.
-    items: std::collections::VecDeque<(AwaitingProvider, u64)>,
+    items: Vec<Watched>,
+    /// The wait before a payment is first asked about again.
+    first_wait_ms: u64,
+}
+
+struct Watched {
+    item: AwaitingProvider,
+    /// When its watch ends, when it is next asked about, and the wait after that (ms).
+    until_ms: u64,
+    next_ms: u64,
+    wait_ms: u64,
 }
 
 impl LateWatch {
+    fn new(first_wait_ms: u64) -> LateWatch {
+        LateWatch { items: Vec::new(), first_wait_ms }
+    }
+
     fn add(&mut self, expired: Vec<AwaitingProvider>) {
-        let until = Timestamp::now().unix_ms().saturating_add(LATE_WATCH_MS);
+        let now = Timestamp::now().unix_ms();
         for item in expired {
             if self.items.len() >= LATE_WATCHED {
-                if let Some((dropped, _)) = self.items.pop_front() {
-                    tracing::warn!(reference = %dropped.owner, "too many expired payments watched; this one no longer");
+                let first_to_end = self.items.iter().enumerate().min_by_key(|(_, w)| w.until_ms).map(|(at, _)| at);
+                if let Some(at) = first_to_end {
+                    let dropped = self.items.swap_remove(at);
+                    tracing::warn!(reference = %dropped.item.owner, "too many expired payments watched; this one no longer");
                 }
             }
-            self.items.push_back((item, until));
+            let (until_ms, next_ms) = (now.saturating_add(LATE_WATCH_MS), now.saturating_add(self.first_wait_ms));
+            let wait_ms = self.first_wait_ms.saturating_mul(2).min(LATE_ASK_MAX_MS);
+            self.items.push(Watched { item, until_ms, next_ms, wait_ms });
         }
     }
 
-    /// Asks about a batch of the watched payments, longest watched first; those still in progress go to the back.
+    /// Asks about the watched payments that are due, [`LATE_BATCH`] at most, the longest due first.
     async fn pass(&mut self, flow: &Flow) {
         let now = Timestamp::now().unix_ms();
-        let batch: Vec<(AwaitingProvider, u64)> =
-            (0..SWEEP_BATCH.min(self.items.len())).filter_map(|_| self.items.pop_front()).collect();
-        let kept: Vec<(AwaitingProvider, u64)> = stream::iter(batch)
-            .map(|(item, until)| async move {
-                if until <= now {
-                    tracing::warn!(reference = %item.owner, "an expired payment still in progress at its provider after a day; no longer asked");
-                    return None;
-                }
-                late_one(flow, &item).await.then_some((item, until))
+        let ended = self.items.iter().filter(|w| w.until_ms <= now).count();
+        if ended > 0 {
+            tracing::warn!(ended, "expired payments still in progress at their provider after a day; no longer asked");
+            self.items.retain(|w| w.until_ms > now);
+        }
+        self.items.sort_by_key(|w| w.next_ms);
+        let due = self.items.iter().take_while(|w| w.next_ms <= now).count().min(LATE_BATCH);
+        let batch: Vec<Watched> = self.items.drain(..due).collect();
+        let kept: Vec<Watched> = stream::iter(batch)
+            .map(|mut watched| async move {
+                late_one(flow, &watched.item).await.then(|| {
+                    watched.next_ms = Timestamp::now().unix_ms().saturating_add(watched.wait_ms);
+                    watched.wait_ms = watched.wait_ms.saturating_mul(2).min(LATE_ASK_MAX_MS);
+                    watched
+                })
             })
             .buffer_unordered(PROVIDER_CALLS_IN_FLIGHT)
             .filter_map(std::future::ready)
@@ -234,8 +264,9 @@ impl LateWatch {
 
 /// Asks about one watched payment; answers whether to keep watching it.
 async fn late_one(flow: &Flow, item: &AwaitingProvider) -> bool {
+    // Held by another node for now (a lease's blip, or a move): not asked from here, and kept for when it is back.
     if !flow.engine.holds(&item.merchant) {
-        return false;
+        return true;
     }
     let located = match flow.engine.locate(&item.merchant, &item.owner) {
         Ok(Some(located)) => located,
@@ -254,10 +285,12 @@ async fn late_one(flow: &Flow, item: &AwaitingProvider) -> bool {
     match carrier.adapter.status(Subject::Payment, &payment.transaction_id, Some(payment)).await {
         Ok(report) if report.status == ProviderStatus::Succeeded => {
             match apply_provider_status(&flow.engine, &item.merchant, &located, &report, false).await {
-                Ok(_) => {
-                    tracing::info!(reference = %item.owner, "a payment expired at its TTL completed at its provider since");
+                Ok(Some(_)) => {
+                    tracing::info!(reference = %item.owner, "a payment expired at its TTL completed at its provider since: credited");
                     false
                 }
+                // Not applied (a success of another amount, logged where it was refused): the operator decides.
+                Ok(None) => false,
                 Err(e) => {
                     tracing::warn!(error = %e, reference = %item.owner, "a late success could not be applied yet");
                     true
@@ -608,20 +641,28 @@ mod tests {
         *slow.answer.lock().unwrap() = Some(ProviderStatus::Processing);
         let expired = sweep(&flow, 0, &mut None).await;
         assert_eq!(expired.len(), 3, "each expired in progress");
-        let mut late = LateWatch::default();
+        let mut late = LateWatch::new(60_000);
         late.add(expired);
         let status = |owner: String| {
             let (flow, merchant) = (&flow, &merchant);
             async move { flow.engine.payment(merchant, &owner).await.unwrap().unwrap().status }
         };
-        let owners: Vec<String> = late.items.iter().map(|(item, _)| item.owner.clone()).collect();
+        let owners: Vec<String> = late.items.iter().map(|w| w.item.owner.clone()).collect();
         for owner in &owners {
             assert_eq!(status(owner.clone()).await, PaymentStatus::Expired);
         }
-        // Still in progress: still watched.
+        // Not asked before its first wait is over.
+        let calls = slow.calls.load(Ordering::SeqCst);
         late.pass(&flow).await;
-        assert_eq!(late.items.len(), 3);
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls);
+        // Still in progress: still watched, and asked again twice as late.
+        let due_now = |late: &mut LateWatch| late.items.iter_mut().for_each(|w| w.next_ms = 0);
+        due_now(&mut late);
+        late.pass(&flow).await;
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls + 3);
+        assert!(late.items.iter().all(|w| w.wait_ms == 240_000 && w.next_ms > 0));
         *slow.answer.lock().unwrap() = Some(ProviderStatus::Succeeded);
+        due_now(&mut late);
         late.pass(&flow).await;
         for owner in &owners {
             assert_eq!(status(owner.clone()).await, PaymentStatus::Succeeded, "{owner}");
