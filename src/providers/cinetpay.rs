@@ -450,7 +450,11 @@ impl Adapter for Cinetpay {
     /// Only a mobile-money payment in whole units: a card refund sent as mobile money would go to a phone
     /// number nobody checked against the card, and the Transfer API counts in whole units.
     fn can_refund(&self, payment: &Payment, _amount: Amount) -> bool {
-        self.settings.transfer.is_some() && payment.provider.as_str() != "carte" && payment.currency.decimals() == 0
+        // A refund is a transfer to the payer, paid in the currency of the payer's country.
+        self.settings.transfer.is_some()
+            && payment.provider.as_str() != "carte"
+            && payment.currency.decimals() == 0
+            && transfer_currency_holds(&payment.customer_phone, payment.currency).is_ok()
     }
 
     fn refund(&self, payment: &Payment, refund: &Refund) -> LocalFuture<Result<(), ProviderError>> {
