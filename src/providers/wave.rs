@@ -471,6 +471,11 @@ impl Wave {
                 StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                     Err(unreachable_or_refused(answer.status, "refund"))
                 }
+                // The refund is asked again as its own status query: a conflict (a refund of this session already
+                // at work, or made) refuses nothing, or a refund Wave made would be given back to the merchant.
+                StatusCode::CONFLICT => {
+                    Err(ProviderError::Unreachable("Wave answered 409 to the refund of a session".into()))
+                }
                 s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
                     let code = answer.json().ok().and_then(|b| b["code"].as_str().map(str::to_owned));
                     Err(ProviderError::Rejected { code: code_of(code.as_deref(), "checkout_refund_failed") })
