@@ -74,12 +74,17 @@ impl WebhookPool {
         // that does not answer holds a read for up to its time-out. Only the dispatcher waits then, not what
         // else runs on the caller's thread (the server's signal handling, the sweep, the admin API).
         let arbiter = Arbiter::new();
-        if !arbiter.spawn_fn(move || {
+        let started = arbiter.spawn_fn(move || {
             Context::with_receiver(mailbox).run(dispatcher);
-        }) {
+        });
+        arbiters.push(arbiter);
+        if !started {
+            // The delivery actors' threads go with it: no pool holds them.
+            for arbiter in &arbiters {
+                arbiter.stop();
+            }
             return Err(DeliveryError::Stopped);
         }
-        arbiters.push(arbiter);
         Ok(WebhookPool { dispatcher: dispatcher_addr, arbiters, config, tls })
     }
 
