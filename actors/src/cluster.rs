@@ -18,7 +18,7 @@ use crate::core::Command;
 use crate::domain::ids::MerchantId;
 use crate::domain::ledger::Balances;
 use crate::domain::links::Link;
-use crate::domain::records::{Payment, Payout};
+use crate::domain::records::{Notification, Payment, Payout};
 use crate::domain::text::IdempotencyKey;
 use crate::error::EngineError;
 use crate::merchant::{Executed, Idempotency, ProviderNote};
@@ -33,7 +33,7 @@ pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
 /// change of it raises [`PROTOCOL`]. During an upgrade that raises it, the merchants held by nodes on the
 /// other protocol answer `503` until every node runs the new build.
 pub const VERSION_HEADER: &str = "caisse-forward-version";
-pub const PROTOCOL: &str = "caisse-forward/4";
+pub const PROTOCOL: &str = "caisse-forward/5";
 
 /// The content type of forwarded messages and their answers.
 pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";
@@ -68,6 +68,9 @@ pub enum Ask {
     Balances,
     /// The end of a request that held its idempotency key ([`crate::Part::FirstHeld`]).
     Release(IdempotencyKey),
+    /// A notification of the merchant sent again (the dashboard's resend), by the node that delivers them: only
+    /// it knows whether the notification is being attempted.
+    Resend(String),
 }
 
 /// The holder's answer to an [`Ask`], by kind.
@@ -80,6 +83,16 @@ pub enum Answer {
     Link(Option<Link>),
     Balances(Balances),
     Released,
+    Resent(Result<Notification, ResendRefused>),
+}
+
+/// Why the node that delivers a merchant's notifications did not send one again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResendRefused {
+    /// It is being attempted right now.
+    InFlight,
+    /// The merchant has no notification of that id.
+    NotFound,
 }
 
 /// How this node reaches the others: the secret every node of the cluster shares.

@@ -121,6 +121,8 @@ struct Inner {
     /// are rare, so one for all merchants is enough in this process. Other processes are kept off by the
     /// store's lock.
     account_updates: tokio::sync::Mutex<()>,
+    /// The dispatcher of the first webhook pool started on this engine: where resends go on this node.
+    resends: std::sync::OnceLock<actix::Recipient<crate::webhook::Resend>>,
 }
 
 /// What the audits share: the lock that runs them one at a time, and the flag that stops one in progress.
@@ -241,14 +243,51 @@ impl Engine {
                 starting: Default::default(),
                 account_writes: (0..ACCOUNT_WRITE_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect(),
                 account_updates: tokio::sync::Mutex::new(()),
+                resends: std::sync::OnceLock::new(),
             }),
         })
     }
 
     /// Starts the webhook delivery pool on this engine's outbox. Needs a running actix System; the first
-    /// pool takes the store's feed of new notifications (a second one would find them only by its scans).
+    /// pool takes the store's feed of new notifications (a second one would find them only by its scans), and
+    /// the resends asked of this engine ([`Engine::resend_notification`]).
     pub fn start_webhooks(&self, config: DeliveryConfig) -> Result<WebhookPool, DeliveryError> {
-        WebhookPool::start(self.inner.store.clone(), config)
+        let pool = WebhookPool::start(self.inner.store.clone(), config)?;
+        let _ = self.inner.resends.set(pool.resender());
+        Ok(pool)
+    }
+
+    /// Sends a notification of `merchant` again, starting a new attempt chain (the dashboard's resend), on the
+    /// node that delivers the merchant's notifications: in a cluster, another node's resend is forwarded to
+    /// it, since only it knows whether the notification is being attempted (an attempt's outcome saved after a
+    /// resend would undo the resend). Another merchant's id is [`DeliveryError::NotFound`].
+    pub async fn resend_notification(&self, merchant: &MerchantId, id: &str) -> Result<Notification, DeliveryError> {
+        use crate::cluster::{Answer, Ask, Forwarded, ResendRefused};
+        match self.inner.store.placement(merchant) {
+            Placement::Here => self.resend_here(merchant, id).await,
+            Placement::Node { id: node, url } => {
+                let Some(forwarding) = &self.inner.forwarding else {
+                    return Err(DeliveryError::Unavailable(format!("the merchant is held by node {node}")));
+                };
+                let forwarded = Forwarded { merchant: merchant.clone(), ask: Ask::Resend(id.to_owned()) };
+                match forwarding.send(&url, &forwarded).await {
+                    Ok(Answer::Resent(Ok(notification))) => Ok(notification),
+                    Ok(Answer::Resent(Err(ResendRefused::InFlight))) => Err(DeliveryError::InFlight),
+                    Ok(Answer::Resent(Err(ResendRefused::NotFound))) => Err(DeliveryError::NotFound),
+                    Ok(_) => Err(DeliveryError::Unavailable(format!("node {node} answered another kind"))),
+                    Err(e) => Err(DeliveryError::Unavailable(e.to_string())),
+                }
+            }
+            Placement::Nobody => {
+                Err(DeliveryError::Unavailable("the merchant is moving between nodes of the cluster; retry".into()))
+            }
+        }
+    }
+
+    /// A resend on this node's webhook pool.
+    async fn resend_here(&self, merchant: &MerchantId, id: &str) -> Result<Notification, DeliveryError> {
+        let resends = self.inner.resends.get().ok_or(DeliveryError::Stopped)?;
+        resends.send(crate::webhook::Resend::new(merchant, id)).await.map_err(|_| DeliveryError::Stopped)?
     }
 
     /// Runs the audit of the whole ledger (the startup audit's checks from the first event, on demand).
@@ -437,6 +476,16 @@ impl Engine {
                 Ask::Link(key) => self.ask_here(&merchant, GetLink(key)).await.map(Answer::Link),
                 Ask::Balances => self.ask_here(&merchant, GetBalances).await.map(Answer::Balances),
                 Ask::Release(key) => self.ask_here(&merchant, ReleaseKey(key)).await.map(|()| Answer::Released),
+                Ask::Resend(id) => {
+                    use crate::cluster::ResendRefused;
+                    match self.resend_here(&merchant, &id).await {
+                        Ok(notification) => Ok(Answer::Resent(Ok(notification))),
+                        Err(DeliveryError::InFlight) => Ok(Answer::Resent(Err(ResendRefused::InFlight))),
+                        Err(DeliveryError::NotFound) => Ok(Answer::Resent(Err(ResendRefused::NotFound))),
+                        Err(DeliveryError::Store(e)) => Err(e.into()),
+                        Err(e) => Err(EngineError::Unavailable(e.to_string())),
+                    }
+                }
             },
         };
         postcard::to_allocvec(&answer).unwrap_or_else(|e| {

@@ -222,7 +222,7 @@ pub async fn start(
     let (app, dash) = (state.clone(), dash.clone());
     actix_web::rt::spawn(async move {
         for id in &ids {
-            let result = app.webhooks.resend(&merchant, id).await;
+            let result = app.engine.resend_notification(&merchant, id).await;
             dash.replays.update(&merchant, |r| match result {
                 Ok(_) => r.sent += 1,
                 Err(DeliveryError::InFlight) => r.in_flight += 1,

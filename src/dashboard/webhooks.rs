@@ -159,7 +159,7 @@ pub async fn resend(
     if notification.merchant != user.merchant.id {
         return Err(not_found());
     }
-    match state.webhooks.resend(&user.merchant.id, &id).await {
+    match state.engine.resend_notification(&user.merchant.id, &id).await {
         Ok(_) => {
             tracing::info!(target: "caisse::dashboard", notification = %id, "webhook resent from the dashboard");
             Ok(redirect("/webhooks?info=renvoye"))
@@ -168,6 +168,10 @@ pub async fn resend(
         Err(DeliveryError::NotFound) => Err(not_found()),
         Err(DeliveryError::Store(e)) => Err(e.into()),
         Err(DeliveryError::Stopped) => Err(DashError::Unavailable),
+        Err(DeliveryError::Unavailable(why)) => {
+            tracing::warn!(target: "caisse::dashboard", notification = %id, why, "webhook resend not made");
+            Err(DashError::Unavailable)
+        }
         Err(e @ DeliveryError::Tls(_)) => Err(DashError::internal("webhook resend", e)),
     }
 }

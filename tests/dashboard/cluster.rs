@@ -98,9 +98,9 @@ async fn a_password_reset_made_on_the_database_ends_the_sessions_of_every_node()
     }
 }
 
-/// A resend asked on a node that does not deliver the merchant's notifications, while the node that does is
-/// attempting that very notification: it is answered "en cours", as that node would answer, rather than saved
-/// and then overwritten by the attempt's outcome.
+/// A resend asked on a node that does not deliver the merchant's notifications goes to the node that does: while
+/// it attempts that very notification the resend is answered "en cours", rather than saved and then overwritten
+/// by the attempt's outcome; afterwards it is sent again.
 #[actix_web::test]
 async fn a_resend_on_another_node_during_the_holders_attempt_is_answered_in_flight() {
     use crate::support::receiver::{script, Receiver, Reply};
@@ -132,6 +132,21 @@ async fn a_resend_on_another_node_during_the_holders_attempt_is_answered_in_flig
     let token = agent.get("/webhooks").await.csrf();
     let resend = format!("/webhooks/{}/resend", initiated.id);
     agent.post(&resend, &[("csrf", &token)]).await.expect_redirect("/webhooks?info=en_cours");
+    // Once its attempts are over, a resend asked on that node is made by the node that delivers the merchant's
+    // notifications (forwarded to it): answered "renvoye", and sent once more.
+    let holder = if elsewhere.port == a.port { &b } else { &a };
+    crate::support::until("the notification delivered", || {
+        let n = holder.notification_by_id(&merchant, &initiated.id);
+        std::future::ready(n.state == caisse_engine::domain::records::DeliveryState::Delivered)
+    })
+    .await;
+    let sent = |hits: &[crate::support::receiver::Hit]| {
+        hits.iter().filter(|h| h.event() == "payment.initiated" && h.reference() == reference).count()
+    };
+    let before = sent(&receiver.hits());
+    let token = agent.get("/webhooks").await.csrf();
+    agent.post(&resend, &[("csrf", &token)]).await.expect_redirect("/webhooks?info=renvoye");
+    receiver.wait("the resend", Duration::from_secs(15), |hits| sent(hits) > before).await;
 }
 
 /// `caisse merchant suspend` run on the database ends the merchant's sessions on every node: a session held

@@ -15,7 +15,7 @@ use crate::domain::status::{LinkStatus, PaymentStatus, PayoutStatus, RefundStatu
 use crate::domain::text::{Description, Email, IdempotencyKey, Metadata, Name, Reason, Reference};
 use crate::domain::time::Timestamp;
 use crate::merchant::Part;
-use crate::store::layout::tests::{payment, payout};
+use crate::store::layout::tests::{notification, payment, payout};
 
 /// One message of each kind that crosses between nodes, every optional field set, named; and each answer,
 /// with every variant of the enums they carry (postcard writes a variant as its position).
@@ -136,6 +136,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ("read a link", message(Ask::Link("lnk_01JD0000000000000000000000".into()))),
         ("read the balances", message(Ask::Balances)),
         ("release a key", message(Ask::Release(IdempotencyKey::parse("key-1").unwrap()))),
+        ("resend a notification", message(Ask::Resend("evt_01JD0000000000000000000004".into()))),
     ]);
     let balances =
         Balances([(xof, Balance { available: 4_925, pending: 1_000, updated_at_ms: 1_795_310_624_123 })].into());
@@ -149,6 +150,9 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ("a link read", Answer::Link(Some(link))),
         ("the balances read", Answer::Balances(balances)),
         ("a key released", Answer::Released),
+        ("a notification resent", Answer::Resent(Ok(notification()))),
+        ("a resend in flight", Answer::Resent(Err(ResendRefused::InFlight))),
+        ("a resend of nothing", Answer::Resent(Err(ResendRefused::NotFound))),
     ];
     let overflow = |account| Rejection::Invariant(LedgerError::Overflow { currency: xof, account });
     let negative =
@@ -254,6 +258,7 @@ fn forwarded_bytes_are_pinned() {
         "read a link: 09881d994881c620",
         "read the balances: 12ce88ec36cc3ad4",
         "release a key: 39cbdb2206b6019e",
+        "resend a notification: 44dbba931128e402",
         "a payment done: d09f1f094a966112",
         "a payout done: 5ba76b3ac121dfe4",
         "a link done: cc4e8d7805793bf4",
@@ -263,6 +268,9 @@ fn forwarded_bytes_are_pinned() {
         "a link read: 93b2624ff2b2e076",
         "the balances read: ee155a20514afbc9",
         "a key released: 9f1afa4dc124cba7",
+        "a notification resent: 0f64263ec88d9767",
+        "a resend in flight: f8e50cb7ce14f712",
+        "a resend of nothing: 959d65d705aee31b",
         "read: a payment initiated: ee46fd3b8b999dc7",
         "read: a payment processing: 7f41f524bea38036",
         "read: a payment succeeded: 4ed680132e27a9d2",
@@ -308,6 +316,6 @@ fn forwarded_bytes_are_pinned() {
         "an incompatible store: c77db50e8ed3fe85",
         "an e-mail taken: 2aa4e27216bb8344",
     ];
-    assert_eq!(PROTOCOL, "caisse-forward/4");
+    assert_eq!(PROTOCOL, "caisse-forward/5");
     assert_eq!(digests, pinned, "the forwarded messages changed shape: raise PROTOCOL and pin them again");
 }

@@ -558,7 +558,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn notification() -> Notification {
+    pub(crate) fn notification() -> Notification {
         Notification {
             id: "evt_01JD0000000000000000000004".into(),
             merchant: merchant_id(),

@@ -65,4 +65,7 @@ pub enum DeliveryError {
     Store(#[from] StoreError),
     #[error("the delivery pool stopped")]
     Stopped,
+    /// In a cluster: the node that delivers the merchant's notifications could not be reached, or none does now.
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
 }

@@ -113,6 +113,11 @@ impl WebhookPool {
         self.dispatcher.send(msg).await.map_err(|_| DeliveryError::Stopped)?
     }
 
+    /// Where this pool takes resends.
+    pub(crate) fn resender(&self) -> Recipient<Resend> {
+        self.dispatcher.clone().recipient()
+    }
+
     /// Notifications currently handed to a delivery actor.
     pub async fn in_flight(&self) -> usize {
         self.dispatcher.send(InFlightCount).await.unwrap_or(0)

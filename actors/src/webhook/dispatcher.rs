@@ -558,9 +558,10 @@ impl Handler<Resend> for Dispatcher {
                 return Err(DeliveryError::InFlight);
             }
             let before = self.store.notification(&msg.merchant, &msg.id)?.ok_or(DeliveryError::NotFound)?;
-            // Another node of the cluster delivers this merchant's notifications, and what it has in flight is
-            // not seen here: a resend saved while it attempts the notification would be overwritten by that
-            // attempt's outcome. One it may be attempting is answered as in flight, as the holder would.
+            // Another node of the cluster delivers this merchant's notifications (the engine forwards resends to
+            // it, so only when the merchant moved since), and what it has in flight is not seen here: a resend
+            // saved while it attempts the notification would be overwritten by that attempt's outcome. One it
+            // may be attempting is answered as in flight, as the holder would.
             if !self.store.delivers_for(&msg.merchant) && holder_may_be_attempting(&before, Timestamp::now()) {
                 return Err(DeliveryError::InFlight);
             }

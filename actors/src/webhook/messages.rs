@@ -58,11 +58,18 @@ pub(super) enum Waits {
     /// be past: the retry's wait counts from when the attempt began, and an attempt can take 10 s.
     At(u64),
 }
+/// A notification sent again, starting a new attempt chain (the dashboard's resend).
 #[derive(Message)]
 #[rtype(result = "Result<Notification, DeliveryError>")]
-pub(super) struct Resend {
+pub struct Resend {
     pub(super) merchant: MerchantId,
     pub(super) id: String,
+}
+
+impl Resend {
+    pub(crate) fn new(merchant: &MerchantId, id: &str) -> Resend {
+        Resend { merchant: merchant.clone(), id: id.to_owned() }
+    }
 }
 
 #[derive(Message)]

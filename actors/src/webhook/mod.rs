@@ -20,6 +20,7 @@ pub mod signature;
 pub mod url;
 mod worker;
 
+pub(crate) use messages::Resend;
 pub use signature::{
     sign, sign_standard, standard_secret, verify, verify_standard, VerifyError, SIGNATURE_HEADER, STANDARD_ID_HEADER,
     STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER, TIMESTAMP_HEADER,
