@@ -105,6 +105,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/paiement/initier")
                     .route(web::post().to(paiement::initiate))
+                    .route(web::get().to(paiement::get_initier))
                     .default_service(unknown_method()),
             )
             .service(

@@ -265,8 +265,18 @@ pub async fn get(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let merchant = authenticate(&state, req.headers())?;
-    let reference = reference(&path)?;
+    read(&state, &req, &path).await
+}
+
+/// `GET /v1/paiement/initier`: the payment whose reference is `initier`, a reference like any other, whose path
+/// is also initiation's (by `POST`).
+pub async fn get_initier(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    read(&state, &req, "initier").await
+}
+
+async fn read(state: &AppState, req: &HttpRequest, given: &str) -> Result<HttpResponse, ApiError> {
+    let merchant = authenticate(state, req.headers())?;
+    let reference = reference(given)?;
     match state.engine.payment(&merchant.id, reference.as_str()).await? {
         Some(payment) => Ok(HttpResponse::Ok().json(payment)),
         None => Err(ApiError::not_found("payment")),

@@ -30,7 +30,8 @@ pub struct Limits {
     pub max: Option<i64>,
     /// `decimalsInAmount: NONE`: whole major units only (always so for XOF and XAF).
     pub whole_only: bool,
-    /// `status`: anything but `OPERATIONAL` (`CLOSED`, ...) means pawaPay refuses new requests for now.
+    /// `status`: `OPERATIONAL`, or `DELAYED` (pawaPay takes payouts and enqueues them until the provider is back);
+    /// anything else (`CLOSED`, ...) means pawaPay refuses new requests for now.
     pub operational: bool,
 }
 
@@ -117,7 +118,7 @@ pub fn parse(body: &Value) -> Option<HashMap<(String, String, &'static str), Lim
                     min: conf["minAmount"].as_str().and_then(|t| minor_units(t, decimals, true)),
                     max: conf["maxAmount"].as_str().and_then(|t| minor_units(t, decimals, false)),
                     whole_only: conf["decimalsInAmount"].as_str() == Some("NONE"),
-                    operational: conf["status"].as_str().is_none_or(|s| s == "OPERATIONAL"),
+                    operational: conf["status"].as_str().is_none_or(|s| matches!(s, "OPERATIONAL" | "DELAYED")),
                 };
                 limits.insert((code.to_owned(), currency.code().to_owned(), operation), read);
             }
@@ -184,6 +185,9 @@ mod tests {
         assert!(check(Operation::Refund, 1).is_ok());
         assert!(conf.check("ORANGE_CIV", xof(), Operation::Payment, Amount::positive(1).unwrap()).is_ok());
 
+        // Delayed: pawaPay accepts the request and enqueues it.
+        conf.finish_refresh(Instant::now(), parse(&answer("DELAYED")));
+        assert!(conf.check("MTN_MOMO_BEN", xof(), Operation::Payment, Amount::positive(1_000).unwrap()).is_ok());
         conf.finish_refresh(Instant::now(), parse(&answer("CLOSED")));
         let closed = conf.check("MTN_MOMO_BEN", xof(), Operation::Payment, Amount::positive(1_000).unwrap());
         assert!(closed.unwrap_err().contains("at the moment"));
