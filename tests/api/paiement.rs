@@ -140,6 +140,19 @@ async fn unknown_payment_is_404() {
     assert_error(&resp, 404, "not_found", None);
 }
 
+/// `initier` is a reference like any other, though its path is also initiation's (by `POST`).
+#[actix_web::test]
+async fn a_payment_whose_reference_is_initier_is_read_back() {
+    let app = spawn_app().await;
+    let resp = app.send(app.get("/v1/paiement/initier")).await;
+    assert_error(&resp, 404, "not_found", None);
+    let mut body = payment_body(1000, "02");
+    body["reference"] = json!("initier");
+    app.initiate(&body).await;
+    let read = app.get_ok("/v1/paiement/initier").await;
+    assert_eq!((read["reference"].as_str(), read["montant"].as_i64()), (Some("initier"), Some(1000)));
+}
+
 #[actix_web::test]
 async fn a_reference_is_unique_per_merchant() {
     let app = spawn_app().await;
