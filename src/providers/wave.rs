@@ -451,7 +451,7 @@ impl Wave {
         let mut call = self.call(Method::POST, "/v1/payout", Some(body), true);
         call.headers.push(("idempotency-key", tx.to_owned()));
         let outbound = self.outbound.clone();
-        Box::pin(async move { payout_sent(&outbound.send(call).await?) })
+        Box::pin(async move { sent(&outbound.send(call).await?, "payout", "payout_refused") })
     }
 
     /// Refunds the whole session of the payment `tx` (idempotent at Wave).
@@ -465,43 +465,26 @@ impl Wave {
             };
             let path = format!("/v1/checkout/sessions/{}/refund", session_id(&session));
             let call = api_call(&settings, Method::POST, &path, None, true);
-            let answer = outbound.send(call).await?;
-            match answer.status {
-                s if s.is_success() => Ok(()),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                    Err(unreachable_or_refused(answer.status, "refund"))
-                }
-                // The refund is asked again as its own status query: a conflict (a refund of this session already
-                // at work, or made) refuses nothing, or a refund Wave made would be given back to the merchant.
-                StatusCode::CONFLICT => {
-                    Err(ProviderError::Unreachable("Wave answered 409 to the refund of a session".into()))
-                }
-                s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
-                    let code = answer.json().ok().and_then(|b| b["code"].as_str().map(str::to_owned));
-                    Err(ProviderError::Rejected { code: code_of(code.as_deref(), "checkout_refund_failed") })
-                }
-                status => Err(unreachable_or_refused(status, "refund")),
-            }
+            sent(&outbound.send(call).await?, "refund", "checkout_refund_failed")
         })
     }
 }
 
-/// What Wave's answer to `POST /v1/payout` says of the payout.
-fn payout_sent(answer: &Answer) -> Result<(), ProviderError> {
+/// What Wave's answer to a request that moves money (`POST /v1/payout`, a session's refund) says of it: `what`
+/// names it in errors, and `refused` is the failure code when Wave's refusal gives none.
+fn sent(answer: &Answer, what: &str, refused: &str) -> Result<(), ProviderError> {
     match answer.status {
         s if s.is_success() => Ok(()),
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(unreachable_or_refused(answer.status, "payout")),
-        // The key is Wave's already: this request is a repeat (after a time-out, or a resubmission) that met the
-        // first one still at work, or its payout under another body. The first may pay, so this refuses nothing;
-        // the payout found under our `client_reference` decides.
-        StatusCode::CONFLICT => {
-            Err(ProviderError::Unreachable("Wave answered 409 to a payout under a key it holds".into()))
-        }
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(unreachable_or_refused(answer.status, what)),
+        // A repeat (after a time-out, a resubmission, or a refund asked again as its own status query) that met
+        // the first request still at work, or done, or a payout's key under another body. The first may pay, so
+        // this refuses nothing: the payout found under our `client_reference`, or the next query, decides.
+        StatusCode::CONFLICT => Err(ProviderError::Unreachable(format!("Wave answered 409 to a {what}"))),
         s if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
             let code = answer.json().ok().and_then(|b| b["code"].as_str().map(str::to_owned));
-            Err(ProviderError::Rejected { code: code_of(code.as_deref(), "payout_refused") })
+            Err(ProviderError::Rejected { code: code_of(code.as_deref(), refused) })
         }
-        status => Err(unreachable_or_refused(status, "payout")),
+        status => Err(unreachable_or_refused(status, what)),
     }
 }
 
@@ -510,11 +493,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_payout_answered_409_is_not_refused() {
+    fn a_payout_or_refund_answered_409_is_not_refused() {
         let answer = |status: u16, body: &str| Answer {
             status: StatusCode::from_u16(status).unwrap(),
             body: body.as_bytes().to_vec(),
         };
+        let payout_sent = |answer: &Answer| sent(answer, "payout", "payout_refused");
         assert!(payout_sent(&answer(200, "{}")).is_ok());
         let conflict = answer(409, r#"{"code":"idempotency-key-reused"}"#);
         assert!(matches!(payout_sent(&conflict), Err(ProviderError::Unreachable(_))), "the status decides");
@@ -523,6 +507,8 @@ mod tests {
             matches!(payout_sent(&invalid), Err(ProviderError::Rejected { code }) if code == "request_validation_error")
         );
         assert!(matches!(payout_sent(&answer(503, "")), Err(ProviderError::Unreachable(_))));
+        let refunded = sent(&answer(409, "{}"), "refund", "checkout_refund_failed");
+        assert!(matches!(refunded, Err(ProviderError::Unreachable(_))));
     }
 
     fn sign(secret: &str, t: u64, body: &str, separator: &str) -> String {
