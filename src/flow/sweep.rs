@@ -555,6 +555,16 @@ mod tests {
 
     const PAYMENTS: usize = 40;
 
+    /// The oldest waiting payment, confirmed: its reference.
+    async fn paid(flow: &Flow, merchant: &MerchantId) -> caisse_engine::domain::text::Reference {
+        let item =
+            flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1).unwrap().remove(0);
+        let reference = caisse_engine::domain::text::Reference::parse(&item.owner).unwrap();
+        let confirmed = Command::PaymentNotice { reference: reference.clone(), notice: PaymentNotice::Confirmed };
+        flow.engine.execute(merchant, confirmed, None).await.unwrap();
+        reference
+    }
+
     /// A flow whose only provider is slow, with `PAYMENTS` payments waiting for it and already past their TTL.
     async fn flow_with_waiting_payments(dir: &std::path::Path) -> (Flow, Arc<SlowProvider>, MerchantId) {
         flow_with(dir, PAYMENTS).await
@@ -749,11 +759,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
         actix_web::rt::time::sleep(Duration::from_millis(2)).await;
-        let item =
-            flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1).unwrap().remove(0);
-        let reference = caisse_engine::domain::text::Reference::parse(&item.owner).unwrap();
-        let confirmed = Command::PaymentNotice { reference: reference.clone(), notice: PaymentNotice::Confirmed };
-        flow.engine.execute(&merchant, confirmed, None).await.unwrap();
+        let reference = paid(&flow, &merchant).await;
         let before = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
         slow.cannot_refund.store(true, Ordering::SeqCst);
         let calls = slow.calls.load(Ordering::SeqCst);
@@ -788,11 +794,7 @@ mod tests {
     async fn an_entry_whose_refund_ended_since_its_listing_touches_the_next_refund_never() {
         let dir = tempfile::tempdir().unwrap();
         let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
-        let item =
-            flow.engine.awaiting_provider(TransactionType::Payment, Timestamp::now(), None, 1).unwrap().remove(0);
-        let reference = caisse_engine::domain::text::Reference::parse(&item.owner).unwrap();
-        let confirmed = Command::PaymentNotice { reference: reference.clone(), notice: PaymentNotice::Confirmed };
-        flow.engine.execute(&merchant, confirmed, None).await.unwrap();
+        let reference = paid(&flow, &merchant).await;
         let refund = |reference| Command::RequestRefund {
             reference,
             amount: Some(Amount::positive(100).unwrap()),
