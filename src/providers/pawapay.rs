@@ -53,10 +53,12 @@ pub const PROVIDER_CODES: &[(&str, &str, &str)] = &[
     ("wave", "SN", "WAVE_SEN"),
 ];
 
-/// Status queries made for a Wave deposit's `authorizationUrl` right after it is accepted, and the pause
-/// between them.
-const AUTH_URL_TRIES: u32 = 3;
+/// Status queries made for a Wave deposit's `authorizationUrl` right after it is accepted, and the first pause
+/// between them, doubled each time up to [`AUTH_URL_PAUSE_MAX`]: about four seconds in all, inside the
+/// initiation's ten-second budget. A payment without its page cannot be paid: the customer has nowhere to go.
+const AUTH_URL_TRIES: u32 = 6;
 const AUTH_URL_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+const AUTH_URL_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(1_600);
 
 /// What the customer reads on the prompt (pawaPay takes 4 to 22 characters).
 const DEPOSIT_MESSAGE: &str = "Paiement Caisse";
@@ -388,15 +390,22 @@ impl Adapter for Pawapay {
             }
             // The authorisation URL comes with the status, a moment after the deposit is accepted; without it
             // the payment waits all the same, and a later status query that carries it keeps it.
+            let mut pause = AUTH_URL_PAUSE;
             for attempt in 0..AUTH_URL_TRIES {
                 if attempt > 0 {
-                    actix_web::rt::time::sleep(AUTH_URL_PAUSE).await;
+                    actix_web::rt::time::sleep(pause).await;
+                    pause = (pause * 2).min(AUTH_URL_PAUSE_MAX);
                 }
-                let report = read_status(&outbound.send(ask.clone()).await?)?;
-                if report.page.is_some() {
-                    return Ok(report.page);
+                // The deposit is made: a query that fails is only asked again.
+                match outbound.send(ask.clone()).await.and_then(|answer| read_status(&answer)) {
+                    Ok(report) if report.page.is_some() => return Ok(report.page),
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "a Wave deposit's status, for its page, not read"),
                 }
             }
+            tracing::warn!(
+                "pawaPay gave no authorizationUrl for a Wave deposit in time: the payment waits without its page"
+            );
             Ok(None)
         })
     }
