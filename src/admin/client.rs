@@ -260,16 +260,32 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
                     see docs/cluster.md"
             .into());
     }
+    use caisse_engine::store::fjall_store::BACKUP_UNFINISHED;
     let data = &settings.data_dir;
     if !from.join(caisse_engine::store::STAMP_FILE).is_file() {
         return Err(format!("{} is not a backup of a Caisse store (no format stamp)", from.display()));
     }
+    if from.join(BACKUP_UNFINISHED).exists() {
+        return Err(format!(
+            "{} holds a backup that was not finished ({BACKUP_UNFINISHED}): take it again",
+            from.display()
+        ));
+    }
     if std::fs::read_dir(data).is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(format!("{} is not empty: restore into an empty data directory", data.display()));
     }
-    let restored = copy_tree(from, data)
-        .map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display()))
-        .and_then(|()| {
+    // Marked unfinished while it is copied: a restore cut short (the machine down, the disk full) leaves a
+    // directory no server starts on, rather than a store missing whole trees.
+    let marker = data.join(BACKUP_UNFINISHED);
+    let copied = std::fs::create_dir_all(data)
+        .and_then(|()| std::fs::write(&marker, "a restore was being copied here and did not finish\n"))
+        .and_then(|()| std::fs::File::open(&marker)?.sync_all())
+        .and_then(|()| std::fs::File::open(data)?.sync_all())
+        .and_then(|()| copy_tree(from, data))
+        .and_then(|()| std::fs::remove_file(&marker))
+        .and_then(|()| std::fs::File::open(data)?.sync_all());
+    let restored =
+        copied.map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display())).and_then(|()| {
             let store = open_embedded(data, settings.store_cache_bytes, settings.master_key.clone())
                 .map_err(|e| format!("the restored store does not open: {e}"))?;
             caisse_engine::store::sealing::check_opens(store.as_ref())

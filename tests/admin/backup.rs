@@ -39,6 +39,8 @@ async fn a_backup_under_load_restores_with_every_acknowledged_payment() {
     let made = admin.fetch(admin.post("/admin/backup").json(&json!({"to": to}))).await;
     made.expect(200);
     assert!(made.json["keys"].as_u64().is_some_and(|k| k > 0), "{}", made.json);
+    let unfinished = caisse_engine::store::fjall_store::BACKUP_UNFINISHED;
+    assert!(!to.join(unfinished).exists(), "a finished backup carries no mark of an unfinished one");
     for task in load {
         task.await.expect("a load task ends");
     }
@@ -57,6 +59,28 @@ async fn a_backup_under_load_restores_with_every_acknowledged_payment() {
     assert_eq!(refused.json["error"]["field"], "to");
     let message = refused.json["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("could not be written") && message.contains("a-file"), "{message}");
+
+    // A backup cut short (its mark still there) is refused: it may lack whole trees.
+    let cut = work.path().join("cut");
+    for entry in walk(&to) {
+        let target = cut.join(entry.strip_prefix(&to).expect("inside"));
+        std::fs::create_dir_all(target.parent().expect("a parent")).expect("dir");
+        std::fs::copy(&entry, &target).expect("copy");
+    }
+    std::fs::write(cut.join(unfinished), b"cut short").expect("mark");
+    let refused = Command::new(BIN)
+        .args(["restore", "--from"])
+        .arg(&cut)
+        .env("CAISSE_DATA_DIR", work.path().join("never"))
+        .env("CAISSE_MASTER_KEY", caisse::config::TEST_MASTER_KEY)
+        .env("CAISSE_LOG", "warn")
+        .env_remove("CAISSE_ADMIN_TOKEN")
+        .output()
+        .expect("caisse restore runs");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not finished"), "{refused:?}");
+    let opened = caisse_engine::store::open_embedded(&cut, 1 << 20, None).map(drop);
+    assert!(opened.is_err_and(|e| e.to_string().contains("not finished")), "no server starts on it");
 
     // Restore into a new data directory with the command, as an operator would: first with another master key,
     // which is refused and leaves the directory as it found it, so the restore can be run again.
@@ -105,4 +129,16 @@ async fn a_backup_under_load_restores_with_every_acknowledged_payment() {
         api.send(api.get(&format!("/v1/paiement/{reference}"))).await.expect(200);
     }
     println!("backup: {} payments acknowledged before it, all restored; {}", before.len(), made.json);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read a directory").flatten() {
+        match entry.path().is_dir() {
+            true => files.extend(walk(&entry.path())),
+            false => files.push(entry.path()),
+        }
+    }
+    files
 }

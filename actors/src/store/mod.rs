@@ -68,6 +68,13 @@ pub fn open_embedded(
     cache_bytes: u64,
     master_key: Option<sealing::MasterKey>,
 ) -> Result<Arc<dyn Store>, StoreError> {
+    if dir.join(fjall_store::BACKUP_UNFINISHED).exists() {
+        return Err(StoreError::Format(format!(
+            "{} holds a backup that was not finished ({} is there): it is not a whole store. Take the backup again",
+            dir.display(),
+            fjall_store::BACKUP_UNFINISHED
+        )));
+    }
     let (upgraded, kept) = fjall_store::upgrade::beside(dir);
     if !fjall_store::holds_store(dir) && !holds_sled_store(dir) && upgraded.exists() && kept.exists() {
         // The upgrade moved the old store aside and was stopped before the new one took its place: a fresh

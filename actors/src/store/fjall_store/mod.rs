@@ -18,6 +18,7 @@ mod writer;
 
 use std::collections::BTreeSet;
 use std::fs::File;
+use std::io::Write;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI64;
@@ -27,7 +28,7 @@ use std::time::Instant;
 
 use fjall::{AbstractTree, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 
-use self::writer::Writer;
+use self::writer::{Writer, MAX_PAUSE, PAUSE_MARGIN};
 use super::kv::{Kv, Scan};
 use super::kv_store::KvStore;
 use super::layout::{merchant_of, past_merchant, SNAPSHOTS, TREE_NAMES};
@@ -607,6 +608,11 @@ impl Kv for FjallKv {
 /// Keys written into a copy per batch.
 const COPY_BATCH_KEYS: usize = 10_000;
 
+/// A file a backup writes first into its target and removes once the copy is whole and durable: a backup cut
+/// short (the server killed, the disk full) leaves it, and such a directory is refused by `open_embedded` and
+/// `caisse restore` rather than taken for a store.
+pub const BACKUP_UNFINISHED: &str = "BACKUP-UNFINISHED";
+
 impl FjallKv {
     /// Copies the store as of one moment (every change acknowledged before the call, none that was not yet
     /// committed) into a new store at `to`.
@@ -619,6 +625,15 @@ impl FjallKv {
                 to.display()
             )));
         }
+        std::fs::create_dir_all(to).map_err(|e| io_error("create", e))?;
+        let unfinished = to.join(BACKUP_UNFINISHED);
+        File::create(&unfinished)
+            .and_then(|mut f| {
+                f.write_all(b"a backup was being written here and did not finish: this is not a whole store\n")?;
+                f.sync_all()
+            })
+            .map_err(|e| io_error("write the marker of an unfinished backup in", e))?;
+        sync_dir(to)?;
         let copy = FjallStore::open(to)?;
         // The writer is paused behind everything acknowledged before the request, and the trees read while
         // nothing commits: one moment of the store. Not fjall's snapshots: a closed one can hold back its
@@ -627,9 +642,24 @@ impl FjallKv {
         crate::store::wait_polling(ticket, None)?;
         let paused = Instant::now();
         let keys = copy.kv.copy_from(|tree| self.scan(tree, Bound::Unbounded, Bound::Unbounded, false))?;
+        // The writer resumes by itself after MAX_PAUSE: a copy that took about as long may hold trees read
+        // after changes went on, so it is not one moment. (The writer's clock started before `paused`.)
+        let one_moment = paused.elapsed() + PAUSE_MARGIN < MAX_PAUSE;
         drop(release);
         let paused_ms = paused.elapsed().as_millis() as u64;
         copy.kv.close()?;
+        if !one_moment {
+            return Err(StoreError::Io(format!(
+                "the copy took {} s, longer than writes may wait ({} s): it is not one moment of the store and is \
+                 not a backup ({} stays in {})",
+                paused_ms / 1000,
+                MAX_PAUSE.as_secs(),
+                BACKUP_UNFINISHED,
+                to.display()
+            )));
+        }
+        std::fs::remove_file(&unfinished).map_err(|e| io_error("finish the backup in", e))?;
+        sync_dir(to)?;
         let report = BackupReport { keys, paused_ms, elapsed_ms: started.elapsed().as_millis() as u64 };
         tracing::info!(to = %to.display(), keys, paused_ms, elapsed_ms = report.elapsed_ms, "backup written");
         Ok(report)

@@ -75,7 +75,11 @@ impl Job {
 }
 
 /// Longest a pause holds the writer, whatever its holder does.
-const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(600);
+pub(super) const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How much earlier than [`MAX_PAUSE`] a pause's holder counts it over: the writer's clock starts a little
+/// before the holder learns that the pause began.
+pub(super) const PAUSE_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The handle on the writer thread. Dropping it lets the thread finish what is queued and sync, then waits for
 /// it, so that every write is in fjall's files when the store is dropped.
