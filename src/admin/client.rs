@@ -283,7 +283,11 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
         .and_then(|()| std::fs::File::open(data)?.sync_all())
         .and_then(|()| copy_tree(from, data))
         .and_then(|()| std::fs::remove_file(&marker))
-        .and_then(|()| std::fs::File::open(data)?.sync_all());
+        .and_then(|()| std::fs::File::open(data)?.sync_all())
+        .and_then(|()| match data.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => std::fs::File::open(parent)?.sync_all(),
+            None => Ok(()),
+        });
     let restored =
         copied.map_err(|e| format!("copying {} to {}: {e}", from.display(), data.display())).and_then(|()| {
             let store = open_embedded(data, settings.store_cache_bytes, settings.master_key.clone())

@@ -660,6 +660,10 @@ impl FjallKv {
         }
         std::fs::remove_file(&unfinished).map_err(|e| io_error("finish the backup in", e))?;
         sync_dir(to)?;
+        // The directory's own entry, made by this backup, is durable too.
+        if let Some(parent) = to.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
         let report = BackupReport { keys, paused_ms, elapsed_ms: started.elapsed().as_millis() as u64 };
         tracing::info!(to = %to.display(), keys, paused_ms, elapsed_ms = report.elapsed_ms, "backup written");
         Ok(report)
