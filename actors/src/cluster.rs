@@ -31,9 +31,11 @@ pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
 /// another protocol than its own. Builds that lay the messages out alike share the protocol, so a rolling
 /// upgrade between them forwards as usual; a test pins the layout (`forwarded_bytes_are_pinned`), and a
 /// change of it raises [`PROTOCOL`]. During an upgrade that raises it, the merchants held by nodes on the
-/// other protocol answer `503` until every node runs the new build.
+/// other protocol answer `503` until every node runs the new build. A message or answer added at the end of
+/// its enum changes no earlier bytes and keeps the protocol: a node of an earlier build answers the new
+/// message with an error, and only that message fails until the node is upgraded.
 pub const VERSION_HEADER: &str = "caisse-forward-version";
-pub const PROTOCOL: &str = "caisse-forward/5";
+pub const PROTOCOL: &str = "caisse-forward/4";
 
 /// The content type of forwarded messages and their answers.
 pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";
@@ -69,7 +71,9 @@ pub enum Ask {
     /// The end of a request that held its idempotency key ([`crate::Part::FirstHeld`]).
     Release(IdempotencyKey),
     /// A notification of the merchant sent again (the dashboard's resend), by the node that delivers them: only
-    /// it knows whether the notification is being attempted.
+    /// it knows whether the notification is being attempted. Added last, so every earlier message keeps its
+    /// bytes and the protocol its name: a node of a build without it answers that it cannot read it (an
+    /// error), and the resend is refused with 503 until that node is upgraded; everything else forwards.
     Resend(String),
 }
 
