@@ -118,7 +118,10 @@ pub fn parse(body: &Value) -> Option<HashMap<(String, String, &'static str), Lim
                     min: conf["minAmount"].as_str().and_then(|t| minor_units(t, decimals, true)),
                     max: conf["maxAmount"].as_str().and_then(|t| minor_units(t, decimals, false)),
                     whole_only: conf["decimalsInAmount"].as_str() == Some("NONE"),
-                    operational: conf["status"].as_str().is_none_or(|s| matches!(s, "OPERATIONAL" | "DELAYED")),
+                    // pawaPay's `DELAYED` is about payouts: it enqueues them until the provider is back.
+                    operational: conf["status"]
+                        .as_str()
+                        .is_none_or(|s| s == "OPERATIONAL" || (s == "DELAYED" && operation == "PAYOUT")),
                 };
                 limits.insert((code.to_owned(), currency.code().to_owned(), operation), read);
             }
@@ -185,9 +188,13 @@ mod tests {
         assert!(check(Operation::Refund, 1).is_ok());
         assert!(conf.check("ORANGE_CIV", xof(), Operation::Payment, Amount::positive(1).unwrap()).is_ok());
 
-        // Delayed: pawaPay accepts the request and enqueues it.
-        conf.finish_refresh(Instant::now(), parse(&answer("DELAYED")));
-        assert!(conf.check("MTN_MOMO_BEN", xof(), Operation::Payment, Amount::positive(1_000).unwrap()).is_ok());
+        // Delayed: pawaPay takes payouts and enqueues them; it says nothing of payments being taken.
+        let mut delayed = answer("DELAYED");
+        delayed["countries"][0]["providers"][0]["currencies"][0]["operationTypes"]["PAYOUT"]["status"] =
+            json!("DELAYED");
+        conf.finish_refresh(Instant::now(), parse(&delayed));
+        assert!(conf.check("MTN_MOMO_BEN", xof(), Operation::Payout, Amount::positive(1_000).unwrap()).is_ok());
+        assert!(conf.check("MTN_MOMO_BEN", xof(), Operation::Payment, Amount::positive(1_000).unwrap()).is_err());
         conf.finish_refresh(Instant::now(), parse(&answer("CLOSED")));
         let closed = conf.check("MTN_MOMO_BEN", xof(), Operation::Payment, Amount::positive(1_000).unwrap());
         assert!(closed.unwrap_err().contains("at the moment"));
