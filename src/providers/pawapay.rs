@@ -59,6 +59,8 @@ pub const PROVIDER_CODES: &[(&str, &str, &str)] = &[
 const AUTH_URL_TRIES: u32 = 6;
 const AUTH_URL_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 const AUTH_URL_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(1_600);
+/// The longest the queries for the page take together, whoever waits (a request's budget, or a resubmission).
+const AUTH_URL_WAIT: std::time::Duration = std::time::Duration::from_secs(6);
 
 /// What the customer reads on the prompt (pawaPay takes 4 to 22 characters).
 const DEPOSIT_MESSAGE: &str = "Paiement Caisse";
@@ -390,23 +392,29 @@ impl Adapter for Pawapay {
             }
             // The authorisation URL comes with the status, a moment after the deposit is accepted; without it
             // the payment waits all the same, and a later status query that carries it keeps it.
-            let mut pause = AUTH_URL_PAUSE;
-            for attempt in 0..AUTH_URL_TRIES {
-                if attempt > 0 {
-                    actix_web::rt::time::sleep(pause).await;
-                    pause = (pause * 2).min(AUTH_URL_PAUSE_MAX);
+            let look = async {
+                let mut pause = AUTH_URL_PAUSE;
+                for attempt in 0..AUTH_URL_TRIES {
+                    if attempt > 0 {
+                        actix_web::rt::time::sleep(pause).await;
+                        pause = (pause * 2).min(AUTH_URL_PAUSE_MAX);
+                    }
+                    // The deposit is made: a query that fails is only asked again.
+                    match outbound.send(ask.clone()).await.and_then(|answer| read_status(&answer)) {
+                        Ok(report) if report.page.is_some() => return report.page,
+                        Ok(_) => {}
+                        Err(e) => tracing::debug!(error = %e, "a Wave deposit's status, for its page, not read"),
+                    }
                 }
-                // The deposit is made: a query that fails is only asked again.
-                match outbound.send(ask.clone()).await.and_then(|answer| read_status(&answer)) {
-                    Ok(report) if report.page.is_some() => return Ok(report.page),
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(error = %e, "a Wave deposit's status, for its page, not read"),
-                }
+                None
+            };
+            let page = actix_web::rt::time::timeout(AUTH_URL_WAIT, look).await.ok().flatten();
+            if page.is_none() {
+                tracing::warn!(
+                    "pawaPay gave no authorizationUrl for a Wave deposit in time: the payment waits without its page"
+                );
             }
-            tracing::warn!(
-                "pawaPay gave no authorizationUrl for a Wave deposit in time: the payment waits without its page"
-            );
-            Ok(None)
+            Ok(page)
         })
     }
 
