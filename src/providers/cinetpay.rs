@@ -461,6 +461,12 @@ impl Adapter for Cinetpay {
         if self.settings.transfer.is_none() {
             return Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "refund_unsupported".into() })));
         }
+        // Checked again here, not only when the refund was accepted: one accepted before the check existed
+        // and sent again must not be paid in another currency either.
+        if let Err(why) = transfer_currency_holds(&payment.customer_phone, payment.currency) {
+            tracing::warn!(reference = %payment.reference, why, "a refund CinetPay would pay in another currency");
+            return Box::pin(std::future::ready(Err(ProviderError::Rejected { code: "currency_not_valid".into() })));
+        }
         let name = payment.customer_name.as_ref().map_or("Client", |n| n.as_str());
         self.send_transfer(&refund.transaction_id(), &payment.customer_phone, name, refund.amount)
     }
