@@ -304,11 +304,19 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
         Err(why) => {
             // The directory was empty before: what the restore put there goes, so that it can be run again
             // (with the right master key, say).
+            // The mark of an unfinished copy goes last, so a directory left half emptied still carries it.
             let emptied = std::fs::read_dir(data).map(|entries| {
-                entries.flatten().try_for_each(|entry| match entry.path().is_dir() {
-                    true => std::fs::remove_dir_all(entry.path()),
-                    false => std::fs::remove_file(entry.path()),
-                })
+                entries
+                    .flatten()
+                    .filter(|entry| entry.file_name() != BACKUP_UNFINISHED)
+                    .try_for_each(|entry| match entry.path().is_dir() {
+                        true => std::fs::remove_dir_all(entry.path()),
+                        false => std::fs::remove_file(entry.path()),
+                    })
+                    .and_then(|()| match marker.exists() {
+                        true => std::fs::remove_file(&marker),
+                        false => Ok(()),
+                    })
             });
             match emptied {
                 Ok(Ok(())) => Err(why),

@@ -70,7 +70,8 @@ pub fn open_embedded(
 ) -> Result<Arc<dyn Store>, StoreError> {
     if dir.join(fjall_store::BACKUP_UNFINISHED).exists() {
         return Err(StoreError::Format(format!(
-            "{} holds a backup that was not finished ({} is there): it is not a whole store. Take the backup again",
+            "{} holds a copy that was not finished ({} is there: a backup or a restore cut short): it is not a \
+             whole store. Take the backup again, or empty the directory and restore again",
             dir.display(),
             fjall_store::BACKUP_UNFINISHED
         )));
