@@ -133,6 +133,28 @@ fn pay_token(payment_url: &str) -> Option<&str> {
     (!token.is_empty() && token.len() <= 200 && token.bytes().all(url_safe)).then_some(token)
 }
 
+/// The page of a webpayment Orange created, from its answer.
+fn created_page(body: &Value) -> Result<Option<ReturnUrl>, ProviderError> {
+    let url = body["payment_url"]
+        .as_str()
+        .ok_or_else(|| ProviderError::Unreachable("an Orange answer without payment_url".into()))?;
+    if pay_token(url).is_none() {
+        return Err(ProviderError::Unreachable("Orange's payment_url carries no pay_token".into()));
+    }
+    // Each status query names the payment by the pay_token read back from its page's URL (the one thing Caisse
+    // keeps of it). A page whose URL does not end with the pay_token Orange gave could never be followed: a
+    // customer paying it would never be credited. It is refused before anyone pays.
+    if let Some(given) = body["pay_token"].as_str().filter(|given| pay_token(url) != Some(*given)) {
+        tracing::error!(
+            pay_token = given,
+            payment_url = url,
+            "Orange's payment URL does not end with its pay_token: Caisse cannot follow such payments"
+        );
+        return Err(ProviderError::Rejected { code: "payment_url_unfollowable".into() });
+    }
+    ReturnUrl::parse(url, false).map(Some).map_err(|e| ProviderError::Unreachable(format!("Orange's payment URL: {e}")))
+}
+
 /// A byte of an identifier that may go in a URL as it is.
 fn url_safe(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_')
@@ -199,17 +221,7 @@ impl Adapter for OrangeMoney {
         Box::pin(async move {
             let (status, body) = sent.await?;
             match status {
-                StatusCode::CREATED | StatusCode::OK => {
-                    let url = body["payment_url"]
-                        .as_str()
-                        .ok_or_else(|| ProviderError::Unreachable("an Orange answer without payment_url".into()))?;
-                    if pay_token(url).is_none() {
-                        return Err(ProviderError::Unreachable("Orange's payment_url carries no pay_token".into()));
-                    }
-                    ReturnUrl::parse(url, false)
-                        .map(Some)
-                        .map_err(|e| ProviderError::Unreachable(format!("Orange's payment URL: {e}")))
-                }
+                StatusCode::CREATED | StatusCode::OK => created_page(&body),
                 // Our order_id was already used: the first request reached Orange; its status decides.
                 StatusCode::FORBIDDEN if body.to_string().contains("order") => {
                     Err(ProviderError::Unreachable("Orange already has this order_id".into()))
@@ -280,6 +292,18 @@ impl Adapter for OrangeMoney {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_is_kept_only_when_its_url_names_the_pay_token_orange_gave() {
+        let url = "https://webpayment.orange-money.com/payment/pay_token/abc123";
+        let page = created_page(&json!({"status": 201, "pay_token": "abc123", "payment_url": url})).unwrap();
+        assert_eq!(page.map(|p| p.as_str().to_owned()).as_deref(), Some(url));
+        // Another shape of URL: the status queries would name a token Orange does not know.
+        let other = json!({"pay_token": "abc123", "payment_url": "https://mpayment.orange-money.com/gn/mpayment/xyz"});
+        assert_eq!(created_page(&other), Err(ProviderError::Rejected { code: "payment_url_unfollowable".into() }));
+        // No pay_token in the answer: the URL's, as before.
+        assert!(created_page(&json!({"payment_url": url})).is_ok());
+    }
 
     #[test]
     fn a_notification_url_is_public_url_and_its_known_suffix() {
