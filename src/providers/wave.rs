@@ -329,7 +329,9 @@ impl Adapter for Wave {
                         Ok(()) => ProviderStatus::Succeeded.into(),
                         // The refund was sent before, through this session: one the search does not show now is
                         // no answer about it, and failing the refund would give back money Wave may have sent.
-                        Err(ProviderError::Rejected { code }) if code == "checkout_session_not_found" => {
+                        Err(ProviderError::Rejected { code })
+                            if matches!(code.as_str(), "checkout_session_not_found") =>
+                        {
                             return Err(ProviderError::Unreachable("the payment's Wave session was not found".into()))
                         }
                         Err(ProviderError::Rejected { code }) => ProviderStatus::Failed { code }.into(),
