@@ -24,6 +24,7 @@ use caisse_engine::domain::phone::Phone;
 use caisse_engine::domain::provider::ReturnUrl;
 use caisse_engine::domain::records::{Payment, Payout, Refund};
 use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
 
 use super::http::{Call, Outbound};
 use super::{Adapter, LocalFuture, Notice, ProviderError, ProviderStatus, Report, Subject};
@@ -144,7 +145,8 @@ fn created_page(body: &Value) -> Result<Option<ReturnUrl>, ProviderError> {
     // Each status query names the payment by the pay_token read back from its page's URL (the one thing Caisse
     // keeps of it). A page whose URL does not end with the pay_token Orange gave could never be followed: a
     // customer paying it would never be credited. It is refused before anyone pays.
-    if let Some(given) = body["pay_token"].as_str().filter(|given| pay_token(url) != Some(*given)) {
+    let named = |given: &str| pay_token(url).is_some_and(|t| bool::from(t.as_bytes().ct_eq(given.as_bytes())));
+    if let Some(given) = body["pay_token"].as_str().filter(|given| !named(given)) {
         tracing::error!(
             pay_token = given,
             payment_url = url,
@@ -160,8 +162,12 @@ fn url_safe(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_')
 }
 
-/// A `transactionstatus` answer as Caisse reads it.
-fn status_of(body: &Value) -> Report {
+/// A `transactionstatus` answer about our order `ours`, as Caisse reads it. An answer naming another order is no
+/// answer about ours.
+fn status_of(body: &Value, ours: &str) -> Result<Report, ProviderError> {
+    if let Some(other) = body["order_id"].as_str().filter(|order| *order != ours) {
+        return Err(ProviderError::Unreachable(format!("Orange answered about order {other:?}, not ours")));
+    }
     let status = match body["status"].as_str() {
         Some("SUCCESS") => ProviderStatus::Succeeded,
         Some("FAILED") => ProviderStatus::Failed { code: "payment_failed".into() },
@@ -169,7 +175,7 @@ fn status_of(body: &Value) -> Report {
         // INITIATED (waiting for the customer), PENDING (confirmed, under way), anything new.
         _ => ProviderStatus::Processing,
     };
-    Report::with_reference(status, body["txnid"].as_str())
+    Ok(Report::with_reference(status, body["txnid"].as_str()))
 }
 
 impl Adapter for OrangeMoney {
@@ -250,10 +256,11 @@ impl Adapter for OrangeMoney {
         };
         let body = json!({"order_id": transaction_id, "amount": payment.amount.minor(), "pay_token": token});
         let sent = self.send("transactionstatus", body);
+        let ours = transaction_id.to_owned();
         Box::pin(async move {
             let (status, body) = sent.await?;
             match status {
-                s if s.is_success() => Ok(status_of(&body)),
+                s if s.is_success() => status_of(&body, &ours),
                 s => Err(ProviderError::Unreachable(format!("Orange transactionstatus answered {s}"))),
             }
         })
@@ -335,15 +342,13 @@ mod tests {
         assert!(super::super::access_token("Orange", &json!({"expires_in": 10}), max).is_err(), "no token, no answer");
         assert_eq!(pay_token("https://webpayment-sb.orange-money.com/payment/pay_token/ab12CD"), Some("ab12CD"));
         assert_eq!(pay_token("https://x/payment/pay_token/<script>"), None);
-        assert_eq!(
-            status_of(&json!({"status": "SUCCESS", "txnid": "MP150709.1341.A00073"})).status,
-            ProviderStatus::Succeeded
-        );
-        assert_eq!(status_of(&json!({"status": "INITIATED"})).status, ProviderStatus::Processing);
-        assert_eq!(status_of(&json!({"status": "EXPIRED"})).status, ProviderStatus::Expired);
-        assert_eq!(
-            status_of(&json!({"status": "FAILED"})).status,
-            ProviderStatus::Failed { code: "payment_failed".into() }
-        );
+        let read = |body: Value| status_of(&body, "tx_1").map(|report| report.status);
+        let success = json!({"status": "SUCCESS", "order_id": "tx_1", "txnid": "MP150709.1341.A00073"});
+        assert_eq!(read(success), Ok(ProviderStatus::Succeeded));
+        assert_eq!(read(json!({"status": "INITIATED"})), Ok(ProviderStatus::Processing));
+        assert_eq!(read(json!({"status": "EXPIRED"})), Ok(ProviderStatus::Expired));
+        assert_eq!(read(json!({"status": "FAILED"})), Ok(ProviderStatus::Failed { code: "payment_failed".into() }));
+        // Another order's success is not ours.
+        assert!(read(json!({"status": "SUCCESS", "order_id": "tx_2"})).is_err());
     }
 }
