@@ -284,8 +284,10 @@ impl Adapter for Pawapay {
                 (Some(key), _) => key,
                 (None, Some(fetch)) => {
                     let fetched = read_keys(&outbound.send(fetch).await?)?;
-                    if let Ok(mut cache) = keys.write() {
-                        cache.extend(fetched.iter().cloned());
+                    // pawaPay's list as it is now: a key it no longer publishes (rotated out, revoked) is no
+                    // longer trusted. An empty answer changes nothing.
+                    if let (false, Ok(mut cache)) = (fetched.is_empty(), keys.write()) {
+                        *cache = fetched.iter().cloned().collect();
                     }
                     fetched
                         .into_iter()
