@@ -621,6 +621,16 @@ pub async fn login(
     let valid = password.len() <= MAX_PASSWORD_LEN && merchant.is_some();
     let hash = merchant.as_ref().map(|m| m.password_hash.clone());
     let verified = dash.checker.verify(password, hash).await;
+    // The password may have been replaced while it was checked (an operator's reset, which also ends the
+    // merchant's sessions): a session is opened only for the password still in force.
+    let verified = verified
+        && match &merchant {
+            Some(checked) => state
+                .engine
+                .merchant_by_email(&email)?
+                .is_some_and(|now| bool::from(now.password_hash.as_bytes().ct_eq(checked.password_hash.as_bytes()))),
+            None => false,
+        };
     match merchant {
         Some(merchant) if valid && verified && state.engine.suspended_since(&merchant.id)?.is_some() => {
             give_back();
