@@ -87,7 +87,7 @@ async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_o
     // The dispatcher hears that the last attempt is settled just after it is durable; until then a resend
     // is refused as in flight, so the dashboard's button would say "try again".
     let resent = eventually("the resend accepted", DEADLINE, || async {
-        match app.state.webhooks.resend(&chosen.merchant, &chosen.id).await {
+        match app.state.engine.resend_notification(&chosen.merchant, &chosen.id).await {
             Err(DeliveryError::InFlight) => Err("in flight".to_owned()),
             other => Ok(other.expect("resend")),
         }

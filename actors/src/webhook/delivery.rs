@@ -17,9 +17,9 @@ use super::dispatcher::Dispatcher;
 use super::messages::{InFlightCount, Resend};
 use super::schedule::AttemptOutcome;
 use super::worker::Worker;
-use crate::domain::ids::{new_id, IdKind, MerchantId};
+use crate::domain::ids::{new_id, IdKind};
 use crate::domain::money::{Amount, Currency};
-use crate::domain::records::{Notification, ProviderCode, WebhookData};
+use crate::domain::records::{ProviderCode, WebhookData};
 use crate::domain::text::Metadata;
 use crate::domain::time::Timestamp;
 use crate::store::Store;
@@ -106,14 +106,8 @@ impl WebhookPool {
         (event, outcome)
     }
 
-    /// Sends a notification of `merchant` again, starting a new attempt chain (the dashboard's resend button).
-    /// Another merchant's id is [`DeliveryError::NotFound`].
-    pub async fn resend(&self, merchant: &MerchantId, id: &str) -> Result<Notification, DeliveryError> {
-        let msg = Resend { merchant: merchant.clone(), id: id.to_owned() };
-        self.dispatcher.send(msg).await.map_err(|_| DeliveryError::Stopped)?
-    }
-
-    /// Where this pool takes resends.
+    /// Where this pool takes resends ([`Engine::resend_notification`](crate::Engine::resend_notification)
+    /// sends them, here or on the node that delivers the merchant's notifications).
     pub(crate) fn resender(&self) -> Recipient<Resend> {
         self.dispatcher.clone().recipient()
     }
