@@ -9,13 +9,15 @@
 //!    nobody) and applied through the merchant's actor ([`notice`]).
 //! 3. **No answer**: the TTL sweep gives a payment past its TTL one last status query and expires it
 //!    otherwise; the reconciliation asks about refunds and payouts still waiting; after a restart, everything
-//!    still waiting is sent to its provider again ([`sweep`]).
+//!    still waiting is sent to its provider again ([`sweep`]). A payment expired while its provider still
+//!    showed it in progress is asked about again for a day (`late`).
 //!
 //! Providers' answers become engine commands in one function, [`notice::apply_provider_status`], used by all
 //! three paths, so a status means the same thing wherever it comes from.
 
 #[cfg(test)]
 mod interleavings;
+mod late;
 pub mod notice;
 pub mod sweep;
 
