@@ -34,7 +34,7 @@ use crate::config::Settings;
 use crate::flow::Flow;
 use crate::providers::Providers;
 pub use error::ApiError;
-pub use ratelimit::{FailedAuth, RateLimiter};
+pub use ratelimit::{FailedAuth, PerMinute, RateLimiter};
 
 /// What every handler can reach.
 pub struct AppState {

@@ -3,7 +3,11 @@
 //!
 //! [`FailedAuth`] limits the other side: requests that fail authentication, per client address, so that
 //! guessing keys or scanning costs the server a bounded amount of work per address.
+//!
+//! [`PerMinute`] counts an action per client address over the last minute, whatever minute: the payment page's
+//! form posts.
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -98,9 +102,82 @@ impl FailedAuth {
     }
 }
 
+/// At most `allowed` actions per client address in any sixty seconds: each address keeps the times of its last
+/// `allowed` actions, and one more is refused until the oldest of them is a minute old. A window that restarts
+/// a minute after an address's first action would let twice as many through across its end.
+pub struct PerMinute {
+    times: DashMap<IpAddr, VecDeque<Instant>>,
+    /// 0 turns the limit off.
+    allowed: u32,
+}
+
+impl PerMinute {
+    pub const WINDOW: Duration = Duration::from_secs(60);
+    /// Addresses tracked; when full, addresses with nothing in the last minute go, and new addresses are not
+    /// counted until room returns (as with [`FailedAuth`]).
+    const MAX_ADDRESSES: usize = 100_000;
+
+    pub fn new(allowed: u32) -> PerMinute {
+        PerMinute { times: DashMap::new(), allowed }
+    }
+
+    /// Counts one action of `address` at `now`, or refuses it with the seconds until one more is allowed.
+    /// The check and the count are one step, so requests at the same moment cannot all pass the same check.
+    pub fn hit(&self, address: IpAddr, now: Instant) -> Result<(), u64> {
+        let allowed = self.allowed as usize;
+        if allowed == 0 {
+            return Ok(());
+        }
+        if !self.times.contains_key(&address) && self.times.len() >= Self::MAX_ADDRESSES {
+            self.times
+                .retain(|_, times| times.back().is_some_and(|t| now.saturating_duration_since(*t) < Self::WINDOW));
+            if self.times.len() >= Self::MAX_ADDRESSES {
+                return Ok(());
+            }
+        }
+        let mut times = self.times.entry(address).or_default();
+        while times.front().is_some_and(|t| now.saturating_duration_since(*t) >= Self::WINDOW) {
+            times.pop_front();
+        }
+        match times.front() {
+            Some(oldest) if times.len() >= allowed => {
+                Err((Self::WINDOW - now.saturating_duration_since(*oldest)).as_secs().max(1))
+            }
+            _ => {
+                times.push_back(now);
+                Ok(())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_minute_counts_any_sixty_seconds_not_a_window_from_the_first() {
+        let limiter = PerMinute::new(10);
+        let (a, b): (IpAddr, IpAddr) = ("198.51.100.1".parse().unwrap(), "198.51.100.2".parse().unwrap());
+        let t0 = Instant::now();
+        assert!(limiter.hit(a, t0).is_ok());
+        // Nine more at 59 s: ten in the minute.
+        let late = t0 + Duration::from_secs(59);
+        for _ in 0..9 {
+            assert!(limiter.hit(a, late).is_ok());
+        }
+        assert_eq!(limiter.hit(a, late), Err(1), "the eleventh in a minute");
+        // At 60.5 s the first is a minute old: one more, not ten.
+        let after = t0 + Duration::from_millis(60_500);
+        assert!(limiter.hit(a, after).is_ok());
+        assert_eq!(limiter.hit(a, after), Err(58), "the nine of 59 s are still in the minute");
+        assert!(limiter.hit(b, after).is_ok(), "another address is apart");
+        assert!(limiter.hit(a, late + PerMinute::WINDOW).is_ok(), "once they are a minute old");
+        let off = PerMinute::new(0);
+        for _ in 0..100 {
+            assert!(off.hit(a, t0).is_ok(), "0 turns it off");
+        }
+    }
 
     #[test]
     fn failed_authentications_block_their_address_for_the_window() {

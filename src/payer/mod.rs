@@ -44,7 +44,7 @@ use subtle::ConstantTimeEq;
 use crate::config::{Environment, Operation};
 use crate::dashboard::Form;
 use crate::http::paiement::{check_route, provider_for, Ask};
-use crate::http::{ApiError, AppState, FailedAuth};
+use crate::http::{ApiError, AppState, PerMinute};
 
 pub use tokens::FormKey;
 
@@ -63,18 +63,18 @@ const PAGE_KEY: &str = "cle";
 /// What the payment page keeps between requests, shared by every worker.
 pub struct PayerState {
     pub key: FormKey,
-    /// Form posts per client address, in the same one-minute window the API counts failed keys in.
-    pub posts: FailedAuth,
+    /// Form posts per client address in the last minute.
+    pub posts: PerMinute,
 }
 
 impl PayerState {
     pub fn new() -> PayerState {
-        PayerState { key: FormKey::random(), posts: FailedAuth::new(POSTS_PER_MINUTE) }
+        PayerState { key: FormKey::random(), posts: PerMinute::new(POSTS_PER_MINUTE) }
     }
 
     /// The state of a node of a cluster: forms signed under the key every node derives.
     pub fn in_cluster(key: [u8; 32]) -> PayerState {
-        PayerState { key: FormKey::shared(key), posts: FailedAuth::new(POSTS_PER_MINUTE) }
+        PayerState { key: FormKey::shared(key), posts: PerMinute::new(POSTS_PER_MINUTE) }
     }
 }
 
@@ -304,7 +304,7 @@ pub async fn submit(
 ) -> HttpResponse {
     let now_instant = Instant::now();
     if let Some(address) = client_address(&req, &state).map(crate::client_address::counted) {
-        if let Err(wait_s) = payer.posts.check(address, now_instant) {
+        if let Err(wait_s) = payer.posts.hit(address, now_instant) {
             let mut answer = trouble(
                 StatusCode::TOO_MANY_REQUESTS,
                 "Trop de tentatives",
@@ -315,7 +315,6 @@ pub async fn submit(
             }
             return answer;
         }
-        payer.posts.failed(address, now_instant);
     }
     let found = match find(&state, &path, Wanted::ToPay).await {
         Ok(found) => found,
