@@ -80,6 +80,8 @@ pub enum Reply {
     Redirect(String),
     /// Nothing for this long, then 200.
     Hang(Duration),
+    /// 200 and half its body at once, the other half after this long (raw receiver only).
+    SlowBody(Duration),
 }
 
 /// Decides the answer from the request and how many earlier requests carried the same body (0 for the
@@ -109,7 +111,7 @@ impl Log {
             answered: match &reply {
                 Reply::Status(status) => *status,
                 Reply::Redirect(_) => 302,
-                Reply::Hang(_) => 200,
+                Reply::Hang(_) | Reply::SlowBody(_) => 200,
             },
             ..hit
         });
@@ -157,6 +159,7 @@ async fn receive(req: HttpRequest, body: web::Bytes, log: web::Data<Log>) -> Htt
             actix_web::rt::time::sleep(d).await;
             HttpResponse::Ok().json(json!({"received": true}))
         }
+        Reply::SlowBody(_) => panic!("Reply::SlowBody needs Receiver::start_raw"),
     }
 }
 
@@ -295,6 +298,20 @@ fn serve_raw(stream: TcpStream, log: &Log) {
     }
     let hit = Hit { method, path, headers, body, at: Instant::now(), at_unix_s: unix_s(), answered: 0 };
     let (status, extra) = match log.record(hit) {
+        Reply::SlowBody(d) => {
+            let body = r#"{"received":true}"#;
+            let (first, rest) = body.split_at(body.len() / 2);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = writer.write_all(format!("{head}{first}").as_bytes());
+            let _ = writer.flush();
+            std::thread::sleep(d);
+            let _ = writer.write_all(rest.as_bytes());
+            let _ = writer.shutdown(std::net::Shutdown::Both);
+            return;
+        }
         Reply::Status(status) => (status, String::new()),
         Reply::Redirect(location) => (302, format!("Location: {location}\r\n")),
         Reply::Hang(d) => {

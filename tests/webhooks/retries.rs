@@ -110,6 +110,29 @@ async fn a_204_or_a_302_is_a_failure_the_redirect_is_not_followed_and_a_failed_o
     assert!(others.iter().all(|n| n.state == DeliveryState::Failed && n.total_attempts == 3), "{}", describe(&others));
 }
 
+/// The answer is the status: a 200 whose body is still coming when the attempt's time is up was delivered, and
+/// sending it again would make a second delivery for no reason.
+#[actix_web::test]
+async fn a_200_whose_body_is_slow_is_delivered_once() {
+    let app = spawn_app_with(|s| s.webhook_retry_schedule_ms = vec![200, 400]).await;
+    let receiver = Receiver::start_raw(script(|hit, earlier| {
+        if hit.event() == "payment.initiated" && earlier == 0 {
+            Reply::SlowBody(Duration::from_secs(12))
+        } else {
+            Reply::Status(200)
+        }
+    }));
+    let merchant = app.create_merchant("Slow body", Some(&receiver.base)).await.merchant;
+    app.with_key(&merchant.secret_key).fund(10_000).await;
+
+    let log =
+        app.wait_notifications(&merchant.id, 3, Duration::from_secs(25), |n| n.state == DeliveryState::Delivered).await;
+    let slow = log.iter().find(|n| n.event.as_str() == "payment.initiated").expect("initiated");
+    assert_eq!(slow.total_attempts, 1, "{}", describe(&log));
+    assert_eq!((slow.attempts[0].http_status, &slow.attempts[0].error), (Some(200), &None));
+    assert_eq!(hits_of(&receiver.hits(), slow).len(), 1, "delivered once");
+}
+
 #[actix_web::test]
 async fn a_receiver_that_does_not_answer_is_cut_at_10_s_and_retried_while_others_go_through() {
     let app = spawn_app_with(|s| s.webhook_retry_schedule_ms = vec![200, 400]).await;

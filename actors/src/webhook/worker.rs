@@ -1,7 +1,7 @@
 //! The delivery actors: one per Arbiter, supervised, each making the attempts of its merchants' notifications.
 //!
 //! A delivery actor owns one awc client (awc is `!Send`, so each lives on its Arbiter's thread), with rustls,
-//! redirects off and an outer timeout that covers connect, headers and body. It signs the stored body bytes
+//! redirects off and an outer timeout that covers connect and headers (a body is drained briefly after). It signs the stored body bytes
 //! with the merchant's current secret key and a fresh timestamp, posts to the merchant's current URL
 //! (re-checked in production, connecting to the very address it checked), and persists the outcome decided by
 //! [`schedule::after_attempt`](super::schedule::after_attempt).
@@ -525,8 +525,10 @@ pub(super) fn delivery_client(
     awc::Client::builder().connector(connector).disable_redirects().timeout(config.timeout).finish()
 }
 
-/// One HTTP attempt, bounded as a whole by `config.timeout`. The timestamp is taken once, here, so the one
-/// sent and the one recorded in the attempt log are the same.
+/// One HTTP attempt: its answer is the status of a response whose headers came within `config.timeout` (DNS,
+/// connect, TLS, request and headers). The body is then read and dropped, for at most [`BODY_DRAIN`], only so
+/// the connection can be reused: a 200 whose body is slow is still a 200, not a failure to deliver again. The
+/// timestamp is taken once, here, so the one sent and the one recorded in the attempt log are the same.
 pub(super) async fn attempt(
     client: awc::Client,
     url: String,
@@ -543,7 +545,11 @@ pub(super) async fn attempt(
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let signed_at_s = Some(signed_at_s);
     match result {
-        Ok(Ok(status)) => AttemptOutcome { at, signed_at_s, http_status: Some(status), error: None, latency_ms },
+        Ok(Ok(mut response)) => {
+            let status = response.status().as_u16();
+            let _ = actix_rt::time::timeout(BODY_DRAIN, response.body().limit(64 * 1024)).await;
+            AttemptOutcome { at, signed_at_s, http_status: Some(status), error: None, latency_ms }
+        }
         Ok(Err(error)) => AttemptOutcome { at, signed_at_s, http_status: None, error: Some(error), latency_ms },
         Err(_) => AttemptOutcome {
             at,
@@ -555,6 +561,10 @@ pub(super) async fn attempt(
     }
 }
 
+/// How long an answered attempt reads the response's body (to drop it) before it lets the connection go.
+const BODY_DRAIN: Duration = Duration::from_secs(2);
+
+/// Sends the signed request; the response once its headers are in.
 async fn send(
     client: awc::Client,
     url: String,
@@ -563,7 +573,7 @@ async fn send(
     body: String,
     timestamp: u64,
     production: bool,
-) -> Result<u16, String> {
+) -> Result<awc::ClientResponse, String> {
     let mut request = client.post(&url);
     if production {
         let address = checked_address(&url).await?;
@@ -571,7 +581,7 @@ async fn send(
     }
     let signature = sign(&secret_key, timestamp, body.as_bytes());
     let standard = sign_standard(&secret_key, &id, timestamp, body.as_bytes());
-    let mut response = request
+    request
         .insert_header(("Content-Type", "application/json"))
         .insert_header((SIGNATURE_HEADER, signature))
         .insert_header((TIMESTAMP_HEADER, timestamp.to_string()))
@@ -580,11 +590,7 @@ async fn send(
         .insert_header((STANDARD_SIGNATURE_HEADER, standard))
         .send_body(body)
         .await
-        .map_err(|e| format!("request failed: {e}"))?;
-    let status = response.status().as_u16();
-    // Read (and drop) a bounded body so the connection can be reused; its content does not matter.
-    let _ = response.body().limit(64 * 1024).await;
-    Ok(status)
+        .map_err(|e| format!("request failed: {e}"))
 }
 
 /// Production rules at delivery time: https only, and the address we connect to is one we checked, so a
