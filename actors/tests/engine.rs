@@ -265,6 +265,39 @@ async fn a_change_that_follows_the_first_is_what_the_key_replays() {
     assert_eq!(reused, Err(EngineError::IdempotencyKeyReused));
 }
 
+/// A provider's notice may move the record before the request's own later step applies the same answer: the
+/// step changes nothing, and the request answers the record as it is. The replay must answer the same, not the
+/// first answer the notice made stale.
+#[actix::test]
+async fn a_following_step_that_changes_nothing_still_sets_what_the_key_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let m = MerchantId::new();
+    let idem = key_1("a");
+    let initiate = || Command::InitiatePayment(new_payment(1_000, None));
+    let first = payment_of(done(engine.execute(&m, initiate(), Some(idem.clone())).await));
+    let declined = || Command::PaymentNotice {
+        reference: first.reference.clone(),
+        notice: PaymentNotice::Declined { failure_code: "payer_not_found".into() },
+    };
+    // The provider's callback, with no key, gets there first.
+    let noticed = payment_of(done(engine.execute(&m, declined(), None).await));
+    assert_ne!(noticed, first);
+    let answered = payment_of(done(engine.execute(&m, declined(), Some(idem.following())).await));
+    assert_eq!(answered, noticed, "nothing more to change");
+    match engine.execute(&m, initiate(), Some(idem.clone())).await.unwrap() {
+        Executed::Replayed { status, body } => {
+            assert_eq!(status, 201);
+            assert_eq!(body, serde_json::to_string(&answered).unwrap(), "what the request answered");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Written once: the same step again finds the answer already right.
+    let again = payment_of(done(engine.execute(&m, declined(), Some(idem.following())).await));
+    assert_eq!(again, answered);
+    assert_eq!(engine.journal(&m, 1, 100).unwrap().len(), 2, "no journal event for an answer written again");
+}
+
 #[test]
 fn recovery_after_restart_keeps_every_change_and_passes_the_audit() {
     let dir = tempfile::tempdir().unwrap();

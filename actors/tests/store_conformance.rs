@@ -342,6 +342,16 @@ fn idempotency_records_belong_to_their_merchant(backend: &dyn Backend) {
     assert!(stored.is_live(Timestamp::now()));
     assert_eq!(store.idempotency(&MerchantId::new(), &key).unwrap(), None);
     assert_eq!(store.idempotency(&shop.id, &IdempotencyKey::parse("key-2").unwrap()).unwrap(), None);
+    // A request's answer written again replaces the body alone, and writes nothing else.
+    let rewritten = IdempotencyRecord { body: "{\"statut\":\"echec\"}".into(), ..stored.clone() };
+    wait(store.rewrite_answer(&shop.id, &key, &rewritten, &shop.latch, None).unwrap());
+    assert_eq!(store.idempotency(&shop.id, &key).unwrap(), Some(rewritten));
+    assert_eq!(store.recover_merchant(&shop.id).unwrap().seq, 1, "no journal event");
+    // Like a change, it is refused once the actor's latch is set.
+    shop.latch.store(true, std::sync::atomic::Ordering::Release);
+    let refused = store.rewrite_answer(&shop.id, &key, &stored, &shop.latch, None).map(|t| t.blocking_recv());
+    assert!(matches!(refused, Err(StoreError::Aborted) | Ok(Ok(Err(StoreError::Aborted)))), "{refused:?}");
+    assert_ne!(store.idempotency(&shop.id, &key).unwrap(), Some(stored));
 }
 
 /// A change's notifications are fed to the dispatcher once durable, come due, are listed for their merchant,

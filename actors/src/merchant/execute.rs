@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use super::{Execute, Executed, KeyUse, MerchantActor, Part};
+use super::{Execute, Executed, Idempotency, KeyUse, MerchantActor, Part};
 use crate::core::{decide, Command, Decided, Record, Target};
 use crate::domain::ids::new_id;
 use crate::domain::links::{link_of, Link};
@@ -93,25 +93,16 @@ impl MerchantActor {
                 }
             })?;
         let decision = match decided {
-            Decided::Unchanged(record) => return Ok(Reply::Now(Executed::Done(record))),
+            Decided::Unchanged(record) => return self.unchanged(msg.idempotency.as_ref(), record, now),
             Decided::Changed(decision) => *decision,
         };
-        let answer = || {
-            match &decision.record {
-                Record::Payment(p) => serde_json::to_string(p),
-                Record::Payout(o) => serde_json::to_string(o),
-                Record::Link(l) => serde_json::to_string(l),
-            }
-            .map_err(|e| EngineError::Internal(format!("idempotent answer: {e}")))
-        };
+        let answer = || answer_of(&decision.record);
         let idempotency = match &msg.idempotency {
             // The stored answer, kept as long as it was to be, now says what this change made of the record.
-            Some(idem) if idem.part == Part::Following => match self.store.idempotency(&self.id, &idem.key)? {
-                Some(first) if first.is_live(now) && first.fingerprint == idem.fingerprint => {
-                    Some((idem.key.clone(), IdempotencyRecord { body: answer()?, ..first }))
-                }
-                _ => None,
-            },
+            Some(idem) if idem.part == Part::Following => self
+                .following_answer(idem, now)?
+                .map(|first| Ok::<_, EngineError>((idem.key.clone(), IdempotencyRecord { body: answer()?, ..first })))
+                .transpose()?,
             Some(idem) => {
                 let record = IdempotencyRecord {
                     fingerprint: idem.fingerprint.clone(),
@@ -173,7 +164,46 @@ impl MerchantActor {
             self.keys_in_use.insert(k.clone(), KeyUse::Writing);
         }
         self.in_flight += 1;
-        Ok(Reply::Wait { ticket, seq, keys, idempotency_key: key, held, record: decision.record })
+        Ok(Reply::Wait { ticket, seq, keys, idempotency_key: key, held, record: decision.record, changed: true })
+    }
+
+    /// The stored answer of the request a later step ([`Part::Following`]) belongs to, while it is kept.
+    fn following_answer(&self, idem: &Idempotency, now: Timestamp) -> Result<Option<IdempotencyRecord>, EngineError> {
+        Ok(self
+            .store
+            .idempotency(&self.id, &idem.key)?
+            .filter(|first| first.is_live(now) && first.fingerprint == idem.fingerprint))
+    }
+
+    /// A command that changes nothing answers the record as it is. When it is a later step of a request whose
+    /// answer is stored and says otherwise (a provider's notice moved the record before this step came), that
+    /// answer is written again first, so that a replay of the request answers what the request did.
+    fn unchanged(
+        &mut self,
+        idempotency: Option<&Idempotency>,
+        record: Record,
+        now: Timestamp,
+    ) -> Result<Reply, EngineError> {
+        let Some(idem) = idempotency.filter(|i| i.part == Part::Following) else {
+            return Ok(Reply::Now(Executed::Done(record)));
+        };
+        let Some(first) = self.following_answer(idem, now)? else {
+            return Ok(Reply::Now(Executed::Done(record)));
+        };
+        let body = answer_of(&record)?;
+        if first.body == body {
+            return Ok(Reply::Now(Executed::Done(record)));
+        }
+        let ticket = self.store.rewrite_answer(
+            &self.id,
+            &idem.key,
+            &IdempotencyRecord { body, ..first },
+            &self.guard,
+            self.fence,
+        )?;
+        self.in_flight += 1;
+        let seq = self.seq;
+        Ok(Reply::Wait { ticket, seq, keys: Vec::new(), idempotency_key: None, held: false, record, changed: false })
     }
 
     /// Whether a request with `key` is still running: its write in flight, or written and going on
@@ -240,6 +270,16 @@ impl MerchantActor {
     }
 }
 
+/// What a request that made or moved `record` answers, as its idempotency record keeps it.
+fn answer_of(record: &Record) -> Result<String, EngineError> {
+    match record {
+        Record::Payment(p) => serde_json::to_string(p),
+        Record::Payout(o) => serde_json::to_string(o),
+        Record::Link(l) => serde_json::to_string(l),
+    }
+    .map_err(|e| EngineError::Internal(format!("idempotent answer: {e}")))
+}
+
 /// The transaction a provider's answer is about: the refund's for a refund notice, else the record's own.
 fn answered_transaction(command: &Command, record: &Record) -> String {
     match (command, record) {
@@ -277,5 +317,7 @@ pub(super) enum Reply {
         /// The key stays in use once written ([`Part::FirstHeld`](super::Part)).
         held: bool,
         record: Record,
+        /// Whether the write moves the record (`false`: only a stored answer written again).
+        changed: bool,
     },
 }

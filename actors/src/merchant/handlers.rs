@@ -40,7 +40,7 @@ impl Handler<Execute> for MerchantActor {
                     Ok(answer)
                 }))
             }
-            Ok(Reply::Wait { ticket, seq, keys, idempotency_key, held, record }) => {
+            Ok(Reply::Wait { ticket, seq, keys, idempotency_key, held, record, changed }) => {
                 Box::pin(ticket.into_actor(self).map(move |result, act, ctx| {
                     let result = match result {
                         Ok(Ok(())) => Ok(()),
@@ -51,7 +51,7 @@ impl Handler<Execute> for MerchantActor {
                     match result {
                         Ok(()) => {
                             METRICS.commit_latency.observe(queued.elapsed());
-                            if let (true, Record::Payment(p)) = (moves_payment, &record) {
+                            if let (true, Record::Payment(p)) = (moves_payment && changed, &record) {
                                 METRICS.payment_reached(p.provider.as_str(), p.status.as_str());
                             }
                             Ok(Executed::Done(record))

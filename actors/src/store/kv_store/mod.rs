@@ -25,11 +25,12 @@ use serde::de::DeserializeOwned;
 use super::kv::{Kv, Scan};
 use super::layout::*;
 use super::{
-    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, ExpiredIdempotency, FailureLatch, Fence, Placement,
-    Recovered, StoreError, Ticket,
+    Audit, AuditReport, AuditScope, BackupReport, Change, Commits, ExpiredIdempotency, FailureLatch, Fence,
+    IdempotencyRecord, Placement, Recovered, StoreError, Ticket,
 };
 use crate::domain::ids::MerchantId;
 use crate::domain::records::Notification;
+use crate::domain::text::IdempotencyKey;
 use crate::store::op::Op;
 use crate::store::sealing::MasterKey;
 
@@ -97,6 +98,19 @@ impl<K: Kv> Commits for KvStore<K> {
     fn commit(&self, change: Change, guard: &FailureLatch) -> Result<Ticket, StoreError> {
         let (ops, notify) = Self::change_ops(&change)?;
         self.kv.submit(ops, Some(guard), notify, change.fence)
+    }
+
+    fn rewrite_answer(
+        &self,
+        merchant: &MerchantId,
+        key: &IdempotencyKey,
+        answer: &IdempotencyRecord,
+        guard: &FailureLatch,
+        fence: Option<Fence>,
+    ) -> Result<Ticket, StoreError> {
+        // The entry's time index stays: the answer keeps the time it was first made at.
+        let ops = vec![Op::Insert(IDEMPOTENCY, mkey(merchant, key.as_str().as_bytes()), encode(answer)?)];
+        self.kv.submit(ops, Some(guard), Vec::new(), fence)
     }
 
     fn forget_idempotency(

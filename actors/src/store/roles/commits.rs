@@ -1,7 +1,10 @@
 //! The write role: how a merchant actor makes its decisions durable, and how it is rebuilt.
 
 use crate::domain::ids::MerchantId;
-use crate::store::{Change, ExpiredIdempotency, FailureLatch, Fence, Placement, Recovered, StoreError, Ticket};
+use crate::domain::text::IdempotencyKey;
+use crate::store::{
+    Change, ExpiredIdempotency, FailureLatch, Fence, IdempotencyRecord, Placement, Recovered, StoreError, Ticket,
+};
 
 /// Writes of the merchant actors, and their recovery.
 pub trait Commits: Send + Sync {
@@ -9,6 +12,19 @@ pub trait Commits: Send + Sync {
     /// `guard` was set by an earlier failure. The ticket completes once the change is durable (Ok) or known
     /// not to be (Err); a backend that completes it earlier breaks the promise behind every 2xx answer.
     fn commit(&self, change: Change, guard: &FailureLatch) -> Result<Ticket, StoreError>;
+
+    /// Writes a request's stored answer again, and nothing else: a later step of the request found its record
+    /// already where the step would have taken it (a provider's notice got there first), so the request answers
+    /// the record as it is, and a replay must answer the same. Queued behind the merchant's earlier writes, with
+    /// the actor's guard and fence, as a change is.
+    fn rewrite_answer(
+        &self,
+        merchant: &MerchantId,
+        key: &IdempotencyKey,
+        answer: &IdempotencyRecord,
+        guard: &FailureLatch,
+        fence: Option<Fence>,
+    ) -> Result<Ticket, StoreError>;
 
     /// Deletes expired idempotency entries (and the records `ExpiredIdempotency::record` names) of this
     /// merchant in one durable write. Only the merchant's actor calls it: it knows no request with those keys
