@@ -3,7 +3,7 @@
 //! A delivery actor owns one awc client (awc is `!Send`, so each lives on its Arbiter's thread), with rustls,
 //! redirects off and an outer timeout that covers connect and headers (a body is drained briefly after). It signs the stored body bytes
 //! with the merchant's current secret key and a fresh timestamp, posts to the merchant's current URL
-//! (re-checked in production, connecting to the very address it checked), and persists the outcome decided by
+//! (re-checked in production, connecting only to addresses it checked), and persists the outcome decided by
 //! [`schedule::after_attempt`](super::schedule::after_attempt).
 //!
 //! Isolation: each actor has a bound on attempts in flight, and each receiver host a bound of its own, much
@@ -564,7 +564,9 @@ pub(super) async fn attempt(
 /// How long an answered attempt reads the response's body (to drop it) before it lets the connection go.
 const BODY_DRAIN: Duration = Duration::from_secs(2);
 
-/// Sends the signed request; the response once its headers are in.
+/// Sends the signed request; the response once its headers are in. In production the request goes to an
+/// address checked for the URL's host ([`checked_addresses`]), the next one when an address cannot be
+/// connected to ([`first_reached`]).
 async fn send(
     client: awc::Client,
     url: String,
@@ -574,28 +576,71 @@ async fn send(
     timestamp: u64,
     production: bool,
 ) -> Result<awc::ClientResponse, String> {
-    let mut request = client.post(&url);
-    if production {
-        let address = checked_address(&url).await?;
-        request = request.address(address);
-    }
+    let addresses = match production {
+        true => checked_addresses(&url).await?.into_iter().map(Some).collect(),
+        false => vec![None],
+    };
     let signature = sign(&secret_key, timestamp, body.as_bytes());
     let standard = sign_standard(&secret_key, &id, timestamp, body.as_bytes());
-    request
-        .insert_header(("Content-Type", "application/json"))
-        .insert_header((SIGNATURE_HEADER, signature))
-        .insert_header((TIMESTAMP_HEADER, timestamp.to_string()))
-        .insert_header((STANDARD_ID_HEADER, id))
-        .insert_header((STANDARD_TIMESTAMP_HEADER, timestamp.to_string()))
-        .insert_header((STANDARD_SIGNATURE_HEADER, standard))
-        .send_body(body)
-        .await
-        .map_err(|e| format!("request failed: {e}"))
+    first_reached(addresses, |address| {
+        let mut request = client.post(&url);
+        if let Some(address) = address {
+            request = request.address(address);
+        }
+        let sent = request
+            .insert_header(("Content-Type", "application/json"))
+            .insert_header((SIGNATURE_HEADER, signature.clone()))
+            .insert_header((TIMESTAMP_HEADER, timestamp.to_string()))
+            .insert_header((STANDARD_ID_HEADER, id.clone()))
+            .insert_header((STANDARD_TIMESTAMP_HEADER, timestamp.to_string()))
+            .insert_header((STANDARD_SIGNATURE_HEADER, standard.clone()))
+            .send_body(body.clone());
+        async move {
+            sent.await.map_err(|e| match e {
+                awc::error::SendRequestError::Connect(e) => Tried::Unreached(format!("could not connect: {e}")),
+                e => Tried::Failed(format!("request failed: {e}")),
+            })
+        }
+    })
+    .await
 }
 
-/// Production rules at delivery time: https only, and the address we connect to is one we checked, so a
-/// DNS answer that changed since the URL was saved cannot point us at a private address.
-async fn checked_address(url: &str) -> Result<SocketAddr, String> {
+/// Addresses one attempt tries at most.
+const MAX_ADDRESSES_TRIED: usize = 4;
+
+/// Why one address gave no response.
+#[derive(Debug, PartialEq)]
+enum Tried {
+    /// No connection (refused, unreachable, TLS handshake failed): nothing of the request left, so the next
+    /// address may be tried without delivering twice.
+    Unreached(String),
+    /// The request may have been sent: no other address is tried.
+    Failed(String),
+}
+
+/// The first response of `try_one` over `addresses` in order ([`MAX_ADDRESSES_TRIED`] at most), going on to the
+/// next only while an address could not be reached. A host with an address this machine cannot reach (an IPv6
+/// one without an IPv6 route) listed first would otherwise fail every attempt.
+async fn first_reached<A, T, F, Fut>(addresses: Vec<A>, mut try_one: F) -> Result<T, String>
+where
+    F: FnMut(A) -> Fut,
+    Fut: std::future::Future<Output = Result<T, Tried>>,
+{
+    let mut last = "no address to send to".to_owned();
+    for address in addresses.into_iter().take(MAX_ADDRESSES_TRIED) {
+        match try_one(address).await {
+            Ok(answer) => return Ok(answer),
+            Err(Tried::Unreached(why)) => last = why,
+            Err(Tried::Failed(why)) => return Err(why),
+        }
+    }
+    Err(last)
+}
+
+/// Production rules at delivery time: https only, and the addresses we connect to are ones we checked, so a
+/// DNS answer that changed since the URL was saved cannot point us at a private address. Every address the
+/// host has must be allowed.
+async fn checked_addresses(url: &str) -> Result<Vec<SocketAddr>, String> {
     let uri: Uri = url.parse().map_err(|_| "webhook URL is not valid".to_owned())?;
     if uri.scheme_str() != Some("https") {
         return Err("production webhooks must use https".into());
@@ -610,5 +655,36 @@ async fn checked_address(url: &str) -> Result<SocketAddr, String> {
     if addresses.is_empty() || addresses.iter().any(|a| forbidden(&a.ip())) {
         return Err("the webhook host resolves to a forbidden address".into());
     }
-    Ok(addresses[0])
+    Ok(addresses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Tries `addresses` where each answers per `answers` (by address), recording the order they were tried in.
+    fn reach(addresses: Vec<u8>, answers: impl Fn(u8) -> Result<u8, Tried>) -> (Result<u8, String>, Vec<u8>) {
+        let tried = RefCell::new(Vec::new());
+        let result = actix_rt::System::new().block_on(first_reached(addresses, |a| {
+            tried.borrow_mut().push(a);
+            std::future::ready(answers(a))
+        }));
+        (result, tried.into_inner())
+    }
+
+    #[test]
+    fn an_address_that_cannot_be_reached_gives_way_to_the_next() {
+        let unreached = |a: u8| Tried::Unreached(format!("{a} unreachable"));
+        let (result, tried) = reach(vec![1, 2, 3], |a| if a == 1 { Err(unreached(a)) } else { Ok(a) });
+        assert_eq!((result, tried), (Ok(2), vec![1, 2]));
+        // A request that may have left is never sent to another address.
+        let (result, tried) = reach(vec![1, 2], |a| Err(Tried::Failed(format!("{a} cut"))));
+        assert_eq!((result, tried), (Err("1 cut".into()), vec![1]));
+        // None reached: the last reason, and no more than the bound tried.
+        let (result, tried) = reach((1..=9).collect(), |a| Err(unreached(a)));
+        assert_eq!(result, Err(format!("{MAX_ADDRESSES_TRIED} unreachable")));
+        assert_eq!(tried.len(), MAX_ADDRESSES_TRIED);
+        assert_eq!(reach(Vec::new(), |a| Ok(a)).0, Err("no address to send to".into()));
+    }
 }
