@@ -685,6 +685,6 @@ mod tests {
         let (result, tried) = reach((1..=9).collect(), |a| Err(unreached(a)));
         assert_eq!(result, Err(format!("{MAX_ADDRESSES_TRIED} unreachable")));
         assert_eq!(tried.len(), MAX_ADDRESSES_TRIED);
-        assert_eq!(reach(Vec::new(), |a| Ok(a)).0, Err("no address to send to".into()));
+        assert_eq!(reach(Vec::new(), Ok).0, Err("no address to send to".into()));
     }
 }
