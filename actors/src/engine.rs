@@ -614,6 +614,17 @@ impl Engine {
         Ok(self.inner.store.link_owner(link_id)?)
     }
 
+    /// The stored answer of an earlier request with `idempotency`'s key, as [`Idempotency::replay`] gives it,
+    /// read from the store: what a retry answers before it is checked again against settings and state that may
+    /// have changed since the first request. A key whose first request is still being written is not in the
+    /// store yet; the merchant's actor, which knows it, answers that one.
+    pub fn replay(&self, merchant: &MerchantId, idempotency: &Idempotency) -> Result<Option<Executed>, EngineError> {
+        match self.inner.store.idempotency(merchant, &idempotency.key)? {
+            Some(first) => idempotency.replay(first, Timestamp::now()).transpose(),
+            None => Ok(None),
+        }
+    }
+
     /// The record behind a payment reference, refund reference or payout id of this merchant.
     pub fn locate(&self, merchant: &MerchantId, reference: &str) -> Result<Option<Located>, EngineError> {
         Ok(self.inner.store.locate(merchant, reference)?)

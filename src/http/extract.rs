@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use actix_web::http::header::HeaderMap;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::records::Merchant;
 use caisse_engine::domain::text::IdempotencyKey;
 use caisse_engine::domain::time::Timestamp;
@@ -260,6 +261,22 @@ pub fn idempotency(
         success_status: success_status.as_u16(),
         part: Part::Only,
     }))
+}
+
+/// The answer an earlier request with `idem`'s key already has: the first answer again for the same request,
+/// 409 `idempotency_key_reused` for another. A handler asks before it checks the request, so that a retry is
+/// answered from what the first request did rather than refused by settings or state changed since (a link's
+/// `expire_at` now past, a provider turned off). A first request still being written is answered by its
+/// merchant's actor (409 `idempotency_key_in_use`).
+pub fn answered_before(
+    state: &AppState,
+    merchant: &MerchantId,
+    idem: Option<&Idempotency>,
+) -> Result<Option<Executed>, ApiError> {
+    match idem {
+        Some(idem) => Ok(state.engine.replay(merchant, idem)?),
+        None => Ok(None),
+    }
 }
 
 /// The answer to a change: the record with `status`, or the first answer again for a replayed key.

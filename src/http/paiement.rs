@@ -17,7 +17,7 @@ use caisse_engine::{Command, Executed, NewPayment};
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{authenticate, idempotency, parse_json, read_body, respond};
+use super::extract::{answered_before, authenticate, idempotency, parse_json, read_body, respond};
 use super::AppState;
 use crate::config::{Environment, Operation};
 use crate::providers::{Provider, Routed};
@@ -191,6 +191,9 @@ pub async fn initiate(
     let body = read_body(&req, payload).await?;
     let b: InitiateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
+    if let Some(Executed::Replayed { status, body }) = answered_before(&state, &merchant.id, idem.as_ref())? {
+        return replay_with_page(&state, &merchant.id, status, body).await;
+    }
     if b.metadata.as_ref().is_some_and(|m| m.contains_key(LINK_METADATA_KEY)) {
         return Err(ApiError::invalid(
             "metadata",
@@ -301,6 +304,9 @@ pub async fn refund(
     let body = read_body(&req, payload).await?;
     let b: RefundBody = parse_json(&req, &body, true)?;
     let idem = idempotency(&req, &body, StatusCode::OK)?;
+    if let Some(executed) = answered_before(&state, &merchant.id, idem.as_ref())? {
+        return respond(executed, StatusCode::OK);
+    }
     let reference = reference(&path)?;
     let amount =
         b.amount.map(|m| Amount::positive(m).map_err(|e| ApiError::invalid("montant", e.to_string()))).transpose()?;

@@ -313,6 +313,33 @@ async fn production_serves_links_only_under_an_https_public_url() {
     assert_error(&app.send(app.post("/v1/liens").json(&link_body(1_000))).await, 503, "unavailable", None);
 }
 
+/// A retry is answered from what the first request did, before the request is checked again: a link whose
+/// `expire_at` has passed since is still the first answer, and another request under the key is still 409
+/// `idempotency_key_reused`, even one the checks would refuse.
+#[actix_web::test]
+async fn a_retry_after_its_expire_at_passed_is_the_first_answer_again() {
+    let app = spawn_app().await;
+    let soon = caisse_engine::domain::time::Timestamp::now().plus_ms(1_200).to_rfc3339();
+    let body = json!({"montant": 1_000, "devise": "XOF", "description": "x", "expire_at": soon});
+    let first = app.send(app.post("/v1/liens").idem("lien-court").json(&body)).await;
+    first.expect(201);
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let again = app.send(app.post("/v1/liens").idem("lien-court").json(&body)).await;
+    again.expect(201);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json["id"], first.json["id"]);
+    let other = json!({"montant": 1_000, "devise": "ZZZ", "description": "x"});
+    assert_error(
+        &app.send(app.post("/v1/liens").idem("lien-court").json(&other)).await,
+        409,
+        "idempotency_key_reused",
+        None,
+    );
+    // Without a key the same body is checked, and refused.
+    let fresh = app.send(app.post("/v1/liens").json(&body)).await;
+    assert_error(&fresh, 400, "invalid_request", Some("expire_at"));
+}
+
 #[actix_web::test]
 async fn a_link_request_replayed_with_its_idempotency_key_makes_one_link() {
     let app = spawn_app().await;

@@ -72,14 +72,9 @@ impl MerchantActor {
             if self.key_in_use(&idem.key) {
                 return Err(EngineError::IdempotencyKeyInUse);
             }
-            if let Some(first) = self.store.idempotency(&self.id, &idem.key)?.filter(|r| r.is_live(now)) {
-                let same = first.fingerprint == idem.fingerprint
-                    || idem.earlier_fingerprint.as_ref().is_some_and(|f| *f == first.fingerprint);
-                return if same {
-                    Ok(Reply::Now(Executed::Replayed { status: first.status, body: first.body }))
-                } else {
-                    Err(EngineError::IdempotencyKeyReused)
-                };
+            if let Some(answer) = self.store.idempotency(&self.id, &idem.key)?.and_then(|first| idem.replay(first, now))
+            {
+                return answer.map(Reply::Now);
             }
         }
         let current = self.lookup(&msg.command.target())?;

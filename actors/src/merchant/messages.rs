@@ -13,6 +13,7 @@ use crate::domain::records::{Payment, Payout};
 use crate::domain::text::IdempotencyKey;
 use crate::domain::time::Timestamp;
 use crate::error::EngineError;
+use crate::store::IdempotencyRecord;
 
 /// The idempotency part of a request (docs/api.md § Idempotency): the key, what identifies the request, and the status the
 /// API answers on success (stored with the body so that a replay is the first answer again).
@@ -51,6 +52,21 @@ pub enum Part {
 pub const KEY_HELD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Idempotency {
+    /// What a request with this key answers given the key's stored answer `first`: the first answer again for
+    /// the same request (its fingerprint now, or as an earlier version computed it), 409
+    /// `idempotency_key_reused` for another; `None` once the answer is past its 24 hours.
+    pub fn replay(&self, first: IdempotencyRecord, now: Timestamp) -> Option<Result<Executed, EngineError>> {
+        if !first.is_live(now) {
+            return None;
+        }
+        let same = first.fingerprint == self.fingerprint
+            || self.earlier_fingerprint.as_ref().is_some_and(|f| *f == first.fingerprint);
+        Some(match same {
+            true => Ok(Executed::Replayed { status: first.status, body: first.body }),
+            false => Err(EngineError::IdempotencyKeyReused),
+        })
+    }
+
     /// The same request's part in a change that follows its first ([`Part::Following`]).
     pub fn following(&self) -> Idempotency {
         Idempotency { part: Part::Following, ..self.clone() }
