@@ -68,7 +68,7 @@ schema!(
     ObjectBuilder::new()
         .schema_type(Type::String)
         .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
-        .description(Some("RFC 3339 timestamp in UTC with Z."))
+        .description(Some("RFC 3339 timestamp: written in UTC with Z; read with Z or an offset."))
         .into()
 );
 schema!(

@@ -212,6 +212,9 @@ async fn creation_dates_filter(app: &TestApp, f: &Fixture, all: &[&str]) {
     assert_eq!(refs(app, &format!("created_from={b_at}&type=paiement&devise=XOF")).await, [b]);
     assert!(refs(app, "created_to=2000-01-01T00:00:00Z").await.is_empty());
     assert_eq!(refs(app, "created_from=2000-01-01T00:00:00.000Z").await, all);
+    // An offset names the same instant: 01:00 at +01:00 is midnight UTC, so nothing of 2000 is before it.
+    assert_eq!(refs(app, "created_from=2000-01-01T01:00:00%2B01:00").await, all);
+    assert!(refs(app, "created_to=2000-01-01T01:00:00%2B01:00").await.is_empty());
 }
 
 /// A filtered page that holds every match says so, even though older non-matching items follow; one is

@@ -21,9 +21,11 @@ pub enum TimeError {
         /// What was wrong with it.
         reason: String,
     },
-    /// The timestamp has an offset other than `Z`; the API only speaks UTC.
-    #[error("timestamp `{0}` must be in UTC and end with `Z` (e.g. 2026-11-22T01:23:44.123Z)")]
-    NotUtc(String),
+    /// The timestamp names no zone: neither `Z` nor an offset.
+    #[error(
+        "timestamp `{0}` must end with `Z` or an offset (e.g. 2026-11-22T01:23:44.123Z or 2026-11-22T02:23:44+01:00)"
+    )]
+    NoZone(String),
     /// The text is not a duration such as `500ms`, `5s`, `30m` or `2h`.
     #[error("invalid duration `{input}`: {reason}")]
     InvalidDuration {
@@ -98,21 +100,48 @@ impl Timestamp {
         UNIX_EPOCH.checked_add(Duration::from_millis(self.0.min(Self::MAX.0))).unwrap_or(UNIX_EPOCH)
     }
 
-    /// Parses an RFC 3339 UTC timestamp ending in `Z`, with or without a fraction of a second.
+    /// Parses an RFC 3339 timestamp, with or without a fraction of a second: UTC (`Z`, or `z`) or with an
+    /// offset (`+01:00`, `-05:30`), which is taken away to give the instant in UTC. `T` may be written `t`,
+    /// as RFC 3339 allows.
     ///
-    /// Digits beyond milliseconds are truncated. Offsets, even `+00:00`, are refused so the
-    /// API accepts exactly the shape it writes.
+    /// Digits beyond milliseconds are truncated. A timestamp without a zone is refused: it names no instant.
     pub fn parse_rfc3339(input: &str) -> Result<Timestamp, TimeError> {
+        let invalid =
+            |reason: &str| TimeError::InvalidTimestamp { input: input.to_string(), reason: reason.to_string() };
+        if !input.is_ascii() {
+            return Err(invalid("expected YYYY-MM-DDTHH:MM:SS[.fff]Z or an offset such as +01:00"));
+        }
+        let upper = input.to_ascii_uppercase();
+        let (local, offset_ms) = match split_offset(&upper) {
+            Some((local, offset_ms)) => (format!("{local}Z"), offset_ms),
+            None => (upper, 0),
+        };
+        let utc = Timestamp::parse_utc(&local).map_err(|e| match e {
+            TimeError::InvalidTimestamp { reason, .. } => invalid(&reason),
+            _ => TimeError::NoZone(input.to_string()),
+        })?;
+        let millis = i128::from(utc.0) - i128::from(offset_ms);
+        if millis < 0 {
+            return Err(invalid("before 1970"));
+        }
+        match u64::try_from(millis) {
+            Ok(millis) if millis <= Self::MAX.0 => Ok(Timestamp(millis)),
+            _ => Err(invalid("out of range")),
+        }
+    }
+
+    /// [`Timestamp::parse_rfc3339`] of a timestamp ending in `Z`, `T` in capitals.
+    fn parse_utc(input: &str) -> Result<Timestamp, TimeError> {
         let invalid =
             |reason: &str| TimeError::InvalidTimestamp { input: input.to_string(), reason: reason.to_string() };
         let bytes = input.as_bytes();
         if !input.ends_with('Z') {
-            // Only call it an offset problem when the rest looks like a timestamp.
-            let looks_dated = bytes.get(10) == Some(&b'T') && bytes.len() > 19;
+            // Only call it a zone problem when the rest looks like a timestamp.
+            let looks_dated = bytes.get(10) == Some(&b'T') && bytes.len() >= 19;
             return Err(if looks_dated {
-                TimeError::NotUtc(input.to_string())
+                TimeError::NoZone(input.to_string())
             } else {
-                invalid("expected YYYY-MM-DDTHH:MM:SS[.fff]Z")
+                invalid("expected YYYY-MM-DDTHH:MM:SS[.fff]Z or an offset such as +01:00")
             });
         }
         // humantime lets through `…:44.Z` (no digit) and `…:44ZZ` (trailing text); RFC 3339
@@ -126,13 +155,31 @@ impl Timestamp {
             None => false,
         };
         if !tail_ok {
-            return Err(invalid("expected YYYY-MM-DDTHH:MM:SS[.fff]Z"));
+            return Err(invalid("expected YYYY-MM-DDTHH:MM:SS[.fff]Z or an offset such as +01:00"));
         }
         let time = humantime::parse_rfc3339(input).map_err(|e| invalid(&e.to_string()))?;
         let elapsed = time.duration_since(UNIX_EPOCH).map_err(|_| invalid("before 1970"))?;
         let millis = u64::try_from(elapsed.as_millis()).map_err(|_| invalid("out of range"))?;
         Ok(Timestamp::from_unix_ms(millis))
     }
+}
+
+/// A timestamp ending in an offset (`+HH:MM` or `-HH:MM`, hours below 24, minutes below 60) split into the
+/// local time before it and the offset in milliseconds (east of UTC positive).
+fn split_offset(input: &str) -> Option<(&str, i64)> {
+    let at = input.len().checked_sub(6)?;
+    let (local, offset) = (input.get(..at)?, input.get(at..)?.as_bytes());
+    let sign = match offset[0] {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let two = |a: u8, b: u8| {
+        (a.is_ascii_digit() && b.is_ascii_digit()).then(|| i64::from(a - b'0') * 10 + i64::from(b - b'0'))
+    };
+    let (hours, minutes) = (two(offset[1], offset[2])?, two(offset[4], offset[5])?);
+    (offset[3] == b':' && hours < 24 && minutes < 60 && local.len() >= 19)
+        .then_some((local, sign * (hours * 60 + minutes) * 60_000))
 }
 
 impl fmt::Display for Timestamp {
@@ -240,15 +287,32 @@ mod tests {
     }
 
     #[test]
-    fn refuses_offsets_and_garbage() {
-        for offset in [
-            "2026-11-22T01:23:44+00:00",
-            "2026-11-22T01:23:44.123+01:00",
-            "2026-11-22T01:23:44-05:00",
-            "2026-11-22T01:23:44.123",
-            "2026-11-22T01:23:44z",
+    fn offsets_give_the_same_instant_in_utc() {
+        let parse = |s| Timestamp::parse_rfc3339(s).unwrap().unix_ms();
+        let utc = parse("2026-11-22T01:23:44.123Z");
+        assert_eq!(parse("2026-11-22T01:23:44.123+00:00"), utc);
+        assert_eq!(parse("2026-11-22T01:23:44.123-00:00"), utc);
+        assert_eq!(parse("2026-11-22T02:23:44.123+01:00"), utc);
+        assert_eq!(parse("2026-11-21T20:23:44.123-05:00"), utc);
+        assert_eq!(parse("2026-11-22T06:53:44.123+05:30"), utc);
+        assert_eq!(parse("2026-11-22t01:23:44.123z"), utc, "RFC 3339 allows t and z");
+        assert_eq!(parse("1970-01-01T01:00:00+01:00"), 0);
+        assert!(Timestamp::parse_rfc3339("1970-01-01T00:59:59+01:00").is_err(), "before 1970");
+        assert!(Timestamp::parse_rfc3339("9999-12-31T23:59:59-01:00").is_err(), "past the last instant");
+    }
+
+    #[test]
+    fn refuses_no_zone_bad_offsets_and_garbage() {
+        for no_zone in ["2026-11-22T01:23:44", "2026-11-22T01:23:44.123"] {
+            assert_eq!(Timestamp::parse_rfc3339(no_zone), Err(TimeError::NoZone(no_zone.to_string())), "{no_zone}");
+        }
+        for bad_offset in [
+            "2026-11-22T01:23:44+24:00",
+            "2026-11-22T01:23:44+01:60",
+            "2026-11-22T01:23:44+0100",
+            "2026-11-22T01:23:44+1:00",
         ] {
-            assert_eq!(Timestamp::parse_rfc3339(offset), Err(TimeError::NotUtc(offset.to_string())), "{offset}");
+            assert!(Timestamp::parse_rfc3339(bad_offset).is_err(), "{bad_offset}");
         }
         for garbage in [
             "",
@@ -286,8 +350,9 @@ mod tests {
         assert_eq!(serde_json::from_str::<Timestamp>("\"2026-11-22T01:23:44.123\\u005a\"").unwrap(), t);
         let refused = serde_json::from_str::<Timestamp>("1795310624123").unwrap_err().to_string();
         assert!(refused.starts_with("invalid type: integer `1795310624123`, expected an RFC 3339"), "{refused}");
-        let refused = serde_json::from_str::<Timestamp>("\"2026-11-22T01:23:44+02:00\"").unwrap_err().to_string();
-        assert!(refused.starts_with("timestamp `2026-11-22T01:23:44+02:00` must be in UTC"), "{refused}");
+        assert_eq!(serde_json::from_str::<Timestamp>("\"2026-11-22T03:23:44.123+02:00\"").unwrap(), t);
+        let refused = serde_json::from_str::<Timestamp>("\"2026-11-22T01:23:44\"").unwrap_err().to_string();
+        assert!(refused.starts_with("timestamp `2026-11-22T01:23:44` must end with `Z` or an offset"), "{refused}");
     }
 
     #[test]
