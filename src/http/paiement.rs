@@ -102,21 +102,28 @@ pub(crate) fn check_route(
             Ok(ProviderRoute { adapter, return_url: None })
         }
         Routed::Active { adapter_name, .. } => Err(unsupported(format!(
-            "`{code}` is not offered for {} numbers on this server ({adapter_name} does not carry it there)",
-            country.unwrap_or("these")
+            "`{code}` is not offered for {} numbers on this server ({adapter_name} does not carry it there); {}",
+            country.unwrap_or("these"),
+            serves(provider)
         ))),
         Routed::Inactive { .. } => Err(unsupported(format!(
-            "`{code}` is not active for {} numbers on this server",
-            country.unwrap_or("these")
+            "`{code}` is not active for {} numbers on this server; {}",
+            country.unwrap_or("these"),
+            serves(provider)
         ))),
-        Routed::Unserved => {
-            let served = provider.active_countries();
-            Err(unsupported(format!(
-                "`{code}` does not serve {} numbers; it serves {}",
-                country.unwrap_or("these"),
-                if served.is_empty() { "no country on this server".to_owned() } else { served.join(", ") }
-            )))
-        }
+        Routed::Unserved => Err(unsupported(format!(
+            "`{code}` does not serve {} numbers; {}",
+            country.unwrap_or("these"),
+            serves(provider)
+        ))),
+    }
+}
+
+/// The countries a provider takes numbers of here, as a refusal names them.
+fn serves(provider: &Provider) -> String {
+    match provider.active_countries() {
+        served if served.is_empty() => "it serves no country on this server".to_owned(),
+        served => format!("it serves {}", served.join(", ")),
     }
 }
 
