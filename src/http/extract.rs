@@ -263,19 +263,21 @@ pub fn idempotency(
     }))
 }
 
-/// The answer an earlier request with `idem`'s key already has: the first answer again for the same request,
-/// 409 `idempotency_key_reused` for another. A handler asks before it checks the request, so that a retry is
-/// answered from what the first request did rather than refused by settings or state changed since (a link's
-/// `expire_at` now past, a provider turned off). A first request still being written is answered by its
-/// merchant's actor (409 `idempotency_key_in_use`).
-pub fn answered_before(
+/// What a request the checks refused answers. When its key already has an answer, the checks met settings or
+/// state changed since the first request was accepted (a link's `expire_at` now past, a provider turned off),
+/// or the key is another request's: the first answer again, or 409 `idempotency_key_reused`, as the merchant's
+/// actor would answer. Otherwise the refusal. Asked only once the checks refuse: a retry that passes them goes to
+/// the actor, which also knows a first request still going on (409 `idempotency_key_in_use`), where the store
+/// holds only the answer written at its start.
+pub fn unless_answered(
     state: &AppState,
     merchant: &MerchantId,
     idem: Option<&Idempotency>,
-) -> Result<Option<Executed>, ApiError> {
+    refused: ApiError,
+) -> Result<Executed, ApiError> {
     match idem {
-        Some(idem) => Ok(state.engine.replay(merchant, idem)?),
-        None => Ok(None),
+        Some(idem) => state.engine.replay(merchant, idem)?.ok_or(refused),
+        None => Err(refused),
     }
 }
 

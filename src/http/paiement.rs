@@ -17,7 +17,7 @@ use caisse_engine::{Command, Executed, NewPayment};
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{answered_before, authenticate, idempotency, parse_json, read_body, respond};
+use super::extract::{authenticate, idempotency, parse_json, read_body, respond, unless_answered};
 use super::AppState;
 use crate::config::{Environment, Operation};
 use crate::providers::{Provider, Routed};
@@ -198,16 +198,30 @@ pub async fn initiate(
     let body = read_body(&req, payload).await?;
     let b: InitiateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
-    if let Some(Executed::Replayed { status, body }) = answered_before(&state, &merchant.id, idem.as_ref())? {
-        return replay_with_page(&state, &merchant.id, status, body).await;
+    let (new, route) = match checked_payment(&state, b) {
+        Ok(checked) => checked,
+        Err(refused) => match unless_answered(&state, &merchant.id, idem.as_ref(), refused)? {
+            Executed::Replayed { status, body } => return replay_with_page(&state, &merchant.id, status, body).await,
+            executed => return respond(executed, StatusCode::CREATED),
+        },
+    };
+    let executed = state.flow.initiate_payment(&merchant.id, new, Some(route), idem).await?;
+    match executed {
+        Executed::Replayed { status, body } => replay_with_page(&state, &merchant.id, status, body).await,
+        executed => respond(executed, StatusCode::CREATED),
     }
+}
+
+/// Checks a payment request by the API's rules (provider, currency, bounds, the payer's country, every field),
+/// into the payment and the route it takes.
+fn checked_payment(state: &AppState, b: InitiateBody) -> Result<(NewPayment, ProviderRoute), ApiError> {
     if b.metadata.as_ref().is_some_and(|m| m.contains_key(LINK_METADATA_KEY)) {
         return Err(ApiError::invalid(
             "metadata",
             format!("`{LINK_METADATA_KEY}` is set by Caisse on payments made through a payment link"),
         ));
     }
-    let (provider, currency, amount) = provider_for(&state, &b.provider, &b.currency, b.amount, Operation::Payment)?;
+    let (provider, currency, amount) = provider_for(state, &b.provider, &b.currency, b.amount, Operation::Payment)?;
     let production = state.settings.environment == Environment::Production;
     let return_url = optional("url_retour", b.return_url, |text| ReturnUrl::parse(text, production))?;
     let phone =
@@ -230,11 +244,7 @@ pub async fn initiate(
         metadata: metadata(b.metadata)?,
         link: None,
     };
-    let executed = state.flow.initiate_payment(&merchant.id, new, Some(route), idem).await?;
-    match executed {
-        Executed::Replayed { status, body } => replay_with_page(&state, &merchant.id, status, body).await,
-        executed => respond(executed, StatusCode::CREATED),
-    }
+    Ok((new, route))
 }
 
 /// A replayed initiation: the stored answer, which is what the request answered. A payment whose page was kept
@@ -311,21 +321,27 @@ pub async fn refund(
     let body = read_body(&req, payload).await?;
     let b: RefundBody = parse_json(&req, &body, true)?;
     let idem = idempotency(&req, &body, StatusCode::OK)?;
-    if let Some(executed) = answered_before(&state, &merchant.id, idem.as_ref())? {
-        return respond(executed, StatusCode::OK);
-    }
-    let reference = reference(&path)?;
-    let amount =
-        b.amount.map(|m| Amount::positive(m).map_err(|e| ApiError::invalid("montant", e.to_string()))).transpose()?;
-    let reason = optional("motif", b.reason, Reason::parse)?;
-    if !state.flow.refund_possible(&merchant.id, reference.as_str(), amount).await? {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "unsupported_provider",
-            "this payment's provider cannot send money back here: it has no refund API and no payout route to the payer",
-        ));
-    }
-    let command = Command::RequestRefund { reference, amount, reason };
+    let checked = async {
+        let reference = reference(&path)?;
+        let amount = b
+            .amount
+            .map(|m| Amount::positive(m).map_err(|e| ApiError::invalid("montant", e.to_string())))
+            .transpose()?;
+        let reason = optional("motif", b.reason, Reason::parse)?;
+        if !state.flow.refund_possible(&merchant.id, reference.as_str(), amount).await? {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "unsupported_provider",
+                "this payment's provider cannot send money back here: it has no refund API and no payout route to the \
+                 payer",
+            ));
+        }
+        Ok(Command::RequestRefund { reference, amount, reason })
+    };
+    let command = match checked.await {
+        Ok(command) => command,
+        Err(refused) => return respond(unless_answered(&state, &merchant.id, idem.as_ref(), refused)?, StatusCode::OK),
+    };
     let executed = state.flow.request_refund(&merchant.id, command, idem).await?;
     respond(executed, StatusCode::OK)
 }

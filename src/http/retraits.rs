@@ -16,7 +16,7 @@ use caisse_engine::NewPayout;
 use serde::Deserialize;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{answered_before, authenticate, idempotency, parse_json, parse_query, read_body, respond};
+use super::extract::{authenticate, idempotency, parse_json, parse_query, read_body, respond, unless_answered};
 use super::paiement::{check_route, metadata, optional, provider_for, Ask};
 use super::transactions::{page_params, Listed};
 use super::AppState;
@@ -59,10 +59,12 @@ pub async fn create(
     let body = read_body(&req, payload).await?;
     let b: CreateBody = parse_json(&req, &body, false)?;
     let idem = idempotency(&req, &body, StatusCode::CREATED)?;
-    if let Some(executed) = answered_before(&state, &merchant.id, idem.as_ref())? {
-        return respond(executed, StatusCode::CREATED);
-    }
-    let (new, route) = checked_payout(&state, b)?;
+    let (new, route) = match checked_payout(&state, b) {
+        Ok(checked) => checked,
+        Err(refused) => {
+            return respond(unless_answered(&state, &merchant.id, idem.as_ref(), refused)?, StatusCode::CREATED)
+        }
+    };
     let executed = state.flow.create_payout(&merchant.id, new, Some(route), idem).await?;
     respond(executed, StatusCode::CREATED)
 }
