@@ -60,11 +60,13 @@ pub struct Carrier {
 pub struct Flow {
     pub engine: Engine,
     pub providers: Providers,
+    /// Per adapter, the status queries that confirm callbacks ([`notice::CONFIRMING_AT_ONCE`]).
+    confirming: dashmap::DashMap<String, std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl Flow {
     pub fn new(engine: Engine, providers: Providers) -> Flow {
-        Flow { engine, providers }
+        Flow { engine, providers, confirming: dashmap::DashMap::new() }
     }
 
     /// The route `code` takes for this phone's country now, when it is active: what a new transaction keeps.

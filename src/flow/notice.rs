@@ -1,10 +1,13 @@
 //! A provider's answer: authenticated, located, confirmed with a status query, then applied through the
 //! merchant's actor. Duplicates and stale answers change nothing.
 
+use std::time::Duration;
+
 use caisse_engine::core::Record;
 use caisse_engine::domain::ids::MerchantId;
 use caisse_engine::domain::money::{Amount, Currency};
 use caisse_engine::domain::records::TransactionType;
+use caisse_engine::domain::status::{PayoutStatus, RefundStatus};
 use caisse_engine::store::Located;
 use caisse_engine::{
     Command, Engine, EngineError, Executed, Idempotency, PaymentNotice, PayoutOutcome, ProviderNote, RefundOutcome,
@@ -14,6 +17,15 @@ use super::Flow;
 use std::sync::Arc;
 
 use crate::providers::{Adapter, Callback, ProviderError, ProviderStatus, Report, Subject};
+
+/// Status queries one adapter makes at once to confirm callbacks, of the calls it may have in flight (32): a
+/// flood of callbacks (anyone may post one naming a transaction they know, and unsigned ones are confirmed)
+/// leaves the rest to new payments, payouts and the sweeps.
+pub(crate) const CONFIRMING_AT_ONCE: usize = 8;
+
+/// How long a callback waits for one of those queries before it is answered 503, for its provider to send
+/// again (and the reconciliation sweep to ask in any case).
+const CONFIRM_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a provider's notice was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -98,11 +110,21 @@ impl Flow {
             tracing::warn!(tx = %notice.transaction_id, "notice about a transaction of another provider; ignored");
             return Ok(());
         }
+        if settled(&located) {
+            tracing::debug!(tx = %notice.transaction_id, "notice about a transaction that has ended; nothing to ask");
+            adapter.notice_handled(&callback.headers, &callback.body);
+            return Ok(());
+        }
         // A notice says only that something changed: what changed is asked of the provider.
         let payment = match (&located.record, notice.subject) {
             (Record::Payment(p), Subject::Payment | Subject::Refund) => Some(p),
             _ => None,
         };
+        let lane = match &door {
+            Door::Adapter(name) => *name,
+            Door::Provider(_) => "sandbox",
+        };
+        let _confirming = self.confirming_permit(lane).await?;
         let confirmed = adapter.status(notice.subject, &notice.transaction_id, payment).await.map_err(|e| {
             tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
             NoticeError::Unconfirmed(e.to_string())
@@ -110,6 +132,34 @@ impl Flow {
         apply_provider_status(&self.engine, &merchant, &located, &confirmed, false).await?;
         adapter.notice_handled(&callback.headers, &callback.body);
         Ok(())
+    }
+}
+
+impl Flow {
+    /// One of the adapter's [`CONFIRMING_AT_ONCE`] status queries for callbacks, waited for at most
+    /// [`CONFIRM_WAIT`].
+    async fn confirming_permit(&self, adapter: &str) -> Result<tokio::sync::OwnedSemaphorePermit, NoticeError> {
+        let permits = self
+            .confirming
+            .entry(adapter.to_owned())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(CONFIRMING_AT_ONCE)))
+            .clone();
+        match actix_web::rt::time::timeout(CONFIRM_WAIT, permits.acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(NoticeError::Unconfirmed(format!("too many {adapter} callbacks being confirmed; send it again"))),
+        }
+    }
+}
+
+/// Whether no answer of a provider can change the transaction `located` any more: a payment in a final status
+/// with no refund under way (`expire` is not final: a late success may come), or a payout that ended. A callback
+/// about it is not confirmed with a status query, which would learn nothing, and which a stream of forged
+/// callbacks naming it would otherwise turn into a stream of queries to the provider.
+fn settled(located: &Located) -> bool {
+    match &located.record {
+        Record::Payment(p) => p.status.is_final() && p.refunds.iter().all(|r| r.status != RefundStatus::Processing),
+        Record::Payout(o) => o.status != PayoutStatus::Pending,
+        Record::Link(_) => false,
     }
 }
 

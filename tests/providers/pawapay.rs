@@ -5,7 +5,7 @@ use caisse::config::{Environment, PawapaySettings, Secret};
 use caisse_engine::domain::money::Amount;
 use serde_json::{json, Value};
 
-use crate::support::{eventually, free_port, spawn_app_with, until, Fake, TestApp, DEADLINE};
+use crate::support::{eventually, free_port, spawn_app_with, text, until, Fake, TestApp, DEADLINE};
 use crate::{pay, payment};
 
 const TOKEN: &str = "pawapay-test-token";
@@ -291,6 +291,27 @@ async fn a_forged_callback_never_credits_and_unknown_ones_are_ignored() {
     app.send(callback(foreign)).await.expect(200);
     assert_eq!(app.balance("XOF").await, (0, 0, 0));
     assert_eq!(fake.transactions().await.len(), 1);
+}
+
+/// A callback about a payment that has ended asks pawaPay nothing: there is nothing to learn, and callbacks
+/// anyone can send must not turn into queries that hold up everyone's payments.
+#[actix_web::test]
+async fn a_callback_about_a_payment_that_ended_asks_pawapay_nothing() {
+    let (fake, app) = start().await;
+    let paid = pay(&app, 1_000, COMPLETES, "succes").await;
+    let tx = text(&paid["transaction_id"]).to_owned();
+    let deposit_id = caisse_engine::domain::ids::uuid_of(&tx).expect("our id as a UUID");
+    let status_path = format!("/v2/deposits/{deposit_id}");
+    // Whatever confirmed the payment has settled before the count is taken.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+    let asked = fake.received("GET", &status_path).await.len();
+    let forged = json!({"depositId": deposit_id, "clientReferenceId": tx, "status": "FAILED"});
+    for _ in 0..5 {
+        app.send(app.post("/v1/notifications/pawapay").no_auth().json(&forged)).await.expect(200);
+    }
+    assert_eq!(fake.received("GET", &status_path).await.len(), asked, "no status query");
+    assert_eq!(app.get_payment(text(&paid["reference"])).await["statut"], "succes");
+    assert_eq!(app.balance("XOF").await.0, 985);
 }
 
 /// With signatures required, an unsigned callback is refused before anything is read, and signed ones still
