@@ -831,13 +831,20 @@ fn postgresql_refuses_a_change_whose_journal_position_a_row_holds() {
     key.extend_from_slice(&(shops[1].seq + 1).to_be_bytes());
     let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
     database.execute(&format!("INSERT INTO kv_journal (k, v) VALUES ('\\x{hex}', '\\x00')"));
-    let tickets: Vec<Ticket> = shops
+    let mut tickets: Vec<Ticket> = shops
         .iter_mut()
         .map(|shop| shop.queue(&*store, Command::InitiatePayment(new_payment(2_000, Some("second")))))
         .collect();
+    // The refused merchant's actor also queued a request's answer written again, which builds on that change.
+    let key = IdempotencyKey::parse("key-after").unwrap();
+    let answer =
+        IdempotencyRecord { fingerprint: "f".into(), status: 201, body: "{}".into(), created_at: Timestamp::now() };
+    tickets.push(store.rewrite_answer(&shops[1].id, &key, &answer, &shops[1].latch, None).unwrap());
     let answers: Vec<Result<(), StoreError>> =
         tickets.into_iter().map(|ticket| ticket.blocking_recv().expect("answered")).collect();
     assert!(matches!(answers[1], Err(StoreError::Aborted)), "{:?}", answers[1]);
+    assert!(matches!(answers[3], Err(StoreError::Aborted)), "the answer too: {:?}", answers[3]);
+    assert_eq!(store.idempotency(&shops[1].id, &key).unwrap(), None);
     assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
     assert!(shops[1].latch.load(std::sync::atomic::Ordering::Acquire), "the refused merchant's later writes wait");
     drop(store);

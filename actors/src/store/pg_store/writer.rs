@@ -21,7 +21,8 @@
 //! with the changes of merchants the first does not hold: the time one transaction spends in its commit and
 //! its round trips, the other spends writing. A merchant with a change in flight has its later changes wait
 //! until it lands, so they commit in order and never in two transactions at once. A job of no merchant (a
-//! webhook's outcome, an account, a sweep, an actor's forgetting of old idempotency keys) is written only when
+//! webhook's outcome, an account, a sweep, an actor's forgetting of old idempotency keys or writing a request's
+//! answer again) is written only when
 //! nothing is in flight, nothing is written beside its batch, and what follows it waits for it. A spare lane
 //! connects when first needed, and a batch is written beside another only on a lane already connected.
 //!
@@ -172,6 +173,17 @@ fn fail(job: Job, error: StoreError) {
         guard.store(true, Ordering::Release);
     }
     let _ = job.done.send(Err(error));
+}
+
+/// The jobs whose actor has seen none of its writes fail, the others refused: a job of no merchant an actor
+/// queued (a request's answer written again) may build on a change of the same batch refused a moment ago.
+fn refuse_guarded(jobs: Vec<Job>) -> Vec<Job> {
+    let (aborted, kept): (Vec<Job>, Vec<Job>) =
+        jobs.into_iter().partition(|j| j.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)));
+    for job in aborted {
+        fail(job, StoreError::Aborted);
+    }
+    kept
 }
 
 /// Refuses a job that claimed a key another value holds: nothing of it is written.
@@ -465,11 +477,7 @@ impl Lane {
 
     async fn commit_batch(&mut self, batch: Vec<Job>) {
         // A job whose actor already saw a write fail is refused: its change may build on the lost one.
-        let (aborted, mut jobs): (Vec<Job>, Vec<Job>) =
-            batch.into_iter().partition(|j| j.guard.as_ref().is_some_and(|g| g.load(Ordering::Acquire)));
-        for job in aborted {
-            let _ = job.done.send(Err(StoreError::Aborted));
-        }
+        let mut jobs = refuse_guarded(batch);
         // Two jobs of one batch claiming one key for different values: the later one is refused, as it would
         // be in a later batch.
         let mut first_claims: BTreeMap<(usize, Vec<u8>), Vec<u8>> = BTreeMap::new();
@@ -545,7 +553,7 @@ impl Lane {
                             .unwrap_or_default();
                         refuse_claim(job, &key);
                     }
-                    jobs = kept;
+                    jobs = refuse_guarded(kept);
                     // Not counted against the moves of shards: every key found taken was claimed by a job of
                     // this batch (or is a journal run of its merchant), so each such round refuses at least one
                     // job, and the rounds end.
@@ -562,7 +570,7 @@ impl Lane {
                     for job in fenced {
                         fail(job, StoreError::NotOwner("another node took the merchant's shard".into()));
                     }
-                    jobs = kept;
+                    jobs = refuse_guarded(kept);
                     if attempts == MAX_ATTEMPTS {
                         break Err(StoreError::Io("the shards of a group commit kept moving".into()));
                     }
