@@ -124,11 +124,14 @@ impl Flow {
             Door::Adapter(name) => *name,
             Door::Provider(_) => "sandbox",
         };
-        let _confirming = self.confirming_permit(lane).await?;
-        let confirmed = adapter.status(notice.subject, &notice.transaction_id, payment).await.map_err(|e| {
-            tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
-            NoticeError::Unconfirmed(e.to_string())
-        })?;
+        let confirmed = {
+            // Held for the query alone: applying its answer waits for the store, which is not the provider's.
+            let _confirming = self.confirming_permit(lane).await?;
+            adapter.status(notice.subject, &notice.transaction_id, payment).await.map_err(|e| {
+                tracing::warn!(tx = %notice.transaction_id, error = %e, "status query failed");
+                NoticeError::Unconfirmed(e.to_string())
+            })?
+        };
         apply_provider_status(&self.engine, &merchant, &located, &confirmed, false).await?;
         adapter.notice_handled(&callback.headers, &callback.body);
         Ok(())
@@ -278,5 +281,50 @@ pub async fn apply_provider_status_answering(
     match command {
         Some(command) => engine.execute_noted(merchant, command, answer, note).await.map(Some),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use caisse_engine::domain::records::Payment;
+    use serde_json::{json, Value};
+
+    fn payment(status: &str, refunds: Value) -> Located {
+        let payment: Payment = serde_json::from_value(json!({
+            "reference": "pay_01M99FN8W49KA4XQ5ED8132K13", "transaction_id": "tx_01M99FN8W49KA4XQ5ED8132K14",
+            "statut": status, "montant": 1000, "devise": "XOF", "frais": 15, "montant_net": 985,
+            "fournisseur": "mtn_momo", "client_telephone": "+22997000055", "client_email": null, "client_nom": null,
+            "description": null, "metadata": {}, "created_at": "2026-12-08T00:09:54.476Z",
+            "updated_at": "2026-12-08T00:09:54.476Z", "paid_at": null, "failure_code": null, "remboursement": null,
+            "pays": "BJ", "url_paiement": null, "montant_rembourse": 0, "remboursements": refunds
+        }))
+        .expect("a payment");
+        Located {
+            kind: TransactionType::Payment,
+            reference: payment.reference.as_str().to_owned(),
+            record: Record::Payment(payment),
+        }
+    }
+
+    fn refund(status: &str) -> Value {
+        json!([{"reference": "rmb_01M99FN8W49KA4XQ5ED8132K15", "montant": 500, "motif": null, "statut": status,
+            "created_at": "2026-12-08T00:09:54.476Z", "completed_at": null}])
+    }
+
+    /// Only what no provider's answer can move any more is left unasked: a payment still open or expired (a late
+    /// success), and one whose refund is under way, are asked about.
+    #[test]
+    fn only_what_no_answer_can_move_is_settled() {
+        for open in ["initie", "en_cours", "expire"] {
+            assert!(!settled(&payment(open, json!([]))), "{open}");
+        }
+        for ended in ["succes", "echec", "rembourse", "rembourse_partiellement"] {
+            assert!(settled(&payment(ended, json!([]))), "{ended}");
+        }
+        assert!(!settled(&payment("succes", refund("en_cours"))), "a refund under way");
+        assert!(!settled(&payment("rembourse_partiellement", refund("en_cours"))), "another refund under way");
+        assert!(settled(&payment("rembourse_partiellement", refund("succes"))));
+        assert!(settled(&payment("succes", refund("echec"))));
     }
 }
