@@ -141,7 +141,9 @@ impl PerMinute {
         }
         match times.front() {
             Some(oldest) if times.len() >= allowed => {
-                Err((Self::WINDOW - now.saturating_duration_since(*oldest)).as_secs().max(1))
+                // Rounded up: a client that waits this long is let through.
+                let wait_ms = (Self::WINDOW - now.saturating_duration_since(*oldest)).as_millis();
+                Err(u64::try_from(wait_ms.div_ceil(1000)).unwrap_or(u64::MAX).max(1))
             }
             _ => {
                 times.push_back(now);
@@ -170,7 +172,7 @@ mod tests {
         // At 60.5 s the first is a minute old: one more, not ten.
         let after = t0 + Duration::from_millis(60_500);
         assert!(limiter.hit(a, after).is_ok());
-        assert_eq!(limiter.hit(a, after), Err(58), "the nine of 59 s are still in the minute");
+        assert_eq!(limiter.hit(a, after), Err(59), "the nine of 59 s are in the minute for 58.5 s more");
         assert!(limiter.hit(b, after).is_ok(), "another address is apart");
         assert!(limiter.hit(a, late + PerMinute::WINDOW).is_ok(), "once they are a minute old");
         let off = PerMinute::new(0);
