@@ -104,26 +104,28 @@ pub(crate) fn check_route(
         Routed::Active { adapter_name, .. } => Err(unsupported(format!(
             "`{code}` is not offered for {} numbers on this server ({adapter_name} does not carry it there); {}",
             country.unwrap_or("these"),
-            serves(provider)
+            serves(provider, country)
         ))),
         Routed::Inactive { .. } => Err(unsupported(format!(
             "`{code}` is not active for {} numbers on this server; {}",
             country.unwrap_or("these"),
-            serves(provider)
+            serves(provider, country)
         ))),
         Routed::Unserved => Err(unsupported(format!(
             "`{code}` does not serve {} numbers; {}",
             country.unwrap_or("these"),
-            serves(provider)
+            serves(provider, country)
         ))),
     }
 }
 
-/// The countries a provider takes numbers of here, as a refusal names them.
-fn serves(provider: &Provider) -> String {
-    match provider.active_countries() {
-        served if served.is_empty() => "it serves no country on this server".to_owned(),
-        served => format!("it serves {}", served.join(", ")),
+/// The countries a provider takes numbers of here, as a refusal of a number of `refused` names them: that one
+/// left out (a route to it may be active for other numbers, or other operations).
+fn serves(provider: &Provider, refused: Option<&str>) -> String {
+    let served: Vec<String> = provider.active_countries().into_iter().filter(|c| Some(c.as_str()) != refused).collect();
+    match served.is_empty() {
+        true => "it serves no other country on this server".to_owned(),
+        false => format!("it serves {}", served.join(", ")),
     }
 }
 
