@@ -615,9 +615,10 @@ impl Engine {
     }
 
     /// The stored answer of an earlier request with `idempotency`'s key, as [`Idempotency::replay`] gives it,
-    /// read from the store: what a retry answers before it is checked again against settings and state that may
-    /// have changed since the first request. A key whose first request is still being written is not in the
-    /// store yet; the merchant's actor, which knows it, answers that one.
+    /// read from the store: what a retry answers when the API's checks would now refuse it (settings or state
+    /// changed since the first request). The store does not know whether the first request still goes on
+    /// (the merchant's actor does, and answers 409 `idempotency_key_in_use` to a retry that reaches it); such a
+    /// retry refused by the checks gets the answer written at the request's start.
     pub fn replay(&self, merchant: &MerchantId, idempotency: &Idempotency) -> Result<Option<Executed>, EngineError> {
         match self.inner.store.idempotency(merchant, &idempotency.key)? {
             Some(first) => idempotency.replay(first, Timestamp::now()).transpose(),

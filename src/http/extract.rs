@@ -268,7 +268,7 @@ pub fn idempotency(
 /// or the key is another request's: the first answer again, or 409 `idempotency_key_reused`, as the merchant's
 /// actor would answer. Otherwise the refusal. Asked only once the checks refuse: a retry that passes them goes to
 /// the actor, which also knows a first request still going on (409 `idempotency_key_in_use`), where the store
-/// holds only the answer written at its start.
+/// holds only the answer written at its start (which a retry the checks refuse meanwhile is given).
 pub fn unless_answered(
     state: &AppState,
     merchant: &MerchantId,

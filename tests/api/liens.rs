@@ -313,9 +313,9 @@ async fn production_serves_links_only_under_an_https_public_url() {
     assert_error(&app.send(app.post("/v1/liens").json(&link_body(1_000))).await, 503, "unavailable", None);
 }
 
-/// A retry is answered from what the first request did, before the request is checked again: a link whose
-/// `expire_at` has passed since is still the first answer, and another request under the key is still 409
-/// `idempotency_key_reused`, even one the checks would refuse.
+/// A retry the checks would now refuse is answered from what the first request did: a link whose `expire_at`
+/// has passed since is still the first answer, and another request under the key, even one the checks refuse,
+/// is 409 `idempotency_key_reused`.
 #[actix_web::test]
 async fn a_retry_after_its_expire_at_passed_is_the_first_answer_again() {
     let app = spawn_app().await;

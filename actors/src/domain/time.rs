@@ -203,7 +203,7 @@ impl Serialize for Timestamp {
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
         if deserializer.is_human_readable() {
-            super::parse_str(deserializer, "an RFC 3339 UTC timestamp", Timestamp::parse_rfc3339)
+            super::parse_str(deserializer, "an RFC 3339 timestamp", Timestamp::parse_rfc3339)
         } else {
             let unix_ms = u64::deserialize(deserializer)?;
             if unix_ms > Timestamp::MAX.0 {
