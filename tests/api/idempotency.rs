@@ -40,6 +40,31 @@ async fn the_same_key_with_another_body_is_refused() {
     assert_eq!(data(&app.get_ok("/v1/transactions").await).len(), 1);
 }
 
+/// Another request under a used key is 409 `idempotency_key_reused` even when its own checks would refuse it:
+/// the key's answer decides, on every endpoint that takes one.
+#[actix_web::test]
+async fn another_request_the_checks_refuse_is_still_a_reused_key() {
+    let app = spawn_app().await;
+    let paid = app.fund(10_000).await;
+    let refund_path = format!("/v1/paiement/{}/rembourser", text(&paid["reference"]));
+    app.send(app.post("/v1/paiement/initier").idem("p-1").json(&payment_body(1000, "02"))).await.expect(201);
+    app.send(app.post("/v1/retraits").idem("r-1").json(&payout_body(1000, "99"))).await.expect(201);
+    app.send(app.post(&refund_path).idem("m-1").json(&json!({"montant": 100}))).await.expect(200);
+    let mut bad_payment = payment_body(1000, "02");
+    bad_payment["devise"] = json!("ZZZ");
+    let mut bad_payout = payout_body(1000, "99");
+    bad_payout["fournisseur"] = json!("nope");
+    for (path, key, body) in [
+        ("/v1/paiement/initier", "p-1", bad_payment),
+        ("/v1/retraits", "r-1", bad_payout),
+        (refund_path.as_str(), "m-1", json!({"montant": 0})),
+    ] {
+        assert_error(&app.send(app.post(path).idem(key).json(&body)).await, 409, "idempotency_key_reused", None);
+        // Without the key, the same body gets the checks' refusal.
+        assert_eq!(app.send(app.post(path).json(&body)).await.status, 400, "{path}");
+    }
+}
+
 /// The key covers the parsed request, not its bytes: the same JSON with other whitespace and another key
 /// order is a replay of the first answer, not a conflict.
 #[actix_web::test]
