@@ -123,7 +123,7 @@ impl Worker {
         client
     }
 
-    fn target(&mut self, n: &Notification) -> Result<Target, String> {
+    fn target(&mut self, n: &Notification) -> Result<Target, NoTarget> {
         // The number is taken before the read, so a change applied meanwhile empties the cache next time.
         let generation = self.accounts.merchants_generation();
         if generation != self.targets_generation || self.targets.len() >= MAX_CACHED_TARGETS {
@@ -138,16 +138,16 @@ impl Worker {
         Ok(target)
     }
 
-    fn read_target(&self, n: &Notification) -> Result<Target, String> {
+    fn read_target(&self, n: &Notification) -> Result<Target, NoTarget> {
+        let unusable = |why: &str| NoTarget::Unusable(why.to_owned());
         let merchant = self
             .accounts
             .merchant(&n.merchant)
-            .map_err(|e| format!("merchant lookup failed: {e}"))?
-            .ok_or_else(|| "merchant not found".to_owned())?;
-        let url = merchant.webhook_url.ok_or_else(|| "no webhook URL configured".to_owned())?;
-        let uri: Uri = url.parse().map_err(|_| "webhook URL is not valid".to_owned())?;
-        let host =
-            uri.authority().map(|a| a.as_str().to_owned()).ok_or_else(|| "webhook URL has no host".to_owned())?;
+            .map_err(|e| NoTarget::Unread(e.to_string()))?
+            .ok_or_else(|| unusable("merchant not found"))?;
+        let url = merchant.webhook_url.ok_or_else(|| unusable("no webhook URL configured"))?;
+        let uri: Uri = url.parse().map_err(|_| unusable("webhook URL is not valid"))?;
+        let host = uri.authority().map(|a| a.as_str().to_owned()).ok_or_else(|| unusable("webhook URL has no host"))?;
         Ok(Target { url, host, secret_key: merchant.secret_key })
     }
 
@@ -306,7 +306,7 @@ impl Worker {
             }
             match self.target(&next) {
                 Ok(target) => self.start(next, fence, target, ctx),
-                Err(error) => self.fail_now(next, fence, error),
+                Err(no_target) => self.no_target(next, fence, no_target),
             }
         }
     }
@@ -350,6 +350,19 @@ impl Worker {
     }
 
     /// An attempt that could not even start (no URL, unknown merchant) counts as a failed attempt.
+    /// A notification with nowhere to go: a failed attempt when the account has no usable URL; when the account
+    /// could not be read (the store's trouble, not the merchant's), handed back for the next scan, no attempt
+    /// used up.
+    fn no_target(&mut self, n: Notification, fence: Option<Fence>, why: NoTarget) {
+        match why {
+            NoTarget::Unusable(error) => self.fail_now(n, fence, error),
+            NoTarget::Unread(e) => {
+                tracing::error!(notification = %n.id, error = %e, "merchant lookup failed; the next scan retries");
+                self.dispatcher.do_send(Settled { id: n.id, waits: Waits::AsBefore });
+            }
+        }
+    }
+
     fn fail_now(&mut self, n: Notification, fence: Option<Fence>, error: String) {
         let outcome = AttemptOutcome {
             at: Timestamp::now(),
@@ -484,7 +497,7 @@ impl Handler<Deliver> for Worker {
         };
         let target = match self.target(&n) {
             Ok(target) => target,
-            Err(error) => return self.fail_now(n, fence, error),
+            Err(no_target) => return self.no_target(n, fence, no_target),
         };
         let host = self.hosts.entry(target.host.clone()).or_default();
         let limit = if host.slow { self.config.max_per_slow_host } else { self.config.max_per_host };
@@ -603,6 +616,14 @@ async fn send(
         }
     })
     .await
+}
+
+/// Why a notification has nowhere to go just now.
+enum NoTarget {
+    /// The merchant's account could not be read: asked again at the next scan, no attempt counted.
+    Unread(String),
+    /// The account has no usable webhook URL: a failed attempt, as a receiver that does not answer is.
+    Unusable(String),
 }
 
 /// Addresses one attempt tries at most.
