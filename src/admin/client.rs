@@ -143,8 +143,8 @@ fn opened_store(settings: &Settings) -> Result<Arc<dyn Store>, String> {
         Ok(store) => Ok(store),
         Err(StoreError::Locked(_)) => Err(format!(
             "the store in {} is in use by a running `caisse serve`; set an admin token (CAISSE_ADMIN_TOKEN or \
-                 admin_token_file) for both the server and this command to manage merchants while it runs, or \
-                 stop the server",
+                 admin_token_file) for both the server and this command to run it (merchant commands, backups) \
+                 while the server runs, or stop the server",
             settings.data_dir.display()
         )),
         Err(e) => Err(format!("cannot open the store in {}: {e}", settings.data_dir.display())),
@@ -300,6 +300,14 @@ pub fn restore(settings: &Settings, from: &std::path::Path) -> Result<Value, Str
     match restored {
         Ok(report) => {
             Ok(json!({"restored": data, "merchants": report.merchants, "events": report.events, "audit": "passed"}))
+        }
+        // A backup an earlier release made on sled: whole, but opened only once moved onto fjall.
+        Err(why) if !data.join(BACKUP_UNFINISHED).exists() && caisse_engine::store::holds_sled_store_only(data) => {
+            Err(format!(
+                "{} now holds the backup, a store made on sled by an earlier release: run `caisse upgrade-store` \
+                 (the server stopped), which moves it onto fjall and audits it ({why})",
+                data.display()
+            ))
         }
         Err(why) => {
             // The directory was empty before: what the restore put there goes, so that it can be run again

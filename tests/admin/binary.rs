@@ -357,3 +357,27 @@ async fn a_sled_store_is_upgraded_to_fjall_and_kept_beside() {
     assert!(!again.status.success(), "nothing left to upgrade");
     assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to upgrade"));
 }
+
+/// A backup an earlier release made on sled restores as that release's store: the copy stays in the data
+/// directory, refused as any sled store with what to do, and `caisse upgrade-store` then moves it onto fjall.
+#[test]
+fn a_backup_made_on_sled_is_kept_by_restore_for_the_upgrade() {
+    let work = tempfile::tempdir().expect("work dir");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sled-store.tar.gz");
+    let untar = Command::new("tar").arg("xzf").arg(&fixture).current_dir(work.path()).status().expect("tar runs");
+    assert!(untar.success());
+    let backup = work.path().join("backup");
+    std::fs::rename(work.path().join("data"), &backup).expect("the fixture as a backup");
+    let data = work.path().join("data");
+    let sandbox = |command: &mut Command| -> Output { run(command.env("CAISSE_ENVIRONMENT", "sandbox")) };
+
+    let restored = sandbox(caisse(work.path(), 0, 0, None).args(["restore", "--from"]).arg(&backup));
+    assert!(!restored.status.success(), "a sled store is not opened");
+    assert!(String::from_utf8_lossy(&restored.stderr).contains("caisse upgrade-store"), "{restored:?}");
+    assert!(data.join("db").exists(), "the copy stays for the upgrade");
+
+    let upgraded = sandbox(caisse(work.path(), 0, 0, None).arg("upgrade-store"));
+    assert_eq!(json_lines(&upgraded)[0]["audit"], "passed");
+    let listed = json_lines(&sandbox(caisse(work.path(), 0, 0, None).args(["merchant", "list", "--json"])));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+}

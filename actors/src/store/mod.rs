@@ -60,6 +60,11 @@ pub fn holds_sled_store(dir: &std::path::Path) -> bool {
     stamp::SLED_FILES.iter().any(|name| dir.join(name).exists())
 }
 
+/// True when `dir` holds a store sled made and none on fjall: one `caisse upgrade-store` moves.
+pub fn holds_sled_store_only(dir: &std::path::Path) -> bool {
+    holds_sled_store(dir) && !fjall_store::holds_store(dir)
+}
+
 /// Opens (or creates) the embedded store in `dir` with `cache_bytes` of cache and the secret keys sealed under
 /// `master_key`. A store sled made is refused with what to do ([`FjallStore::open_with_cache`]): it is moved,
 /// never opened.

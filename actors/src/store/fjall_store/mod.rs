@@ -133,7 +133,7 @@ impl FjallStore {
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<FjallStore, StoreError> {
         // Before anything touches the directory (its lock file, its stamp, its mode): the store is refused as
         // it is, so the release that made it still opens it. One of a format no release since can read says so.
-        if crate::store::holds_sled_store(dir) && !holds_store(dir) {
+        if crate::store::holds_sled_store_only(dir) {
             crate::store::stamp::check_readable(dir)?;
             return Err(StoreError::Format(format!(
                 "{} holds a store made on sled by an earlier release; this release keeps its store on fjall. \
