@@ -278,11 +278,20 @@ fn merchant(settings: &Settings, command: MerchantCommand) -> Result<(), String>
         MerchantCommand::Resume { id } => (client::Command::Resume(id), false),
         MerchantCommand::ResetPassword { id } => (client::Command::ResetPassword(id), false),
     };
+    let creating = matches!(command, client::Command::Create(_));
     for value in client::run(settings, command)? {
-        if json {
-            println!("{value}");
-        } else {
-            print_fields(&value);
+        match (json, creating) {
+            // The contract's five fields, whichever way the merchant was made (the admin API also answers its
+            // name and status).
+            (true, true) => println!(
+                "{}",
+                serde_json::json!({
+                    "id": value["id"], "email": value["email"], "password": value["password"],
+                    "secret_key": value["secret_key"], "webhook_url": value["webhook_url"],
+                })
+            ),
+            (true, false) => println!("{value}"),
+            (false, _) => print_fields(&value),
         }
     }
     Ok(())

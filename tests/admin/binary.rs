@@ -61,7 +61,22 @@ fn run(command: &mut Command) -> Output {
 
 /// `caisse merchant create` of the merchant "Boutique", through `command` (the server's admin API or the store).
 fn create_boutique(mut command: Command) -> Vec<Value> {
-    json_lines(&run(command.args(["merchant", "create", "--name", "Boutique", "--email", "b@example.com", "--json"])))
+    let created = json_lines(&run(command.args([
+        "merchant",
+        "create",
+        "--name",
+        "Boutique",
+        "--email",
+        "b@example.com",
+        "--json",
+    ])));
+    for value in &created {
+        let mut fields: Vec<&str> =
+            value.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+        fields.sort_unstable();
+        assert_eq!(fields, ["email", "id", "password", "secret_key", "webhook_url"], "the contract's five: {value}");
+    }
+    created
 }
 
 fn json_lines(output: &Output) -> Vec<Value> {
