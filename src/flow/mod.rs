@@ -281,9 +281,10 @@ impl Flow {
     }
 
     /// Whether `amount` of a payment (all that is left when `None`) can go back to the payer: see
-    /// [`Flow::refund_route`]. A payment not found, no longer carried by any adapter, or whose refund the
-    /// engine refuses anyway (not paid, a refund under way, more than is left: a replay too) is left to the
-    /// engine, whose answer says why.
+    /// [`Flow::refund_route`]. A payment not found, or whose refund the engine refuses anyway (not paid, a refund
+    /// under way, more than is left: a replay too), is left to the engine, whose answer says why. A payment no
+    /// active adapter carries (its adapter's settings gone) cannot be refunded now: accepted, its refund would
+    /// wait with no way out, and be sent whichever way that adapter can once it is back.
     pub async fn refund_possible(
         &self,
         merchant: &MerchantId,
@@ -291,8 +292,8 @@ impl Flow {
         amount: Option<Amount>,
     ) -> Result<bool, EngineError> {
         let Some(payment) = self.engine.payment(merchant, reference).await? else { return Ok(true) };
-        if self.carrier(&Record::Payment(payment.clone()), TransactionType::Payment).is_none() {
-            return Ok(true);
+        if self.try_carrier(&Record::Payment(payment.clone()), TransactionType::Payment)?.is_none() {
+            return Ok(false);
         }
         let latest = payment.refund.as_ref().map(|r| r.status);
         let amount = amount.unwrap_or_else(|| payment.refundable());

@@ -294,36 +294,20 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
         return false;
     }
     let Some(carrier) = flow.carrier(&located.record, kind) else { return false };
-    let Carrier { adapter, subject, transaction_id, payment, .. } = &carrier;
+    let Carrier { adapter, subject, .. } = &carrier;
     let located = Located { kind, ..located };
     let mut resent = false;
-    let result = match adapter.status(*subject, transaction_id, payment.as_ref()).await {
-        Ok(Report { status: ProviderStatus::Pending, .. }) if !resend => Ok(()),
-        Ok(Report { status: ProviderStatus::Pending, .. }) => {
-            resent = true;
-            match &located.record {
-                Record::Payment(p) => match (&p.refund, kind) {
-                    (Some(r), TransactionType::Refund) => crate::flow::send_refund(&carrier, p, r).await,
-                    _ => match adapter.request_to_pay(p).await {
-                        Ok(Some(page)) => {
-                            flow.opened(&item.merchant, p, page, None).await;
-                            Ok(())
-                        }
-                        other => other.map(drop),
-                    },
-                },
-                Record::Payout(o) => adapter.payout(o).await,
-                Record::Link(_) => Ok(()),
-            }
+    let result = match (&located.record, kind) {
+        // A refund its payment's own adapter cannot make (a card's, Orange's) was never sent through it: the
+        // request refuses one before any call. One accepted while no adapter carried its payment fails here,
+        // rather than going out the way the adapter can (a card's money to a phone) or waiting for ever on an
+        // adapter that cannot answer about it.
+        (Record::Payment(p), TransactionType::Refund)
+            if *subject == Subject::Refund && p.refund.as_ref().is_some_and(|r| !adapter.can_refund(p, r.amount)) =>
+        {
+            Err(crate::providers::ProviderError::Rejected { code: "refund_unsupported".into() })
         }
-        Ok(status) => apply_provider_status(&flow.engine, &item.merchant, &located, &status, false)
-            .await
-            .map(drop)
-            .map_err(|e| crate::providers::ProviderError::Unreachable(format!("applying the provider's answer: {e}"))),
-        // A query that failed decides nothing, whatever the error: the adapter may lack the settings to ask (a
-        // product taken out of its configuration after the money left), or the provider refused the query
-        // itself. Only a final status, or a refusal of the transaction sent again, fails it.
-        Err(e) => Err(crate::providers::ProviderError::Unreachable(format!("status query: {e}"))),
+        _ => ask_and_resend(flow, &carrier, &located, &item, resend, &mut resent).await,
     };
     // Sent again only once it went out: one that failed (a time-out, the provider down) is sent again next round,
     // under the same id, rather than left waiting for an answer to a request the provider may never have had.
@@ -339,6 +323,47 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
         Ok(()) => {}
     }
     sent
+}
+
+/// [`resubmit_one`]'s question to the provider, and what follows its answer: a final status applied, a
+/// transaction the provider never created sent again (`resend`; `resent` says it was).
+async fn ask_and_resend(
+    flow: &Flow,
+    carrier: &Carrier,
+    located: &Located,
+    item: &AwaitingProvider,
+    resend: bool,
+    resent: &mut bool,
+) -> Result<(), crate::providers::ProviderError> {
+    let Carrier { adapter, subject, transaction_id, payment, .. } = carrier;
+    match adapter.status(*subject, transaction_id, payment.as_ref()).await {
+        Ok(Report { status: ProviderStatus::Pending, .. }) if !resend => Ok(()),
+        Ok(Report { status: ProviderStatus::Pending, .. }) => {
+            *resent = true;
+            match &located.record {
+                Record::Payment(p) => match (&p.refund, located.kind) {
+                    (Some(r), TransactionType::Refund) => crate::flow::send_refund(carrier, p, r).await,
+                    _ => match adapter.request_to_pay(p).await {
+                        Ok(Some(page)) => {
+                            flow.opened(&item.merchant, p, page, None).await;
+                            Ok(())
+                        }
+                        other => other.map(drop),
+                    },
+                },
+                Record::Payout(o) => adapter.payout(o).await,
+                Record::Link(_) => Ok(()),
+            }
+        }
+        Ok(status) => apply_provider_status(&flow.engine, &item.merchant, located, &status, false)
+            .await
+            .map(drop)
+            .map_err(|e| crate::providers::ProviderError::Unreachable(format!("applying the provider's answer: {e}"))),
+        // A query that failed decides nothing, whatever the error: the adapter may lack the settings to ask (a
+        // product taken out of its configuration after the money left), or the provider refused the query
+        // itself. Only a final status, or a refusal of the transaction sent again, fails it.
+        Err(e) => Err(crate::providers::ProviderError::Unreachable(format!("status query: {e}"))),
+    }
 }
 
 #[cfg(test)]
@@ -646,6 +671,37 @@ mod tests {
         let refund = payment.refund.as_ref().unwrap();
         assert_eq!(refund.status, RefundStatus::Failed, "{refund:?}");
         assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing was asked of the provider");
+        let after = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
+        assert_eq!((after.available, after.pending), (before.available, before.pending), "nothing stays reserved");
+    }
+
+    /// A refund accepted while nothing carried its payment (its adapter's settings gone) waits with nothing sent.
+    /// When the payment's adapter is back and cannot make it (a card's money never goes to a phone), the
+    /// reconciliation fails it, asking and sending nothing, and the reservation goes back.
+    #[actix_web::test]
+    async fn a_waiting_refund_the_payments_adapter_cannot_make_is_failed_never_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, slow, merchant) = flow_with_waiting_payments(dir.path()).await;
+        let reference = paid(&flow, &merchant).await;
+        let before = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
+        slow.cannot_refund.store(true, Ordering::SeqCst);
+        let refund = Command::RequestRefund { reference, amount: Some(Amount::positive(500).unwrap()), reason: None };
+        let accepted = flow.engine.execute(&merchant, refund, None).await;
+        assert!(matches!(accepted, Ok(Executed::Done(_))), "{accepted:?}");
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let item = flow
+            .engine
+            .awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10)
+            .unwrap()
+            .into_iter()
+            .find(|i| i.merchant == merchant)
+            .expect("the refund waits");
+        let calls = slow.calls.load(Ordering::SeqCst);
+        assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await, "nothing sent");
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing asked of the provider");
+        let Ok(Some(located)) = flow.engine.locate(&merchant, &item.owner) else { panic!("the payment") };
+        let Record::Payment(payment) = located.record else { panic!("a payment") };
+        assert_eq!(payment.refund.as_ref().map(|r| r.status), Some(RefundStatus::Failed));
         let after = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
         assert_eq!((after.available, after.pending), (before.available, before.pending), "nothing stays reserved");
     }
