@@ -285,14 +285,37 @@ fn read_status(answer: &Answer) -> Result<Report, ProviderError> {
     }
 }
 
+/// The country of an MTN target environment (`mtnbenin`: BJ), as MTN's partner portal names them; `None` for
+/// `sandbox` and a target not listed here, which this server does not restrict.
+fn target_country(target: &str) -> Option<&'static str> {
+    Some(match target {
+        "mtnbenin" => "BJ",
+        "mtnivorycoast" => "CI",
+        "mtncameroon" => "CM",
+        "mtncongo" => "CG",
+        "mtnguineaconakry" => "GN",
+        "mtnghana" => "GH",
+        "mtnuganda" => "UG",
+        "mtnzambia" => "ZM",
+        "mtnliberia" => "LR",
+        "mtnswaziland" => "SZ",
+        "mtnsouthafrica" => "ZA",
+        "mtnrwanda" => "RW",
+        _ => return None,
+    })
+}
+
 impl Adapter for MtnMomo {
     fn degraded(&self) -> bool {
         self.outbound.degraded()
     }
 
-    /// MTN's own customers only, through disbursement.
-    fn pays_out(&self, fournisseur: &str, _phone: &caisse_engine::domain::phone::Phone) -> bool {
-        fournisseur == "mtn_momo" && self.settings.disbursement.is_some()
+    /// MTN's own customers only, through disbursement, in the country of the target environment (an MTN
+    /// account pays in its own country only).
+    fn pays_out(&self, fournisseur: &str, phone: &caisse_engine::domain::phone::Phone) -> bool {
+        fournisseur == "mtn_momo"
+            && self.settings.disbursement.is_some()
+            && target_country(&self.settings.target_environment).is_none_or(|country| phone.country() == Some(country))
     }
 
     fn request_to_pay(&self, payment: &Payment) -> LocalFuture<Result<Option<ReturnUrl>, ProviderError>> {
@@ -390,6 +413,21 @@ mod tests {
             disbursement: Some(product),
         };
         MtnMomo::new(settings, "https://pay.example.com")
+    }
+
+    /// An account pays out in its target's country only; the sandbox's, and a target not listed, anywhere.
+    #[test]
+    fn payouts_only_in_the_targets_country() {
+        let phone = |text: &str| caisse_engine::domain::phone::Phone::parse(text).unwrap();
+        let (benin, cameroon) = (phone("+22997000001"), phone("+237670000001"));
+        let mut mtn = adapter();
+        assert!(mtn.pays_out("mtn_momo", &benin) && mtn.pays_out("mtn_momo", &cameroon), "sandbox");
+        mtn.settings.target_environment = "mtnbenin".into();
+        assert!(mtn.pays_out("mtn_momo", &benin));
+        assert!(!mtn.pays_out("mtn_momo", &cameroon), "a Beninese account does not pay Cameroon");
+        assert!(!mtn.pays_out("orange_money", &benin), "MTN's own customers only");
+        mtn.settings.target_environment = "mtnelsewhere".into();
+        assert!(mtn.pays_out("mtn_momo", &cameroon), "a target not listed is not restricted");
     }
 
     #[test]
