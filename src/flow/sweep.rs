@@ -297,14 +297,11 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
     let Carrier { adapter, subject, .. } = &carrier;
     let located = Located { kind, ..located };
     let mut resent = false;
-    let result = match (&located.record, kind) {
-        // A refund its payment's own adapter cannot make (a card's, Orange's) was never sent through it: the
-        // request refuses one before any call. One accepted while no adapter carried its payment fails here,
-        // rather than going out the way the adapter can (a card's money to a phone) or waiting for ever on an
-        // adapter that cannot answer about it.
-        (Record::Payment(p), TransactionType::Refund)
-            if *subject == Subject::Refund && p.refund.as_ref().is_some_and(|r| !adapter.can_refund(p, r.amount)) =>
-        {
+    let result = match kind {
+        // A refund kept on an adapter that sends none (Orange Web Payment) was never sent: one accepted while no
+        // adapter carried its payment fails here, rather than waiting for ever on a status query that cannot
+        // answer about it.
+        TransactionType::Refund if *subject == Subject::Refund && adapter.refunds_nothing() => {
             Err(crate::providers::ProviderError::Rejected { code: "refund_unsupported".into() })
         }
         _ => ask_and_resend(flow, &carrier, &located, &item, resend, &mut resent).await,
@@ -342,6 +339,16 @@ async fn ask_and_resend(
             *resent = true;
             match &located.record {
                 Record::Payment(p) => match (&p.refund, located.kind) {
+                    // The provider does not know it, and its payment's adapter cannot send it (a card's money
+                    // never goes to a phone): it was accepted while no adapter carried its payment. It fails
+                    // rather than going out the only way the adapter can. Asked first, since what the adapter
+                    // can do may have changed since a refund went out (its Transfer API settings removed).
+                    (Some(r), TransactionType::Refund)
+                        if carrier.subject == Subject::Refund && !adapter.can_refund(p, r.amount) =>
+                    {
+                        *resent = false;
+                        Err(crate::providers::ProviderError::Rejected { code: "refund_unsupported".into() })
+                    }
                     (Some(r), TransactionType::Refund) => crate::flow::send_refund(carrier, p, r).await,
                     _ => match adapter.request_to_pay(p).await {
                         Ok(Some(page)) => {
@@ -403,6 +410,8 @@ mod tests {
         cannot_refund: std::sync::atomic::AtomicBool,
         /// While set, requests to pay time out.
         sends_time_out: std::sync::atomic::AtomicBool,
+        /// While set, the adapter sends no refund at all (Orange Web Payment).
+        refunds_nothing: std::sync::atomic::AtomicBool,
         /// When set, what status queries answer (else: not created).
         answer: std::sync::Mutex<Option<ProviderStatus>>,
     }
@@ -446,6 +455,9 @@ mod tests {
         }
         fn can_refund(&self, _: &Payment, _: Amount) -> bool {
             !self.0.cannot_refund.load(Ordering::SeqCst)
+        }
+        fn refunds_nothing(&self) -> bool {
+            self.0.refunds_nothing.load(Ordering::SeqCst)
         }
         fn payout(&self, _: &Payout) -> LocalFuture<Result<(), ProviderError>> {
             self.0.call(Ok(()))
@@ -677,7 +689,8 @@ mod tests {
 
     /// A refund accepted while nothing carried its payment (its adapter's settings gone) waits with nothing sent.
     /// When the payment's adapter is back and cannot make it (a card's money never goes to a phone), the
-    /// reconciliation fails it, asking and sending nothing, and the reservation goes back.
+    /// resubmission asks the provider, which does not know it, and fails it instead of sending it: the
+    /// reservation goes back. One the provider knows (sent before what the adapter can do changed) waits.
     #[actix_web::test]
     async fn a_waiting_refund_the_payments_adapter_cannot_make_is_failed_never_sent() {
         let dir = tempfile::tempdir().unwrap();
@@ -697,13 +710,39 @@ mod tests {
             .find(|i| i.merchant == merchant)
             .expect("the refund waits");
         let calls = slow.calls.load(Ordering::SeqCst);
+        *slow.answer.lock().unwrap() = Some(ProviderStatus::Processing);
         assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await, "nothing sent");
-        assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing asked of the provider");
+        let waits = flow.engine.locate(&merchant, &item.owner).unwrap().map(|l| l.record);
+        let Some(Record::Payment(payment)) = waits else { panic!("the payment") };
+        assert_eq!(payment.refund.as_ref().map(|r| r.status), Some(RefundStatus::Processing), "known: it waits");
+        *slow.answer.lock().unwrap() = None;
+        assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await, "nothing sent");
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls + 2, "two status queries, no refund sent");
         let Ok(Some(located)) = flow.engine.locate(&merchant, &item.owner) else { panic!("the payment") };
         let Record::Payment(payment) = located.record else { panic!("a payment") };
         assert_eq!(payment.refund.as_ref().map(|r| r.status), Some(RefundStatus::Failed));
         let after = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
         assert_eq!((after.available, after.pending), (before.available, before.pending), "nothing stays reserved");
+
+        // On an adapter that sends no refund at all, whose status query cannot answer about one: failed unasked.
+        slow.refunds_nothing.store(true, Ordering::SeqCst);
+        let reference = payment.reference.clone();
+        let again = Command::RequestRefund { reference, amount: Some(Amount::positive(300).unwrap()), reason: None };
+        assert!(matches!(flow.engine.execute(&merchant, again, None).await, Ok(Executed::Done(_))));
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let item = flow
+            .engine
+            .awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10)
+            .unwrap()
+            .into_iter()
+            .find(|i| i.merchant == merchant)
+            .expect("the second refund waits");
+        let calls = slow.calls.load(Ordering::SeqCst);
+        assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await);
+        assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing asked");
+        let Ok(Some(located)) = flow.engine.locate(&merchant, &item.owner) else { panic!("the payment") };
+        let Record::Payment(payment) = located.record else { panic!("a payment") };
+        assert_eq!(payment.refund.as_ref().map(|r| r.status), Some(RefundStatus::Failed));
     }
 
     /// A transaction sent again counts as sent only once the request went out: one that timed out is sent again

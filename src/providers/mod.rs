@@ -271,6 +271,12 @@ pub trait Adapter: Send + Sync {
     fn can_refund(&self, _payment: &Payment, _amount: Amount) -> bool {
         true
     }
+    /// True for an adapter that sends no refund at all, whatever its settings (Orange Web Payment collects only):
+    /// a refund of its payments kept on it was never sent through it, and its status query cannot answer about
+    /// one.
+    fn refunds_nothing(&self) -> bool {
+        false
+    }
     /// Whether this adapter can pay `fournisseur`'s customers at this phone: what a refund another adapter cannot
     /// make needs from it. Each adapter answers for the wallets it reaches (pawaPay by its provider codes, Wave
     /// and MTN their own, CinetPay mobile money through its Transfer API, Orange Web Payment none); a card is

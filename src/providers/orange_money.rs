@@ -204,6 +204,10 @@ impl Adapter for OrangeMoney {
         false
     }
 
+    fn refunds_nothing(&self) -> bool {
+        true
+    }
+
     fn pays_out(&self, _fournisseur: &str, _phone: &Phone) -> bool {
         false
     }
