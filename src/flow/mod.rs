@@ -292,13 +292,13 @@ impl Flow {
         amount: Option<Amount>,
     ) -> Result<bool, EngineError> {
         let Some(payment) = self.engine.payment(merchant, reference).await? else { return Ok(true) };
-        if self.try_carrier(&Record::Payment(payment.clone()), TransactionType::Payment)?.is_none() {
-            return Ok(false);
-        }
         let latest = payment.refund.as_ref().map(|r| r.status);
         let amount = amount.unwrap_or_else(|| payment.refundable());
         if !payment_refund_allowed(payment.status, latest) || amount > payment.refundable() || amount == Amount::ZERO {
             return Ok(true);
+        }
+        if self.try_carrier(&Record::Payment(payment.clone()), TransactionType::Payment)?.is_none() {
+            return Ok(false);
         }
         Ok(self.refund_route(&payment, amount).is_some())
     }

@@ -298,10 +298,12 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
     let located = Located { kind, ..located };
     let mut resent = false;
     let result = match kind {
-        // A refund kept on an adapter that sends none (Orange Web Payment) was never sent: one accepted while no
-        // adapter carried its payment fails here, rather than waiting for ever on a status query that cannot
-        // answer about it.
-        TransactionType::Refund if *subject == Subject::Refund && adapter.refunds_nothing() => {
+        // A refund of a payment kept on an adapter that sends none (Orange Web Payment), with no route of its own
+        // elsewhere, was never sent: one accepted while no adapter carried its payment fails here, rather than
+        // waiting for ever on a status query that cannot answer about it.
+        TransactionType::Refund
+            if *subject == Subject::Refund && adapter.refunds_nothing() && kept_on(flow, &located, &carrier.name) =>
+        {
             Err(crate::providers::ProviderError::Rejected { code: "refund_unsupported".into() })
         }
         _ => ask_and_resend(flow, &carrier, &located, &item, resend, &mut resent).await,
@@ -320,6 +322,17 @@ async fn resubmit_one(flow: &Flow, kind: TransactionType, item: AwaitingProvider
         Ok(()) => {}
     }
     sent
+}
+
+/// Whether the payment of `located` is kept on `adapter` by its stored route: not a payment of a release that
+/// kept no routes, whose refund may have gone another way and whose adapter today's routes only guess.
+fn kept_on(flow: &Flow, located: &Located, adapter: &caisse_engine::domain::provider::AdapterName) -> bool {
+    match &located.record {
+        Record::Payment(p) => {
+            flow.engine.route_of(&p.transaction_id).ok().flatten().is_some_and(|route| route.adapter == *adapter)
+        }
+        _ => false,
+    }
 }
 
 /// [`resubmit_one`]'s question to the provider, and what follows its answer: a final status applied, a
@@ -724,25 +737,58 @@ mod tests {
         let after = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
         assert_eq!((after.available, after.pending), (before.available, before.pending), "nothing stays reserved");
 
-        // On an adapter that sends no refund at all, whose status query cannot answer about one: failed unasked.
+        // On an adapter that sends no refund at all, whose status query cannot answer about one: a refund of a
+        // payment kept on it by its stored route fails unasked; one of a payment with no stored route (an
+        // earlier release's, whose refund may have gone another way) is asked about.
         slow.refunds_nothing.store(true, Ordering::SeqCst);
-        let reference = payment.reference.clone();
-        let again = Command::RequestRefund { reference, amount: Some(Amount::positive(300).unwrap()), reason: None };
-        assert!(matches!(flow.engine.execute(&merchant, again, None).await, Ok(Executed::Done(_))));
-        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
-        let item = flow
-            .engine
-            .awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10)
-            .unwrap()
-            .into_iter()
-            .find(|i| i.merchant == merchant)
-            .expect("the second refund waits");
-        let calls = slow.calls.load(Ordering::SeqCst);
-        assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await);
-        assert_eq!(slow.calls.load(Ordering::SeqCst), calls, "nothing asked");
-        let Ok(Some(located)) = flow.engine.locate(&merchant, &item.owner) else { panic!("the payment") };
-        let Record::Payment(payment) = located.record else { panic!("a payment") };
-        assert_eq!(payment.refund.as_ref().map(|r| r.status), Some(RefundStatus::Failed));
+        let legacy = payment.reference.clone();
+        let kept = NewPayment {
+            reference: None,
+            amount: Amount::positive(2_000).unwrap(),
+            currency: Currency::parse("XOF").unwrap(),
+            provider: ProviderCode::parse("mtn_momo").unwrap(),
+            fee: FeeRule::new(150, Amount::ZERO).unwrap(),
+            customer_phone: Phone::parse("+22997000055").unwrap(),
+            customer_email: None,
+            customer_name: None,
+            description: None,
+            metadata: Metadata::empty(),
+            link: None,
+        };
+        let route = caisse_engine::domain::provider::ProviderRoute {
+            adapter: caisse_engine::domain::provider::AdapterName::parse("test").unwrap(),
+            return_url: None,
+        };
+        let note = caisse_engine::ProviderNote { route: Some(route), reference: None };
+        let made = flow.engine.execute_noted(&merchant, Command::InitiatePayment(kept), None, note).await;
+        let Ok(Executed::Done(Record::Payment(kept))) = made else { panic!("a payment: {made:?}") };
+        let confirmed = Command::PaymentNotice { reference: kept.reference.clone(), notice: PaymentNotice::Confirmed };
+        flow.engine.execute(&merchant, confirmed, None).await.unwrap();
+        for (reference, fails_unasked) in [(legacy, false), (kept.reference.clone(), true)] {
+            let refund =
+                Command::RequestRefund { reference, amount: Some(Amount::positive(300).unwrap()), reason: None };
+            let accepted = flow.engine.execute(&merchant, refund, None).await;
+            let Ok(Executed::Done(Record::Payment(p))) = accepted else { panic!("a refund: {accepted:?}") };
+            actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+            let item = flow
+                .engine
+                .awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10)
+                .unwrap()
+                .into_iter()
+                .find(|i| i.owner == p.reference.as_str())
+                .expect("the refund waits");
+            let calls = slow.calls.load(Ordering::SeqCst);
+            *slow.answer.lock().unwrap() = Some(ProviderStatus::Processing);
+            assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await);
+            let asked = slow.calls.load(Ordering::SeqCst) - calls;
+            let Ok(Some(located)) = flow.engine.locate(&merchant, &item.owner) else { panic!("the payment") };
+            let Record::Payment(after) = located.record else { panic!("a payment") };
+            let status = after.refund.as_ref().map(|r| r.status);
+            match fails_unasked {
+                true => assert_eq!((asked, status), (0, Some(RefundStatus::Failed)), "kept on it: failed unasked"),
+                false => assert_eq!((asked, status), (1, Some(RefundStatus::Processing)), "no route kept: asked"),
+            }
+        }
     }
 
     /// A transaction sent again counts as sent only once the request went out: one that timed out is sent again
