@@ -143,7 +143,17 @@ impl Worker {
         let merchant = self
             .accounts
             .merchant(&n.merchant)
-            .map_err(|e| NoTarget::Unread(e.to_string()))?
+            .map_err(|e| match e {
+                // The store's passing trouble: asked again at the next scan.
+                StoreError::Io(_)
+                | StoreError::Overloaded
+                | StoreError::Closed
+                | StoreError::Aborted
+                | StoreError::NotOwner(_) => NoTarget::Unread(e.to_string()),
+                // An account that does not read (corrupt, or its key sealed under another master key) will not
+                // read better next time: attempts are used up, with their waits, as for no URL.
+                e => NoTarget::Unusable(format!("merchant lookup failed: {e}")),
+            })?
             .ok_or_else(|| unusable("merchant not found"))?;
         let url = merchant.webhook_url.ok_or_else(|| unusable("no webhook URL configured"))?;
         let uri: Uri = url.parse().map_err(|_| unusable("webhook URL is not valid"))?;
@@ -620,7 +630,8 @@ async fn send(
 
 /// Why a notification has nowhere to go just now.
 enum NoTarget {
-    /// The merchant's account could not be read: asked again at the next scan, no attempt counted.
+    /// The merchant's account could not be read for a passing reason (the store's I/O, a full queue): asked
+    /// again at the next scan, no attempt counted.
     Unread(String),
     /// The account has no usable webhook URL: a failed attempt, as a receiver that does not answer is.
     Unusable(String),
