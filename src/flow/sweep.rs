@@ -497,6 +497,23 @@ mod tests {
         flow_with(dir, PAYMENTS).await
     }
 
+    /// A payment of `amount` XOF by MTN MoMo from a Beninese number.
+    fn mtn_payment(amount: i64) -> NewPayment {
+        NewPayment {
+            reference: None,
+            amount: Amount::positive(amount).unwrap(),
+            currency: Currency::parse("XOF").unwrap(),
+            provider: ProviderCode::parse("mtn_momo").unwrap(),
+            fee: FeeRule::new(150, Amount::ZERO).unwrap(),
+            customer_phone: Phone::parse("+22997000055").unwrap(),
+            customer_email: None,
+            customer_name: None,
+            description: None,
+            metadata: Metadata::empty(),
+            link: None,
+        }
+    }
+
     /// [`flow_with_waiting_payments`] with `payments` of them.
     async fn flow_with(dir: &std::path::Path, payments: usize) -> (Flow, Arc<SlowProvider>, MerchantId) {
         let mut settings = Settings::for_tests(dir).unwrap();
@@ -506,19 +523,7 @@ mod tests {
             NewMerchant { name: "Slow".into(), email: "slow@example.com".into(), password: None, webhook_url: None };
         let merchant = merchants::create(&engine, settings.environment, new).await.unwrap().merchant.id;
         for n in 0..payments {
-            let payment = NewPayment {
-                reference: None,
-                amount: Amount::positive(1_000 + n as i64).unwrap(),
-                currency: Currency::parse("XOF").unwrap(),
-                provider: ProviderCode::parse("mtn_momo").unwrap(),
-                fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-                customer_phone: Phone::parse("+22997000055").unwrap(),
-                customer_email: None,
-                customer_name: None,
-                description: None,
-                metadata: Metadata::empty(),
-                link: None,
-            };
+            let payment = mtn_payment(1_000 + n as i64);
             engine.execute(&merchant, Command::InitiatePayment(payment), None).await.unwrap();
         }
         let slow = Arc::new(SlowProvider::default());
@@ -742,19 +747,7 @@ mod tests {
         // earlier release's, whose refund may have gone another way) is asked about.
         slow.refunds_nothing.store(true, Ordering::SeqCst);
         let legacy = payment.reference.clone();
-        let kept = NewPayment {
-            reference: None,
-            amount: Amount::positive(2_000).unwrap(),
-            currency: Currency::parse("XOF").unwrap(),
-            provider: ProviderCode::parse("mtn_momo").unwrap(),
-            fee: FeeRule::new(150, Amount::ZERO).unwrap(),
-            customer_phone: Phone::parse("+22997000055").unwrap(),
-            customer_email: None,
-            customer_name: None,
-            description: None,
-            metadata: Metadata::empty(),
-            link: None,
-        };
+        let kept = mtn_payment(2_000);
         let route = caisse_engine::domain::provider::ProviderRoute {
             adapter: caisse_engine::domain::provider::AdapterName::parse("test").unwrap(),
             return_url: None,
