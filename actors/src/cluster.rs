@@ -2,8 +2,8 @@
 //! the merchant's shard, so any node answers any request while one node at a time writes for a merchant.
 //!
 //! The engine sends a [`Forwarded`] message to the holder's advertised URL at [`FORWARD_PATH`], in postcard
-//! (the store's own encoding, so records cross exactly as they are stored), authenticated with the cluster's
-//! secret, which every node reads from the shared database. The holder runs the message on its own actor and
+//! (the store's own encoding, so records cross exactly as they are stored), signed with a key derived from the
+//! cluster's secret, which every node reads from the shared database ([`Forwarding`]). The holder runs the message on its own actor and
 //! answers the result, errors included, so the answer is the one the holder would have given to the client
 //! itself. A holder never forwards again: if the shard moved meanwhile it answers "unavailable" and the client
 //! retries (with the same idempotency key, which is what makes the retry safe).
@@ -33,9 +33,10 @@ pub const FORWARD_PATH: &str = "/_cluster/v1/forward";
 /// change of it raises [`PROTOCOL`]. During an upgrade that raises it, the merchants held by nodes on the
 /// other protocol answer `503` until every node runs the new build. A message or answer added at the end of
 /// its enum changes no earlier bytes and keeps the protocol: a node of an earlier build answers the new
-/// message with an error, and only that message fails until the node is upgraded.
+/// message with an error, and only that message fails until the node is upgraded. Version 5 signs each message
+/// instead of sending the secret ([`Forwarding`]): nodes of version 4 and 5 do not admit each other's.
 pub const VERSION_HEADER: &str = "caisse-forward-version";
-pub const PROTOCOL: &str = "caisse-forward/4";
+pub const PROTOCOL: &str = "caisse-forward/5";
 
 /// The content type of forwarded messages and their answers.
 pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";
@@ -99,15 +100,92 @@ pub enum ResendRefused {
     NotFound,
 }
 
+/// How far a forwarded message's time may be from the receiver's clock, either way.
+const SIGNED_WITHIN_MS: u64 = 60_000;
+
+/// Signatures a node remembers to refuse a message sent twice; beyond it, those past [`SIGNED_WITHIN_MS`] go,
+/// and should that not make room the message is refused (503 to its client, who retries).
+const MAX_REMEMBERED: usize = 200_000;
+
+/// The scheme of the `Authorization` header a forwarded message carries.
+const SCHEME: &str = "Caisse-Forward ";
+
 /// How this node reaches the others: the secret every node of the cluster shares.
+///
+/// The secret itself never travels: each message carries its time, a random nonce and an HMAC-SHA256 of
+/// those and its body under a key derived from the secret. The receiver refuses a message signed more than a
+/// minute from its own clock, or whose signature it has seen: one read off the network cannot be sent again,
+/// and its signature signs nothing else.
 #[derive(Clone)]
 pub struct Forwarding {
     pub(crate) secret: Arc<str>,
+    key: [u8; 32],
+    seen: Arc<dashmap::DashMap<[u8; 32], u64>>,
 }
 
 impl Forwarding {
     pub fn new(secret: &str) -> Forwarding {
-        Forwarding { secret: Arc::from(secret) }
+        let mut forwarding = Forwarding { secret: Arc::from(secret), key: [0; 32], seen: Arc::default() };
+        forwarding.key = forwarding.derive_key("caisse-forward");
+        forwarding
+    }
+
+    /// The HMAC of a message's time, nonce and body.
+    fn mac(&self, at_ms: u64, nonce: &str, body: &[u8]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let Ok(mut mac) = Hmac::<sha2::Sha256>::new_from_slice(&self.key) else {
+            // HMAC takes a key of any length; this branch cannot be taken.
+            return [0; 32];
+        };
+        mac.update(at_ms.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(nonce.as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The `Authorization` header of a message of `body` sent at `at_ms`.
+    pub fn sign(&self, at_ms: u64, body: &[u8]) -> String {
+        let nonce = hex::encode(rand::random::<[u8; 16]>());
+        format!("{SCHEME}t={at_ms},n={nonce},sig={}", hex::encode(self.mac(at_ms, &nonce, body)))
+    }
+
+    /// Whether a header is one of ours, signed within a minute of `now_ms`: what the receiver checks before it
+    /// reads the body.
+    pub fn fresh(&self, authorization: Option<&str>, now_ms: u64) -> bool {
+        parse_signed(authorization).is_some_and(|(at_ms, ..)| at_ms.abs_diff(now_ms) <= SIGNED_WITHIN_MS)
+    }
+
+    /// True when `authorization` signs `body` under the cluster's secret, within a minute of `now_ms`, and was not
+    /// seen before. The signature is compared in constant time.
+    pub fn admits(&self, authorization: Option<&str>, body: &[u8], now_ms: u64) -> bool {
+        use subtle::ConstantTimeEq;
+        let Some((at_ms, nonce, sig)) = parse_signed(authorization) else { return false };
+        if at_ms.abs_diff(now_ms) > SIGNED_WITHIN_MS {
+            return false;
+        }
+        let expected = self.mac(at_ms, nonce, body);
+        if !bool::from(expected.as_slice().ct_eq(&sig)) {
+            return false;
+        }
+        if self.seen.len() >= MAX_REMEMBERED {
+            self.seen.retain(|_, at| at.abs_diff(now_ms) <= SIGNED_WITHIN_MS);
+            if self.seen.len() >= MAX_REMEMBERED {
+                tracing::warn!("too many forwarded messages remembered; one refused");
+                return false;
+            }
+        }
+        match self.seen.entry(expected) {
+            dashmap::mapref::entry::Entry::Occupied(_) => {
+                tracing::warn!("a forwarded message was sent again; refused");
+                false
+            }
+            dashmap::mapref::entry::Entry::Vacant(slot) => {
+                slot.insert(at_ms);
+                true
+            }
+        }
     }
 
     /// A key for `purpose` that every node of the cluster derives alike (HMAC-SHA256 of the purpose under the
@@ -120,13 +198,6 @@ impl Forwarding {
         };
         mac.update(purpose.as_bytes());
         mac.finalize().into_bytes().into()
-    }
-
-    /// True when `authorization` (the header's value) carries the cluster's secret, compared in constant time.
-    pub fn admits(&self, authorization: Option<&str>) -> bool {
-        use subtle::ConstantTimeEq;
-        let Some(token) = authorization.and_then(|v| v.strip_prefix("Bearer ")) else { return false };
-        bool::from(token.as_bytes().ct_eq(self.secret.as_bytes()))
     }
 
     /// Sends `forwarded` to the node at `url` and returns its answer.
@@ -143,7 +214,7 @@ impl Forwarding {
         let client = CLIENT.with(Clone::clone);
         let mut response = client
             .post(format!("{}{FORWARD_PATH}", url.trim_end_matches('/')))
-            .insert_header(("authorization", format!("Bearer {}", self.secret)))
+            .insert_header(("authorization", self.sign(crate::domain::time::Timestamp::now().unix_ms(), &body)))
             .insert_header(("content-type", CONTENT_TYPE))
             .insert_header((VERSION_HEADER, PROTOCOL))
             .send_body(body)
@@ -168,6 +239,19 @@ impl Forwarding {
         let answer: Result<Answer, EngineError> =
             postcard::from_bytes(&bytes).map_err(|e| EngineError::Internal(format!("a node's answer: {e}")))?;
         answer
+    }
+}
+
+/// A forwarded message's `Authorization` header read: its time, nonce and signature.
+fn parse_signed(authorization: Option<&str>) -> Option<(u64, &str, [u8; 32])> {
+    let fields = authorization?.strip_prefix(SCHEME)?;
+    let mut parts = fields.split(',');
+    let at_ms = parts.next()?.strip_prefix("t=")?.parse().ok()?;
+    let nonce = parts.next()?.strip_prefix("n=")?;
+    let sig = hex::decode(parts.next()?.strip_prefix("sig=")?).ok()?.try_into().ok()?;
+    match (parts.next(), nonce.len() == 32 && nonce.bytes().all(|b| b.is_ascii_hexdigit())) {
+        (None, true) => Some((at_ms, nonce, sig)),
+        _ => None,
     }
 }
 
@@ -318,3 +402,31 @@ impl Remote<usize> for crate::merchant::ForgetIdempotency {
 
 #[cfg(test)]
 mod format;
+
+#[cfg(test)]
+mod signing {
+    use super::*;
+
+    /// A message is admitted once, signed by a node of the same cluster, within the minute, for the body it
+    /// came with; the secret never crosses.
+    #[test]
+    fn a_forwarded_message_is_admitted_once_for_its_body_and_time() {
+        let (ours, theirs) = (Forwarding::new("a-cluster-secret"), Forwarding::new("another-cluster"));
+        let now = 1_800_000_000_000;
+        let header = ours.sign(now, b"body");
+        assert!(!header.contains("a-cluster-secret"));
+        assert!(ours.fresh(Some(&header), now + 59_000));
+        assert!(!ours.admits(Some(&header), b"other body", now), "signs its own body only");
+        assert!(!ours.admits(Some(&header), b"body", now + 61_000), "a minute late");
+        assert!(!theirs.admits(Some(&header), b"body", now), "another cluster's key");
+        assert!(ours.admits(Some(&header), b"body", now));
+        assert!(!ours.admits(Some(&header), b"body", now), "sent again");
+        assert!(ours.admits(Some(&ours.sign(now, b"body")), b"body", now), "the same body signed anew");
+        let tampered = header.replace("sig=", "sig=00").chars().take(header.len()).collect::<String>();
+        assert!(!ours.admits(Some(&tampered), b"body", now));
+        for refused in ["Bearer a-cluster-secret", "", "Caisse-Forward t=1", "Caisse-Forward t=x,n=y,sig=z"] {
+            assert!(!ours.fresh(Some(refused), now) && !ours.admits(Some(refused), b"body", now), "{refused}");
+        }
+        assert!(!ours.admits(None, b"body", now));
+    }
+}

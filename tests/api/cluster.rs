@@ -1,9 +1,10 @@
-//! The API on a node of a cluster: the nodes forward a merchant's messages to its holder with the forwarding
-//! protocol named, and a node refuses a message of another protocol (a build that lays messages out
+//! The API on a node of a cluster: the nodes forward a merchant's messages to its holder, signed, with the
+//! forwarding protocol named, and a node refuses a message of another protocol (a build that lays messages out
 //! otherwise) with `503 unavailable` and `Retry-After`, the answer a client retries, rather than reading it.
 //! Merchants managed with `caisse merchant` beside the running nodes are seen by all of them.
 
-use caisse_engine::cluster::{CONTENT_TYPE, FORWARD_PATH, PROTOCOL, VERSION_HEADER};
+use caisse_engine::cluster::{Forwarding, CONTENT_TYPE, FORWARD_PATH, PROTOCOL, VERSION_HEADER};
+use caisse_engine::domain::time::Timestamp;
 
 use std::time::Duration;
 
@@ -14,29 +15,42 @@ async fn a_node_reads_forwarded_messages_of_its_own_protocol_only() {
     let db = postgres::database();
     let node = spawn_cluster_node(&db, "node-a").await;
     let secret = postgres::query_value(&db.url, "SELECT secret FROM caisse_cluster");
-    let forward = |protocol: &str| {
+    let forwarding = Forwarding::new(&secret);
+    // Not a message of any protocol: the holder answers it with an error of its own encoding.
+    let body = b"\xff\xff\xff".to_vec();
+    let signed = || forwarding.sign(Timestamp::now().unix_ms(), &body);
+    let forward = |protocol: &str, authorization: &str| {
         node.api
             .post(FORWARD_PATH)
-            .auth(&secret)
+            .no_auth()
+            .header("authorization", authorization)
             .header(VERSION_HEADER, protocol)
-            // Not a message of any protocol: the holder answers it with an error of its own encoding.
-            .raw(Some(CONTENT_TYPE), b"\xff\xff\xff".to_vec())
+            .raw(Some(CONTENT_TYPE), body.clone())
     };
 
-    let ours = node.api.fetch(forward(PROTOCOL)).await;
+    let first = signed();
+    let ours = node.api.fetch(forward(PROTOCOL, &first)).await;
     assert_eq!(ours.status, 200, "{:?}", ours.body);
     assert_eq!(ours.header("content-type"), Some(CONTENT_TYPE));
 
     for other in ["caisse-forward/1", "0.1.0/1", ""] {
-        let refused = node.api.fetch(forward(other)).await;
+        let refused = node.api.fetch(forward(other, &signed())).await;
         assert_eq!(refused.status, 503, "protocol {other:?}: {:?}", refused.body);
         assert_eq!(refused.json["error"]["code"], "unavailable");
         assert_eq!(refused.header("retry-after"), Some("2"), "a 503 says when to retry");
     }
 
-    // Without the cluster's secret the endpoint does not exist, whatever the protocol.
-    let stranger = node.api.fetch(forward(PROTOCOL).auth("not-the-secret")).await;
-    assert_eq!(stranger.status, 404);
+    // Without a signature under the cluster's secret the endpoint does not exist, whatever the protocol: the
+    // secret itself, a signature seen before, one of another body or another cluster, one too old.
+    let other_cluster = Forwarding::new("not-the-secret");
+    let old = forwarding.sign(Timestamp::now().unix_ms() - 120_000, &body);
+    let other_body = forwarding.sign(Timestamp::now().unix_ms(), b"other");
+    for stranger in
+        [format!("Bearer {secret}"), first, other_cluster.sign(Timestamp::now().unix_ms(), &body), old, other_body]
+    {
+        let refused = node.api.fetch(forward(PROTOCOL, &stranger)).await;
+        assert_eq!(refused.status, 404, "{stranger}");
+    }
 }
 
 /// `caisse merchant` run beside the nodes, on the shared database (no admin token: it writes there

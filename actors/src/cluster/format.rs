@@ -316,6 +316,6 @@ fn forwarded_bytes_are_pinned() {
         "an incompatible store: c77db50e8ed3fe85",
         "an e-mail taken: 2aa4e27216bb8344",
     ];
-    assert_eq!(PROTOCOL, "caisse-forward/4");
+    assert_eq!(PROTOCOL, "caisse-forward/5");
     assert_eq!(digests, pinned, "the forwarded messages changed shape: raise PROTOCOL and pin them again");
 }
