@@ -236,8 +236,10 @@ impl Forwarding {
             .await
             .map_err(|_| unanswered("its answer did not arrive in time".into()))?
             .map_err(|e| unanswered(e.to_string()))?;
+        // An answer that does not read may be that of a change the holder made: the client hears so, and retries
+        // with its idempotency key, rather than a bare internal error.
         let answer: Result<Answer, EngineError> =
-            postcard::from_bytes(&bytes).map_err(|e| EngineError::Internal(format!("a node's answer: {e}")))?;
+            postcard::from_bytes(&bytes).map_err(|e| unanswered(format!("its answer does not read: {e}")))?;
         answer
     }
 }

@@ -428,9 +428,14 @@ impl Engine {
                 let (Some(forwarding), Some(ask)) = (&self.inner.forwarding, msg.ask()) else {
                     return Err(EngineError::Unavailable(format!("the merchant is held by node {id}")));
                 };
+                let changes = matches!(ask, crate::cluster::Ask::Execute { .. });
                 let forwarded = crate::cluster::Forwarded { merchant: merchant.clone(), ask };
                 let answer = forwarding.send(&url, &forwarded).await?;
-                M::take(answer).ok_or_else(|| EngineError::Internal(format!("node {id} answered another kind")))
+                // As for an answer that does not read: a change may have been made there.
+                M::take(answer).ok_or_else(|| match changes {
+                    true => EngineError::OutcomeUnknown(format!("node {id} answered another kind")),
+                    false => EngineError::Internal(format!("node {id} answered another kind")),
+                })
             }
             Placement::Nobody => {
                 Err(EngineError::Unavailable("the merchant is moving between nodes of the cluster; retry".into()))
