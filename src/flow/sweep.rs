@@ -716,17 +716,7 @@ mod tests {
         let reference = paid(&flow, &merchant).await;
         let before = flow.engine.balances(&merchant).await.unwrap().get(Currency::XOF);
         slow.cannot_refund.store(true, Ordering::SeqCst);
-        let refund = Command::RequestRefund { reference, amount: Some(Amount::positive(500).unwrap()), reason: None };
-        let accepted = flow.engine.execute(&merchant, refund, None).await;
-        assert!(matches!(accepted, Ok(Executed::Done(_))), "{accepted:?}");
-        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
-        let item = flow
-            .engine
-            .awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10)
-            .unwrap()
-            .into_iter()
-            .find(|i| i.merchant == merchant)
-            .expect("the refund waits");
+        let item = accepted_refund(&flow, &merchant, reference, 500).await;
         let calls = slow.calls.load(Ordering::SeqCst);
         *slow.answer.lock().unwrap() = Some(ProviderStatus::Processing);
         assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await, "nothing sent");
@@ -758,18 +748,7 @@ mod tests {
         let confirmed = Command::PaymentNotice { reference: kept.reference.clone(), notice: PaymentNotice::Confirmed };
         flow.engine.execute(&merchant, confirmed, None).await.unwrap();
         for (reference, fails_unasked) in [(legacy, false), (kept.reference.clone(), true)] {
-            let refund =
-                Command::RequestRefund { reference, amount: Some(Amount::positive(300).unwrap()), reason: None };
-            let accepted = flow.engine.execute(&merchant, refund, None).await;
-            let Ok(Executed::Done(Record::Payment(p))) = accepted else { panic!("a refund: {accepted:?}") };
-            actix_web::rt::time::sleep(Duration::from_millis(2)).await;
-            let item = flow
-                .engine
-                .awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10)
-                .unwrap()
-                .into_iter()
-                .find(|i| i.owner == p.reference.as_str())
-                .expect("the refund waits");
+            let item = accepted_refund(&flow, &merchant, reference, 300).await;
             let calls = slow.calls.load(Ordering::SeqCst);
             *slow.answer.lock().unwrap() = Some(ProviderStatus::Processing);
             assert!(!resubmit_one(&flow, TransactionType::Refund, item.clone(), true).await);
@@ -782,6 +761,24 @@ mod tests {
                 false => assert_eq!((asked, status), (1, Some(RefundStatus::Processing)), "no route kept: asked"),
             }
         }
+    }
+
+    /// A refund of `amount` of the payment `reference` accepted by the engine alone, as while no adapter carried
+    /// its payment (nothing sent): its entry in the list of what waits for a provider.
+    async fn accepted_refund(
+        flow: &Flow,
+        merchant: &MerchantId,
+        reference: caisse_engine::domain::text::Reference,
+        amount: i64,
+    ) -> AwaitingProvider {
+        let owner = reference.as_str().to_owned();
+        let refund =
+            Command::RequestRefund { reference, amount: Some(Amount::positive(amount).unwrap()), reason: None };
+        let accepted = flow.engine.execute(merchant, refund, None).await;
+        assert!(matches!(accepted, Ok(Executed::Done(_))), "{accepted:?}");
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+        let waiting = flow.engine.awaiting_provider(TransactionType::Refund, Timestamp::now(), None, 10).unwrap();
+        waiting.into_iter().find(|i| i.owner == owner).expect("the refund waits")
     }
 
     /// A transaction sent again counts as sent only once the request went out: one that timed out is sent again
