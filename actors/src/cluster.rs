@@ -41,9 +41,13 @@ pub const PROTOCOL: &str = "caisse-forward/5";
 /// The content type of forwarded messages and their answers.
 pub const CONTENT_TYPE: &str = "application/x.caisse-forward+postcard";
 
-/// The largest forwarded message or answer: a command carries at most an API body's worth of text, an answer
-/// one record.
+/// The largest forwarded message: a command carries at most an API body's worth of text. The holder reads at
+/// most this much before it checks the signature.
 pub const MAX_BODY: usize = 256 * 1024;
+
+/// The largest answer: one record. The largest, a payment with 50 metadata values and 50 refund reasons of 500
+/// characters, each written as six bytes in the JSON of a stored answer (`\u0001`), is about 300 KiB.
+pub const MAX_ANSWER: usize = 1024 * 1024;
 
 /// How long a forwarded message may take, the holder's durable write included.
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -232,7 +236,7 @@ impl Forwarding {
             return Err(unavailable(format!("answered {}", response.status())));
         }
         // awc's time-out stops at the headers: the body gets its own.
-        let bytes = tokio::time::timeout(TIMEOUT, response.body().limit(MAX_BODY))
+        let bytes = tokio::time::timeout(TIMEOUT, response.body().limit(MAX_ANSWER))
             .await
             .map_err(|_| unanswered("its answer did not arrive in time".into()))?
             .map_err(|e| unanswered(e.to_string()))?;
